@@ -1,0 +1,51 @@
+//! The collect sink: hands a query's result batches to the embedded API.
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use crossbeam_channel::Sender;
+
+use super::{SinkFactory, SinkWriter};
+use crate::Result;
+use crate::runtime::TaskContext;
+use crate::runtime::task::cancelled;
+
+/// Sends every batch to the receiver of a query result.
+#[derive(Debug)]
+pub struct CollectSinkFactory {
+    sender: Sender<RecordBatch>,
+}
+
+impl CollectSinkFactory {
+    /// A sink feeding `sender`.
+    pub fn new(sender: Sender<RecordBatch>) -> Arc<dyn SinkFactory> {
+        Arc::new(CollectSinkFactory { sender })
+    }
+}
+
+impl SinkFactory for CollectSinkFactory {
+    fn describe(&self) -> String {
+        "Sink: collect".to_string()
+    }
+
+    fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(CollectWriter {
+            sender: self.sender.clone(),
+        }))
+    }
+}
+
+struct CollectWriter {
+    sender: Sender<RecordBatch>,
+}
+
+impl SinkWriter for CollectWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        // The receiver is gone only when the caller dropped the result: a cancel.
+        self.sender.send(batch.clone()).map_err(|_| cancelled())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

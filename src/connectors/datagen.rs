@@ -1,0 +1,472 @@
+//! The `datagen` source: sequences and random values, generated as Arrow arrays.
+//!
+//! Options are Flink's: `rows-per-second` (default 10000, across all subtasks),
+//! `number-of-rows`, and per field `fields.<f>.kind` = `random` (default) |
+//! `sequence`, `min`, `max`, `max-past`, `length`, `start`, `end`, `null-rate`.
+//!
+//! Rows are numbered `0..total`; subtask `i` of `p` generates rows `i, i+p, ...`,
+//! so a sequence field's values interleave across subtasks as in Flink. Unlike
+//! Flink, random values are a function of the row number (a counter-based hash),
+//! so a run is reproducible and a replay after recovery yields the same rows.
+//! Any sequence field makes the source bounded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{
+    ArrayRef, BinaryBuilder, BooleanArray, Date32Array, Decimal128Array, Float32Array, Float64Array,
+    Int8Array, Int16Array, Int32Array, Int64Array, StringBuilder, TimestampMicrosecondArray,
+    TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::record_batch::RecordBatch;
+
+use super::{OptionSpec, parse_option};
+use crate::config::{SessionConfig, parse_duration};
+use crate::frontend::catalog::TableDef;
+use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
+use crate::{Error, Result};
+
+const OPTIONS: OptionSpec = OptionSpec {
+    connector: "datagen",
+    keys: &["rows-per-second", "number-of-rows", "scan.parallelism"],
+    prefixes: &["fields."],
+    required: &[],
+};
+
+const FIELD_KEYS: &[&str] = &["kind", "min", "max", "max-past", "length", "start", "end", "null-rate", "var-len"];
+
+/// How one column is generated.
+#[derive(Debug, Clone)]
+enum FieldGen {
+    Sequence { start: i64, end: i64 },
+    Random { min: Option<f64>, max: Option<f64>, length: usize, max_past_ms: i64, null_rate: f64 },
+}
+
+/// Checks the table's options.
+pub fn validate(table: &TableDef) -> Result<()> {
+    let schema = table.physical_schema();
+    let projection: Vec<usize> = (0..schema.fields().len()).collect();
+    parse_table(table, &projection).map(drop)
+}
+
+struct Parsed {
+    fields: Vec<FieldGen>,
+    total: Option<u64>,
+    rows_per_second: f64,
+}
+
+fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
+    OPTIONS.validate(table, &[], &[])?;
+    let physical = table.physical_schema();
+    // Every fields.<name>.<key> must name a column and a known key.
+    for (key, _) in table.options.entries() {
+        if let Some(rest) = key.strip_prefix("fields.") {
+            let Some((name, option)) = rest.rsplit_once('.') else {
+                return Err(Error::sql(format!("table '{}': malformed option '{key}'", table.name)));
+            };
+            if physical.field_with_name(name).is_err() {
+                return Err(Error::sql(format!(
+                    "table '{}': option '{key}' refers to unknown column '{name}'",
+                    table.name
+                )));
+            }
+            if !FIELD_KEYS.contains(&option) {
+                return Err(Error::sql(format!(
+                    "table '{}': unsupported option '{key}'; per-field options are {}",
+                    table.name,
+                    FIELD_KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    let rows_per_second: f64 = parse_option(table, "rows-per-second")?.unwrap_or(10_000.0);
+    if rows_per_second <= 0.0 {
+        return Err(Error::sql(format!(
+            "table '{}': 'rows-per-second' must be positive",
+            table.name
+        )));
+    }
+    let number_of_rows: Option<u64> = parse_option(table, "number-of-rows")?;
+    let mut total = number_of_rows;
+    let mut all = Vec::new();
+    for field in physical.fields().iter() {
+        let name = field.name();
+        let opt = |k: &str| format!("fields.{name}.{k}");
+        let kind = table.option(&opt("kind")).unwrap_or("random");
+        let generator = match kind {
+            "sequence" => {
+                let (Some(start), Some(end)) = (
+                    parse_option::<i64>(table, &opt("start"))?,
+                    parse_option::<i64>(table, &opt("end"))?,
+                ) else {
+                    return Err(Error::sql(format!(
+                        "table '{}': a sequence field needs '{}' and '{}'",
+                        table.name,
+                        opt("start"),
+                        opt("end")
+                    )));
+                };
+                if start > end {
+                    return Err(Error::sql(format!(
+                        "table '{}': sequence start {start} is after end {end} for '{name}'",
+                        table.name
+                    )));
+                }
+                if !(field.data_type().is_integer() || field.data_type() == &DataType::Utf8) {
+                    return Err(Error::sql(format!(
+                        "table '{}': sequence generation supports integer and STRING columns, '{name}' is {}",
+                        table.name,
+                        crate::frontend::types::flink_type_name(field.data_type())
+                    )));
+                }
+                let length = (end - start) as u64 + 1;
+                total = Some(total.map_or(length, |t| t.min(length)));
+                FieldGen::Sequence { start, end }
+            }
+            "random" => {
+                let max_past_ms = match table.option(&opt("max-past")) {
+                    None => 0,
+                    Some(v) => parse_duration(v)
+                        .ok_or_else(|| {
+                            Error::sql(format!("table '{}': invalid duration '{v}' for '{}'", table.name, opt("max-past")))
+                        })?
+                        .as_millis() as i64,
+                };
+                let null_rate: f64 = parse_option(table, &opt("null-rate"))?.unwrap_or(0.0);
+                if !(0.0..=1.0).contains(&null_rate) {
+                    return Err(Error::sql(format!(
+                        "table '{}': '{}' must be between 0 and 1",
+                        table.name,
+                        opt("null-rate")
+                    )));
+                }
+                check_random_type(table, field)?;
+                FieldGen::Random {
+                    min: parse_option(table, &opt("min"))?,
+                    max: parse_option(table, &opt("max"))?,
+                    length: parse_option(table, &opt("length"))?.unwrap_or(100),
+                    max_past_ms,
+                    null_rate,
+                }
+            }
+            other => {
+                return Err(Error::sql(format!(
+                    "table '{}': unknown kind '{other}' for '{name}': expected random or sequence",
+                    table.name
+                )));
+            }
+        };
+        all.push(generator);
+    }
+    let fields = projection.iter().map(|i| all[*i].clone()).collect();
+    Ok(Parsed {
+        fields,
+        total,
+        rows_per_second,
+    })
+}
+
+fn check_random_type(table: &TableDef, field: &Field) -> Result<()> {
+    match field.data_type() {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Decimal128(_, _)
+        | DataType::Boolean
+        | DataType::Utf8
+        | DataType::Binary
+        | DataType::Date32
+        | DataType::Timestamp(_, _) => Ok(()),
+        other => Err(Error::sql(format!(
+            "table '{}': datagen cannot generate random values of type {} for '{}'",
+            table.name,
+            crate::frontend::types::flink_type_name(other),
+            field.name()
+        ))),
+    }
+}
+
+/// The datagen source of a table.
+#[derive(Debug)]
+pub struct DatagenFactory {
+    table: String,
+    schema: SchemaRef,
+    fields: Vec<FieldGen>,
+    total: Option<u64>,
+    rows_per_second: f64,
+    buffer_timeout: Duration,
+}
+
+impl DatagenFactory {
+    /// The source for `table`, generating the physical columns `projection`.
+    pub fn try_new(
+        table: &TableDef,
+        projection: &[usize],
+        schema: SchemaRef,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn SourceFactory>> {
+        let parsed = parse_table(table, projection)?;
+        Ok(Arc::new(DatagenFactory {
+            table: table.name.clone(),
+            schema,
+            fields: parsed.fields,
+            total: parsed.total,
+            rows_per_second: parsed.rows_per_second,
+            buffer_timeout: config.buffer_timeout()?,
+        }))
+    }
+}
+
+impl SourceFactory for DatagenFactory {
+    fn describe(&self) -> String {
+        format!("Source: {}[datagen]", self.table)
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.total.is_some()
+    }
+
+    fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
+        let p = ctx.parallelism as u64;
+        let i = ctx.subtask as u64;
+        let rows = self.total.map(|t| if i < t { (t - i).div_ceil(p) } else { 0 });
+        let rate = self.rows_per_second / ctx.parallelism as f64;
+        let per_batch = ((rate * self.buffer_timeout.as_secs_f64()).ceil() as usize).clamp(1, ctx.batch_size);
+        Ok(Box::new(DatagenReader {
+            schema: self.schema.clone(),
+            fields: self.fields.clone(),
+            subtask: i,
+            parallelism: p,
+            rows,
+            emitted: 0,
+            rate,
+            per_batch,
+            started: Instant::now(),
+        }))
+    }
+}
+
+struct DatagenReader {
+    schema: SchemaRef,
+    fields: Vec<FieldGen>,
+    subtask: u64,
+    parallelism: u64,
+    /// Rows this subtask generates in all, if bounded.
+    rows: Option<u64>,
+    emitted: u64,
+    rate: f64,
+    per_batch: usize,
+    started: Instant,
+}
+
+impl SourceReader for DatagenReader {
+    fn poll_next(&mut self) -> Result<SourcePoll> {
+        let remaining = self.rows.map_or(u64::MAX, |r| r - self.emitted);
+        if remaining == 0 {
+            return Ok(SourcePoll::End);
+        }
+        let allowed = (self.rate * self.started.elapsed().as_secs_f64()) as u64 + 1;
+        if allowed <= self.emitted {
+            let wait = (self.emitted + 1) as f64 / self.rate - self.started.elapsed().as_secs_f64();
+            return Ok(SourcePoll::Idle(Duration::from_secs_f64(wait.max(0.0))));
+        }
+        let n = (allowed - self.emitted).min(self.per_batch as u64).min(remaining) as usize;
+        let first = self.emitted;
+        self.emitted += n as u64;
+        // Global row numbers of this batch: subtask + (first + j) * parallelism.
+        let rows = (0..n as u64).map(|j| self.subtask + (first + j) * self.parallelism);
+        let columns = self
+            .schema
+            .fields()
+            .iter()
+            .zip(&self.fields)
+            .enumerate()
+            .map(|(index, (field, generator))| generate(field, generator, index as u64, rows.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(SourcePoll::Batch(RecordBatch::try_new(self.schema.clone(), columns)?))
+    }
+}
+
+/// SplitMix64: a counter-based generator, one 64-bit value per (field, row).
+#[inline]
+fn random_u64(field: u64, row: u64) -> u64 {
+    let mut z = row
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(field.wrapping_mul(0xD1B5_4A32_D192_ED03))
+        .wrapping_add(0x2545_F491_4F6C_DD1D);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[inline]
+fn unit_f64(field: u64, row: u64) -> f64 {
+    (random_u64(field, row) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn int_in(field: u64, row: u64, min: i64, max: i64) -> i64 {
+    let span = (max as i128 - min as i128 + 1) as u128;
+    (min as i128 + (random_u64(field, row) as u128 % span) as i128) as i64
+}
+
+fn generate(
+    field: &Field,
+    generator: &FieldGen,
+    index: u64,
+    rows: impl Iterator<Item = u64> + Clone,
+) -> Result<ArrayRef> {
+    let data_type = field.data_type();
+    match generator {
+        FieldGen::Sequence { start, .. } => {
+            let values = rows.map(|r| start + r as i64);
+            Ok(match data_type {
+                DataType::Int8 => Arc::new(Int8Array::from_iter_values(values.map(|v| v as i8))),
+                DataType::Int16 => Arc::new(Int16Array::from_iter_values(values.map(|v| v as i16))),
+                DataType::Int32 => Arc::new(Int32Array::from_iter_values(values.map(|v| v as i32))),
+                DataType::Int64 => Arc::new(Int64Array::from_iter_values(values)),
+                DataType::Utf8 => {
+                    let mut b = StringBuilder::new();
+                    for v in values {
+                        b.append_value(v.to_string());
+                    }
+                    Arc::new(b.finish())
+                }
+                other => return Err(Error::Internal(format!("sequence of {other}"))),
+            })
+        }
+        FieldGen::Random {
+            min,
+            max,
+            length,
+            max_past_ms,
+            null_rate,
+        } => {
+            let null_rate = *null_rate;
+            let valid = move |row: u64| null_rate == 0.0 || unit_f64(index ^ 0xABCD, row) >= null_rate;
+            macro_rules! ints {
+                ($array:ty, $t:ty) => {{
+                    let lo = min.map_or(<$t>::MIN as i64, |v| v as i64);
+                    let hi = max.map_or(<$t>::MAX as i64, |v| v as i64);
+                    if lo > hi {
+                        return Err(Error::sql(format!("min is above max for field '{}'", field.name())));
+                    }
+                    Arc::new(rows.map(|r| valid(r).then(|| int_in(index, r, lo, hi) as $t)).collect::<$array>())
+                        as ArrayRef
+                }};
+            }
+            let (lo, hi) = (min.unwrap_or(0.0), max.unwrap_or(f64::MAX));
+            Ok(match data_type {
+                DataType::Int8 => ints!(Int8Array, i8),
+                DataType::Int16 => ints!(Int16Array, i16),
+                DataType::Int32 => ints!(Int32Array, i32),
+                DataType::Int64 => ints!(Int64Array, i64),
+                DataType::Float64 => Arc::new(
+                    rows.map(|r| valid(r).then(|| lo + unit_f64(index, r) * (hi - lo)))
+                        .collect::<Float64Array>(),
+                ),
+                DataType::Float32 => {
+                    let hi = max.unwrap_or(f32::MAX as f64);
+                    Arc::new(
+                        rows.map(|r| valid(r).then(|| (lo + unit_f64(index, r) * (hi - lo)) as f32))
+                            .collect::<Float32Array>(),
+                    )
+                }
+                DataType::Decimal128(p, s) => {
+                    let scale = 10f64.powi(*s as i32);
+                    let limit = 10f64.powi((*p - *s as u8) as i32) - 1.0 / scale;
+                    let (lo, hi) = (min.unwrap_or(0.0), max.unwrap_or(limit));
+                    let array: Decimal128Array = rows
+                        .map(|r| valid(r).then(|| ((lo + unit_f64(index, r) * (hi - lo)) * scale).round() as i128))
+                        .collect();
+                    Arc::new(array.with_precision_and_scale(*p, *s)?)
+                }
+                DataType::Boolean => Arc::new(
+                    rows.map(|r| valid(r).then(|| random_u64(index, r) & 1 == 1))
+                        .collect::<BooleanArray>(),
+                ),
+                DataType::Utf8 => {
+                    let mut b = StringBuilder::new();
+                    for r in rows {
+                        if valid(r) {
+                            let text: String = (0..*length as u64)
+                                .map(|k| {
+                                    let digit = (random_u64(index, r.wrapping_mul(31).wrapping_add(k)) % 16) as u32;
+                                    char::from_digit(digit, 16).expect("hex digit")
+                                })
+                                .collect();
+                            b.append_value(text);
+                        } else {
+                            b.append_null();
+                        }
+                    }
+                    Arc::new(b.finish())
+                }
+                DataType::Binary => {
+                    let mut b = BinaryBuilder::new();
+                    for r in rows {
+                        if valid(r) {
+                            let bytes: Vec<u8> = (0..*length as u64)
+                                .map(|k| random_u64(index, r.wrapping_mul(31).wrapping_add(k)) as u8)
+                                .collect();
+                            b.append_value(bytes);
+                        } else {
+                            b.append_null();
+                        }
+                    }
+                    Arc::new(b.finish())
+                }
+                DataType::Date32 => {
+                    let today = (chrono::Utc::now().timestamp() / 86_400) as i32;
+                    let past_days = (*max_past_ms / 86_400_000).max(0);
+                    Arc::new(
+                        rows.map(|r| valid(r).then(|| today - int_in(index, r, 0, past_days) as i32))
+                            .collect::<Date32Array>(),
+                    )
+                }
+                DataType::Timestamp(unit, zone) => {
+                    // As in Flink: the current time minus a random amount up to max-past.
+                    let now = chrono::Utc::now().timestamp_millis();
+                    let values = rows.map(|r| valid(r).then(|| now - int_in(index, r, 0, *max_past_ms)));
+                    let per_ms: i64 = match unit {
+                        TimeUnit::Second => 0,
+                        TimeUnit::Millisecond => 1,
+                        TimeUnit::Microsecond => 1_000,
+                        TimeUnit::Nanosecond => 1_000_000,
+                    };
+                    let array: ArrayRef = match unit {
+                        TimeUnit::Second => Arc::new(values.map(|v| v.map(|v| v / 1000)).collect::<TimestampSecondArray>()),
+                        TimeUnit::Millisecond => Arc::new(values.collect::<TimestampMillisecondArray>()),
+                        TimeUnit::Microsecond => {
+                            Arc::new(values.map(|v| v.map(|v| v * per_ms)).collect::<TimestampMicrosecondArray>())
+                        }
+                        TimeUnit::Nanosecond => {
+                            Arc::new(values.map(|v| v.map(|v| v * per_ms)).collect::<TimestampNanosecondArray>())
+                        }
+                    };
+                    arrow::compute::cast(&array, &DataType::Timestamp(*unit, zone.clone()))?
+                }
+                other => return Err(Error::Internal(format!("random {other}"))),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_values_are_a_function_of_the_row() {
+        assert_eq!(random_u64(3, 17), random_u64(3, 17));
+        assert_ne!(random_u64(3, 17), random_u64(3, 18));
+        assert_ne!(random_u64(3, 17), random_u64(4, 17));
+        for row in 0..1000 {
+            let v = int_in(1, row, -5, 5);
+            assert!((-5..=5).contains(&v));
+        }
+    }
+}

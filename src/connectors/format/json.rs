@@ -1,0 +1,251 @@
+//! Flink's `json` format: one JSON object per line, fields by name.
+//!
+//! Reading decodes many lines at once with Arrow's JSON decoder; when a chunk
+//! fails, its lines are decoded one by one to find the bad line (reported with
+//! file and line, or skipped and counted with `json.ignore-parse-errors`).
+//! Missing fields are NULL, unknown fields are ignored, as in Flink.
+
+use std::io::BufRead;
+
+use arrow::array::Array;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::json::reader::{Decoder, ReaderBuilder};
+use arrow::record_batch::RecordBatch;
+
+use super::text::{TextStyle, format_column};
+use crate::connectors::parse_bool_option;
+use crate::frontend::catalog::TableDef;
+use crate::{Error, Result};
+
+/// Keys of the json format.
+pub const JSON_KEYS: &[&str] = &["json.ignore-parse-errors", "json.fail-on-missing-field"];
+
+/// The `json.*` options of a table.
+#[derive(Debug, Clone)]
+pub struct JsonOptions {
+    /// Skip lines that do not parse.
+    pub ignore_parse_errors: bool,
+    /// Fail when a field is missing (default: it is NULL).
+    pub fail_on_missing_field: bool,
+}
+
+impl JsonOptions {
+    /// Reads the options of a table.
+    pub fn from_table(table: &TableDef) -> Result<Self> {
+        Ok(JsonOptions {
+            ignore_parse_errors: parse_bool_option(table, "json.ignore-parse-errors", false)?,
+            fail_on_missing_field: parse_bool_option(table, "json.fail-on-missing-field", false)?,
+        })
+    }
+}
+
+/// Reads JSON lines of one file into batches.
+pub struct JsonBatchReader<R: BufRead> {
+    input: R,
+    file: String,
+    schema: SchemaRef,
+    options: JsonOptions,
+    line: u64,
+    /// Rows skipped because they did not parse.
+    pub skipped: u64,
+    done: bool,
+}
+
+impl<R: BufRead> JsonBatchReader<R> {
+    /// A reader of `input` producing `schema` (the projected physical columns).
+    pub fn new(input: R, file: String, schema: SchemaRef, options: JsonOptions) -> Self {
+        JsonBatchReader {
+            input,
+            file,
+            schema,
+            options,
+            line: 0,
+            skipped: 0,
+            done: false,
+        }
+    }
+
+    fn decoder(&self, batch_size: usize) -> Result<Decoder> {
+        Ok(ReaderBuilder::new(self.schema.clone())
+            .with_batch_size(batch_size.max(1))
+            .with_strict_mode(false)
+            .build_decoder()?)
+    }
+
+    /// The next batch of up to `max_rows` rows, or `None` at the end.
+    pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        while !self.done {
+            let mut lines: Vec<(u64, String)> = Vec::new();
+            while lines.len() < max_rows {
+                let mut text = String::new();
+                let read = self
+                    .input
+                    .read_line(&mut text)
+                    .map_err(|e| Error::io(&self.file, e))?;
+                if read == 0 {
+                    self.done = true;
+                    break;
+                }
+                self.line += 1;
+                if !text.trim().is_empty() {
+                    lines.push((self.line, text));
+                }
+            }
+            if lines.is_empty() {
+                continue;
+            }
+            let mut decoder = self.decoder(lines.len())?;
+            let whole: Result<Option<RecordBatch>> = (|| {
+                for (_, text) in &lines {
+                    decoder.decode(text.as_bytes())?;
+                }
+                Ok(decoder.flush()?)
+            })();
+            let batch = match whole {
+                Ok(batch) => batch,
+                Err(_) => self.decode_line_by_line(&lines)?,
+            };
+            if let Some(batch) = batch {
+                self.check_missing(&batch, &lines)?;
+                if batch.num_rows() > 0 {
+                    return Ok(Some(batch));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn decode_line_by_line(&mut self, lines: &[(u64, String)]) -> Result<Option<RecordBatch>> {
+        let mut good = Vec::new();
+        for (line, text) in lines {
+            let mut decoder = self.decoder(1)?;
+            let result = decoder
+                .decode(text.as_bytes())
+                .and_then(|_| decoder.flush());
+            match result {
+                Ok(Some(batch)) => good.push(batch),
+                Ok(None) => {}
+                Err(_) if self.options.ignore_parse_errors => self.skipped += 1,
+                Err(e) => {
+                    return Err(Error::Data {
+                        file: self.file.clone(),
+                        line: Some(*line),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        if good.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(arrow::compute::concat_batches(&self.schema, &good)?))
+    }
+
+    fn check_missing(&self, batch: &RecordBatch, lines: &[(u64, String)]) -> Result<()> {
+        if !self.options.fail_on_missing_field {
+            return Ok(());
+        }
+        for (c, field) in self.schema.fields().iter().enumerate() {
+            if batch.column(c).null_count() == 0 {
+                continue;
+            }
+            for (row, (line, text)) in lines.iter().enumerate().take(batch.num_rows()) {
+                let value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+                if batch.column(c).is_null(row) && value.get(field.name()).is_none() {
+                    return Err(Error::Data {
+                        file: self.file.clone(),
+                        line: Some(*line),
+                        message: format!("field '{}' is missing", field.name()),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+
+/// Writes batches as JSON lines, as Flink does.
+pub fn write_json_lines(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| format_column(c, TextStyle::Format))
+        .collect::<Result<Vec<_>>>()?;
+    let schema = batch.schema();
+    let names: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| serde_json::to_string(f.name()).expect("a string serializes"))
+        .collect();
+    let raw: Vec<bool> = schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().is_numeric() || f.data_type() == &DataType::Boolean)
+        .collect();
+    for row in 0..batch.num_rows() {
+        out.push(b'{');
+        for (c, column) in columns.iter().enumerate() {
+            if c > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(names[c].as_bytes());
+            out.push(b':');
+            match &column[row] {
+                None => out.extend_from_slice(b"null"),
+                Some(v) if raw[c] => out.extend_from_slice(v.as_bytes()),
+                Some(v) => out.extend_from_slice(
+                    serde_json::to_string(v).expect("a string serializes").as_bytes(),
+                ),
+            }
+        }
+        out.extend_from_slice(b"}\n");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]))
+    }
+
+    fn options(ignore: bool) -> JsonOptions {
+        JsonOptions {
+            ignore_parse_errors: ignore,
+            fail_on_missing_field: false,
+        }
+    }
+
+    #[test]
+    fn reads_lines_by_field_name_with_missing_and_extra_fields() {
+        let data = "{\"s\":\"x\",\"a\":1,\"extra\":true}\n\n{\"a\":2}\n";
+        let mut reader = JsonBatchReader::new(data.as_bytes(), "f.json".into(), schema(), options(false));
+        let batch = reader.next_batch(10).unwrap().unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert!(batch.column(1).is_null(1));
+    }
+
+    #[test]
+    fn a_bad_line_is_reported_with_its_number_or_skipped() {
+        let data = "{\"a\":1}\n{\"a\":\"oops\"}\n{\"a\":3}\n";
+        let mut reader = JsonBatchReader::new(data.as_bytes(), "f.json".into(), schema(), options(false));
+        let err = reader.next_batch(10).unwrap_err().to_string();
+        assert!(err.contains("f.json") && err.contains("line 2"), "{err}");
+        let mut reader = JsonBatchReader::new(data.as_bytes(), "f.json".into(), schema(), options(true));
+        let batch = reader.next_batch(10).unwrap().unwrap();
+        let a = batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(a.values(), &[1, 3]);
+        assert_eq!(reader.skipped, 1);
+    }
+}

@@ -1,0 +1,164 @@
+//! Connectors: sources and sinks, chosen by a table's `'connector'` option.
+//!
+//! | connector    | source | sink | options module            |
+//! |--------------|--------|------|---------------------------|
+//! | `datagen`    | yes    |      | [`datagen`]               |
+//! | `filesystem` | yes    | yes  | [`filesystem`]            |
+//! | `print`      |        | yes  | [`print`]                 |
+//! | `blackhole`  |        | yes  | [`blackhole`]             |
+//!
+//! The embedded API's results go through [`collect`], an internal sink, and
+//! constant queries (`SELECT 1`, `VALUES`) through [`values`].
+
+pub mod blackhole;
+pub mod collect;
+pub mod datagen;
+pub mod filesystem;
+pub mod format;
+pub mod print;
+pub mod sink;
+pub mod values;
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+
+use crate::config::SessionConfig;
+use crate::frontend::catalog::TableDef;
+use crate::runtime::SourceFactory;
+use crate::{Error, Result};
+pub use sink::{SinkFactory, SinkWriter};
+
+/// The options a connector accepts: exact keys and key prefixes.
+pub struct OptionSpec {
+    /// The connector's name.
+    pub connector: &'static str,
+    /// Keys it accepts.
+    pub keys: &'static [&'static str],
+    /// Prefixes of keys it accepts (`fields.`).
+    pub prefixes: &'static [&'static str],
+    /// Keys it requires.
+    pub required: &'static [&'static str],
+}
+
+impl OptionSpec {
+    /// Checks a table's options: every required key present, no unknown key.
+    pub fn validate(&self, table: &TableDef, extra_keys: &[&str], extra_prefixes: &[&str]) -> Result<()> {
+        for key in self.required {
+            if table.option(key).is_none() {
+                return Err(Error::sql(format!(
+                    "table '{}': connector '{}' requires the option '{key}'",
+                    table.name, self.connector
+                )));
+            }
+        }
+        let unknown: Vec<&str> = table
+            .options
+            .entries()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| *k != "connector")
+            .filter(|k| !self.keys.contains(k) && !extra_keys.contains(k))
+            .filter(|k| {
+                !self.prefixes.iter().chain(extra_prefixes).any(|p| k.starts_with(p))
+            })
+            .collect();
+        if !unknown.is_empty() {
+            let mut supported: Vec<String> = self
+                .keys
+                .iter()
+                .chain(extra_keys)
+                .map(|k| k.to_string())
+                .chain(self.prefixes.iter().chain(extra_prefixes).map(|p| format!("{p}*")))
+                .collect();
+            supported.sort();
+            return Err(Error::sql(format!(
+                "table '{}': unsupported options for connector '{}': {}. Supported options: {}",
+                table.name,
+                self.connector,
+                unknown.join(", "),
+                supported.join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The source of a table, reading the physical columns `projection` (indices
+/// into the table's physical schema) as `schema` (their types as bound in the
+/// session, e.g. `TIMESTAMP_LTZ` in the session's zone).
+pub fn create_source(
+    table: &TableDef,
+    projection: &[usize],
+    schema: SchemaRef,
+    config: &SessionConfig,
+) -> Result<Arc<dyn SourceFactory>> {
+    match table.connector()? {
+        "datagen" => datagen::DatagenFactory::try_new(table, projection, schema, config),
+        "filesystem" => filesystem::FileSourceFactory::try_new(table, projection, schema, config),
+        "print" | "blackhole" => Err(Error::sql(format!(
+            "table '{}' uses connector '{}', which can only be written to",
+            table.name,
+            table.connector()?
+        ))),
+        other => Err(unknown_connector(table, other)),
+    }
+}
+
+/// The sink writing a table's physical columns, receiving rows of `schema`.
+pub fn create_sink(table: &TableDef, schema: SchemaRef, config: &SessionConfig) -> Result<Arc<dyn SinkFactory>> {
+    match table.connector()? {
+        "filesystem" => filesystem::FileSinkFactory::try_new(table, schema, config),
+        "print" => print::PrintSinkFactory::try_new(table, schema, config),
+        "blackhole" => blackhole::BlackholeSinkFactory::try_new(table),
+        "datagen" => Err(Error::sql(format!(
+            "table '{}' uses connector 'datagen', which can only be read",
+            table.name
+        ))),
+        other => Err(unknown_connector(table, other)),
+    }
+}
+
+/// Validates a table's connector options at `CREATE TABLE` time.
+pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
+    match table.connector()? {
+        "datagen" => datagen::validate(table),
+        "filesystem" => filesystem::validate(table, config),
+        "print" => print::validate(table),
+        "blackhole" => blackhole::validate(table),
+        other => Err(unknown_connector(table, other)),
+    }
+}
+
+fn unknown_connector(table: &TableDef, name: &str) -> Error {
+    Error::sql(format!(
+        "table '{}': unknown connector '{name}'; available: blackhole, datagen, filesystem, print",
+        table.name
+    ))
+}
+
+/// Parses an option as a number, with a clear error.
+pub fn parse_option<T: std::str::FromStr>(table: &TableDef, key: &str) -> Result<Option<T>> {
+    match table.option(key) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| {
+            Error::sql(format!(
+                "table '{}': invalid value '{v}' for option '{key}'",
+                table.name
+            ))
+        }),
+    }
+}
+
+/// Parses a boolean option (`true` / `false`).
+pub fn parse_bool_option(table: &TableDef, key: &str, default: bool) -> Result<bool> {
+    match table.option(key).map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(v) => Err(Error::sql(format!(
+            "table '{}': invalid value '{v}' for option '{key}': expected true or false",
+            table.name
+        ))),
+    }
+}

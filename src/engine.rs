@@ -1,0 +1,570 @@
+//! The embedded API: an [`Engine`] runs SQL statements; queries and `INSERT`s
+//! start jobs whose results come back as Arrow record batches.
+
+use std::sync::{Arc, Mutex};
+
+use arrow::array::StringArray;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use crossbeam_channel::Receiver;
+use datafusion_expr::{ExprSchemable, ScalarUDF};
+
+use crate::config::SessionConfig;
+use crate::frontend::binder::Binder;
+use crate::frontend::catalog::{Catalog, ColumnDef, TableDef, TableOptions, ViewDef, WatermarkDef};
+use crate::frontend::functions::FunctionRegistry;
+use crate::frontend::parser::{ColumnSpec, CreateTable, ParsedStatement, Statement, parse_statements};
+use crate::frontend::types::{flink_type_name, is_ltz};
+use crate::plan::{Planner, StreamPlan};
+use crate::runtime::job::{self, JobHandle, JobSettings, JobStatus};
+use crate::{Error, Result, connectors};
+
+/// A SQL session: catalog, settings, functions, and the jobs it started.
+///
+/// ```
+/// use weir::Engine;
+/// let engine = Engine::new();
+/// let batches = engine.sql("SELECT 1 + 1 AS two").unwrap().collect().unwrap();
+/// assert_eq!(batches[0].num_rows(), 1);
+/// ```
+pub struct Engine {
+    session: Mutex<Session>,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+struct Session {
+    catalog: Arc<Catalog>,
+    config: SessionConfig,
+    user_functions: Vec<Arc<ScalarUDF>>,
+    jobs: Vec<JobHandle>,
+}
+
+/// What a statement returns.
+pub struct TableResult {
+    schema: SchemaRef,
+    body: ResultBody,
+}
+
+enum ResultBody {
+    /// DDL and settings: nothing to show.
+    Done,
+    /// Rows computed at once (SET, EXPLAIN).
+    Rows(Vec<RecordBatch>),
+    /// A query's rows, arriving as its job runs.
+    Stream {
+        receiver: Receiver<RecordBatch>,
+        job: JobHandle,
+    },
+    /// An `INSERT` job.
+    Job(JobHandle),
+}
+
+impl std::fmt::Debug for TableResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.body {
+            ResultBody::Done => "done",
+            ResultBody::Rows(_) => "rows",
+            ResultBody::Stream { .. } => "stream",
+            ResultBody::Job(_) => "job",
+        };
+        write!(f, "TableResult({kind}, {:?})", self.schema)
+    }
+}
+
+impl TableResult {
+    fn done() -> Self {
+        TableResult {
+            schema: Arc::new(Schema::empty()),
+            body: ResultBody::Done,
+        }
+    }
+
+    fn text(column: &str, lines: Vec<String>) -> Result<Self> {
+        let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(lines))])?;
+        Ok(TableResult {
+            schema,
+            body: ResultBody::Rows(vec![batch]),
+        })
+    }
+
+    /// The schema of the rows.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The job the statement started (a query or an `INSERT`).
+    pub fn job(&self) -> Option<&JobHandle> {
+        match &self.body {
+            ResultBody::Stream { job, .. } | ResultBody::Job(job) => Some(job),
+            _ => None,
+        }
+    }
+
+    /// All rows: for a query, waits for its (bounded) job to finish; for an
+    /// `INSERT`, waits for the job and returns no rows.
+    pub fn collect(self) -> Result<Vec<RecordBatch>> {
+        match self.body {
+            ResultBody::Done => Ok(vec![]),
+            ResultBody::Rows(batches) => Ok(batches),
+            ResultBody::Job(job) => job.wait().map(|_| vec![]),
+            ResultBody::Stream { .. } => self.stream().collect(),
+        }
+    }
+
+    /// The rows as they arrive. Dropping the stream cancels the query's job.
+    pub fn stream(self) -> ResultStream {
+        match self.body {
+            ResultBody::Stream { receiver, job } => ResultStream {
+                receiver: Some(receiver),
+                rows: vec![].into_iter(),
+                job: Some(job),
+                done: false,
+            },
+            ResultBody::Rows(batches) => ResultStream {
+                receiver: None,
+                rows: batches.into_iter(),
+                job: None,
+                done: false,
+            },
+            ResultBody::Job(job) => {
+                let result = job.wait().map(drop);
+                ResultStream {
+                    receiver: None,
+                    rows: vec![].into_iter(),
+                    job: None,
+                    done: result.is_ok(),
+                }
+            }
+            ResultBody::Done => ResultStream {
+                receiver: None,
+                rows: vec![].into_iter(),
+                job: None,
+                done: true,
+            },
+        }
+    }
+
+    /// Waits for the statement's job, if any, to end.
+    pub fn wait(&self) -> Result<()> {
+        match self.job() {
+            Some(job) => job.wait().map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Rows of a query, batch by batch, as windows fire.
+pub struct ResultStream {
+    receiver: Option<Receiver<RecordBatch>>,
+    rows: std::vec::IntoIter<RecordBatch>,
+    job: Option<JobHandle>,
+    done: bool,
+}
+
+impl ResultStream {
+    /// The query's job.
+    pub fn job(&self) -> Option<&JobHandle> {
+        self.job.as_ref()
+    }
+}
+
+impl Iterator for ResultStream {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(batch) = self.rows.next() {
+            return Some(Ok(batch));
+        }
+        if self.done {
+            return None;
+        }
+        let receiver = self.receiver.as_ref()?;
+        match receiver.recv() {
+            Ok(batch) => Some(Ok(batch)),
+            Err(_) => {
+                // The sink is gone: the job ended. Report how.
+                self.done = true;
+                let job = self.job.as_ref()?;
+                match job.wait() {
+                    Ok(JobStatus::Finished) => None,
+                    Ok(JobStatus::Cancelled) => Some(Err(Error::Execution("the query was cancelled".into()))),
+                    Ok(status) => Some(Err(Error::Execution(format!("the query ended as {status:?}")))),
+                    Err(e) => Some(Err(e)),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ResultStream {
+    fn drop(&mut self) {
+        if !self.done
+            && let Some(job) = &self.job
+        {
+            job.cancel();
+        }
+    }
+}
+
+impl Engine {
+    /// A new session with an empty catalog and default settings.
+    pub fn new() -> Self {
+        Engine {
+            session: Mutex::new(Session {
+                catalog: Arc::new(Catalog::default()),
+                config: SessionConfig::default(),
+                user_functions: Vec::new(),
+                jobs: Vec::new(),
+            }),
+        }
+    }
+
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs one or more statements and returns the result of the last one.
+    /// Jobs started by earlier `INSERT`s keep running (see [`Engine::jobs`]);
+    /// a query must be the last statement.
+    pub fn sql(&self, sql: &str) -> Result<TableResult> {
+        let statements = parse_statements(sql)?;
+        let count = statements.len();
+        let mut last = TableResult::done();
+        for (index, statement) in statements.into_iter().enumerate() {
+            if index + 1 < count && matches!(statement.statement, Statement::Query(_)) {
+                return Err(Error::sql_at(
+                    "a query must be the last statement of a script; use INSERT INTO to send its rows to a table",
+                    Some(statement.position),
+                ));
+            }
+            last = self.execute(statement)?;
+        }
+        Ok(last)
+    }
+
+    /// Sets a configuration key, as `SET 'key' = 'value'` does.
+    pub fn set(&self, key: &str, value: &str) -> Result<()> {
+        self.session().config.set(key, value)
+    }
+
+    /// The session's settings.
+    pub fn config(&self) -> SessionConfig {
+        self.session().config.clone()
+    }
+
+    /// Registers a scalar function SQL can call by its name.
+    pub fn register_udf(&self, function: ScalarUDF) {
+        self.session().user_functions.push(Arc::new(function));
+    }
+
+    /// Jobs started in this session.
+    pub fn jobs(&self) -> Vec<JobHandle> {
+        self.session().jobs.clone()
+    }
+
+    /// Names of the tables.
+    pub fn table_names(&self) -> Vec<String> {
+        self.session().catalog.table_names()
+    }
+
+    /// Names of the views.
+    pub fn view_names(&self) -> Vec<String> {
+        self.session().catalog.view_names()
+    }
+
+    fn execute(&self, parsed: ParsedStatement) -> Result<TableResult> {
+        let position = parsed.position;
+        let mut session = self.session();
+        match parsed.statement {
+            Statement::CreateTable(create) => {
+                if session.catalog.contains(&create.name) {
+                    if create.if_not_exists {
+                        return Ok(TableResult::done());
+                    }
+                    return Err(Error::sql_at(
+                        format!("a table or view named '{}' already exists", create.name),
+                        Some(position),
+                    ));
+                }
+                let table = session.table_from_ddl(create)?;
+                let mut catalog = (*session.catalog).clone();
+                catalog.add_table(table)?;
+                session.catalog = Arc::new(catalog);
+                Ok(TableResult::done())
+            }
+            Statement::CreateView(view) => {
+                if session.catalog.contains(&view.name) {
+                    if view.if_not_exists {
+                        return Ok(TableResult::done());
+                    }
+                    return Err(Error::sql_at(
+                        format!("a table or view named '{}' already exists", view.name),
+                        Some(position),
+                    ));
+                }
+                let plan = session.binder()?.bind_query(*view.query.clone())?;
+                let mut fields: Vec<Field> = plan.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                if !view.columns.is_empty() {
+                    if view.columns.len() != fields.len() {
+                        return Err(Error::sql_at(
+                            format!(
+                                "view '{}' names {} columns but its query has {}",
+                                view.name,
+                                view.columns.len(),
+                                fields.len()
+                            ),
+                            Some(position),
+                        ));
+                    }
+                    for (field, name) in fields.iter_mut().zip(&view.columns) {
+                        *field = field.clone().with_name(name);
+                    }
+                }
+                let mut catalog = (*session.catalog).clone();
+                let name = view.name.clone();
+                catalog.add_view(
+                    name,
+                    ViewDef {
+                        definition: view,
+                        text: parsed.text,
+                        schema: Arc::new(Schema::new(fields)),
+                    },
+                )?;
+                session.catalog = Arc::new(catalog);
+                Ok(TableResult::done())
+            }
+            Statement::Drop(drop) => {
+                let mut catalog = (*session.catalog).clone();
+                let removed = if drop.view {
+                    catalog.drop_view(&drop.name)
+                } else {
+                    catalog.drop_table(&drop.name)
+                };
+                if !removed && !drop.if_exists {
+                    let kind = if drop.view { "view" } else { "table" };
+                    return Err(Error::sql_at(format!("{kind} '{}' does not exist", drop.name), Some(position)));
+                }
+                session.catalog = Arc::new(catalog);
+                Ok(TableResult::done())
+            }
+            Statement::Set { assignment: None } => {
+                let lines = session.config.entries().map(|(k, v)| format!("'{k}' = '{v}'")).collect();
+                TableResult::text("setting", lines)
+            }
+            Statement::Set {
+                assignment: Some((key, value)),
+            } => {
+                session.config.set(&key, &value).map_err(|e| match e {
+                    Error::Sql { message, .. } => Error::sql_at(message, Some(position)),
+                    other => other,
+                })?;
+                Ok(TableResult::done())
+            }
+            Statement::Reset { key } => {
+                match key {
+                    Some(key) => session.config.reset(&key),
+                    None => session.config.reset_all(),
+                }
+                Ok(TableResult::done())
+            }
+            Statement::Explain(inner) => {
+                let binder = session.binder()?;
+                let (logical, plan) = match inner.statement {
+                    Statement::Query(query) => {
+                        let logical = binder.bind_query(*query)?;
+                        let (sender, _receiver) = crossbeam_channel::bounded(1);
+                        let sink = connectors::collect::CollectSinkFactory::new(sender);
+                        let plan = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
+                        (logical, plan)
+                    }
+                    Statement::Insert(insert) => {
+                        let logical = binder.bind_insert(*insert)?;
+                        let plan = Planner::new(&binder, &session.config)?.plan_insert(&logical)?;
+                        (logical, plan)
+                    }
+                    _ => return Err(Error::sql_at("EXPLAIN takes a query or an INSERT", Some(position))),
+                };
+                let text = format!(
+                    "== Logical Plan ==\n{}\n\n== Job Graph ==\n{}",
+                    logical.display_indent(),
+                    plan.explain()
+                );
+                TableResult::text("plan", vec![text])
+            }
+            Statement::Query(query) => {
+                let binder = session.binder()?;
+                let logical = binder.bind_query(*query)?;
+                let schema: SchemaRef = Arc::new(logical.schema().as_arrow().clone());
+                let (sender, receiver) = crossbeam_channel::bounded(16);
+                let sink = connectors::collect::CollectSinkFactory::new(sender);
+                let plan = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
+                let job = session.start(plan, "collect".to_string())?;
+                Ok(TableResult {
+                    schema,
+                    body: ResultBody::Stream { receiver, job },
+                })
+            }
+            Statement::Insert(insert) => {
+                let target = match insert.as_ref() {
+                    sqlparser::ast::Statement::Insert(i) => i.table.to_string(),
+                    _ => String::new(),
+                };
+                let binder = session.binder()?;
+                let logical = binder.bind_insert(*insert)?;
+                let plan = Planner::new(&binder, &session.config)?.plan_insert(&logical)?;
+                let name = match session.config.pipeline_name() {
+                    Some(name) => name.to_string(),
+                    None => format!("insert-into_{target}"),
+                };
+                let job = session.start(plan, name)?;
+                Ok(TableResult {
+                    schema: Arc::new(Schema::empty()),
+                    body: ResultBody::Job(job),
+                })
+            }
+        }
+    }
+}
+
+impl Session {
+    fn binder(&self) -> Result<Binder> {
+        self.binder_over(self.catalog.clone())
+    }
+
+    fn binder_over(&self, catalog: Arc<Catalog>) -> Result<Binder> {
+        let zone = self.config.local_time_zone()?;
+        let mut functions = FunctionRegistry::new(&zone);
+        for f in &self.user_functions {
+            functions.register_scalar(f.clone());
+        }
+        Ok(Binder::new(catalog, Arc::new(functions), &zone))
+    }
+
+    fn start(&mut self, plan: StreamPlan, name: String) -> Result<JobHandle> {
+        let settings = JobSettings {
+            name,
+            max_parallelism: self.config.max_parallelism()?,
+            batch_size: self.config.batch_size()?,
+            channel_capacity: self.config.channel_capacity()?,
+        };
+        let job = job::start(plan.to_job_graph(), settings)?;
+        self.jobs.push(job.clone());
+        Ok(job)
+    }
+
+    /// Builds a table from `CREATE TABLE`: types of computed columns come from
+    /// binding them over the physical columns; the watermark is checked.
+    fn table_from_ddl(&self, create: CreateTable) -> Result<TableDef> {
+        let mut columns = Vec::new();
+        for column in &create.columns {
+            if columns.iter().any(|c: &ColumnDef| c.name == column.name()) {
+                return Err(Error::sql(format!(
+                    "column '{}' is declared twice in table '{}'",
+                    column.name(),
+                    create.name
+                )));
+            }
+            columns.push(match column {
+                ColumnSpec::Physical {
+                    name,
+                    data_type,
+                    nullable,
+                } => ColumnDef {
+                    name: name.clone(),
+                    data_type: data_type.clone(),
+                    nullable: *nullable,
+                    computed: None,
+                    computed_text: None,
+                },
+                ColumnSpec::Computed { name, expr } => ColumnDef {
+                    name: name.clone(),
+                    data_type: DataType::Null,
+                    nullable: true,
+                    computed: Some(expr.clone()),
+                    computed_text: Some(expr.to_string()),
+                },
+            });
+        }
+        let mut table = TableDef {
+            name: create.name.clone(),
+            columns,
+            watermark: None,
+            primary_key: create.primary_key.clone(),
+            options: TableOptions::new(create.options.clone())?,
+        };
+        // Type the computed columns by binding them over the physical columns.
+        let computed: Vec<usize> = (0..table.columns.len())
+            .filter(|i| table.columns[*i].computed.is_some())
+            .collect();
+        if !computed.is_empty() {
+            let exprs = computed
+                .iter()
+                .map(|i| table.columns[*i].computed.clone().expect("computed"))
+                .collect();
+            let (bound, schema) = self.with_table(&table)?.bind_table_exprs(&table.name, true, exprs)?;
+            for (i, expr) in computed.iter().zip(bound) {
+                let (data_type, nullable) = expr.data_type_and_nullable(schema.as_ref())?;
+                // The catalog keeps TIMESTAMP_LTZ in its own zone; binding gives it the session's.
+                let data_type = if is_ltz(&data_type) {
+                    crate::frontend::types::with_zone(&data_type, crate::frontend::types::LTZ_CATALOG_ZONE)
+                } else {
+                    data_type
+                };
+                table.columns[*i].data_type = data_type;
+                table.columns[*i].nullable = nullable;
+            }
+        }
+        if let Some(w) = &create.watermark {
+            let Some(column) = table.columns.iter().find(|c| c.name == w.column) else {
+                return Err(Error::sql(format!(
+                    "the watermark column '{}' is not a column of table '{}'",
+                    w.column, create.name
+                )));
+            };
+            if !matches!(&column.data_type, DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond | arrow::datatypes::TimeUnit::Second, _))
+            {
+                return Err(Error::sql(format!(
+                    "the watermark column '{}' must be TIMESTAMP(p) or TIMESTAMP_LTZ(p) with p at most 3, but is {}",
+                    w.column,
+                    flink_type_name(&column.data_type)
+                )));
+            }
+            table.watermark = Some(WatermarkDef {
+                column: w.column.clone(),
+                expr: w.expr.clone(),
+                text: w.text.clone(),
+            });
+            let (bound, schema) = self.with_table(&table)?.bind_table_exprs(&table.name, false, vec![w.expr.clone()])?;
+            let data_type = bound[0].get_type(schema.as_ref())?;
+            if !matches!(data_type, DataType::Timestamp(_, _)) {
+                return Err(Error::sql(format!(
+                    "the watermark expression '{}' must return a timestamp, but returns {}",
+                    w.text,
+                    flink_type_name(&data_type)
+                )));
+            }
+        }
+        if let Some(key) = table.primary_key.iter().find(|k| !table.columns.iter().any(|c| &c.name == *k)) {
+            return Err(Error::sql(format!(
+                "primary key column '{key}' is not a column of table '{}'",
+                table.name
+            )));
+        }
+        connectors::validate_table(&table, &self.config)?;
+        Ok(table)
+    }
+
+    /// A binder whose catalog also holds `table` (for binding its own columns).
+    fn with_table(&self, table: &TableDef) -> Result<Binder> {
+        let mut catalog = (*self.catalog).clone();
+        let _ = catalog.drop_table(&table.name);
+        catalog.add_table(table.clone())?;
+        self.binder_over(Arc::new(catalog))
+    }
+}

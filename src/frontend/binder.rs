@@ -1,0 +1,402 @@
+//! Binding: SQL statements to typed DataFusion logical plans.
+//!
+//! The [`Binder`] is DataFusion's `ContextProvider` over the session's catalog and
+//! functions. It runs `SqlToRel`, then DataFusion's type coercion and a chosen set
+//! of optimizer rules that are sound for streams (projection pruning, filter
+//! push-down, constant folding). Errors keep DataFusion's source spans, so they
+//! name the line and column.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{DFSchema, DataFusionError, Result as DFResult, TableReference};
+use datafusion_expr::planner::{ContextProvider, ExprPlanner, RelationPlanner, TypePlanner};
+use datafusion_expr::{
+    AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
+};
+use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext, OptimizerRule};
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use sqlparser::ast::{self, TimezoneInfo};
+
+use super::catalog::{Catalog, TableDef};
+use super::functions::FunctionRegistry;
+use super::group_window::rewrite_group_windows;
+use super::types::{unit_for_precision, with_zone};
+use super::window_tvf::FlinkRelationPlanner;
+use crate::error::Position;
+use crate::{Error, Result};
+
+/// Schema qualifier under which a table's physical columns alone can be scanned.
+pub const PHYSICAL_SCHEMA: &str = "__weir_physical";
+
+/// A catalog table as DataFusion sees it.
+#[derive(Debug)]
+pub struct CatalogTableSource {
+    /// The table.
+    pub table: Arc<TableDef>,
+    /// The schema the binder exposes (physical only, or all columns).
+    pub schema: SchemaRef,
+    /// True when only the physical columns are exposed.
+    pub physical_only: bool,
+}
+
+impl TableSource for CatalogTableSource {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}
+
+/// Maps Flink type names in `CAST` and literals to Arrow types.
+#[derive(Debug)]
+struct FlinkTypePlanner {
+    zone: String,
+}
+
+impl TypePlanner for FlinkTypePlanner {
+    fn plan_type_field(&self, sql_type: &ast::DataType) -> DFResult<Option<FieldRef>> {
+        let data_type = match sql_type {
+            ast::DataType::Timestamp(precision, TimezoneInfo::None | TimezoneInfo::WithoutTimeZone) => {
+                DataType::Timestamp(unit_for_precision(precision.unwrap_or(6)), None)
+            }
+            ast::DataType::Custom(name, modifiers) => {
+                let precision = modifiers.first().and_then(|m| m.parse().ok()).unwrap_or(6);
+                match name.to_string().to_ascii_uppercase().as_str() {
+                    "TIMESTAMP_LTZ" => {
+                        DataType::Timestamp(unit_for_precision(precision), Some(self.zone.as_str().into()))
+                    }
+                    "BYTES" => DataType::Binary,
+                    "STRING" => DataType::Utf8,
+                    _ => return Ok(None),
+                }
+            }
+            ast::DataType::String(_) => DataType::Utf8,
+            _ => return Ok(None),
+        };
+        Ok(Some(Arc::new(Field::new("", data_type, true))))
+    }
+}
+
+/// Binds statements against a catalog snapshot.
+pub struct Binder {
+    catalog: Arc<Catalog>,
+    functions: Arc<FunctionRegistry>,
+    options: ConfigOptions,
+    zone: String,
+    relation_planners: Vec<Arc<dyn RelationPlanner>>,
+    type_planner: Arc<dyn TypePlanner>,
+    insert_target: Option<String>,
+}
+
+impl Binder {
+    /// A binder for a session whose `TIMESTAMP_LTZ` zone is `zone`.
+    pub fn new(catalog: Arc<Catalog>, functions: Arc<FunctionRegistry>, zone: &str) -> Self {
+        let mut options = ConfigOptions::new();
+        options.execution.time_zone = Some(zone.to_string());
+        options.sql_parser.enable_ident_normalization = false;
+        options.sql_parser.map_string_types_to_utf8view = false;
+        options.sql_parser.parse_float_as_decimal = true;
+        options.sql_parser.collect_spans = true;
+        Binder {
+            relation_planners: vec![Arc::new(FlinkRelationPlanner::new(catalog.clone()))],
+            type_planner: Arc::new(FlinkTypePlanner { zone: zone.to_string() }),
+            catalog,
+            functions,
+            options,
+            zone: zone.to_string(),
+            insert_target: None,
+        }
+    }
+
+    /// The session zone.
+    pub fn zone(&self) -> &str {
+        &self.zone
+    }
+
+    fn sql_to_rel(&self) -> SqlToRel<'_, Self> {
+        SqlToRel::new_with_options(self, ParserOptions::from(&self.options.sql_parser))
+    }
+
+    /// Binds a query to an analyzed and optimized logical plan.
+    pub fn bind_query(&self, mut query: ast::Query) -> Result<LogicalPlan> {
+        rewrite_group_windows(&mut query)?;
+        let plan = self
+            .sql_to_rel()
+            .sql_statement_to_plan(ast::Statement::Query(Box::new(query)))
+            .map_err(bind_error)?;
+        self.optimize(plan)
+    }
+
+    /// Binds `INSERT INTO table query`.
+    pub fn bind_insert(&self, statement: ast::Statement) -> Result<LogicalPlan> {
+        let ast::Statement::Insert(mut insert) = statement else {
+            return Err(Error::Internal("bind_insert expects an INSERT".into()));
+        };
+        if insert.overwrite {
+            return Err(Error::sql("INSERT OVERWRITE is not supported in streaming mode"));
+        }
+        let target = match &insert.table {
+            ast::TableObject::TableName(name) => super::parser::resolve_object_name(name)
+                .ok_or_else(|| Error::sql(format!("unknown table {name}")))?,
+            other => return Err(Error::sql(format!("cannot insert into {other}"))),
+        };
+        if self.catalog.view(&target).is_some() {
+            return Err(Error::sql(format!("'{target}' is a view; INSERT needs a table")));
+        }
+        if let Some(source) = &mut insert.source {
+            rewrite_group_windows(source)?;
+        }
+        let binder = Binder {
+            insert_target: Some(target),
+            relation_planners: self.relation_planners.clone(),
+            type_planner: self.type_planner.clone(),
+            catalog: self.catalog.clone(),
+            functions: self.functions.clone(),
+            options: self.options.clone(),
+            zone: self.zone.clone(),
+        };
+        let plan = binder
+            .sql_to_rel()
+            .sql_statement_to_plan(ast::Statement::Insert(insert))
+            .map_err(bind_error)?;
+        binder.optimize(plan)
+    }
+
+    /// Binds `SELECT exprs FROM table` (the table's full or physical columns) and
+    /// returns the typed projection expressions with the schema they are over.
+    pub fn bind_table_exprs(
+        &self,
+        table: &str,
+        physical: bool,
+        exprs: Vec<ast::Expr>,
+    ) -> Result<(Vec<Expr>, Arc<DFSchema>)> {
+        let mut name = vec![ast::Ident::with_quote('`', table)];
+        if physical {
+            name.insert(0, ast::Ident::new(PHYSICAL_SCHEMA));
+        }
+        let select = ast::Select {
+            projection: exprs.into_iter().map(ast::SelectItem::UnnamedExpr).collect(),
+            from: vec![ast::TableWithJoins {
+                relation: ast::TableFactor::Table {
+                    name: ast::ObjectName::from(name),
+                    alias: None,
+                    args: None,
+                    with_hints: vec![],
+                    version: None,
+                    with_ordinality: false,
+                    partitions: vec![],
+                    json_path: None,
+                    sample: None,
+                    index_hints: vec![],
+                },
+                joins: vec![],
+            }],
+            ..empty_select()
+        };
+        let query = ast::Query {
+            body: Box::new(ast::SetExpr::Select(Box::new(select))),
+            ..empty_query()
+        };
+        let plan = self
+            .sql_to_rel()
+            .sql_statement_to_plan(ast::Statement::Query(Box::new(query)))
+            .map_err(bind_error)?;
+        let plan = Analyzer::new()
+            .execute_and_check(plan, &self.options, |_, _| {})
+            .map_err(bind_error)?;
+        match plan {
+            LogicalPlan::Projection(p) => Ok((p.expr, p.input.schema().clone())),
+            other => Err(Error::Internal(format!("expected a projection, got {other}"))),
+        }
+    }
+
+    fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let analyzed = Analyzer::new()
+            .execute_and_check(plan, &self.options, |_, _| {})
+            .map_err(bind_error)?;
+        let rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> = vec![
+            Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
+            Arc::new(datafusion_optimizer::eliminate_filter::EliminateFilter::new()),
+            Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
+            Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
+            Arc::new(datafusion_optimizer::optimize_projections::OptimizeProjections::new()),
+        ];
+        let context = OptimizerContext::new().with_max_passes(3);
+        Optimizer::with_rules(rules)
+            .optimize(analyzed, &context, |_, _| {})
+            .map_err(bind_error)
+    }
+
+    fn table_source(&self, table: &Arc<TableDef>, physical_only: bool) -> Arc<dyn TableSource> {
+        let base = if physical_only {
+            table.physical_schema()
+        } else {
+            table.full_schema()
+        };
+        let fields: Vec<Field> = base
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_data_type(with_zone(f.data_type(), &self.zone)))
+            .collect();
+        Arc::new(CatalogTableSource {
+            table: table.clone(),
+            schema: Arc::new(arrow::datatypes::Schema::new(fields)),
+            physical_only,
+        })
+    }
+}
+
+fn empty_select() -> ast::Select {
+    ast::Select {
+        select_token: ast::helpers::attached_token::AttachedToken::empty(),
+        optimizer_hints: vec![],
+        distinct: None,
+        select_modifiers: None,
+        top: None,
+        top_before_distinct: false,
+        projection: vec![],
+        exclude: None,
+        into: None,
+        from: vec![],
+        lateral_views: vec![],
+        prewhere: None,
+        selection: None,
+        group_by: ast::GroupByExpr::Expressions(vec![], vec![]),
+        cluster_by: vec![],
+        distribute_by: vec![],
+        sort_by: vec![],
+        having: None,
+        named_window: vec![],
+        qualify: None,
+        window_before_qualify: false,
+        value_table_mode: None,
+        connect_by: vec![],
+        flavor: ast::SelectFlavor::Standard,
+    }
+}
+
+fn empty_query() -> ast::Query {
+    ast::Query {
+        with: None,
+        body: Box::new(ast::SetExpr::Values(ast::Values {
+            explicit_row: false,
+            value_keyword: false,
+            rows: vec![],
+        })),
+        order_by: None,
+        limit_clause: None,
+        fetch: None,
+        locks: vec![],
+        for_clause: None,
+        settings: None,
+        format_clause: None,
+        pipe_operators: vec![],
+    }
+}
+
+/// A DataFusion planning error as ours, with the position of its diagnostic.
+pub fn bind_error(e: DataFusionError) -> Error {
+    let position = e.diagnostic().and_then(|d| d.span).and_then(|span| {
+        (span.start.line > 0).then_some(Position {
+            line: span.start.line,
+            column: span.start.column,
+        })
+    });
+    let message = e.find_root().to_string();
+    let message = message
+        .trim_start_matches("Error during planning: ")
+        .trim_start_matches("Schema error: ")
+        .to_string();
+    Error::sql_at(message, position)
+}
+
+impl ContextProvider for Binder {
+    fn get_table_source(&self, name: TableReference) -> DFResult<Arc<dyn TableSource>> {
+        let (physical, table_name) = match &name {
+            TableReference::Bare { table } => (false, table.to_string()),
+            TableReference::Partial { schema, table } if schema.as_ref() == PHYSICAL_SCHEMA => {
+                (true, table.to_string())
+            }
+            TableReference::Partial { schema, table } if schema.as_ref() == "default_database" => {
+                (false, table.to_string())
+            }
+            TableReference::Full { catalog, schema, table }
+                if catalog.as_ref() == "default_catalog" && schema.as_ref() == "default_database" =>
+            {
+                (false, table.to_string())
+            }
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "Object '{other}' not found: only the default catalog and database exist"
+                )));
+            }
+        };
+        match self.catalog.table(&table_name) {
+            Some(table) => {
+                let physical_only = physical || self.insert_target.as_deref() == Some(table_name.as_str());
+                Ok(self.table_source(table, physical_only))
+            }
+            None => {
+                let hint = self
+                    .catalog
+                    .similar_name(&table_name)
+                    .map(|n| format!(" (names are case-sensitive: did you mean '{n}'?)"))
+                    .unwrap_or_default();
+                Err(DataFusionError::Plan(format!("Object '{table_name}' not found{hint}")))
+            }
+        }
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &self.functions.expr_planners
+    }
+
+    fn get_relation_planners(&self) -> &[Arc<dyn RelationPlanner>] {
+        &self.relation_planners
+    }
+
+    fn get_type_planner(&self) -> Option<Arc<dyn TypePlanner>> {
+        Some(self.type_planner.clone())
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.functions.scalar(name)
+    }
+
+    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+        None
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.functions.aggregate(name)
+    }
+
+    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+        None
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        &self.options
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.functions.scalar_names()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        vec![]
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.functions.aggregate_names()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        vec![]
+    }
+}

@@ -1,0 +1,237 @@
+//! The catalog: tables declared with `CREATE TABLE` and views from `CREATE VIEW`.
+//!
+//! Names are case-sensitive, as in Flink.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use super::parser::CreateView;
+use crate::{Error, Result};
+
+/// Field metadata key marking a time attribute column.
+pub const TIME_ATTRIBUTE_KEY: &str = "weir.time_attribute";
+/// Value of [`TIME_ATTRIBUTE_KEY`] for an event-time column.
+pub const ROWTIME: &str = "rowtime";
+/// Value of [`TIME_ATTRIBUTE_KEY`] for a processing-time column.
+pub const PROCTIME: &str = "proctime";
+
+/// A column of a table.
+#[derive(Debug, Clone)]
+pub struct ColumnDef {
+    /// Name.
+    pub name: String,
+    /// Type (a `TIMESTAMP_LTZ` carries the catalog zone, see [`super::types`]).
+    pub data_type: DataType,
+    /// Whether NULL is allowed.
+    pub nullable: bool,
+    /// For a computed column, its expression.
+    pub computed: Option<sqlparser::ast::Expr>,
+    /// Source text of the computed expression, for DESCRIBE and EXPLAIN.
+    pub computed_text: Option<String>,
+}
+
+/// `WATERMARK FOR column AS expr`.
+#[derive(Debug, Clone)]
+pub struct WatermarkDef {
+    /// The rowtime column.
+    pub column: String,
+    /// The watermark expression.
+    pub expr: sqlparser::ast::Expr,
+    /// Its source text.
+    pub text: String,
+}
+
+/// Connector options, `WITH ('key' = 'value', ...)`, in declaration order.
+#[derive(Debug, Clone, Default)]
+pub struct TableOptions {
+    entries: Vec<(String, String)>,
+}
+
+impl TableOptions {
+    /// Options from key/value pairs; a key given twice is an error.
+    pub fn new(entries: Vec<(String, String)>) -> Result<Self> {
+        for (i, (key, _)) in entries.iter().enumerate() {
+            if entries[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::sql(format!("option '{key}' is given twice")));
+            }
+        }
+        Ok(TableOptions { entries })
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// All options in declaration order.
+    pub fn entries(&self) -> &[(String, String)] {
+        &self.entries
+    }
+}
+
+/// A table: schema, watermark and connector options.
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    /// Name.
+    pub name: String,
+    /// Columns in declaration order, physical and computed.
+    pub columns: Vec<ColumnDef>,
+    /// The watermark, if any.
+    pub watermark: Option<WatermarkDef>,
+    /// Primary key columns (not enforced, as in Flink).
+    pub primary_key: Vec<String>,
+    /// Connector options.
+    pub options: TableOptions,
+}
+
+impl TableDef {
+    /// The physical columns: what the connector reads or writes.
+    pub fn physical_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .filter(|c| c.computed.is_none())
+                .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Every column, with time attributes marked in the field metadata.
+    pub fn full_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| {
+                    let field = Field::new(&c.name, c.data_type.clone(), c.nullable);
+                    match self.time_attribute(&c.name) {
+                        Some(kind) => field.with_metadata(
+                            [(TIME_ATTRIBUTE_KEY.to_string(), kind.to_string())].into(),
+                        ),
+                        None => field,
+                    }
+                })
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// `rowtime` for the watermark column, `proctime` for a `PROCTIME()` column.
+    pub fn time_attribute(&self, column: &str) -> Option<&'static str> {
+        if self.watermark.as_ref().is_some_and(|w| w.column == column) {
+            return Some(ROWTIME);
+        }
+        let c = self.columns.iter().find(|c| c.name == column)?;
+        match &c.computed {
+            Some(sqlparser::ast::Expr::Function(f))
+                if f.name.to_string().eq_ignore_ascii_case("PROCTIME") =>
+            {
+                Some(PROCTIME)
+            }
+            _ => None,
+        }
+    }
+
+    /// The value of a connector option.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.options.get(key)
+    }
+
+    /// The connector name (`'connector'` option).
+    pub fn connector(&self) -> Result<&str> {
+        self.option("connector").ok_or_else(|| {
+            Error::sql(format!(
+                "table '{}' has no 'connector' option; add WITH ('connector' = '...')",
+                self.name
+            ))
+        })
+    }
+}
+
+/// A view: a named query, planned where it is used.
+#[derive(Debug, Clone)]
+pub struct ViewDef {
+    /// The statement that created it.
+    pub definition: CreateView,
+    /// Its text, for SHOW CREATE VIEW.
+    pub text: String,
+    /// The schema it had when it was created.
+    pub schema: SchemaRef,
+}
+
+/// Tables and views by name.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    tables: BTreeMap<String, Arc<TableDef>>,
+    views: BTreeMap<String, Arc<ViewDef>>,
+}
+
+impl Catalog {
+    /// A table by name.
+    pub fn table(&self, name: &str) -> Option<&Arc<TableDef>> {
+        self.tables.get(name)
+    }
+
+    /// A view by name.
+    pub fn view(&self, name: &str) -> Option<&Arc<ViewDef>> {
+        self.views.get(name)
+    }
+
+    /// True when a table or view has this name.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tables.contains_key(name) || self.views.contains_key(name)
+    }
+
+    /// Adds a table; the name must be free.
+    pub fn add_table(&mut self, table: TableDef) -> Result<()> {
+        self.check_free(&table.name)?;
+        self.tables.insert(table.name.clone(), Arc::new(table));
+        Ok(())
+    }
+
+    /// Adds a view; the name must be free.
+    pub fn add_view(&mut self, name: String, view: ViewDef) -> Result<()> {
+        self.check_free(&name)?;
+        self.views.insert(name, Arc::new(view));
+        Ok(())
+    }
+
+    fn check_free(&self, name: &str) -> Result<()> {
+        if self.contains(name) {
+            return Err(Error::sql(format!("a table or view named '{name}' already exists")));
+        }
+        Ok(())
+    }
+
+    /// Removes a table; false when there was none.
+    pub fn drop_table(&mut self, name: &str) -> bool {
+        self.tables.remove(name).is_some()
+    }
+
+    /// Removes a view; false when there was none.
+    pub fn drop_view(&mut self, name: &str) -> bool {
+        self.views.remove(name).is_some()
+    }
+
+    /// Table names, sorted.
+    pub fn table_names(&self) -> Vec<String> {
+        self.tables.keys().cloned().collect()
+    }
+
+    /// View names, sorted.
+    pub fn view_names(&self) -> Vec<String> {
+        self.views.keys().cloned().collect()
+    }
+
+    /// A name close to `name`, for "did you mean" hints.
+    pub fn similar_name(&self, name: &str) -> Option<String> {
+        self.tables
+            .keys()
+            .chain(self.views.keys())
+            .find(|candidate| candidate.eq_ignore_ascii_case(name))
+            .cloned()
+    }
+}

@@ -1,0 +1,11 @@
+//! The SQL front end: parsing (Flink dialect), the catalog, and binding through DataFusion.
+
+pub mod binder;
+pub mod catalog;
+pub mod dialect;
+pub mod flink_aggregates;
+pub mod functions;
+pub mod group_window;
+pub mod parser;
+pub mod types;
+pub mod window_tvf;

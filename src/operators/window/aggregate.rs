@@ -1,0 +1,587 @@
+//! Window aggregation: GROUP BY keys within TUMBLE, HOP and CUMULATE windows.
+//!
+//! Rows are aggregated into *slices* (see [`super::spec`]): each row updates the
+//! DataFusion accumulators of exactly one slice, whatever the number of windows
+//! it belongs to. A window fires when the watermark reaches its end - 1 ms: a
+//! window of one slice is evaluated directly; otherwise the states of its slices
+//! are merged (`GroupsAccumulator::state` / `merge_batch`), so a row is never
+//! copied into size/slide windows.
+//!
+//! ```text
+//!            Single                     Local ═══ HASH(keys) ═══► Global
+//!  rows ──► slices ──► fire      rows ──► slices ──► partial states ──► slices ──► fire
+//!                                  (emitted when a slice is complete)
+//! ```
+//!
+//! A row whose last window has fired is late: it is dropped and counted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, TimestampMillisecondArray, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion_expr::{EmitTo, GroupsAccumulator};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion_physical_plan::aggregates::group_values::{GroupValues, new_group_values};
+use datafusion_physical_plan::aggregates::order::GroupOrdering;
+
+use super::spec::{TimeShift, WindowSpec};
+use crate::operators::watermark::to_epoch_millis;
+use crate::runtime::message::MIN_WATERMARK;
+use crate::runtime::operator::TaskMetrics;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::{Error, Result};
+
+/// Where in the two-phase scheme an aggregation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Raw rows in, final rows out.
+    Single,
+    /// Raw rows in, partial states per slice out (before the exchange).
+    Local,
+    /// Partial states in, final rows out (after the exchange).
+    Global,
+}
+
+/// A window column of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowProperty {
+    /// `window_start`.
+    Start,
+    /// `window_end`.
+    End,
+    /// `window_time` (= end - 1 ms).
+    Time,
+}
+
+/// A grouping column of the output, in GROUP BY order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupColumn {
+    /// The i-th grouping key.
+    Key(usize),
+    /// A window column.
+    Window(WindowProperty),
+}
+
+/// The plan of a window aggregation; creates one operator per subtask.
+#[derive(Debug)]
+pub struct WindowAggregate {
+    /// Phase.
+    pub phase: Phase,
+    /// Windows.
+    pub window: WindowSpec,
+    /// Local time for `TIMESTAMP_LTZ` windows.
+    pub shift: TimeShift,
+    /// Name of the time attribute, for EXPLAIN.
+    pub time_name: String,
+    /// Input column of the time attribute (Single and Local).
+    pub time_index: usize,
+    /// Grouping keys, evaluated on the input (for Global: the key columns).
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Schema of the key columns.
+    pub key_schema: SchemaRef,
+    /// Aggregate functions.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// `FILTER (WHERE ...)` of each aggregate (Single and Local).
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Grouping columns of the output (Single and Global).
+    pub group_columns: Vec<GroupColumn>,
+    /// Output schema.
+    pub output_schema: SchemaRef,
+}
+
+impl WindowAggregate {
+    fn new_accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+        self.aggregates
+            .iter()
+            .map(|a| -> Result<Box<dyn GroupsAccumulator>> {
+                if a.groups_accumulator_supported() {
+                    Ok(a.create_groups_accumulator()?)
+                } else {
+                    let a = a.clone();
+                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || a.create_accumulator())))
+                }
+            })
+            .collect()
+    }
+
+    fn new_state(&self) -> Result<LiveState> {
+        Ok(LiveState {
+            groups: Groups::new(&self.key_schema)?,
+            accumulators: self.new_accumulators()?,
+        })
+    }
+
+    /// Number of state columns of each aggregate.
+    pub fn state_widths(&self) -> Result<Vec<usize>> {
+        self.aggregates
+            .iter()
+            .map(|a| Ok(a.state_fields()?.len()))
+            .collect()
+    }
+}
+
+/// The operator factory of a window aggregation.
+#[derive(Debug, Clone)]
+pub struct WindowAggregateFactory(pub Arc<WindowAggregate>);
+
+impl WindowAggregate {
+    /// A one-line description for EXPLAIN.
+    pub fn describe(&self) -> String {
+        let name = match self.phase {
+            Phase::Single => "WindowAggregate",
+            Phase::Local => "LocalWindowAggregate",
+            Phase::Global => "GlobalWindowAggregate",
+        };
+        let keys: Vec<String> = self.key_schema.fields().iter().map(|f| f.name().clone()).collect();
+        let aggs: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
+        let group_by = if keys.is_empty() {
+            String::new()
+        } else {
+            format!(", groupBy=[{}]", keys.join(", "))
+        };
+        format!(
+            "{name}(window=[{}], time=[{}]{group_by}, aggregates=[{}])",
+            self.window,
+            self.time_name,
+            aggs.join(", ")
+        )
+    }
+}
+
+impl OperatorFactory for WindowAggregateFactory {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let spec = self.0.clone();
+        let state_widths = spec.state_widths()?;
+        Ok(Box::new(WindowAggregateOperator {
+            spec,
+            state_widths,
+            slices: BTreeMap::new(),
+            pending_ends: BTreeSet::new(),
+            watermark: MIN_WATERMARK,
+            metrics: ctx.metrics.clone(),
+            batch_size: ctx.batch_size,
+            group_indices: Vec::new(),
+        }))
+    }
+}
+
+/// Grouping keys → dense group indices.
+enum Groups {
+    Keyed(Box<dyn GroupValues>),
+    /// No keys: one group, present once a row was seen.
+    Keyless(bool),
+}
+
+impl Groups {
+    fn new(key_schema: &SchemaRef) -> Result<Self> {
+        Ok(if key_schema.fields().is_empty() {
+            Groups::Keyless(false)
+        } else {
+            Groups::Keyed(new_group_values(key_schema.clone(), &GroupOrdering::None)?)
+        })
+    }
+
+    fn intern(&mut self, keys: &[ArrayRef], rows: usize, out: &mut Vec<usize>) -> Result<()> {
+        match self {
+            Groups::Keyed(g) => g.intern(keys, out)?,
+            Groups::Keyless(present) => {
+                out.clear();
+                out.resize(rows, 0);
+                *present |= rows > 0;
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Groups::Keyed(g) => g.len(),
+            Groups::Keyless(present) => *present as usize,
+        }
+    }
+
+    fn emit(&mut self) -> Result<Vec<ArrayRef>> {
+        match self {
+            Groups::Keyed(g) => Ok(g.emit(EmitTo::All)?),
+            Groups::Keyless(present) => {
+                *present = false;
+                Ok(vec![])
+            }
+        }
+    }
+}
+
+/// Groups and accumulators being updated.
+struct LiveState {
+    groups: Groups,
+    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+}
+
+/// The state of one slice: live accumulators, and states frozen when an earlier
+/// window over the slice fired (each `[keys..., states...]`).
+#[derive(Default)]
+struct Slice {
+    live: Option<LiveState>,
+    frozen: Vec<Vec<ArrayRef>>,
+}
+
+impl Slice {
+    /// Moves the live state into the frozen list.
+    fn freeze(&mut self) -> Result<()> {
+        let Some(mut live) = self.live.take() else {
+            return Ok(());
+        };
+        if live.groups.len() == 0 {
+            return Ok(());
+        }
+        let mut columns = live.groups.emit()?;
+        for acc in &mut live.accumulators {
+            columns.extend(acc.state(EmitTo::All)?);
+        }
+        self.frozen.push(columns);
+        Ok(())
+    }
+}
+
+struct WindowAggregateOperator {
+    spec: Arc<WindowAggregate>,
+    state_widths: Vec<usize>,
+    slices: BTreeMap<i64, Slice>,
+    /// Ends (on the window axis) of windows that hold data and have not fired.
+    pending_ends: BTreeSet<i64>,
+    watermark: Timestamp,
+    metrics: Arc<TaskMetrics>,
+    batch_size: usize,
+    group_indices: Vec<usize>,
+}
+
+/// Row indices of a batch grouped by slice; `None` when every row is in one slice.
+fn rows_by_slice(slices: &[i64]) -> Vec<(i64, Option<UInt32Array>)> {
+    let Some(&first) = slices.first() else {
+        return vec![];
+    };
+    if slices.iter().all(|s| *s == first) {
+        return vec![(first, None)];
+    }
+    let mut groups: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for (row, slice) in slices.iter().enumerate() {
+        groups.entry(*slice).or_default().push(row as u32);
+    }
+    groups
+        .into_iter()
+        .map(|(slice, rows)| (slice, Some(UInt32Array::from(rows))))
+        .collect()
+}
+
+fn take_all(columns: &[ArrayRef], indices: &Option<UInt32Array>) -> Result<Vec<ArrayRef>> {
+    match indices {
+        None => Ok(columns.to_vec()),
+        Some(indices) => columns
+            .iter()
+            .map(|c| Ok(take(c.as_ref(), indices, None)?))
+            .collect(),
+    }
+}
+
+impl WindowAggregateOperator {
+    fn is_late(&self, slice: i64) -> bool {
+        let last_end = self.spec.window.last_window_end(slice);
+        self.spec.shift.to_utc(last_end) - 1 <= self.watermark
+    }
+
+    fn fires(&self) -> bool {
+        self.spec.phase != Phase::Local
+    }
+
+    /// The slice's state, created (and its windows registered) when new.
+    fn slice_state(&mut self, slice: i64) -> Result<&mut LiveState> {
+        if !self.slices.contains_key(&slice) && self.fires() {
+            for end in self.spec.window.window_ends(slice) {
+                if self.spec.shift.to_utc(end) - 1 > self.watermark {
+                    self.pending_ends.insert(end);
+                }
+            }
+        }
+        let spec = self.spec.clone();
+        let entry = self.slices.entry(slice).or_default();
+        if entry.live.is_none() {
+            entry.live = Some(spec.new_state()?);
+        }
+        Ok(entry.live.as_mut().expect("created above"))
+    }
+
+    fn process_rows(&mut self, batch: &RecordBatch) -> Result<()> {
+        let rows = batch.num_rows();
+        let time = batch.column(self.spec.time_index);
+        if time.null_count() > 0 {
+            return Err(Error::Execution(format!(
+                "the window time attribute '{}' is NULL in {} row(s)",
+                self.spec.time_name,
+                time.null_count()
+            )));
+        }
+        let millis = to_epoch_millis(time.as_ref())?;
+        let window = self.spec.window;
+        let slices: Vec<i64> = if self.spec.shift.is_utc() {
+            millis.values().iter().map(|t| window.slice_start(*t)).collect()
+        } else {
+            millis
+                .values()
+                .iter()
+                .map(|t| window.slice_start(self.spec.shift.to_local(*t)))
+                .collect()
+        };
+        let keys = self
+            .spec
+            .keys
+            .iter()
+            .map(|k| k.evaluate(batch)?.into_array(rows))
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let args = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                a.expressions()
+                    .iter()
+                    .map(|e| e.evaluate(batch)?.into_array(rows))
+                    .collect::<datafusion_common::Result<Vec<_>>>()
+            })
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let filters = self
+            .spec
+            .filters
+            .iter()
+            .map(|f| match f {
+                None => Ok(None),
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?)),
+            })
+            .collect::<Result<Vec<Option<ArrayRef>>>>()?;
+        for (slice, indices) in rows_by_slice(&slices) {
+            let count = indices.as_ref().map_or(rows, |i| i.len());
+            if self.is_late(slice) {
+                TaskMetrics::add(&self.metrics.late_records_dropped, count as u64);
+                continue;
+            }
+            let keys = take_all(&keys, &indices)?;
+            let args = args
+                .iter()
+                .map(|a| take_all(a, &indices))
+                .collect::<Result<Vec<_>>>()?;
+            let filters = filters
+                .iter()
+                .map(|f| match f {
+                    None => Ok(None),
+                    Some(f) => Ok(Some(take_all(std::slice::from_ref(f), &indices)?.remove(0))),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            let state = self.slice_state(slice)?;
+            state.groups.intern(&keys, count, &mut group_indices)?;
+            let total = state.groups.len();
+            for ((acc, values), filter) in state.accumulators.iter_mut().zip(&args).zip(&filters) {
+                let filter = filter.as_ref().map(|f| f.as_boolean().clone());
+                acc.update_batch(values, &group_indices, filter.as_ref(), total)?;
+            }
+            self.group_indices = group_indices;
+        }
+        Ok(())
+    }
+
+    fn process_partials(&mut self, batch: &RecordBatch) -> Result<()> {
+        let key_count = self.spec.key_schema.fields().len();
+        let slices = batch.column(0).as_primitive::<Int64Type>().values().to_vec();
+        let columns = batch.columns().to_vec();
+        for (slice, indices) in rows_by_slice(&slices) {
+            let count = indices.as_ref().map_or(batch.num_rows(), |i| i.len());
+            if self.is_late(slice) {
+                TaskMetrics::add(&self.metrics.late_records_dropped, count as u64);
+                continue;
+            }
+            let columns = take_all(&columns, &indices)?;
+            let widths = self.state_widths.clone();
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            let state = self.slice_state(slice)?;
+            state.groups.intern(&columns[1..1 + key_count], count, &mut group_indices)?;
+            let total = state.groups.len();
+            let mut offset = 1 + key_count;
+            for (acc, width) in state.accumulators.iter_mut().zip(widths) {
+                acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
+                offset += width;
+            }
+            self.group_indices = group_indices;
+        }
+        Ok(())
+    }
+
+    /// Local phase: emits the partial state of every slice the watermark completed.
+    fn emit_complete_slices(&mut self, out: &mut Output) -> Result<()> {
+        let size = self.spec.window.slice_size();
+        let complete: Vec<i64> = self
+            .slices
+            .keys()
+            .copied()
+            .take_while(|s| self.spec.shift.to_utc(s + size) - 1 <= self.watermark)
+            .collect();
+        for slice in complete {
+            let mut state = self.slices.remove(&slice).expect("listed above");
+            let Some(mut live) = state.live.take() else { continue };
+            let rows = live.groups.len();
+            if rows == 0 {
+                continue;
+            }
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_value(slice, rows))];
+            columns.extend(live.groups.emit()?);
+            for acc in &mut live.accumulators {
+                columns.extend(acc.state(EmitTo::All)?);
+            }
+            out.batch(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?);
+        }
+        Ok(())
+    }
+
+    /// Single and Global phases: fires every window the watermark completed.
+    fn fire_windows(&mut self, out: &mut Output) -> Result<()> {
+        while let Some(&end) = self.pending_ends.first() {
+            if self.spec.shift.to_utc(end) - 1 > self.watermark {
+                break;
+            }
+            self.pending_ends.pop_first();
+            if let Some(batch) = self.evaluate_window(end)? {
+                let rows = batch.num_rows();
+                let mut offset = 0;
+                while offset < rows {
+                    let len = self.batch_size.min(rows - offset);
+                    out.batch(batch.slice(offset, len));
+                    offset += len;
+                }
+            }
+            while let Some((&slice, _)) = self.slices.first_key_value() {
+                if self.spec.window.last_window_end(slice) <= end {
+                    self.slices.remove(&slice);
+                } else {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate_window(&mut self, end: i64) -> Result<Option<RecordBatch>> {
+        let window = self.spec.window;
+        let start = window.window_start(end);
+        let members: Vec<i64> = self.slices.range(start..end).map(|(s, _)| *s).collect();
+        if members.is_empty() {
+            return Ok(None);
+        }
+        let only = members[0];
+        let direct = members.len() == 1
+            && window.last_window_end(only) == end
+            && self.slices[&only].frozen.is_empty();
+        let mut state = if direct {
+            match self.slices.remove(&only).and_then(|s| s.live) {
+                Some(live) => live,
+                None => return Ok(None),
+            }
+        } else {
+            let key_count = self.spec.key_schema.fields().len();
+            let mut merged = self.spec.new_state()?;
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            for member in members {
+                let slice = self.slices.get_mut(&member).expect("listed above");
+                slice.freeze()?;
+                for columns in &slice.frozen {
+                    let rows = columns.first().map_or(0, |c| c.len());
+                    merged.groups.intern(&columns[..key_count], rows, &mut group_indices)?;
+                    let total = merged.groups.len();
+                    let mut offset = key_count;
+                    for (acc, width) in merged.accumulators.iter_mut().zip(&self.state_widths) {
+                        acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
+                        offset += width;
+                    }
+                }
+            }
+            self.group_indices = group_indices;
+            merged
+        };
+        let rows = state.groups.len();
+        if rows == 0 {
+            return Ok(None);
+        }
+        let keys = state.groups.emit()?;
+        let mut columns = Vec::with_capacity(self.spec.output_schema.fields().len());
+        for (column, field) in self.spec.group_columns.iter().zip(self.spec.output_schema.fields()) {
+            let array: ArrayRef = match column {
+                GroupColumn::Key(i) => keys[*i].clone(),
+                GroupColumn::Window(property) => {
+                    let value = match property {
+                        WindowProperty::Start => start,
+                        WindowProperty::End => end,
+                        WindowProperty::Time => match field.data_type() {
+                            DataType::Timestamp(_, Some(_)) => self.spec.shift.to_utc(end) - 1,
+                            _ => end - 1,
+                        },
+                    };
+                    let zone = match field.data_type() {
+                        DataType::Timestamp(_, zone) => zone.clone(),
+                        _ => None,
+                    };
+                    Arc::new(TimestampMillisecondArray::from_value(value, rows).with_timezone_opt(zone))
+                }
+            };
+            columns.push(array);
+        }
+        for acc in &mut state.accumulators {
+            columns.push(acc.evaluate(EmitTo::All)?);
+        }
+        // Aggregates may produce a different (but compatible) type than planned.
+        let columns = columns
+            .into_iter()
+            .zip(self.spec.output_schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    Ok(arrow::compute::cast(&c, f.data_type())?)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?))
+    }
+}
+
+impl Operator for WindowAggregateOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
+        match self.spec.phase {
+            Phase::Single | Phase::Local => self.process_rows(&batch),
+            Phase::Global => self.process_partials(&batch),
+        }
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        match self.spec.phase {
+            Phase::Local => self.emit_complete_slices(out)?,
+            Phase::Single | Phase::Global => self.fire_windows(out)?,
+        }
+        out.watermark(watermark);
+        Ok(())
+    }
+}
+

@@ -1,0 +1,5 @@
+//! Window operators: slicing arithmetic, window aggregation, window assignment.
+
+pub mod aggregate;
+pub mod assign;
+pub mod spec;

@@ -1,0 +1,700 @@
+//! The streaming planner: DataFusion `LogicalPlan` → [`StreamPlan`].
+//!
+//! Every node's output has exactly the columns of the logical node it comes
+//! from, in order, so expressions bound against a logical schema evaluate
+//! against the stream by position.
+//!
+//! A GROUP BY over a window TVF becomes a window aggregation that consumes the
+//! TVF's *input*: the window columns are never materialized. The projections and
+//! filters between the two are planned on the input stream, and the window
+//! columns are tracked by origin ([`Origin`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion_common::{DFSchema, DFSchemaRef, TableReference};
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::expr::AggregateFunction;
+use datafusion_expr::logical_plan::{Aggregate, LogicalPlan, TableScan};
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::{Expr, WriteOp};
+use datafusion_physical_expr::aggregate::AggregateExprBuilder;
+use datafusion_physical_expr::expressions::Column as ColumnExpr;
+use datafusion_physical_expr::{PhysicalExpr, create_physical_expr, create_physical_sort_exprs};
+
+use super::{NodeId, NodeKind, PlanNode, StreamPlan};
+use crate::config::{AggPhaseStrategy, SessionConfig};
+use crate::connectors::sink::SinkOperatorFactory;
+use crate::connectors::values::ValuesSourceFactory;
+use crate::connectors::{self, SinkFactory};
+use crate::frontend::binder::{Binder, CatalogTableSource, PHYSICAL_SCHEMA};
+use crate::frontend::types::is_ltz;
+use crate::frontend::window_tvf::WindowTvfNode;
+use crate::operators::calc::Calc;
+use crate::operators::union::Union;
+use crate::operators::watermark::WatermarkAssigner;
+use crate::operators::window::aggregate::{GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty};
+use crate::operators::window::assign::WindowAssign;
+use crate::operators::window::spec::{TimeShift, WindowSpec};
+use crate::runtime::Exchange;
+use crate::state::key_group::check_key_type;
+use crate::{Error, Result};
+
+/// Where a column of a windowed relation comes from.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    /// Column `i` of the stream.
+    Stream(usize),
+    /// A window column, produced by the window aggregation itself.
+    Window(WindowProperty),
+}
+
+/// A relation over a window TVF, planned on the TVF's input stream.
+struct WindowedInput {
+    stream: NodeId,
+    /// Schema of the stream (qualified as in the logical plan).
+    schema: DFSchemaRef,
+    /// For each column of the logical relation, where it comes from.
+    origins: Vec<Origin>,
+    time_index: usize,
+    time_name: String,
+    window: WindowSpec,
+    shift: TimeShift,
+}
+
+/// Plans logical plans of one session.
+pub struct Planner<'a> {
+    binder: &'a Binder,
+    config: &'a SessionConfig,
+    parallelism: usize,
+    nodes: Vec<PlanNode>,
+    props: ExecutionProps,
+}
+
+fn arrow_schema(schema: &DFSchema) -> SchemaRef {
+    Arc::new(schema.as_arrow().clone())
+}
+
+fn strip_alias(e: &Expr) -> &Expr {
+    match e {
+        Expr::Alias(a) => strip_alias(&a.expr),
+        other => other,
+    }
+}
+
+impl<'a> Planner<'a> {
+    /// A planner using the session's binder and settings.
+    pub fn new(binder: &'a Binder, config: &'a SessionConfig) -> Result<Self> {
+        Ok(Planner {
+            binder,
+            config,
+            parallelism: config.parallelism()?,
+            nodes: Vec::new(),
+            props: ExecutionProps::new(),
+        })
+    }
+
+    fn finish(self) -> Result<StreamPlan> {
+        Ok(StreamPlan {
+            nodes: self.nodes,
+            chaining: self.config.operator_chaining()?,
+        })
+    }
+
+    /// Plans `INSERT INTO` (a DML plan) into a job ending in the table's sink.
+    pub fn plan_insert(mut self, plan: &LogicalPlan) -> Result<StreamPlan> {
+        let LogicalPlan::Dml(dml) = plan else {
+            return Err(Error::Internal(format!("expected an INSERT plan, got {}", plan.display())));
+        };
+        if !matches!(dml.op, WriteOp::Insert(_)) {
+            return Err(Error::sql(format!("{} is not supported; only INSERT INTO is", dml.op)));
+        }
+        let table = dml
+            .target
+            .as_ref()
+            .downcast_ref::<CatalogTableSource>()
+            .ok_or_else(|| Error::Internal("INSERT target is not a catalog table".into()))?
+            .table
+            .clone();
+        let input = self.plan(&dml.input)?;
+        let schema = self.nodes[input].schema.clone();
+        let sink = connectors::create_sink(&table, schema.clone(), self.config)?;
+        self.add_sink(input, sink);
+        self.finish()
+    }
+
+    /// Plans a query whose rows go to `sink` (the embedded API's collector).
+    pub fn plan_query(mut self, plan: &LogicalPlan, sink: Arc<dyn SinkFactory>) -> Result<StreamPlan> {
+        let input = self.plan(plan)?;
+        let exchange = if self.nodes[input].parallelism == 1 {
+            Exchange::Forward
+        } else {
+            Exchange::Single
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
+            vec![(input, exchange)],
+            1,
+            self.nodes[input].schema.clone(),
+        );
+        self.finish()
+    }
+
+    fn add_sink(&mut self, input: NodeId, sink: Arc<dyn SinkFactory>) {
+        let parallelism = self.nodes[input].parallelism;
+        let schema = self.nodes[input].schema.clone();
+        self.push(
+            NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
+            vec![(input, Exchange::Forward)],
+            parallelism,
+            schema,
+        );
+    }
+
+    fn push(&mut self, kind: NodeKind, inputs: Vec<(NodeId, Exchange)>, parallelism: usize, schema: SchemaRef) -> NodeId {
+        self.nodes.push(PlanNode {
+            kind,
+            inputs,
+            parallelism,
+            schema,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn physical(&self, e: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(create_physical_expr(e, schema, &self.props, &PhysicalPlanningContext::default())?)
+    }
+
+    /// Adds a Calc after `input`; a projection directly over a filter-only Calc
+    /// is merged into it.
+    fn add_calc(
+        &mut self,
+        input: NodeId,
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
+        schema: SchemaRef,
+    ) -> NodeId {
+        let parallelism = self.nodes[input].parallelism;
+        let calc = Calc {
+            filter,
+            projection,
+            schema: schema.clone(),
+        };
+        self.push(NodeKind::Operator(Arc::new(calc)), vec![(input, Exchange::Forward)], parallelism, schema)
+    }
+
+    fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
+        match plan {
+            LogicalPlan::Projection(p) => {
+                let input = self.plan(&p.input)?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| self.physical(e, p.input.schema()))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(self.add_calc(input, None, Some(exprs), arrow_schema(plan.schema())))
+            }
+            LogicalPlan::Filter(f) => {
+                let input = self.plan(&f.input)?;
+                let predicate = self.physical(&f.predicate, f.input.schema())?;
+                Ok(self.add_calc(input, Some(predicate), None, arrow_schema(plan.schema())))
+            }
+            LogicalPlan::SubqueryAlias(a) => self.plan(&a.input),
+            LogicalPlan::TableScan(scan) => self.plan_scan(scan),
+            LogicalPlan::Aggregate(aggregate) => self.plan_aggregate(aggregate),
+            LogicalPlan::Extension(extension) => {
+                match extension.node.as_any().downcast_ref::<WindowTvfNode>() {
+                    Some(node) => self.plan_window_assign(node),
+                    None => Err(Error::Internal(format!("unknown plan node {}", extension.node.name()))),
+                }
+            }
+            LogicalPlan::Values(values) => {
+                let schema = arrow_schema(&values.schema);
+                let empty = Arc::new(DFSchema::empty());
+                let one_row = RecordBatch::try_new_with_options(
+                    Arc::new(Schema::empty()),
+                    vec![],
+                    &RecordBatchOptions::new().with_row_count(Some(1)),
+                )?;
+                let mut rows = Vec::new();
+                for row in &values.values {
+                    let columns = row
+                        .iter()
+                        .map(|e| Ok(self.physical(e, &empty)?.evaluate(&one_row)?.into_array(1)?))
+                        .collect::<Result<Vec<_>>>()?;
+                    let columns = columns
+                        .into_iter()
+                        .zip(schema.fields())
+                        .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
+                        .collect::<Result<Vec<_>>>()?;
+                    rows.push(RecordBatch::try_new(schema.clone(), columns)?);
+                }
+                let batch = arrow::compute::concat_batches(&schema, &rows)?;
+                Ok(self.push(NodeKind::Source(ValuesSourceFactory::new(vec![batch])), vec![], 1, schema))
+            }
+            LogicalPlan::EmptyRelation(empty) => {
+                let schema = arrow_schema(&empty.schema);
+                let batches = if empty.produce_one_row {
+                    vec![RecordBatch::try_new_with_options(
+                        schema.clone(),
+                        vec![],
+                        &RecordBatchOptions::new().with_row_count(Some(1)),
+                    )?]
+                } else {
+                    vec![]
+                };
+                Ok(self.push(NodeKind::Source(ValuesSourceFactory::new(batches)), vec![], 1, schema))
+            }
+            LogicalPlan::Union(union) => {
+                let inputs = union
+                    .inputs
+                    .iter()
+                    .map(|i| self.plan(i))
+                    .collect::<Result<Vec<_>>>()?;
+                let parallelism = self.parallelism;
+                let edges = inputs
+                    .into_iter()
+                    .map(|i| {
+                        let exchange = if self.nodes[i].parallelism == parallelism {
+                            Exchange::Forward
+                        } else {
+                            Exchange::Rebalance
+                        };
+                        (i, exchange)
+                    })
+                    .collect();
+                Ok(self.push(NodeKind::Operator(Arc::new(Union)), edges, parallelism, arrow_schema(plan.schema())))
+            }
+            LogicalPlan::Join(_) => Err(unsupported("joins")),
+            LogicalPlan::Sort(_) => Err(unsupported("ORDER BY on a stream")),
+            LogicalPlan::Limit(_) => Err(unsupported("LIMIT on a stream")),
+            LogicalPlan::Window(_) => Err(unsupported("OVER windows")),
+            LogicalPlan::Distinct(_) => Err(unsupported("SELECT DISTINCT (an updating result)")),
+            LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
+            other => Err(Error::Plan(format!(
+                "{} is not supported in a streaming query",
+                other.display()
+            ))),
+        }
+    }
+
+    fn plan_scan(&mut self, scan: &TableScan) -> Result<NodeId> {
+        let source = scan
+            .source
+            .as_ref()
+            .downcast_ref::<CatalogTableSource>()
+            .ok_or_else(|| Error::Internal(format!("unknown table source for {}", scan.table_name)))?;
+        let table = source.table.clone();
+        let full = source.schema.clone();
+        let projection: Vec<usize> = scan
+            .projection
+            .clone()
+            .unwrap_or_else(|| (0..full.fields().len()).collect());
+        let parallelism = match connectors::parse_option::<usize>(&table, "scan.parallelism")? {
+            Some(0) => return Err(Error::sql("'scan.parallelism' must be positive")),
+            Some(p) => p,
+            None => self.parallelism,
+        };
+
+        // Which full-schema columns must be computed: the projected ones, and the
+        // rowtime column and watermark inputs (the watermark is always generated).
+        let computed: Vec<(usize, &crate::frontend::catalog::ColumnDef)> = table
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.computed.is_some())
+            .collect();
+        let computed_exprs = if computed.is_empty() {
+            vec![]
+        } else {
+            let exprs = computed
+                .iter()
+                .map(|(_, c)| c.computed.clone().expect("computed"))
+                .collect();
+            self.binder.bind_table_exprs(&table.name, true, exprs)?.0
+        };
+        let watermark = match &table.watermark {
+            Some(w) => {
+                let (mut bound, schema) = self.binder.bind_table_exprs(&table.name, false, vec![w.expr.clone()])?;
+                Some((w, bound.remove(0), schema))
+            }
+            None => None,
+        };
+        let mut needed: BTreeSet<usize> = projection.iter().copied().collect();
+        if let Some((w, expr, _)) = &watermark {
+            needed.insert(full.index_of(&w.column)?);
+            for c in expr.column_refs() {
+                needed.insert(full.index_of(&c.name)?);
+            }
+        }
+        // Physical columns needed: directly, or by a needed computed column.
+        let physical_names: Vec<String> = table.physical_schema().fields().iter().map(|f| f.name().clone()).collect();
+        let mut physical_needed: BTreeSet<usize> = BTreeSet::new();
+        for &i in &needed {
+            let name = full.field(i).name();
+            match computed.iter().position(|(ci, _)| *ci == i) {
+                None => {
+                    physical_needed.insert(physical_names.iter().position(|n| n == name).expect("physical column"));
+                }
+                Some(k) => {
+                    for c in computed_exprs[k].column_refs() {
+                        physical_needed.insert(physical_names.iter().position(|n| *n == c.name).expect("physical"));
+                    }
+                }
+            }
+        }
+        let physical_projection: Vec<usize> = physical_needed.into_iter().collect();
+        let bound_physical: Vec<Field> = physical_projection
+            .iter()
+            .map(|i| {
+                let name = &physical_names[*i];
+                full.field_with_name(name).expect("physical column in full schema").clone()
+            })
+            .collect();
+        let source_schema = Arc::new(Schema::new(bound_physical.clone()));
+        let reader = connectors::create_source(&table, &physical_projection, source_schema.clone(), self.config)?;
+        let mut node = self.push(NodeKind::Source(reader), vec![], parallelism, source_schema.clone());
+
+        // The needed full columns in table order: physical ones by reference,
+        // computed ones by their expressions.
+        let needed: Vec<usize> = needed.into_iter().collect();
+        let is_plain = needed.iter().all(|i| !computed.iter().any(|(ci, _)| ci == i));
+        let table_ref = TableReference::bare(table.name.as_str());
+        let calc_schema = Arc::new(Schema::new(
+            needed.iter().map(|i| full.field(*i).clone()).collect::<Vec<_>>(),
+        ));
+        if !is_plain {
+            let physical_df = DFSchema::try_from_qualified_schema(
+                TableReference::partial(PHYSICAL_SCHEMA, table.name.as_str()),
+                &source_schema,
+            )?;
+            let exprs = needed
+                .iter()
+                .map(|i| match computed.iter().position(|(ci, _)| ci == i) {
+                    Some(k) => self.physical(&computed_exprs[k], &physical_df),
+                    None => {
+                        let name = full.field(*i).name();
+                        let index = source_schema.index_of(name)?;
+                        Ok(Arc::new(ColumnExpr::new(name, index)) as Arc<dyn PhysicalExpr>)
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            node = self.add_calc(node, None, Some(exprs), calc_schema.clone());
+        }
+        if let Some((w, expr, _)) = &watermark {
+            let calc_df = DFSchema::try_from_qualified_schema(table_ref.clone(), &calc_schema)?;
+            let physical = self.physical(expr, &calc_df)?;
+            let assigner = WatermarkAssigner {
+                rowtime: w.column.clone(),
+                rowtime_index: calc_schema.index_of(&w.column)?,
+                expr: physical,
+                text: w.text.clone(),
+            };
+            node = self.push(
+                NodeKind::Operator(Arc::new(assigner)),
+                vec![(node, Exchange::Forward)],
+                parallelism,
+                calc_schema.clone(),
+            );
+        }
+        if needed != projection {
+            let exprs = projection
+                .iter()
+                .map(|i| {
+                    let name = full.field(*i).name();
+                    let index = needed.iter().position(|n| n == i).expect("projected column is needed");
+                    Arc::new(ColumnExpr::new(name, index)) as Arc<dyn PhysicalExpr>
+                })
+                .collect();
+            node = self.add_calc(node, None, Some(exprs), arrow_schema(&scan.projected_schema));
+        }
+        Ok(node)
+    }
+
+    fn plan_window_assign(&mut self, node: &WindowTvfNode) -> Result<NodeId> {
+        let input = self.plan(&node.input)?;
+        let time_index = node.input.schema().index_of_column(&node.time_column)?;
+        let time_type = node.input.schema().field(time_index).data_type().clone();
+        let assign = WindowAssign {
+            window: node.spec,
+            shift: self.shift_for(&time_type)?,
+            time_index,
+            time_name: node.time_column.name.clone(),
+            schema: arrow_schema(&node.schema),
+        };
+        let parallelism = self.nodes[input].parallelism;
+        Ok(self.push(
+            NodeKind::Operator(Arc::new(assign)),
+            vec![(input, Exchange::Forward)],
+            parallelism,
+            arrow_schema(&node.schema),
+        ))
+    }
+
+    fn shift_for(&self, time_type: &DataType) -> Result<TimeShift> {
+        if is_ltz(time_type) {
+            TimeShift::for_zone(self.binder.zone())
+        } else {
+            Ok(TimeShift::Utc)
+        }
+    }
+
+    /// Plans the input of an aggregation when it is a window TVF, possibly under
+    /// projections, filters and aliases; `None` when it is not windowed.
+    fn plan_windowed_input(&mut self, plan: &LogicalPlan) -> Result<Option<WindowedInput>> {
+        match plan {
+            LogicalPlan::Extension(extension) => {
+                let Some(node) = extension.node.as_any().downcast_ref::<WindowTvfNode>() else {
+                    return Ok(None);
+                };
+                let stream = self.plan(&node.input)?;
+                let input_schema = node.input.schema();
+                let width = input_schema.fields().len();
+                let mut origins: Vec<Origin> = (0..width).map(Origin::Stream).collect();
+                origins.extend([
+                    Origin::Window(WindowProperty::Start),
+                    Origin::Window(WindowProperty::End),
+                    Origin::Window(WindowProperty::Time),
+                ]);
+                let time_index = input_schema.index_of_column(&node.time_column)?;
+                let time_type = input_schema.field(time_index).data_type().clone();
+                Ok(Some(WindowedInput {
+                    stream,
+                    schema: input_schema.clone(),
+                    origins,
+                    time_index,
+                    time_name: node.time_column.name.clone(),
+                    window: node.spec,
+                    shift: self.shift_for(&time_type)?,
+                }))
+            }
+            LogicalPlan::SubqueryAlias(alias) => {
+                let Some(mut inner) = self.plan_windowed_input(&alias.input)? else {
+                    return Ok(None);
+                };
+                let arrow = arrow_schema(&inner.schema);
+                inner.schema = Arc::new(DFSchema::try_from_qualified_schema(alias.alias.clone(), &arrow)?);
+                Ok(Some(inner))
+            }
+            LogicalPlan::Filter(filter) => {
+                let Some(inner) = self.plan_windowed_input(&filter.input)? else {
+                    return Ok(None);
+                };
+                check_no_window_refs(&filter.predicate, filter.input.schema(), &inner.origins)?;
+                let predicate = self.physical(&filter.predicate, &inner.schema)?;
+                let schema = arrow_schema(&inner.schema);
+                let stream = self.add_calc(inner.stream, Some(predicate), None, schema);
+                Ok(Some(WindowedInput { stream, ..inner }))
+            }
+            LogicalPlan::Projection(projection) => {
+                let Some(inner) = self.plan_windowed_input(&projection.input)? else {
+                    return Ok(None);
+                };
+                let input_schema = projection.input.schema();
+                let mut exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+                let mut fields: Vec<(Option<TableReference>, Arc<Field>)> = Vec::new();
+                let mut origins = Vec::new();
+                let mut time_index = None;
+                for (i, e) in projection.expr.iter().enumerate() {
+                    if let Expr::Column(c) = strip_alias(e) {
+                        let index = input_schema.index_of_column(c)?;
+                        match inner.origins[index] {
+                            Origin::Window(property) => {
+                                origins.push(Origin::Window(property));
+                                continue;
+                            }
+                            Origin::Stream(s) if s == inner.time_index && time_index.is_none() => {
+                                time_index = Some(exprs.len());
+                            }
+                            Origin::Stream(_) => {}
+                        }
+                    } else {
+                        check_no_window_refs(e, input_schema, &inner.origins)?;
+                    }
+                    origins.push(Origin::Stream(exprs.len()));
+                    exprs.push(self.physical(e, &inner.schema)?);
+                    let (qualifier, field) = projection.schema.qualified_field(i);
+                    fields.push((qualifier.cloned(), field.clone()));
+                }
+                let time_index = match time_index {
+                    Some(t) => t,
+                    None => {
+                        // Keep the time attribute for the window, under a hidden name.
+                        let field = inner.schema.field(inner.time_index).as_ref().clone();
+                        exprs.push(Arc::new(ColumnExpr::new(field.name(), inner.time_index)));
+                        fields.push((None, Arc::new(field.with_name("__weir_window_time_attribute"))));
+                        exprs.len() - 1
+                    }
+                };
+                let schema = Arc::new(DFSchema::new_with_metadata(fields, Default::default())?);
+                let stream = self.add_calc(inner.stream, None, Some(exprs), arrow_schema(&schema));
+                Ok(Some(WindowedInput {
+                    stream,
+                    schema,
+                    origins,
+                    time_index,
+                    ..inner
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn plan_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
+        let Some(input) = self.plan_windowed_input(&aggregate.input)? else {
+            return Err(unsupported(
+                "GROUP BY without a window (an updating aggregate); group by window_start and \
+                 window_end of a window table function",
+            ));
+        };
+        let input_schema = aggregate.input.schema();
+        let output = arrow_schema(&aggregate.schema);
+        let mut keys = Vec::new();
+        let mut key_fields = Vec::new();
+        let mut group_columns = Vec::new();
+        for (i, e) in aggregate.group_expr.iter().enumerate() {
+            if matches!(e, Expr::GroupingSet(_)) {
+                return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
+            }
+            if let Expr::Column(c) = strip_alias(e)
+                && let Origin::Window(property) = input.origins[input_schema.index_of_column(c)?]
+            {
+                group_columns.push(GroupColumn::Window(property));
+                continue;
+            }
+            check_no_window_refs(e, input_schema, &input.origins)?;
+            let field = output.field(i).clone();
+            check_key_type(field.data_type())?;
+            group_columns.push(GroupColumn::Key(keys.len()));
+            keys.push(self.physical(e, &input.schema)?);
+            key_fields.push(field);
+        }
+        if !group_columns.iter().any(|g| matches!(g, GroupColumn::Window(_))) {
+            return Err(Error::Plan(
+                "a window aggregation must group by window_start and window_end".into(),
+            ));
+        }
+        let stream_schema = arrow_schema(&input.schema);
+        let mut aggregates = Vec::new();
+        let mut filters = Vec::new();
+        for (i, e) in aggregate.aggr_expr.iter().enumerate() {
+            let Expr::AggregateFunction(AggregateFunction { func, params }) = strip_alias(e) else {
+                return Err(Error::Internal(format!("not an aggregate: {e}")));
+            };
+            check_no_window_refs(e, input_schema, &input.origins)?;
+            let args = params
+                .args
+                .iter()
+                .map(|a| self.physical(a, &input.schema))
+                .collect::<Result<Vec<_>>>()?;
+            let order_by = create_physical_sort_exprs(
+                &params.order_by,
+                &input.schema,
+                &self.props,
+                &PhysicalPlanningContext::default(),
+            )?;
+            let name = output.field(aggregate.group_expr.len() + i).name().clone();
+            let built = AggregateExprBuilder::new(func.clone(), args)
+                .schema(stream_schema.clone())
+                .alias(name)
+                .human_display(e.human_display().to_string())
+                .with_distinct(params.distinct)
+                .with_ignore_nulls(params.null_treatment == Some(datafusion_expr::expr::NullTreatment::IgnoreNulls))
+                .order_by(order_by)
+                .build()?;
+            aggregates.push(Arc::new(built));
+            filters.push(match &params.filter {
+                Some(f) => Some(self.physical(f, &input.schema)?),
+                None => None,
+            });
+        }
+        let key_schema = Arc::new(Schema::new(key_fields.clone()));
+        let input_parallelism = self.nodes[input.stream].parallelism;
+        let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
+        let two_phase = match self.config.agg_phase_strategy()? {
+            AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
+            AggPhaseStrategy::TwoPhase => true,
+            AggPhaseStrategy::OnePhase => false,
+        };
+        let spec = |phase, keys: Vec<Arc<dyn PhysicalExpr>>, filters, output_schema| WindowAggregate {
+            phase,
+            window: input.window,
+            shift: input.shift.clone(),
+            time_name: input.time_name.clone(),
+            time_index: input.time_index,
+            keys,
+            key_schema: key_schema.clone(),
+            aggregates: aggregates.clone(),
+            filters,
+            group_columns: group_columns.clone(),
+            output_schema,
+        };
+        if !two_phase {
+            let exchange = if parallelism == input_parallelism && parallelism == 1 {
+                Exchange::Forward
+            } else if keys.is_empty() {
+                Exchange::Single
+            } else {
+                Exchange::Hash(keys.clone())
+            };
+            let single = spec(Phase::Single, keys, filters, output.clone());
+            return Ok(self.push(
+                NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(single)))),
+                vec![(input.stream, exchange)],
+                parallelism,
+                output,
+            ));
+        }
+        // Local: [__slice, keys..., states...] before the exchange.
+        let mut local_fields = vec![Field::new("__slice", DataType::Int64, false)];
+        local_fields.extend(key_fields.iter().cloned());
+        for a in &aggregates {
+            local_fields.extend(a.state_fields()?.iter().map(|f| f.as_ref().clone()));
+        }
+        let local_schema = Arc::new(Schema::new(local_fields));
+        let local = spec(Phase::Local, keys.clone(), filters, local_schema.clone());
+        let local_node = self.push(
+            NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(local)))),
+            vec![(input.stream, Exchange::Forward)],
+            input_parallelism,
+            local_schema.clone(),
+        );
+        let global_keys: Vec<Arc<dyn PhysicalExpr>> = key_fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i + 1)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        let exchange = if global_keys.is_empty() {
+            Exchange::Single
+        } else {
+            Exchange::Hash(global_keys.clone())
+        };
+        let global = spec(Phase::Global, global_keys, vec![None; aggregates.len()], output.clone());
+        Ok(self.push(
+            NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(global)))),
+            vec![(local_node, exchange)],
+            parallelism,
+            output,
+        ))
+    }
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::Plan(format!("{what} is not supported yet"))
+}
+
+/// Fails when `e` uses a window column other than as a plain column.
+fn check_no_window_refs(e: &Expr, schema: &DFSchema, origins: &[Origin]) -> Result<()> {
+    for column in e.column_refs() {
+        let index = schema.index_of_column(column)?;
+        if let Origin::Window(_) = origins[index] {
+            return Err(Error::Plan(format!(
+                "the window column '{}' can only be grouped by or selected as it is, not used in {e}",
+                column.name
+            )));
+        }
+    }
+    Ok(())
+}

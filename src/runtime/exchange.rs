@@ -1,0 +1,244 @@
+//! Exchanges: how the batches of one operator reach the subtasks of the next.
+//!
+//! ```text
+//!  upstream subtask                    downstream subtasks
+//!  ┌──────────────┐  Forward   ────►   [i]            (same parallelism)
+//!  │ ExchangeWriter│ Hash(keys) ────►  [kg * p / maxp] (rows split by key group)
+//!  └──────────────┘  Rebalance ────►   [round robin]  (whole batches)
+//!                    Broadcast ────►   [all]
+//!                    Single    ────►   [0]            (downstream parallelism 1)
+//! ```
+//!
+//! Watermarks, barriers and end-of-stream go to every channel of the writer.
+//! Every channel is bounded: a full channel blocks the sender (backpressure), and
+//! the time spent blocked is counted.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::record_batch::RecordBatch;
+use crossbeam_channel::{Sender, TrySendError};
+use datafusion_physical_expr::PhysicalExpr;
+
+use super::message::Message;
+use super::operator::TaskMetrics;
+use crate::state::key_group::{hash_rows, key_group, subtask_for_key_group};
+use crate::{Error, Result};
+
+/// How rows are distributed between two operators.
+#[derive(Debug, Clone)]
+pub enum Exchange {
+    /// One-to-one, same parallelism on both sides; lets operators chain.
+    Forward,
+    /// Rows go to the subtask owning their key group.
+    Hash(Vec<Arc<dyn PhysicalExpr>>),
+    /// Whole batches round-robin.
+    Rebalance,
+    /// Every batch to every subtask.
+    Broadcast,
+    /// Everything to the single downstream subtask.
+    Single,
+}
+
+impl Exchange {
+    /// A short name for EXPLAIN.
+    pub fn describe(&self) -> String {
+        match self {
+            Exchange::Forward => "FORWARD".into(),
+            Exchange::Hash(keys) => format!(
+                "HASH[{}]",
+                keys.iter()
+                    .map(|k| k.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Exchange::Rebalance => "REBALANCE".into(),
+            Exchange::Broadcast => "BROADCAST".into(),
+            Exchange::Single => "SINGLE".into(),
+        }
+    }
+}
+
+/// The sending side of one exchange, owned by one upstream subtask.
+pub struct ExchangeWriter {
+    exchange: Exchange,
+    senders: Vec<Sender<Message>>,
+    /// For forward exchanges: this subtask's index, which picks the one channel used.
+    next_rebalance: usize,
+    max_parallelism: usize,
+    metrics: Arc<TaskMetrics>,
+    hashes: Vec<u64>,
+}
+
+/// The error a task gets when the subtask it sends to is gone; it means that task
+/// failed (or the job was cancelled), so it is never the root cause.
+pub fn downstream_gone() -> Error {
+    Error::Execution("a downstream task stopped".into())
+}
+
+impl ExchangeWriter {
+    /// A writer over `senders`, one per downstream subtask (one for Forward and Single).
+    pub fn new(
+        exchange: Exchange,
+        senders: Vec<Sender<Message>>,
+        subtask: usize,
+        max_parallelism: usize,
+        metrics: Arc<TaskMetrics>,
+    ) -> Self {
+        ExchangeWriter {
+            exchange,
+            next_rebalance: subtask % senders.len().max(1),
+            senders,
+            max_parallelism,
+            metrics,
+            hashes: Vec::new(),
+        }
+    }
+
+    fn send(&self, channel: usize, message: Message) -> Result<()> {
+        let sender = &self.senders[channel];
+        match sender.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(message)) => {
+                let started = Instant::now();
+                let result = sender.send(message).map_err(|_| downstream_gone());
+                TaskMetrics::add(
+                    &self.metrics.blocked_on_output_nanos,
+                    started.elapsed().as_nanos() as u64,
+                );
+                result
+            }
+            Err(TrySendError::Disconnected(_)) => Err(downstream_gone()),
+        }
+    }
+
+    /// Sends a batch according to the exchange.
+    pub fn send_batch(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        TaskMetrics::add(&self.metrics.records_out, batch.num_rows() as u64);
+        match &self.exchange {
+            Exchange::Forward | Exchange::Single => self.send(0, Message::Batch(batch)),
+            Exchange::Rebalance => {
+                let channel = self.next_rebalance;
+                self.next_rebalance = (channel + 1) % self.senders.len();
+                self.send(channel, Message::Batch(batch))
+            }
+            Exchange::Broadcast => {
+                for channel in 0..self.senders.len() {
+                    self.send(channel, Message::Batch(batch.clone()))?;
+                }
+                Ok(())
+            }
+            Exchange::Hash(keys) => {
+                if self.senders.len() == 1 {
+                    return self.send(0, Message::Batch(batch));
+                }
+                let columns = keys
+                    .iter()
+                    .map(|k| k.evaluate(&batch)?.into_array(batch.num_rows()))
+                    .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
+                let parts = partition_by_hash(
+                    &batch,
+                    &columns,
+                    self.senders.len(),
+                    self.max_parallelism,
+                    &mut self.hashes,
+                )?;
+                for (channel, part) in parts.into_iter().enumerate() {
+                    if let Some(part) = part {
+                        self.send(channel, Message::Batch(part))?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends a control message (watermark, barrier, end-of-stream) on every channel.
+    pub fn broadcast(&mut self, message: Message) -> Result<()> {
+        for channel in 0..self.senders.len() {
+            self.send(channel, message.clone())?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits `batch` by the key group of `key_columns`, one part per target subtask.
+pub fn partition_by_hash(
+    batch: &RecordBatch,
+    key_columns: &[ArrayRef],
+    parallelism: usize,
+    max_parallelism: usize,
+    hashes: &mut Vec<u64>,
+) -> Result<Vec<Option<RecordBatch>>> {
+    hash_rows(key_columns, hashes)?;
+    let targets: Vec<u32> = hashes
+        .iter()
+        .map(|h| subtask_for_key_group(key_group(*h, max_parallelism), parallelism, max_parallelism) as u32)
+        .collect();
+    // Counting sort of row indices by target, then one `take` and zero-copy slices.
+    let mut counts = vec![0usize; parallelism + 1];
+    for t in &targets {
+        counts[*t as usize + 1] += 1;
+    }
+    for i in 1..counts.len() {
+        counts[i] += counts[i - 1];
+    }
+    let mut offsets = counts.clone();
+    let mut indices = vec![0u32; targets.len()];
+    for (row, t) in targets.iter().enumerate() {
+        indices[offsets[*t as usize]] = row as u32;
+        offsets[*t as usize] += 1;
+    }
+    let sorted = take_record_batch(batch, &UInt32Array::from(indices))?;
+    Ok((0..parallelism)
+        .map(|t| {
+            let (start, end) = (counts[t], counts[t + 1]);
+            (end > start).then(|| sorted.slice(start, end - start))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, AsArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::state::key_group::key_group_range;
+
+    #[test]
+    fn hash_partition_sends_each_row_to_the_owner_of_its_key_group() {
+        let keys: Vec<i64> = (0..1000).map(|i| i % 37).collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let column: ArrayRef = Arc::new(Int64Array::from(keys));
+        let batch = RecordBatch::try_new(schema, vec![column.clone()]).unwrap();
+        let mut hashes = Vec::new();
+        let parts = partition_by_hash(&batch, &[column], 4, 128, &mut hashes).unwrap();
+        let mut total = 0;
+        for (subtask, part) in parts.iter().enumerate() {
+            let Some(part) = part else { continue };
+            total += part.num_rows();
+            let mut h = Vec::new();
+            hash_rows(&[part.column(0).clone()], &mut h).unwrap();
+            let range = key_group_range(subtask, 4, 128);
+            for hash in h {
+                assert!(range.contains(&key_group(hash, 128)));
+            }
+            // The same key never lands in two subtasks.
+            for k in part.column(0).as_primitive::<arrow::datatypes::Int64Type>().values() {
+                for (other, p) in parts.iter().enumerate() {
+                    if other != subtask && let Some(p) = p {
+                        let vals = p.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+                        assert!(!vals.values().contains(k));
+                    }
+                }
+            }
+        }
+        assert_eq!(total, 1000);
+    }
+}

@@ -1,0 +1,51 @@
+//! The unit of dataflow between tasks: batches, watermarks, barriers, end-of-stream.
+
+use arrow::record_batch::RecordBatch;
+
+/// Event time in milliseconds since the Unix epoch (UTC), as Flink's watermarks are.
+pub type Timestamp = i64;
+
+/// The watermark that closes every window: sent implicitly at the end of bounded input.
+pub const MAX_WATERMARK: Timestamp = i64::MAX;
+
+/// The watermark before any has been seen.
+pub const MIN_WATERMARK: Timestamp = i64::MIN;
+
+/// Identifies one checkpoint of a job; increases with every trigger.
+pub type CheckpointId = u64;
+
+/// Whether a barrier belongs to a periodic checkpoint or a user-triggered savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BarrierKind {
+    /// A periodic checkpoint.
+    Checkpoint,
+    /// A savepoint the user asked for.
+    Savepoint,
+}
+
+/// A checkpoint barrier: separates the records before checkpoint `id` from those after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointBarrier {
+    /// The checkpoint this barrier belongs to.
+    pub id: CheckpointId,
+    /// Checkpoint or savepoint.
+    pub kind: BarrierKind,
+    /// When the coordinator triggered it (ms since epoch, wall clock).
+    pub timestamp: i64,
+}
+
+/// Everything that travels on a channel between two subtasks.
+///
+/// Order on a channel is never changed: a barrier never overtakes data, and
+/// watermarks, barriers and end-of-stream are broadcast to every output channel.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// Data; never empty.
+    Batch(RecordBatch),
+    /// Event time on this channel has reached this point.
+    Watermark(Timestamp),
+    /// A checkpoint barrier.
+    Barrier(CheckpointBarrier),
+    /// The bounded input of this channel is done.
+    EndOfStream,
+}

@@ -1,0 +1,15 @@
+//! The runtime: messages, operators, exchanges, tasks and jobs.
+
+pub mod exchange;
+pub mod input;
+pub mod job;
+pub mod message;
+pub mod operator;
+pub mod source;
+pub mod task;
+
+pub use exchange::Exchange;
+pub use job::{JobGraph, JobHandle, JobSettings, JobStatus};
+pub use message::{Message, Timestamp};
+pub use operator::{Operator, OperatorFactory, Output, TaskContext};
+pub use source::{SourceFactory, SourcePoll, SourceReader};

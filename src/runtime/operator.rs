@@ -1,0 +1,120 @@
+//! The operator trait: what a task calls for each batch, watermark and end of input.
+//!
+//! Operators see batches and watermarks; they never see channels or barriers.
+//! The task loop (see [`super::task`]) owns those and drives a chain of operators.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::record_batch::RecordBatch;
+
+use super::message::Timestamp;
+use crate::Result;
+
+/// What an operator emits while handling one input: batches and watermarks, in order.
+#[derive(Debug, Default)]
+pub struct Output {
+    items: Vec<Emitted>,
+}
+
+/// One emitted item.
+#[derive(Debug)]
+pub enum Emitted {
+    /// A batch of rows.
+    Batch(RecordBatch),
+    /// A watermark.
+    Watermark(Timestamp),
+}
+
+impl Output {
+    /// Emits a batch; empty batches are dropped here so no channel ever carries one.
+    pub fn batch(&mut self, batch: RecordBatch) {
+        if batch.num_rows() > 0 {
+            self.items.push(Emitted::Batch(batch));
+        }
+    }
+
+    /// Emits a watermark.
+    pub fn watermark(&mut self, watermark: Timestamp) {
+        self.items.push(Emitted::Watermark(watermark));
+    }
+
+    /// Takes what was emitted, leaving the output empty.
+    pub fn take(&mut self) -> Vec<Emitted> {
+        std::mem::take(&mut self.items)
+    }
+
+    /// True when nothing was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// A streaming operator.
+///
+/// The default `process_watermark` forwards the watermark unchanged; an operator
+/// holding event-time state (a window) emits what the watermark completes first.
+pub trait Operator: Send {
+    /// A short name for logs and errors.
+    fn name(&self) -> String;
+
+    /// Handles one batch from input `input` (0 for single-input operators).
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()>;
+
+    /// Handles a watermark: the operator's event time has reached `watermark`.
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        out.watermark(watermark);
+        Ok(())
+    }
+
+    /// All input is done (after a final watermark of +infinity); flush and close.
+    fn finish(&mut self, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Counters a task and its operators update; read by the job handle.
+#[derive(Debug, Default)]
+pub struct TaskMetrics {
+    /// Rows received by the task's first operator.
+    pub records_in: AtomicU64,
+    /// Rows sent to the task's output channels.
+    pub records_out: AtomicU64,
+    /// Rows dropped because their window had already fired.
+    pub late_records_dropped: AtomicU64,
+    /// Input rows skipped because they could not be parsed (with `ignore-parse-errors`).
+    pub parse_errors_skipped: AtomicU64,
+    /// Nanoseconds spent blocked on full output channels (backpressure).
+    pub blocked_on_output_nanos: AtomicU64,
+}
+
+impl TaskMetrics {
+    /// Adds `n` to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Where an operator instance runs: its subtask and the job's settings.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    /// Index of this subtask, `0..parallelism`.
+    pub subtask: usize,
+    /// Parallelism of the operator.
+    pub parallelism: usize,
+    /// Number of key groups (Flink's max parallelism).
+    pub max_parallelism: usize,
+    /// Rows per batch that sources and operators aim for.
+    pub batch_size: usize,
+    /// Counters of this subtask.
+    pub metrics: Arc<TaskMetrics>,
+}
+
+/// Creates one operator instance per subtask; implemented by plan nodes.
+pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
+    /// A one-line description for EXPLAIN.
+    fn describe(&self) -> String;
+
+    /// The operator for one subtask.
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>>;
+}

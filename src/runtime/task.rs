@@ -1,0 +1,149 @@
+//! The task loop: one thread runs one subtask's chain of operators.
+//!
+//! ```text
+//!   source reader ─┐                         ┌─► ExchangeWriter ─► channels
+//!   or InputGate ──┴─► op 0 ─► op 1 ─► ... ──┤
+//!                     (chained: plain calls) └─► ExchangeWriter ─► ...
+//! ```
+//!
+//! Batches and watermarks an operator emits go straight into the next operator of
+//! the chain; what the last one emits goes to the task's exchange writers. At the
+//! end of input every operator sees a final watermark of +infinity, then `finish`,
+//! and end-of-stream is sent downstream.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arrow::record_batch::RecordBatch;
+
+use super::exchange::ExchangeWriter;
+use super::input::{InputEvent, InputGate};
+use super::message::{MAX_WATERMARK, Message, Timestamp};
+use super::operator::{Emitted, Operator, Output, TaskMetrics};
+use super::source::{SourcePoll, SourceReader};
+use crate::{Error, Result};
+
+/// Where a task's input comes from.
+pub enum TaskInput {
+    /// The task runs a source reader.
+    Source(Box<dyn SourceReader>),
+    /// The task reads channels from upstream tasks.
+    Channels(InputGate),
+}
+
+/// One subtask, ready to run.
+pub struct Task {
+    /// `Vertex name (subtask/parallelism)`, for errors.
+    pub name: String,
+    /// Its input.
+    pub input: Option<TaskInput>,
+    /// Chained operators, first to last.
+    pub chain: Vec<Box<dyn Operator>>,
+    /// One writer per outgoing edge.
+    pub outputs: Vec<ExchangeWriter>,
+    /// Counters.
+    pub metrics: Arc<TaskMetrics>,
+    /// Set when the job is cancelled or failed elsewhere.
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// The error of a task that stopped because the job was cancelled.
+pub fn cancelled() -> Error {
+    Error::Execution("the job was cancelled".into())
+}
+
+impl Task {
+    /// Runs the task to the end of its input.
+    pub fn run(mut self) -> Result<()> {
+        match self.input.take() {
+            Some(TaskInput::Source(reader)) => self.run_source(reader),
+            Some(TaskInput::Channels(gate)) => self.run_channels(gate),
+            None => Err(Error::Internal(format!("task {} has no input", self.name))),
+        }
+    }
+
+    fn run_source(&mut self, mut reader: Box<dyn SourceReader>) -> Result<()> {
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(cancelled());
+            }
+            match reader.poll_next()? {
+                SourcePoll::Batch(batch) => {
+                    TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
+                    self.push_batch(0, 0, batch)?;
+                }
+                SourcePoll::Idle(wait) => std::thread::sleep(wait.min(Duration::from_millis(50))),
+                SourcePoll::End => break,
+            }
+        }
+        self.end()
+    }
+
+    fn run_channels(&mut self, mut gate: InputGate) -> Result<()> {
+        loop {
+            match gate.next()? {
+                InputEvent::Batch { input, batch } => {
+                    TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
+                    self.push_batch(0, input, batch)?;
+                }
+                InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
+                InputEvent::End => break,
+            }
+        }
+        self.end()
+    }
+
+    /// End of input: a final watermark, `finish` on every operator in order, then
+    /// end-of-stream downstream.
+    fn end(&mut self) -> Result<()> {
+        self.push_watermark(0, MAX_WATERMARK)?;
+        for index in 0..self.chain.len() {
+            let mut out = Output::default();
+            self.chain[index].finish(&mut out)?;
+            self.forward(index + 1, out)?;
+        }
+        for output in &mut self.outputs {
+            output.broadcast(Message::EndOfStream)?;
+        }
+        Ok(())
+    }
+
+    fn push_batch(&mut self, index: usize, input: usize, batch: RecordBatch) -> Result<()> {
+        if index == self.chain.len() {
+            let last = self.outputs.len().saturating_sub(1);
+            for (i, output) in self.outputs.iter_mut().enumerate() {
+                if i == last {
+                    return output.send_batch(batch);
+                }
+                output.send_batch(batch.clone())?;
+            }
+            return Ok(());
+        }
+        let mut out = Output::default();
+        self.chain[index].process_batch(input, batch, &mut out)?;
+        self.forward(index + 1, out)
+    }
+
+    fn push_watermark(&mut self, index: usize, watermark: Timestamp) -> Result<()> {
+        if index == self.chain.len() {
+            for output in &mut self.outputs {
+                output.broadcast(Message::Watermark(watermark))?;
+            }
+            return Ok(());
+        }
+        let mut out = Output::default();
+        self.chain[index].process_watermark(watermark, &mut out)?;
+        self.forward(index + 1, out)
+    }
+
+    fn forward(&mut self, index: usize, mut out: Output) -> Result<()> {
+        for item in out.take() {
+            match item {
+                Emitted::Batch(batch) => self.push_batch(index, 0, batch)?,
+                Emitted::Watermark(wm) => self.push_watermark(index, wm)?,
+            }
+        }
+        Ok(())
+    }
+}

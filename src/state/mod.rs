@@ -1,0 +1,3 @@
+//! Keyed state: key groups and (with checkpoints) state snapshots.
+
+pub mod key_group;
