@@ -23,6 +23,7 @@ use sqlparser::ast::{self, TimezoneInfo};
 use super::catalog::{Catalog, TableDef};
 use super::functions::FunctionRegistry;
 use super::group_window::rewrite_group_windows;
+use super::naming::name_select_items;
 use super::types::{unit_for_precision, with_zone};
 use super::window_tvf::FlinkRelationPlanner;
 use crate::error::Position;
@@ -121,6 +122,7 @@ impl Binder {
     /// Binds a query to an analyzed and optimized logical plan.
     pub fn bind_query(&self, mut query: ast::Query) -> Result<LogicalPlan> {
         rewrite_group_windows(&mut query)?;
+        name_select_items(&mut query);
         let plan = self
             .sql_to_rel()
             .sql_statement_to_plan(ast::Statement::Query(Box::new(query)))
@@ -146,6 +148,7 @@ impl Binder {
         }
         if let Some(source) = &mut insert.source {
             rewrite_group_windows(source)?;
+            name_select_items(source);
         }
         let binder = Binder {
             insert_target: Some(target),

@@ -16,7 +16,7 @@ use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion_common::{Result, ScalarValue};
 use datafusion_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature,
+    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
 
 /// `sum` and `avg` with Flink's result types.
@@ -35,6 +35,7 @@ pub fn flink_typed_aggregates() -> Vec<Arc<AggregateUDF>> {
 #[derive(Debug)]
 struct FlinkTyped {
     inner: Arc<AggregateUDF>,
+    signature: Signature,
 }
 
 impl PartialEq for FlinkTyped {
@@ -53,7 +54,10 @@ impl Hash for FlinkTyped {
 
 impl FlinkTyped {
     fn new(inner: Arc<AggregateUDF>) -> Self {
-        FlinkTyped { inner }
+        FlinkTyped {
+            inner,
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
     }
 
     /// The integer type the result keeps, if the input is an integer.
@@ -62,17 +66,7 @@ impl FlinkTyped {
     }
 
     fn inner_return_field(&self, input_fields: &[FieldRef]) -> Result<FieldRef> {
-        let coerced = self.inner.coerce_types(
-            &input_fields.iter().map(|f| f.data_type().clone()).collect::<Vec<_>>(),
-        );
-        let types = coerced
-            .unwrap_or_else(|_| input_fields.iter().map(|f| f.data_type().clone()).collect());
-        let fields: Vec<FieldRef> = types
-            .into_iter()
-            .zip(input_fields)
-            .map(|(t, f)| Arc::new(f.as_ref().clone().with_data_type(t)))
-            .collect();
-        self.inner.return_field(&fields)
+        self.inner.return_field(&inner_input_fields(&self.inner, input_fields)?)
     }
 }
 
@@ -86,7 +80,7 @@ impl AggregateUDFImpl for FlinkTyped {
     }
 
     fn signature(&self) -> &Signature {
-        self.inner.signature()
+        &self.signature
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
@@ -95,7 +89,14 @@ impl AggregateUDFImpl for FlinkTyped {
         if arg_types.len() == 1 && arg_types[0].is_integer() {
             return Ok(arg_types.to_vec());
         }
-        self.inner.coerce_types(arg_types)
+        let fields: Vec<FieldRef> = arg_types
+            .iter()
+            .map(|t| Arc::new(Field::new("arg", t.clone(), true)))
+            .collect();
+        Ok(inner_input_fields(&self.inner, &fields)?
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect())
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
@@ -115,32 +116,24 @@ impl AggregateUDFImpl for FlinkTyped {
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let inner_return = self.inner_return_field(args.expr_fields)?;
         let target = args.return_field.data_type().clone();
+        let inner_fields = inner_input_fields(&self.inner, args.expr_fields)?;
         let inner_args = AccumulatorArgs {
             return_field: inner_return.clone(),
+            expr_fields: &inner_fields,
             ..args
         };
         let inner = self.inner.accumulator(inner_args)?;
         Ok(Box::new(CastingAccumulator {
             inner,
             input_type: args.expr_fields[0].data_type().clone(),
-            wanted_input: inner_input_type(&self.inner, args.expr_fields[0].data_type()),
+            wanted_input: inner_input_type(&self.inner, args.expr_fields[0].data_type())?,
             target,
         }))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         let inner_return = self.inner_return_field(args.input_fields)?;
-        let input_fields: Vec<FieldRef> = args
-            .input_fields
-            .iter()
-            .map(|f| {
-                Arc::new(
-                    f.as_ref()
-                        .clone()
-                        .with_data_type(inner_input_type(&self.inner, f.data_type())),
-                )
-            })
-            .collect();
+        let input_fields = inner_input_fields(&self.inner, args.input_fields)?;
         self.inner.state_fields(StateFieldsArgs {
             return_field: inner_return,
             input_fields: &input_fields,
@@ -150,10 +143,14 @@ impl AggregateUDFImpl for FlinkTyped {
 
     fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
         match self.inner_return_field(args.expr_fields) {
-            Ok(inner_return) => self.inner.groups_accumulator_supported(AccumulatorArgs {
-                return_field: inner_return,
-                ..args
-            }),
+            Ok(inner_return) => match inner_input_fields(&self.inner, args.expr_fields) {
+                Ok(inner_fields) => self.inner.groups_accumulator_supported(AccumulatorArgs {
+                    return_field: inner_return,
+                    expr_fields: &inner_fields,
+                    ..args
+                }),
+                Err(_) => false,
+            },
             Err(_) => false,
         }
     }
@@ -161,14 +158,16 @@ impl AggregateUDFImpl for FlinkTyped {
     fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
         let inner_return = self.inner_return_field(args.expr_fields)?;
         let target = args.return_field.data_type().clone();
+        let inner_fields = inner_input_fields(&self.inner, args.expr_fields)?;
         let inner = self.inner.create_groups_accumulator(AccumulatorArgs {
             return_field: inner_return,
+            expr_fields: &inner_fields,
             ..args
         })?;
         Ok(Box::new(CastingGroupsAccumulator {
             inner,
             input_type: args.expr_fields[0].data_type().clone(),
-            wanted_input: inner_input_type(&self.inner, args.expr_fields[0].data_type()),
+            wanted_input: inner_input_type(&self.inner, args.expr_fields[0].data_type())?,
             target,
         }))
     }
@@ -178,13 +177,16 @@ impl AggregateUDFImpl for FlinkTyped {
     }
 }
 
-/// The input type the inner (DataFusion) aggregate expects after its own coercion.
-fn inner_input_type(inner: &AggregateUDF, input: &DataType) -> DataType {
-    inner
-        .coerce_types(std::slice::from_ref(input))
-        .ok()
-        .and_then(|t| t.into_iter().next())
-        .unwrap_or_else(|| input.clone())
+/// The argument fields the inner (DataFusion) aggregate wants, after the
+/// coercion its signature asks for.
+fn inner_input_fields(inner: &AggregateUDF, fields: &[FieldRef]) -> Result<Vec<FieldRef>> {
+    datafusion_expr::type_coercion::functions::fields_with_udf(fields, inner)
+}
+
+/// The input type the inner aggregate expects for an argument of type `input`.
+fn inner_input_type(inner: &AggregateUDF, input: &DataType) -> Result<DataType> {
+    let field: FieldRef = Arc::new(Field::new("arg", input.clone(), true));
+    Ok(inner_input_fields(inner, &[field])?[0].data_type().clone())
 }
 
 fn cast_input(values: &[ArrayRef], from: &DataType, to: &DataType) -> Result<Vec<ArrayRef>> {

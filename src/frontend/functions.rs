@@ -14,7 +14,7 @@ use datafusion_common::{DataFusionError, Result as DFResult, ScalarValue, exec_e
 use datafusion_expr::planner::ExprPlanner;
 use datafusion_expr::{
     AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TypeSignature, Volatility,
+    Signature, Volatility,
 };
 
 use super::flink_aggregates;
@@ -105,18 +105,8 @@ pub struct ToTimestampLtz {
 impl ToTimestampLtz {
     /// The function for a session whose zone is `zone`.
     pub fn new(zone: &str) -> Self {
-        let numeric = [DataType::Int64, DataType::Float64];
-        let variants = numeric
-            .iter()
-            .flat_map(|t| {
-                [
-                    TypeSignature::Exact(vec![t.clone()]),
-                    TypeSignature::Exact(vec![t.clone(), DataType::Int32]),
-                ]
-            })
-            .collect();
         ToTimestampLtz {
-            signature: Signature::one_of(variants, Volatility::Immutable),
+            signature: Signature::user_defined(Volatility::Immutable),
             zone: zone.to_string(),
         }
     }
@@ -132,6 +122,9 @@ impl ScalarUDFImpl for ToTimestampLtz {
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DFResult<Vec<DataType>> {
+        if arg_types.is_empty() || arg_types.len() > 2 {
+            return plan_err!("TO_TIMESTAMP_LTZ takes an epoch value and a precision: TO_TIMESTAMP_LTZ(ms, 3)");
+        }
         let first = match &arg_types[0] {
             t if t.is_integer() => DataType::Int64,
             t if t.is_numeric() => DataType::Float64,
@@ -143,7 +136,7 @@ impl ScalarUDFImpl for ToTimestampLtz {
             if !arg_types[1].is_integer() {
                 return plan_err!("TO_TIMESTAMP_LTZ precision must be an integer literal (0 or 3)");
             }
-            types.push(DataType::Int32);
+            types.push(arg_types[1].clone());
         }
         Ok(types)
     }
@@ -153,10 +146,9 @@ impl ScalarUDFImpl for ToTimestampLtz {
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> DFResult<FieldRef> {
+        // A literal precision is checked now; anything else when it is evaluated.
         if let Some(Some(precision)) = args.scalar_arguments.get(1) {
             units_per_second(precision)?;
-        } else if args.arg_fields.len() == 2 {
-            return plan_err!("TO_TIMESTAMP_LTZ precision must be a literal (0 or 3)");
         }
         let nullable = args.arg_fields.iter().any(|f| f.is_nullable());
         Ok(Arc::new(Field::new(
@@ -201,12 +193,11 @@ impl ScalarUDFImpl for ToTimestampLtz {
 
 /// Epoch units per second for a precision: 1 for 0 (seconds), 1000 for 3 (milliseconds).
 fn units_per_second(precision: &ScalarValue) -> DFResult<i64> {
-    let p = match precision {
-        ScalarValue::Int32(Some(p)) => *p as i64,
-        ScalarValue::Int64(Some(p)) => *p,
-        other => {
+    let p = match precision.cast_to(&DataType::Int64) {
+        Ok(ScalarValue::Int64(Some(p))) => p,
+        _ => {
             return Err(DataFusionError::Plan(format!(
-                "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {other}"
+                "TO_TIMESTAMP_LTZ precision must be 0 or 3, got {precision}"
             )));
         }
     };

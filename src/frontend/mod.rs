@@ -6,6 +6,7 @@ pub mod dialect;
 pub mod flink_aggregates;
 pub mod functions;
 pub mod group_window;
+pub mod naming;
 pub mod parser;
 pub mod types;
 pub mod window_tvf;

@@ -94,6 +94,9 @@ pub struct CsvBatchReader<R: Read> {
     /// Rows skipped because they did not parse.
     pub skipped: u64,
     done: bool,
+    /// A malformed record found while reading ahead, reported once the rows
+    /// before it are converted (so errors come in file order).
+    pending: Option<Error>,
 }
 
 impl<R: Read> CsvBatchReader<R> {
@@ -125,11 +128,15 @@ impl<R: Read> CsvBatchReader<R> {
             record: csv::ByteRecord::new(),
             skipped: 0,
             done: false,
+            pending: None,
         }
     }
 
     /// The next batch of up to `max_rows` rows, or `None` at the end of the file.
     pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
         while !self.done {
             let mut builders: Vec<StringBuilder> = self.projection.iter().map(|_| StringBuilder::new()).collect();
             let mut lines: Vec<u64> = Vec::new();
@@ -152,7 +159,7 @@ impl<R: Read> CsvBatchReader<R> {
                         self.skipped += 1;
                         continue;
                     }
-                    return Err(Error::Data {
+                    self.pending = Some(Error::Data {
                         file: self.file.clone(),
                         line: Some(line),
                         message: format!(
@@ -161,6 +168,8 @@ impl<R: Read> CsvBatchReader<R> {
                             self.record.len()
                         ),
                     });
+                    self.done = true;
+                    break;
                 }
                 for (builder, index) in builders.iter_mut().zip(&self.projection) {
                     let raw = &self.record[*index];
@@ -186,7 +195,10 @@ impl<R: Read> CsvBatchReader<R> {
                 return Ok(Some(batch));
             }
         }
-        Ok(None)
+        match self.pending.take() {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
     }
 
     /// Parses text columns into the target types; bad rows fail or are skipped.

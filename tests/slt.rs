@@ -1,0 +1,128 @@
+//! Runs the SQL case files (`sql/**/*.slt`) with the sqllogictest crate, each
+//! file twice: at parallelism 1 and at parallelism 4 (labels `p1` and `p4` for
+//! `onlyif`/`skipif`). `cargo test --test slt -- FILTER` runs matching files.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::datatypes::DataType;
+use sqllogictest::{DBOutput, DefaultColumnType, Runner};
+use weir::Engine;
+use weir::connectors::format::text::{TextStyle, format_column};
+
+/// One engine session per file run.
+struct WeirDb {
+    engine: Engine,
+}
+
+impl sqllogictest::DB for WeirDb {
+    type Error = weir::Error;
+    type ColumnType = DefaultColumnType;
+
+    fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
+        let result = self.engine.sql(sql)?;
+        let schema = result.schema();
+        if schema.fields().is_empty() {
+            result.wait()?;
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        let types = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                t if t.is_integer() => DefaultColumnType::Integer,
+                t if t.is_floating() || matches!(t, DataType::Decimal128(_, _)) => DefaultColumnType::FloatingPoint,
+                DataType::Utf8 => DefaultColumnType::Text,
+                _ => DefaultColumnType::Any,
+            })
+            .collect();
+        let mut rows = Vec::new();
+        for batch in result.collect()? {
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|c| format_column(c, TextStyle::Print))
+                .collect::<weir::Result<Vec<_>>>()?;
+            for row in 0..batch.num_rows() {
+                rows.push(
+                    columns
+                        .iter()
+                        .map(|values| match &values[row] {
+                            None => "NULL".to_string(),
+                            Some(v) if v.is_empty() => "(empty)".to_string(),
+                            Some(v) => v.clone(),
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Ok(DBOutput::Rows { types, rows })
+    }
+
+    fn engine_name(&self) -> &str {
+        "weir"
+    }
+}
+
+fn slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            slt_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "slt") {
+            out.push(path);
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    slt_files(&root.join("sql"), &mut files);
+    files.sort();
+    files.retain(|f| filters.is_empty() || filters.iter().any(|x| f.to_string_lossy().contains(x.as_str())));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let mut count = 0;
+    for file in &files {
+        for parallelism in [1, 4] {
+            count += 1;
+            let label = format!("p{parallelism}");
+            let mut runner = Runner::new(|| {
+                let engine = Engine::new();
+                let result = engine
+                    .set("parallelism.default", &parallelism.to_string())
+                    .and_then(|_| engine.set("table.local-time-zone", "UTC"))
+                    .map(|_| WeirDb { engine });
+                std::future::ready(result)
+            });
+            runner.add_label(&label);
+            runner.with_column_validator(|_, _| true);
+            let name = file.strip_prefix(root).unwrap_or(file).display().to_string();
+            let file_started = Instant::now();
+            match runner.run_file(file) {
+                Ok(()) => println!("ok   {name} [{label}] ({:.2} s)", file_started.elapsed().as_secs_f64()),
+                Err(e) => {
+                    println!("FAIL {name} [{label}]\n{e}\n");
+                    failures.lock().unwrap().push(format!("{name} [{label}]"));
+                }
+            }
+        }
+    }
+    let failures = failures.lock().unwrap();
+    println!(
+        "\n{} of {count} file runs passed in {:.1} s",
+        count - failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failed: {}", failures.join(", "));
+        ExitCode::FAILURE
+    }
+}
