@@ -589,7 +589,7 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         let err = parse_statements("CREATE TABLE t (a BIGINT, b FOO)").unwrap_err().to_string();
-        assert!(err.contains("FOO") && err.contains("line 1, column 27"), "{err}");
+        assert!(err.contains("FOO") && err.contains("line 1, column 29"), "{err}");
     }
 
     #[test]

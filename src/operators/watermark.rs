@@ -6,9 +6,12 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, AsArray, Int64Array};
 use arrow::compute::kernels::aggregate::max;
-use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use arrow::datatypes::{
+    DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType,
+};
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 
@@ -16,11 +19,39 @@ use crate::runtime::message::MIN_WATERMARK;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::{Error, Result};
 
-/// Evaluates a column to epoch milliseconds (timestamps of any unit and zone).
-pub fn to_epoch_millis(array: &dyn Array) -> Result<arrow::array::Int64Array> {
-    let as_ms = arrow::compute::cast(&arrow::array::make_array(array.to_data()), &DataType::Timestamp(TimeUnit::Millisecond, None))?;
-    let as_int = arrow::compute::cast(&as_ms, &DataType::Int64)?;
-    Ok(as_int.as_primitive::<Int64Type>().clone())
+/// The epoch milliseconds of a timestamp column of any unit and zone.
+///
+/// Arrow stores every timestamp as an instant since the epoch whatever its zone;
+/// these raw values are read directly (a cast to a zone-less type would shift
+/// them to local time).
+pub fn to_epoch_millis(array: &dyn Array) -> Result<Int64Array> {
+    let (values, nulls, per_ms) = match array.data_type() {
+        DataType::Timestamp(TimeUnit::Second, _) => {
+            let a = array.as_primitive::<TimestampSecondType>();
+            return Ok(a.unary(|v| v * 1000));
+        }
+        DataType::Timestamp(TimeUnit::Millisecond, _) => {
+            let a = array.as_primitive::<TimestampMillisecondType>();
+            (a.values().clone(), a.nulls().cloned(), 1)
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            let a = array.as_primitive::<TimestampMicrosecondType>();
+            (a.values().clone(), a.nulls().cloned(), 1_000)
+        }
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+            let a = array.as_primitive::<TimestampNanosecondType>();
+            (a.values().clone(), a.nulls().cloned(), 1_000_000)
+        }
+        other => {
+            return Err(Error::Internal(format!("expected a timestamp column, got {other}")));
+        }
+    };
+    let raw = Int64Array::new(values, nulls);
+    Ok(if per_ms == 1 {
+        raw
+    } else {
+        raw.unary(|v: i64| v.div_euclid(per_ms))
+    })
 }
 
 /// Spec of a watermark assigner.
@@ -34,6 +65,10 @@ pub struct WatermarkAssigner {
     pub expr: Arc<dyn PhysicalExpr>,
     /// Its SQL text.
     pub text: String,
+    /// When the expression is `rowtime - INTERVAL 'd'` (or the rowtime itself),
+    /// the delay `d` in milliseconds: the watermark is then `max(rowtime) - d`,
+    /// computed without evaluating the expression on every row.
+    pub fixed_delay: Option<i64>,
 }
 
 impl OperatorFactory for WatermarkAssigner {
@@ -66,8 +101,15 @@ impl Operator for WatermarkAssignerOperator {
                 self.spec.rowtime
             )));
         }
-        let values = self.spec.expr.evaluate(&batch)?.into_array(batch.num_rows())?;
-        let candidate = max(&to_epoch_millis(values.as_ref())?);
+        let candidate = match self.spec.fixed_delay {
+            Some(delay) => {
+                max(&to_epoch_millis(batch.column(self.spec.rowtime_index).as_ref())?).map(|m| m.saturating_sub(delay))
+            }
+            None => {
+                let values = self.spec.expr.evaluate(&batch)?.into_array(batch.num_rows())?;
+                max(&to_epoch_millis(values.as_ref())?)
+            }
+        };
         out.batch(batch);
         if let Some(candidate) = candidate
             && candidate > self.current
@@ -85,5 +127,20 @@ impl Operator for WatermarkAssignerOperator {
             out.watermark(watermark);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{TimestampMicrosecondArray, TimestampMillisecondArray};
+
+    use super::*;
+
+    #[test]
+    fn epoch_millis_ignore_the_zone_and_scale_the_unit() {
+        let shanghai = TimestampMillisecondArray::from(vec![0, 1_500]).with_timezone("Asia/Shanghai");
+        assert_eq!(to_epoch_millis(&shanghai).unwrap().values(), &[0, 1_500]);
+        let micros = TimestampMicrosecondArray::from(vec![-1, 2_500]);
+        assert_eq!(to_epoch_millis(&micros).unwrap().values(), &[-1, 2]);
     }
 }

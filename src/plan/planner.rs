@@ -391,6 +391,7 @@ impl<'a> Planner<'a> {
                 rowtime_index: calc_schema.index_of(&w.column)?,
                 expr: physical,
                 text: w.text.clone(),
+                fixed_delay: fixed_watermark_delay(expr, &w.column),
             };
             node = self.push(
                 NodeKind::Operator(Arc::new(assigner)),
@@ -678,6 +679,32 @@ impl<'a> Planner<'a> {
             parallelism,
             output,
         ))
+    }
+}
+
+/// The delay of a watermark expression of the form `rowtime - INTERVAL '...'`
+/// (or `rowtime` itself), in milliseconds.
+fn fixed_watermark_delay(expr: &Expr, rowtime: &str) -> Option<i64> {
+    use datafusion_common::ScalarValue;
+    use datafusion_expr::{BinaryExpr, Operator};
+    match strip_alias(expr) {
+        Expr::Column(c) if c.name == rowtime => Some(0),
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right }) => {
+            let Expr::Column(c) = strip_alias(left) else { return None };
+            if c.name != rowtime {
+                return None;
+            }
+            match strip_alias(right) {
+                Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+                    Some(v.days as i64 * 86_400_000 + v.nanoseconds.div_euclid(1_000_000))
+                }
+                Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
+                    Some(v.days as i64 * 86_400_000 + v.milliseconds as i64)
+                }
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
