@@ -58,6 +58,16 @@ impl sqllogictest::DB for WeirDb {
                 );
             }
         }
+        // A single text value of several lines (EXPLAIN) is shown line by line.
+        if let [row] = rows.as_slice()
+            && let [value] = row.as_slice()
+            && value.contains('\n')
+        {
+            rows = value
+                .lines()
+                .map(|line| vec![if line.is_empty() { "(empty)".to_string() } else { line.to_string() }])
+                .collect();
+        }
         Ok(DBOutput::Rows { types, rows })
     }
 
