@@ -38,7 +38,7 @@ impl sqllogictest::DB for WeirDb {
                 _ => DefaultColumnType::Any,
             })
             .collect();
-        let mut rows = Vec::new();
+        let mut rows: Vec<Vec<String>> = Vec::new();
         for batch in result.collect()? {
             let columns = batch
                 .columns()

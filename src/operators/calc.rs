@@ -63,18 +63,35 @@ impl Calc {
                 .iter()
                 .zip(self.schema.fields())
                 .map(|(e, f)| {
-                    let text = e.to_string();
-                    let plain = text.split('@').next().unwrap_or(&text).to_string();
-                    if plain == *f.name() { plain } else { format!("{text} AS {}", f.name()) }
+                    let text = expr_text(e.as_ref());
+                    if text == *f.name() { text } else { format!("{text} AS {}", f.name()) }
                 })
                 .collect();
             parts.push(format!("select=[{}]", items.join(", ")));
         }
         if let Some(filter) = &self.filter {
-            parts.push(format!("where=[{filter}]"));
+            parts.push(format!("where=[{}]", expr_text(filter.as_ref())));
         }
         format!("Calc({})", parts.join(", "))
     }
+}
+
+/// A physical expression as SQL-like text: column references without their
+/// `@index` suffixes.
+pub fn expr_text(expr: &dyn PhysicalExpr) -> String {
+    let text = expr.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '@' && chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+            while chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+                chars.next();
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Operator for Calc {

@@ -522,15 +522,31 @@ impl<'a> Planner<'a> {
                 let time_index = match time_index {
                     Some(t) => t,
                     None => {
-                        // Keep the time attribute for the window, under a hidden name.
-                        let field = inner.schema.field(inner.time_index).as_ref().clone();
+                        // Keep the time attribute for the window: under its own name
+                        // when that is free, else under a hidden one.
+                        let (qualifier, field) = inner.schema.qualified_field(inner.time_index);
+                        let taken = fields.iter().any(|(_, f)| f.name() == field.name());
+                        let (qualifier, field) = if taken {
+                            (None, Arc::new(field.as_ref().clone().with_name("__weir_window_time_attribute")))
+                        } else {
+                            (qualifier.cloned(), field.clone())
+                        };
                         exprs.push(Arc::new(ColumnExpr::new(field.name(), inner.time_index)));
-                        fields.push((None, Arc::new(field.with_name("__weir_window_time_attribute"))));
+                        fields.push((qualifier, field));
                         exprs.len() - 1
                     }
                 };
                 let schema = Arc::new(DFSchema::new_with_metadata(fields, Default::default())?);
-                let stream = self.add_calc(inner.stream, None, Some(exprs), arrow_schema(&schema));
+                // A projection that keeps the stream's columns as they are needs no Calc.
+                let identity = exprs.len() == inner.schema.fields().len()
+                    && exprs.iter().enumerate().all(|(i, e)| {
+                        e.as_ref().downcast_ref::<ColumnExpr>().is_some_and(|c| c.index() == i)
+                    });
+                let stream = if identity {
+                    inner.stream
+                } else {
+                    self.add_calc(inner.stream, None, Some(exprs), arrow_schema(&schema))
+                };
                 Ok(Some(WindowedInput {
                     stream,
                     schema,
