@@ -137,7 +137,11 @@ impl SessionConfig {
 
     /// `pipeline.operator-chaining.enabled` (default true).
     pub fn operator_chaining(&self) -> Result<bool> {
-        match self.get(OPERATOR_CHAINING).map(str::to_ascii_lowercase).as_deref() {
+        match self
+            .get(OPERATOR_CHAINING)
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             None | Some("true") => Ok(true),
             Some("false") => Ok(false),
             Some(v) => Err(bad_value(OPERATOR_CHAINING, v, "true or false")),
@@ -146,7 +150,11 @@ impl SessionConfig {
 
     /// `table.optimizer.agg-phase-strategy` (default AUTO).
     pub fn agg_phase_strategy(&self) -> Result<AggPhaseStrategy> {
-        match self.get(AGG_PHASE_STRATEGY).map(str::to_ascii_uppercase).as_deref() {
+        match self
+            .get(AGG_PHASE_STRATEGY)
+            .map(str::to_ascii_uppercase)
+            .as_deref()
+        {
             None | Some("AUTO") => Ok(AggPhaseStrategy::Auto),
             Some("ONE_PHASE") => Ok(AggPhaseStrategy::OnePhase),
             Some("TWO_PHASE") => Ok(AggPhaseStrategy::TwoPhase),
@@ -158,7 +166,9 @@ impl SessionConfig {
     pub fn buffer_timeout(&self) -> Result<Duration> {
         match self.get(BUFFER_TIMEOUT) {
             None => Ok(Duration::from_millis(10)),
-            Some(v) => parse_duration(v).ok_or_else(|| bad_value(BUFFER_TIMEOUT, v, "a duration such as '10 ms'")),
+            Some(v) => {
+                parse_duration(v).ok_or_else(|| bad_value(BUFFER_TIMEOUT, v, "a duration such as '10 ms'"))
+            }
         }
     }
 
@@ -179,15 +189,21 @@ impl SessionConfig {
 }
 
 fn bad_value(key: &str, value: &str, expected: &str) -> Error {
-    Error::sql(format!("invalid value '{value}' for '{key}': expected {expected}"))
+    Error::sql(format!(
+        "invalid value '{value}' for '{key}': expected {expected}"
+    ))
 }
 
 /// The zone of this machine: `TZ`, else `/etc/timezone`, else the
 /// `/etc/localtime` link, else UTC.
 pub fn system_time_zone() -> String {
     let candidates = [
-        std::env::var("TZ").ok().map(|z| z.trim_start_matches(':').to_string()),
-        std::fs::read_to_string("/etc/timezone").ok().map(|z| z.trim().to_string()),
+        std::env::var("TZ")
+            .ok()
+            .map(|z| z.trim_start_matches(':').to_string()),
+        std::fs::read_to_string("/etc/timezone")
+            .ok()
+            .map(|z| z.trim().to_string()),
         std::fs::read_link("/etc/localtime").ok().and_then(|p| {
             let p = p.to_string_lossy().to_string();
             p.split("zoneinfo/").nth(1).map(str::to_string)

@@ -226,7 +226,9 @@ impl Engine {
     }
 
     fn session(&self) -> std::sync::MutexGuard<'_, Session> {
-        self.session.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.session
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs one or more statements and returns the result of the last one.
@@ -292,7 +294,7 @@ impl Engine {
                         Some(position),
                     ));
                 }
-                let table = session.table_from_ddl(create)?;
+                let table = session.table_from_ddl(*create)?;
                 let mut catalog = (*session.catalog).clone();
                 catalog.add_table(table)?;
                 session.catalog = Arc::new(catalog);
@@ -309,7 +311,12 @@ impl Engine {
                     ));
                 }
                 let plan = session.binder()?.bind_query(*view.query.clone())?;
-                let mut fields: Vec<Field> = plan.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                let mut fields: Vec<Field> = plan
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
                 if !view.columns.is_empty() {
                     if view.columns.len() != fields.len() {
                         return Err(Error::sql_at(
@@ -348,13 +355,20 @@ impl Engine {
                 };
                 if !removed && !drop.if_exists {
                     let kind = if drop.view { "view" } else { "table" };
-                    return Err(Error::sql_at(format!("{kind} '{}' does not exist", drop.name), Some(position)));
+                    return Err(Error::sql_at(
+                        format!("{kind} '{}' does not exist", drop.name),
+                        Some(position),
+                    ));
                 }
                 session.catalog = Arc::new(catalog);
                 Ok(TableResult::done())
             }
             Statement::Set { assignment: None } => {
-                let lines = session.config.entries().map(|(k, v)| format!("'{k}' = '{v}'")).collect();
+                let lines = session
+                    .config
+                    .entries()
+                    .map(|(k, v)| format!("'{k}' = '{v}'"))
+                    .collect();
                 TableResult::text("setting", lines)
             }
             Statement::Set {
@@ -379,7 +393,7 @@ impl Engine {
                     Statement::Query(query) => {
                         let logical = binder.bind_query(*query)?;
                         let (sender, _receiver) = crossbeam_channel::bounded(1);
-                        let sink = connectors::collect::CollectSinkFactory::new(sender);
+                        let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
                         let plan = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
                         (logical, plan)
                     }
@@ -388,7 +402,12 @@ impl Engine {
                         let plan = Planner::new(&binder, &session.config)?.plan_insert(&logical)?;
                         (logical, plan)
                     }
-                    _ => return Err(Error::sql_at("EXPLAIN takes a query or an INSERT", Some(position))),
+                    _ => {
+                        return Err(Error::sql_at(
+                            "EXPLAIN takes a query or an INSERT",
+                            Some(position),
+                        ));
+                    }
                 };
                 let text = format!(
                     "== Logical Plan ==\n{}\n\n== Job Graph ==\n{}",
@@ -402,7 +421,7 @@ impl Engine {
                 let logical = binder.bind_query(*query)?;
                 let schema: SchemaRef = Arc::new(logical.schema().as_arrow().clone());
                 let (sender, receiver) = crossbeam_channel::bounded(16);
-                let sink = connectors::collect::CollectSinkFactory::new(sender);
+                let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
                 let plan = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
                 let job = session.start(plan, "collect".to_string())?;
                 Ok(TableResult {
@@ -486,7 +505,7 @@ impl Session {
                     name: name.clone(),
                     data_type: DataType::Null,
                     nullable: true,
-                    computed: Some(expr.clone()),
+                    computed: Some(expr.as_ref().clone()),
                     computed_text: Some(expr.to_string()),
                 },
             });
@@ -507,9 +526,12 @@ impl Session {
                 .iter()
                 .map(|i| table.columns[*i].computed.clone().expect("computed"))
                 .collect();
-            let (bound, schema) = self.with_table(&table)?.bind_table_exprs(&table.name, true, exprs)?;
+            let (bound, schema) = self
+                .with_table(&table)?
+                .bind_table_exprs(&table.name, true, exprs)?;
             for (i, expr) in computed.iter().zip(bound) {
-                let (data_type, nullable) = expr.data_type_and_nullable(schema.as_ref())?;
+                let field = expr.to_field(schema.as_ref())?.1;
+                let (data_type, nullable) = (field.data_type().clone(), field.is_nullable());
                 // The catalog keeps TIMESTAMP_LTZ in its own zone; binding gives it the session's.
                 let data_type = if is_ltz(&data_type) {
                     crate::frontend::types::with_zone(&data_type, crate::frontend::types::LTZ_CATALOG_ZONE)
@@ -527,8 +549,13 @@ impl Session {
                     w.column, create.name
                 )));
             };
-            if !matches!(&column.data_type, DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond | arrow::datatypes::TimeUnit::Second, _))
-            {
+            if !matches!(
+                &column.data_type,
+                DataType::Timestamp(
+                    arrow::datatypes::TimeUnit::Millisecond | arrow::datatypes::TimeUnit::Second,
+                    _
+                )
+            ) {
                 return Err(Error::sql(format!(
                     "the watermark column '{}' must be TIMESTAMP(p) or TIMESTAMP_LTZ(p) with p at most 3, but is {}",
                     w.column,
@@ -540,7 +567,9 @@ impl Session {
                 expr: w.expr.clone(),
                 text: w.text.clone(),
             });
-            let (bound, schema) = self.with_table(&table)?.bind_table_exprs(&table.name, false, vec![w.expr.clone()])?;
+            let (bound, schema) =
+                self.with_table(&table)?
+                    .bind_table_exprs(&table.name, false, vec![w.expr.clone()])?;
             let data_type = bound[0].get_type(schema.as_ref())?;
             if !matches!(data_type, DataType::Timestamp(_, _)) {
                 return Err(Error::sql(format!(
@@ -550,7 +579,11 @@ impl Session {
                 )));
             }
         }
-        if let Some(key) = table.primary_key.iter().find(|k| !table.columns.iter().any(|c| &c.name == *k)) {
+        if let Some(key) = table
+            .primary_key
+            .iter()
+            .find(|k| !table.columns.iter().any(|c| &c.name == *k))
+        {
             return Err(Error::sql(format!(
                 "primary key column '{key}' is not a column of table '{}'",
                 table.name

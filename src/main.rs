@@ -1,6 +1,6 @@
 //! The `weir` command: run SQL files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(file: &PathBuf, settings: &[String]) -> anyhow::Result<()> {
+fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
     let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let engine = Engine::new();
     for setting in settings {
@@ -116,7 +116,11 @@ fn shift_position(e: Error, start: weir::error::Position) -> Error {
             message,
             position: Some(p),
         } => {
-            let column = if p.line == 1 { p.column + start.column - 1 } else { p.column };
+            let column = if p.line == 1 {
+                p.column + start.column - 1
+            } else {
+                p.column
+            };
             Error::sql_at(
                 message,
                 Some(weir::error::Position {
@@ -130,7 +134,7 @@ fn shift_position(e: Error, start: weir::error::Position) -> Error {
 }
 
 /// An error with the file, line and a caret under the column, when known.
-fn located(e: Error, file: &PathBuf, sql: &str) -> anyhow::Error {
+fn located(e: Error, file: &Path, sql: &str) -> anyhow::Error {
     if let Error::Sql {
         message,
         position: Some(p),

@@ -33,7 +33,9 @@ impl sqllogictest::DB for WeirDb {
             .iter()
             .map(|f| match f.data_type() {
                 t if t.is_integer() => DefaultColumnType::Integer,
-                t if t.is_floating() || matches!(t, DataType::Decimal128(_, _)) => DefaultColumnType::FloatingPoint,
+                t if t.is_floating() || matches!(t, DataType::Decimal128(_, _)) => {
+                    DefaultColumnType::FloatingPoint
+                }
                 DataType::Utf8 => DefaultColumnType::Text,
                 _ => DefaultColumnType::Any,
             })
@@ -65,7 +67,13 @@ impl sqllogictest::DB for WeirDb {
         {
             rows = value
                 .lines()
-                .map(|line| vec![if line.is_empty() { "(empty)".to_string() } else { line.to_string() }])
+                .map(|line| {
+                    vec![if line.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        line.to_string()
+                    }]
+                })
                 .collect();
         }
         Ok(DBOutput::Rows { types, rows })
@@ -77,7 +85,9 @@ impl sqllogictest::DB for WeirDb {
 }
 
 fn slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -115,7 +125,10 @@ fn main() -> ExitCode {
             let name = file.strip_prefix(root).unwrap_or(file).display().to_string();
             let file_started = Instant::now();
             match runner.run_file(file) {
-                Ok(()) => println!("ok   {name} [{label}] ({:.2} s)", file_started.elapsed().as_secs_f64()),
+                Ok(()) => println!(
+                    "ok   {name} [{label}] ({:.2} s)",
+                    file_started.elapsed().as_secs_f64()
+                ),
                 Err(e) => {
                     println!("FAIL {name} [{label}]\n{e}\n");
                     failures.lock().unwrap().push(format!("{name} [{label}]"));

@@ -1,7 +1,5 @@
 //! The collect sink: hands a query's result batches to the embedded API.
 
-use std::sync::Arc;
-
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Sender;
 
@@ -18,8 +16,8 @@ pub struct CollectSinkFactory {
 
 impl CollectSinkFactory {
     /// A sink feeding `sender`.
-    pub fn new(sender: Sender<RecordBatch>) -> Arc<dyn SinkFactory> {
-        Arc::new(CollectSinkFactory { sender })
+    pub fn new(sender: Sender<RecordBatch>) -> Self {
+        CollectSinkFactory { sender }
     }
 }
 

@@ -18,7 +18,7 @@ use arrow::array::{
     Int8Array, Int16Array, Int32Array, Int64Array, StringBuilder, TimestampMicrosecondArray,
     TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 
 use super::{OptionSpec, parse_option};
@@ -34,13 +34,30 @@ const OPTIONS: OptionSpec = OptionSpec {
     required: &[],
 };
 
-const FIELD_KEYS: &[&str] = &["kind", "min", "max", "max-past", "length", "start", "end", "null-rate", "var-len"];
+const FIELD_KEYS: &[&str] = &[
+    "kind",
+    "min",
+    "max",
+    "max-past",
+    "length",
+    "start",
+    "end",
+    "null-rate",
+    "var-len",
+];
 
 /// How one column is generated.
 #[derive(Debug, Clone)]
 enum FieldGen {
-    Sequence { start: i64, end: i64 },
-    Random { min: Option<f64>, max: Option<f64>, length: usize, max_past_ms: i64, null_rate: f64 },
+    /// Row `r` gets `start + r`.
+    Sequence { start: i64 },
+    Random {
+        min: Option<f64>,
+        max: Option<f64>,
+        length: usize,
+        max_past_ms: i64,
+        null_rate: f64,
+    },
 }
 
 /// Checks the table's options.
@@ -63,7 +80,10 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
     for (key, _) in table.options.entries() {
         if let Some(rest) = key.strip_prefix("fields.") {
             let Some((name, option)) = rest.rsplit_once('.') else {
-                return Err(Error::sql(format!("table '{}': malformed option '{key}'", table.name)));
+                return Err(Error::sql(format!(
+                    "table '{}': malformed option '{key}'",
+                    table.name
+                )));
             };
             if physical.field_with_name(name).is_err() {
                 return Err(Error::sql(format!(
@@ -122,14 +142,18 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
                 }
                 let length = (end - start) as u64 + 1;
                 total = Some(total.map_or(length, |t| t.min(length)));
-                FieldGen::Sequence { start, end }
+                FieldGen::Sequence { start }
             }
             "random" => {
                 let max_past_ms = match table.option(&opt("max-past")) {
                     None => 0,
                     Some(v) => parse_duration(v)
                         .ok_or_else(|| {
-                            Error::sql(format!("table '{}': invalid duration '{v}' for '{}'", table.name, opt("max-past")))
+                            Error::sql(format!(
+                                "table '{}': invalid duration '{v}' for '{}'",
+                                table.name,
+                                opt("max-past")
+                            ))
                         })?
                         .as_millis() as i64,
                 };
@@ -287,7 +311,10 @@ impl SourceReader for DatagenReader {
             .enumerate()
             .map(|(index, (field, generator))| generate(field, generator, index as u64, rows.clone()))
             .collect::<Result<Vec<_>>>()?;
-        Ok(SourcePoll::Batch(RecordBatch::try_new(self.schema.clone(), columns)?))
+        Ok(SourcePoll::Batch(RecordBatch::try_new(
+            self.schema.clone(),
+            columns,
+        )?))
     }
 }
 
@@ -321,7 +348,7 @@ fn generate(
 ) -> Result<ArrayRef> {
     let data_type = field.data_type();
     match generator {
-        FieldGen::Sequence { start, .. } => {
+        FieldGen::Sequence { start } => {
             let values = rows.map(|r| start + r as i64);
             Ok(match data_type {
                 DataType::Int8 => Arc::new(Int8Array::from_iter_values(values.map(|v| v as i8))),
@@ -352,10 +379,15 @@ fn generate(
                     let lo = min.map_or(<$t>::MIN as i64, |v| v as i64);
                     let hi = max.map_or(<$t>::MAX as i64, |v| v as i64);
                     if lo > hi {
-                        return Err(Error::sql(format!("min is above max for field '{}'", field.name())));
+                        return Err(Error::sql(format!(
+                            "min is above max for field '{}'",
+                            field.name()
+                        )));
                     }
-                    Arc::new(rows.map(|r| valid(r).then(|| int_in(index, r, lo, hi) as $t)).collect::<$array>())
-                        as ArrayRef
+                    Arc::new(
+                        rows.map(|r| valid(r).then(|| int_in(index, r, lo, hi) as $t))
+                            .collect::<$array>(),
+                    ) as ArrayRef
                 }};
             }
             let (lo, hi) = (min.unwrap_or(0.0), max.unwrap_or(f64::MAX));
@@ -380,7 +412,9 @@ fn generate(
                     let limit = 10f64.powi((*p - *s as u8) as i32) - 1.0 / scale;
                     let (lo, hi) = (min.unwrap_or(0.0), max.unwrap_or(limit));
                     let array: Decimal128Array = rows
-                        .map(|r| valid(r).then(|| ((lo + unit_f64(index, r) * (hi - lo)) * scale).round() as i128))
+                        .map(|r| {
+                            valid(r).then(|| ((lo + unit_f64(index, r) * (hi - lo)) * scale).round() as i128)
+                        })
                         .collect();
                     Arc::new(array.with_precision_and_scale(*p, *s)?)
                 }
@@ -394,7 +428,8 @@ fn generate(
                         if valid(r) {
                             let text: String = (0..*length as u64)
                                 .map(|k| {
-                                    let digit = (random_u64(index, r.wrapping_mul(31).wrapping_add(k)) % 16) as u32;
+                                    let digit =
+                                        (random_u64(index, r.wrapping_mul(31).wrapping_add(k)) % 16) as u32;
                                     char::from_digit(digit, 16).expect("hex digit")
                                 })
                                 .collect();
@@ -438,14 +473,22 @@ fn generate(
                         TimeUnit::Nanosecond => 1_000_000,
                     };
                     let array: ArrayRef = match unit {
-                        TimeUnit::Second => Arc::new(values.map(|v| v.map(|v| v / 1000)).collect::<TimestampSecondArray>()),
+                        TimeUnit::Second => Arc::new(
+                            values
+                                .map(|v| v.map(|v| v / 1000))
+                                .collect::<TimestampSecondArray>(),
+                        ),
                         TimeUnit::Millisecond => Arc::new(values.collect::<TimestampMillisecondArray>()),
-                        TimeUnit::Microsecond => {
-                            Arc::new(values.map(|v| v.map(|v| v * per_ms)).collect::<TimestampMicrosecondArray>())
-                        }
-                        TimeUnit::Nanosecond => {
-                            Arc::new(values.map(|v| v.map(|v| v * per_ms)).collect::<TimestampNanosecondArray>())
-                        }
+                        TimeUnit::Microsecond => Arc::new(
+                            values
+                                .map(|v| v.map(|v| v * per_ms))
+                                .collect::<TimestampMicrosecondArray>(),
+                        ),
+                        TimeUnit::Nanosecond => Arc::new(
+                            values
+                                .map(|v| v.map(|v| v * per_ms))
+                                .collect::<TimestampNanosecondArray>(),
+                        ),
                     };
                     arrow::compute::cast(&array, &DataType::Timestamp(*unit, zone.clone()))?
                 }

@@ -60,7 +60,11 @@ impl OptionSpec {
             .filter(|k| *k != "connector")
             .filter(|k| !self.keys.contains(k) && !extra_keys.contains(k))
             .filter(|k| {
-                !self.prefixes.iter().chain(extra_prefixes).any(|p| k.starts_with(p))
+                !self
+                    .prefixes
+                    .iter()
+                    .chain(extra_prefixes)
+                    .any(|p| k.starts_with(p))
             })
             .collect();
         if !unknown.is_empty() {
@@ -69,7 +73,12 @@ impl OptionSpec {
                 .iter()
                 .chain(extra_keys)
                 .map(|k| k.to_string())
-                .chain(self.prefixes.iter().chain(extra_prefixes).map(|p| format!("{p}*")))
+                .chain(
+                    self.prefixes
+                        .iter()
+                        .chain(extra_prefixes)
+                        .map(|p| format!("{p}*")),
+                )
                 .collect();
             supported.sort();
             return Err(Error::sql(format!(
@@ -106,7 +115,11 @@ pub fn create_source(
 }
 
 /// The sink writing a table's physical columns, receiving rows of `schema`.
-pub fn create_sink(table: &TableDef, schema: SchemaRef, config: &SessionConfig) -> Result<Arc<dyn SinkFactory>> {
+pub fn create_sink(
+    table: &TableDef,
+    schema: SchemaRef,
+    config: &SessionConfig,
+) -> Result<Arc<dyn SinkFactory>> {
     match table.connector()? {
         "filesystem" => filesystem::FileSinkFactory::try_new(table, schema, config),
         "print" => print::PrintSinkFactory::try_new(table, schema, config),

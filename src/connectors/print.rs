@@ -40,7 +40,11 @@ pub struct PrintSinkFactory {
 
 impl PrintSinkFactory {
     /// The sink for `table`.
-    pub fn try_new(table: &TableDef, _schema: SchemaRef, _config: &SessionConfig) -> Result<Arc<dyn SinkFactory>> {
+    pub fn try_new(
+        table: &TableDef,
+        _schema: SchemaRef,
+        _config: &SessionConfig,
+    ) -> Result<Arc<dyn SinkFactory>> {
         validate(table)?;
         Ok(Arc::new(PrintSinkFactory {
             table: table.name.clone(),
@@ -105,6 +109,8 @@ impl SinkWriter for PrintWriter {
     }
 
     fn finish(&mut self) -> Result<()> {
-        std::io::stdout().flush().map_err(|e| Error::io("standard output", e))
+        std::io::stdout()
+            .flush()
+            .map_err(|e| Error::io("standard output", e))
     }
 }

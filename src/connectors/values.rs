@@ -1,7 +1,5 @@
 //! A bounded source of constant rows: `VALUES (...)` and `SELECT` without `FROM`.
 
-use std::sync::Arc;
-
 use arrow::record_batch::RecordBatch;
 
 use crate::Result;
@@ -15,8 +13,8 @@ pub struct ValuesSourceFactory {
 
 impl ValuesSourceFactory {
     /// A source emitting `batches`.
-    pub fn new(batches: Vec<RecordBatch>) -> Arc<dyn SourceFactory> {
-        Arc::new(ValuesSourceFactory { batches })
+    pub fn new(batches: Vec<RecordBatch>) -> Self {
+        ValuesSourceFactory { batches }
     }
 }
 
@@ -31,8 +29,14 @@ impl SourceFactory for ValuesSourceFactory {
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
-        let batches = if ctx.subtask == 0 { self.batches.clone() } else { vec![] };
-        Ok(Box::new(ValuesReader { batches: batches.into_iter() }))
+        let batches = if ctx.subtask == 0 {
+            self.batches.clone()
+        } else {
+            vec![]
+        };
+        Ok(Box::new(ValuesReader {
+            batches: batches.into_iter(),
+        }))
     }
 }
 

@@ -12,9 +12,7 @@ use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
 use datafusion_common::config::ConfigOptions;
 use datafusion_common::{DFSchema, DataFusionError, Result as DFResult, TableReference};
 use datafusion_expr::planner::{ContextProvider, ExprPlanner, RelationPlanner, TypePlanner};
-use datafusion_expr::{
-    AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
-};
+use datafusion_expr::{AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF};
 use datafusion_optimizer::analyzer::Analyzer;
 use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext, OptimizerRule};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
@@ -101,7 +99,9 @@ impl Binder {
         options.sql_parser.collect_spans = true;
         Binder {
             relation_planners: vec![Arc::new(FlinkRelationPlanner::new(catalog.clone()))],
-            type_planner: Arc::new(FlinkTypePlanner { zone: zone.to_string() }),
+            type_planner: Arc::new(FlinkTypePlanner {
+                zone: zone.to_string(),
+            }),
             catalog,
             functions,
             options,
@@ -240,7 +240,11 @@ impl Binder {
         let fields: Vec<Field> = base
             .fields()
             .iter()
-            .map(|f| f.as_ref().clone().with_data_type(with_zone(f.data_type(), &self.zone)))
+            .map(|f| {
+                f.as_ref()
+                    .clone()
+                    .with_data_type(with_zone(f.data_type(), &self.zone))
+            })
             .collect();
         Arc::new(CatalogTableSource {
             table: table.clone(),
@@ -324,9 +328,11 @@ impl ContextProvider for Binder {
             TableReference::Partial { schema, table } if schema.as_ref() == "default_database" => {
                 (false, table.to_string())
             }
-            TableReference::Full { catalog, schema, table }
-                if catalog.as_ref() == "default_catalog" && schema.as_ref() == "default_database" =>
-            {
+            TableReference::Full {
+                catalog,
+                schema,
+                table,
+            } if catalog.as_ref() == "default_catalog" && schema.as_ref() == "default_database" => {
                 (false, table.to_string())
             }
             other => {
@@ -346,7 +352,9 @@ impl ContextProvider for Binder {
                     .similar_name(&table_name)
                     .map(|n| format!(" (names are case-sensitive: did you mean '{n}'?)"))
                     .unwrap_or_default();
-                Err(DataFusionError::Plan(format!("Object '{table_name}' not found{hint}")))
+                Err(DataFusionError::Plan(format!(
+                    "Object '{table_name}' not found{hint}"
+                )))
             }
         }
     }

@@ -109,9 +109,9 @@ impl TableDef {
                 .map(|c| {
                     let field = Field::new(&c.name, c.data_type.clone(), c.nullable);
                     match self.time_attribute(&c.name) {
-                        Some(kind) => field.with_metadata(
-                            [(TIME_ATTRIBUTE_KEY.to_string(), kind.to_string())].into(),
-                        ),
+                        Some(kind) => {
+                            field.with_metadata([(TIME_ATTRIBUTE_KEY.to_string(), kind.to_string())].into())
+                        }
                         None => field,
                     }
                 })
@@ -201,7 +201,9 @@ impl Catalog {
 
     fn check_free(&self, name: &str) -> Result<()> {
         if self.contains(name) {
-            return Err(Error::sql(format!("a table or view named '{name}' already exists")));
+            return Err(Error::sql(format!(
+                "a table or view named '{name}' already exists"
+            )));
         }
         Ok(())
     }

@@ -9,8 +9,8 @@
 use std::any::TypeId;
 
 use sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName, ObjectNamePart,
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, ObjectName,
+    ObjectNamePart,
 };
 use sqlparser::dialect::{Dialect, GenericDialect};
 use sqlparser::keywords::Keyword;
@@ -76,15 +76,17 @@ impl Dialect for FlinkDialect {
 fn parse_table_argument(parser: &mut Parser) -> Result<Expr, ParserError> {
     parser.expect_keyword_is(Keyword::TABLE)?;
     let name = parser.parse_object_name(false)?;
-    let mut args = vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::CompoundIdentifier(
-        name.0
-            .into_iter()
-            .filter_map(|part| match part {
-                ObjectNamePart::Identifier(ident) => Some(ident),
-                _ => None,
-            })
-            .collect(),
-    )))];
+    let mut args = vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(
+        Expr::CompoundIdentifier(
+            name.0
+                .into_iter()
+                .filter_map(|part| match part {
+                    ObjectNamePart::Identifier(ident) => Some(ident),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    ))];
     if parser.parse_keywords(&[Keyword::PARTITION, Keyword::BY]) {
         let keys = parser.parse_comma_separated(Parser::parse_expr)?;
         args.push(FunctionArg::Unnamed(FunctionArgExpr::Expr(marker_call(

@@ -66,7 +66,8 @@ impl FlinkTyped {
     }
 
     fn inner_return_field(&self, input_fields: &[FieldRef]) -> Result<FieldRef> {
-        self.inner.return_field(&inner_input_fields(&self.inner, input_fields)?)
+        self.inner
+            .return_field(&inner_input_fields(&self.inner, input_fields)?)
     }
 }
 
@@ -193,10 +194,7 @@ fn cast_input(values: &[ArrayRef], from: &DataType, to: &DataType) -> Result<Vec
     if from == to {
         return Ok(values.to_vec());
     }
-    values
-        .iter()
-        .map(|v| Ok(arrow::compute::cast(v, to)?))
-        .collect()
+    values.iter().map(|v| Ok(arrow::compute::cast(v, to)?)).collect()
 }
 
 /// Converts an aggregate result to the Flink type: integers wrap (Java semantics),
@@ -207,13 +205,22 @@ fn to_flink(result: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
     }
     let wide = if result.data_type().is_floating() {
         // Float → Int64 truncates toward zero, like Java's long division does.
-        arrow::compute::cast_with_options(result, &DataType::Int64, &CastOptions { safe: true, ..Default::default() })?
+        arrow::compute::cast_with_options(
+            result,
+            &DataType::Int64,
+            &CastOptions {
+                safe: true,
+                ..Default::default()
+            },
+        )?
     } else {
         arrow::compute::cast(result, &DataType::Int64)?
     };
-    let wide = wide.as_any().downcast_ref::<arrow::array::Int64Array>().cloned().unwrap_or_else(|| {
-        arrow::array::Int64Array::from(vec![None; wide.len()])
-    });
+    let wide = wide
+        .as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .cloned()
+        .unwrap_or_else(|| arrow::array::Int64Array::from(vec![None; wide.len()]));
     let narrowed: ArrayRef = match target {
         DataType::Int8 => Arc::new(wide.unary::<_, arrow::datatypes::Int8Type>(|v| v as i8)),
         DataType::Int16 => Arc::new(wide.unary::<_, arrow::datatypes::Int16Type>(|v| v as i16)),
@@ -294,11 +301,20 @@ impl GroupsAccumulator for CastingGroupsAccumulator {
         self.inner.state(emit_to)
     }
 
-    fn merge_batch(&mut self, values: &[ArrayRef], group_indices: &[usize], total_num_groups: usize) -> Result<()> {
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
         self.inner.merge_batch(values, group_indices, total_num_groups)
     }
 
-    fn convert_to_state(&self, values: &[ArrayRef], opt_filter: Option<&BooleanArray>) -> Result<Vec<ArrayRef>> {
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
         let values = cast_input(values, &self.input_type, &self.wanted_input)?;
         self.inner.convert_to_state(&values, opt_filter)
     }

@@ -13,8 +13,8 @@ use arrow::datatypes::{DataType, Field, FieldRef, TimeUnit};
 use datafusion_common::{DataFusionError, Result as DFResult, ScalarValue, exec_err, plan_err};
 use datafusion_expr::planner::ExprPlanner;
 use datafusion_expr::{
-    AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    AggregateUDF, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
 };
 
 use super::flink_aggregates;
@@ -123,7 +123,9 @@ impl ScalarUDFImpl for ToTimestampLtz {
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DFResult<Vec<DataType>> {
         if arg_types.is_empty() || arg_types.len() > 2 {
-            return plan_err!("TO_TIMESTAMP_LTZ takes an epoch value and a precision: TO_TIMESTAMP_LTZ(ms, 3)");
+            return plan_err!(
+                "TO_TIMESTAMP_LTZ takes an epoch value and a precision: TO_TIMESTAMP_LTZ(ms, 3)"
+            );
         }
         let first = match &arg_types[0] {
             t if t.is_integer() => DataType::Int64,
@@ -142,7 +144,10 @@ impl ScalarUDFImpl for ToTimestampLtz {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> DFResult<DataType> {
-        Ok(DataType::Timestamp(TimeUnit::Millisecond, Some(self.zone.as_str().into())))
+        Ok(DataType::Timestamp(
+            TimeUnit::Millisecond,
+            Some(self.zone.as_str().into()),
+        ))
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> DFResult<FieldRef> {

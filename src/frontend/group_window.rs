@@ -15,8 +15,8 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident, Query, Select,
-    SelectItem, SetExpr, TableAlias, TableFactor, TableWithJoins, VisitMut, VisitorMut,
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Ident, Query, Select, SelectItem,
+    SetExpr, TableAlias, TableFactor, TableWithJoins, VisitMut, VisitorMut,
 };
 
 use super::dialect::{TABLE_ARG_FUNCTION, marker_call};
@@ -152,14 +152,16 @@ fn rewrite_select(select: &mut Select) -> Result<()> {
     let from = select.from.remove(0);
     let (data_arg, alias) = match from {
         TableWithJoins {
-            relation: TableFactor::Table { name, alias, args: None, .. },
+            relation:
+                TableFactor::Table {
+                    name,
+                    alias,
+                    args: None,
+                    ..
+                },
             joins,
         } if joins.is_empty() => {
-            let parts: Vec<Ident> = name
-                .0
-                .iter()
-                .filter_map(|p| p.as_ident().cloned())
-                .collect();
+            let parts: Vec<Ident> = name.0.iter().filter_map(|p| p.as_ident().cloned()).collect();
             let alias = alias.unwrap_or_else(|| TableAlias {
                 explicit: false,
                 name: parts.last().cloned().expect("a table name has a part"),
@@ -168,7 +170,9 @@ fn rewrite_select(select: &mut Select) -> Result<()> {
             });
             let arg = marker_call(
                 TABLE_ARG_FUNCTION,
-                vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::CompoundIdentifier(parts)))],
+                vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(
+                    Expr::CompoundIdentifier(parts),
+                ))],
             );
             (arg, Some(alias))
         }
@@ -186,7 +190,9 @@ fn rewrite_select(select: &mut Select) -> Result<()> {
         FunctionArg::Unnamed(FunctionArgExpr::Expr(data_arg)),
         FunctionArg::Unnamed(FunctionArgExpr::Expr(marker_call(
             "DESCRIPTOR",
-            vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(time_column)))],
+            vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(
+                time_column,
+            )))],
         ))),
     ];
     call_args.extend(

@@ -31,7 +31,7 @@ pub struct ParsedStatement {
 #[derive(Debug, Clone)]
 pub enum Statement {
     /// `CREATE [TEMPORARY] TABLE`.
-    CreateTable(CreateTable),
+    CreateTable(Box<CreateTable>),
     /// `CREATE [TEMPORARY] VIEW name [(columns)] AS query`.
     CreateView(CreateView),
     /// `DROP [TEMPORARY] TABLE|VIEW [IF EXISTS] name`.
@@ -90,7 +90,7 @@ pub enum ColumnSpec {
         /// Column name.
         name: String,
         /// The expression.
-        expr: Expr,
+        expr: Box<Expr>,
     },
 }
 
@@ -143,9 +143,7 @@ pub struct Drop {
 /// Parses every statement of `sql`. Statements are separated by `;`.
 pub fn parse_statements(sql: &str) -> Result<Vec<ParsedStatement>> {
     let dialect = FlinkDialect;
-    let mut parser = Parser::new(&dialect)
-        .try_with_sql(sql)
-        .map_err(parser_error)?;
+    let mut parser = Parser::new(&dialect).try_with_sql(sql).map_err(parser_error)?;
     let lines = LineIndex::new(sql);
     let mut statements = Vec::new();
     loop {
@@ -162,7 +160,10 @@ pub fn parse_statements(sql: &str) -> Result<Vec<ParsedStatement>> {
                 end.token, end.span.start
             ))));
         }
-        let text = lines.slice(sql, start.span.start, end.span.start).trim().to_string();
+        let text = lines
+            .slice(sql, start.span.start, end.span.start)
+            .trim()
+            .to_string();
         statements.push(ParsedStatement {
             statement,
             text,
@@ -191,7 +192,7 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
         }
         Token::Word(w) if w.keyword == Keyword::EXPLAIN => {
             parser.next_token();
-            parser.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
+            let _ = parser.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
             let start = parser.peek_token();
             let inner = parse_one(parser, sql, lines)?;
             if matches!(inner, Statement::Explain(_)) {
@@ -200,7 +201,10 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
             let end = parser.peek_token();
             Ok(Statement::Explain(Box::new(ParsedStatement {
                 statement: inner,
-                text: lines.slice(sql, start.span.start, end.span.start).trim().to_string(),
+                text: lines
+                    .slice(sql, start.span.start, end.span.start)
+                    .trim()
+                    .to_string(),
                 position: Position {
                     line: start.span.start.line,
                     column: start.span.start.column,
@@ -255,11 +259,14 @@ fn parse_option_value(parser: &mut Parser) -> Result<String, ParserError> {
 fn parse_create(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statement, ParserError> {
     parser.expect_keyword_is(Keyword::CREATE)?;
     if parser.parse_keywords(&[Keyword::OR, Keyword::REPLACE]) {
-        return parser.expected("TABLE or VIEW (CREATE OR REPLACE is not supported)", parser.peek_token());
+        return parser.expected(
+            "TABLE or VIEW (CREATE OR REPLACE is not supported)",
+            parser.peek_token(),
+        );
     }
     let temporary = parser.parse_keyword(Keyword::TEMPORARY);
     if parser.parse_keyword(Keyword::TABLE) {
-        parse_create_table(parser, temporary, sql, lines).map(Statement::CreateTable)
+        parse_create_table(parser, temporary, sql, lines).map(|t| Statement::CreateTable(Box::new(t)))
     } else if parser.parse_keyword(Keyword::VIEW) {
         let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
         let name = object_name(parser)?;
@@ -347,7 +354,10 @@ fn parse_create_table(
             watermark = Some(WatermarkSpec {
                 column,
                 expr,
-                text: lines.slice(sql, expr_start.span.start, expr_end.span.start).trim().to_string(),
+                text: lines
+                    .slice(sql, expr_start.span.start, expr_end.span.start)
+                    .trim()
+                    .to_string(),
             });
         } else if parser.parse_keyword(Keyword::CONSTRAINT) || parser.peek_keyword(Keyword::PRIMARY) {
             if !parser.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
@@ -365,7 +375,7 @@ fn parse_create_table(
                 skip_comment(parser)?;
                 columns.push(ColumnSpec::Computed {
                     name: column_name,
-                    expr,
+                    expr: Box::new(expr),
                 });
             } else {
                 let (data_type, mut nullable) = parse_type_with_nullability(parser)?;
@@ -454,7 +464,7 @@ fn skip_comment(parser: &mut Parser) -> Result<(), ParserError> {
 
 fn parse_drop(parser: &mut Parser) -> Result<Statement, ParserError> {
     parser.expect_keyword_is(Keyword::DROP)?;
-    parser.parse_keyword(Keyword::TEMPORARY);
+    let _ = parser.parse_keyword(Keyword::TEMPORARY);
     let view = if parser.parse_keyword(Keyword::TABLE) {
         false
     } else if parser.parse_keyword(Keyword::VIEW) {
@@ -482,9 +492,13 @@ pub fn parser_error(e: ParserError) -> Error {
             let location = &message[at + " at Line: ".len()..];
             let mut parts = location.split(", Column: ");
             let line = parts.next().and_then(|l| l.trim().parse().ok());
-            let column = parts
-                .next()
-                .and_then(|c| c.trim().split(|ch: char| !ch.is_ascii_digit()).next()?.parse().ok());
+            let column = parts.next().and_then(|c| {
+                c.trim()
+                    .split(|ch: char| !ch.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            });
             match (line, column) {
                 (Some(line), Some(column)) => {
                     Error::sql_at(message[..at].to_string(), Some(Position { line, column }))
@@ -542,7 +556,10 @@ mod tests {
         assert_eq!(t.name, "bids");
         let names: Vec<&str> = t.columns.iter().map(ColumnSpec::name).collect();
         assert_eq!(names, ["auction", "price", "ms", "ts"]);
-        assert!(matches!(&t.columns[1], ColumnSpec::Physical { nullable: false, .. }));
+        assert!(matches!(
+            &t.columns[1],
+            ColumnSpec::Physical { nullable: false, .. }
+        ));
         assert!(matches!(&t.columns[3], ColumnSpec::Computed { .. }));
         let wm = t.watermark.as_ref().unwrap();
         assert_eq!(wm.column, "ts");
@@ -572,7 +589,8 @@ mod tests {
 
     #[test]
     fn window_tvf_with_table_argument_parses() {
-        let sql = "SELECT * FROM TABLE(HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND))";
+        let sql =
+            "SELECT * FROM TABLE(HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND))";
         let statements = parse_statements(sql).unwrap();
         assert!(matches!(statements[0].statement, Statement::Query(_)));
         let sql = "SELECT * FROM TABLE(SESSION(TABLE bids PARTITION BY auction, DESCRIPTOR(ts), INTERVAL '2' SECOND))";
@@ -588,7 +606,9 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        let err = parse_statements("CREATE TABLE t (a BIGINT, b FOO)").unwrap_err().to_string();
+        let err = parse_statements("CREATE TABLE t (a BIGINT, b FOO)")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("FOO") && err.contains("line 1, column 29"), "{err}");
     }
 

@@ -77,7 +77,7 @@ fn parse_nullability(parser: &mut Parser) -> bool {
     if parser.parse_keywords(&[Keyword::NOT, Keyword::NULL]) {
         false
     } else {
-        parser.parse_keyword(Keyword::NULL);
+        let _ = parser.parse_keyword(Keyword::NULL);
         true
     }
 }
@@ -98,7 +98,7 @@ fn parse_type(parser: &mut Parser, pending_gt: &mut usize) -> Result<DataType, P
         "BOOLEAN" | "BOOL" => DataType::Boolean,
         "FLOAT" | "REAL" => DataType::Float32,
         "DOUBLE" => {
-            parser.parse_keyword(Keyword::PRECISION);
+            let _ = parser.parse_keyword(Keyword::PRECISION);
             DataType::Float64
         }
         "DECIMAL" | "DEC" | "NUMERIC" => {
@@ -115,7 +115,7 @@ fn parse_type(parser: &mut Parser, pending_gt: &mut usize) -> Result<DataType, P
         }
         "STRING" => DataType::Utf8,
         "VARCHAR" | "CHAR" | "CHARACTER" => {
-            parser.parse_keyword(Keyword::VARYING);
+            let _ = parser.parse_keyword(Keyword::VARYING);
             parse_precision_scale(parser)?;
             DataType::Utf8
         }
@@ -155,7 +155,11 @@ fn parse_type(parser: &mut Parser, pending_gt: &mut usize) -> Result<DataType, P
             loop {
                 let name = parser.parse_identifier()?;
                 let field_type = parse_type(parser, pending_gt)?;
-                let nullable = if *pending_gt == 0 { parse_nullability(parser) } else { true };
+                let nullable = if *pending_gt == 0 {
+                    parse_nullability(parser)
+                } else {
+                    true
+                };
                 if *pending_gt == 0 && parser.parse_keyword(Keyword::COMMENT) {
                     parser.parse_literal_string()?;
                 }
@@ -170,7 +174,11 @@ fn parse_type(parser: &mut Parser, pending_gt: &mut usize) -> Result<DataType, P
         "ARRAY" => {
             let close = open_bracket(parser)?;
             let element = parse_type(parser, pending_gt)?;
-            let nullable = if *pending_gt == 0 { parse_nullability(parser) } else { true };
+            let nullable = if *pending_gt == 0 {
+                parse_nullability(parser)
+            } else {
+                true
+            };
             close_bracket(parser, close, pending_gt)?;
             DataType::List(Arc::new(Field::new_list_field(element, nullable)))
         }
@@ -207,7 +215,7 @@ fn parse_type(parser: &mut Parser, pending_gt: &mut usize) -> Result<DataType, P
 }
 
 fn parse_without_time_zone(parser: &mut Parser) {
-    parser.parse_keywords(&[Keyword::WITHOUT, Keyword::TIME, Keyword::ZONE]);
+    let _ = parser.parse_keywords(&[Keyword::WITHOUT, Keyword::TIME, Keyword::ZONE]);
 }
 
 /// Parses an optional `(p)` or `(p, s)`.
@@ -350,6 +358,9 @@ mod tests {
     #[test]
     fn unknown_type_names_the_type_and_position() {
         let err = parse("BIGNUM").unwrap_err().to_string();
-        assert!(err.contains("BIGNUM") && err.contains("Line: 1, Column: 1"), "{err}");
+        assert!(
+            err.contains("BIGNUM") && err.contains("Line: 1, Column: 1"),
+            "{err}"
+        );
     }
 }

@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, TimeUnit};
 use datafusion_common::{Column, DFSchema, DFSchemaRef, Result as DFResult, ScalarValue, plan_err};
+use datafusion_expr::Expr;
 use datafusion_expr::logical_plan::{Extension, LogicalPlan, UserDefinedLogicalNodeCore};
 use datafusion_expr::planner::{PlannedRelation, RelationPlanner, RelationPlannerContext, RelationPlanning};
-use datafusion_expr::Expr;
 use sqlparser::ast::{
-    self, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName, ObjectNamePart,
-    TableAlias, TableAliasColumnDef, TableFactor,
+    self, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName, ObjectNamePart, TableAlias,
+    TableAliasColumnDef, TableFactor,
 };
 
 use super::catalog::{Catalog, TIME_ATTRIBUTE_KEY};
@@ -100,21 +100,27 @@ impl WindowTvfNode {
             .clone();
         for name in [&columns.start, &columns.end, &columns.time] {
             if input.schema().has_column_with_unqualified_name(name) {
-                return plan_err!(
-                    "the input of a window table function already has a column named '{name}'"
-                );
+                return plan_err!("the input of a window table function already has a column named '{name}'");
             }
         }
         let window_time_type = match time_field.data_type() {
             DataType::Timestamp(_, zone) => DataType::Timestamp(TimeUnit::Millisecond, zone.clone()),
             other => return plan_err!("window time column must be a timestamp, got {other}"),
         };
-        let window_time = Field::new(&columns.time, window_time_type, false)
-            .with_metadata(time_field.metadata().clone());
+        let window_time =
+            Field::new(&columns.time, window_time_type, false).with_metadata(time_field.metadata().clone());
         let added = DFSchema::from_unqualified_fields(
             vec![
-                Field::new(&columns.start, DataType::Timestamp(TimeUnit::Millisecond, None), false),
-                Field::new(&columns.end, DataType::Timestamp(TimeUnit::Millisecond, None), false),
+                Field::new(
+                    &columns.start,
+                    DataType::Timestamp(TimeUnit::Millisecond, None),
+                    false,
+                ),
+                Field::new(
+                    &columns.end,
+                    DataType::Timestamp(TimeUnit::Millisecond, None),
+                    false,
+                ),
                 window_time,
             ]
             .into(),
@@ -168,7 +174,11 @@ impl UserDefinedLogicalNodeCore for WindowTvfNode {
         // Keep every input column the output needs, plus the time column.
         let input_len = self.input.schema().fields().len();
         let time_index = self.input.schema().index_of_column(&self.time_column).ok()?;
-        let mut needed: Vec<usize> = output_columns.iter().copied().filter(|i| *i < input_len).collect();
+        let mut needed: Vec<usize> = output_columns
+            .iter()
+            .copied()
+            .filter(|i| *i < input_len)
+            .collect();
         if !needed.contains(&time_index) {
             needed.push(time_index);
         }
@@ -213,7 +223,9 @@ impl RelationPlanner for FlinkRelationPlanner {
                 match kind_name.as_str() {
                     "TUMBLE" | "HOP" | "CUMULATE" => {
                         let plan = plan_window_tvf(&kind_name, f, columns, context)?;
-                        Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(plan, alias))))
+                        Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                            plan, alias,
+                        ))))
                     }
                     "SESSION" => plan_err!("SESSION window table functions are not supported yet"),
                     _ => Ok(RelationPlanning::Original(Box::new(TableFactor::TableFunction {
@@ -256,7 +268,9 @@ impl RelationPlanner for FlinkRelationPlanner {
                             alias: None,
                             sample: None,
                         })?;
-                        Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(plan, alias))))
+                        Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                            plan, alias,
+                        ))))
                     }
                     None => Ok(RelationPlanning::Original(Box::new(TableFactor::Table {
                         name,
@@ -310,7 +324,9 @@ fn collect_args(f: ast::Function) -> DFResult<TvfArgs> {
                 args.data = Some(expr)
             }
             (None, ast::Expr::Subquery(_)) if args.data.is_none() => args.data = Some(expr),
-            (None, ast::Expr::Function(g)) if function_name(g) == "DESCRIPTOR" => args.descriptor = Some(expr),
+            (None, ast::Expr::Function(g)) if function_name(g) == "DESCRIPTOR" => {
+                args.descriptor = Some(expr)
+            }
             _ => args.durations.push((name, expr)),
         }
     }
@@ -376,12 +392,15 @@ fn plan_window_tvf(
     let spec = match kind {
         "TUMBLE" => {
             let Some(size) = take("SIZE", 0, &durations) else {
-                return plan_err!("TUMBLE needs a size: TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)");
+                return plan_err!(
+                    "TUMBLE needs a size: TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)"
+                );
             };
             WindowSpec::tumble(size, take("OFFSET", 1, &durations).unwrap_or(0))
         }
         "HOP" => {
-            let (Some(slide), Some(size)) = (take("SLIDE", 0, &durations), take("SIZE", 1, &durations)) else {
+            let (Some(slide), Some(size)) = (take("SLIDE", 0, &durations), take("SIZE", 1, &durations))
+            else {
                 return plan_err!(
                     "HOP needs a slide and a size, in that order: HOP(TABLE t, DESCRIPTOR(ts), slide, size)"
                 );

@@ -64,7 +64,11 @@ impl Calc {
                 .zip(self.schema.fields())
                 .map(|(e, f)| {
                     let text = expr_text(e.as_ref());
-                    if text == *f.name() { text } else { format!("{text} AS {}", f.name()) }
+                    if text == *f.name() {
+                        text
+                    } else {
+                        format!("{text} AS {}", f.name())
+                    }
                 })
                 .collect();
             parts.push(format!("select=[{}]", items.join(", ")));

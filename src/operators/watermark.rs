@@ -43,7 +43,9 @@ pub fn to_epoch_millis(array: &dyn Array) -> Result<Int64Array> {
             (a.values().clone(), a.nulls().cloned(), 1_000_000)
         }
         other => {
-            return Err(Error::Internal(format!("expected a timestamp column, got {other}")));
+            return Err(Error::Internal(format!(
+                "expected a timestamp column, got {other}"
+            )));
         }
     };
     let raw = Int64Array::new(values, nulls);
@@ -73,7 +75,10 @@ pub struct WatermarkAssigner {
 
 impl OperatorFactory for WatermarkAssigner {
     fn describe(&self) -> String {
-        format!("WatermarkAssigner(rowtime=[{}], watermark=[{}])", self.rowtime, self.text)
+        format!(
+            "WatermarkAssigner(rowtime=[{}], watermark=[{}])",
+            self.rowtime, self.text
+        )
     }
 
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
@@ -102,9 +107,8 @@ impl Operator for WatermarkAssignerOperator {
             )));
         }
         let candidate = match self.spec.fixed_delay {
-            Some(delay) => {
-                max(&to_epoch_millis(batch.column(self.spec.rowtime_index).as_ref())?).map(|m| m.saturating_sub(delay))
-            }
+            Some(delay) => max(&to_epoch_millis(batch.column(self.spec.rowtime_index).as_ref())?)
+                .map(|m| m.saturating_sub(delay)),
             None => {
                 let values = self.spec.expr.evaluate(&batch)?.into_array(batch.num_rows())?;
                 max(&to_epoch_millis(values.as_ref())?)

@@ -35,7 +35,9 @@ use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
 use crate::operators::union::Union;
 use crate::operators::watermark::WatermarkAssigner;
-use crate::operators::window::aggregate::{GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty};
+use crate::operators::window::aggregate::{
+    GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
+};
 use crate::operators::window::assign::WindowAssign;
 use crate::operators::window::spec::{TimeShift, WindowSpec};
 use crate::runtime::Exchange;
@@ -106,10 +108,16 @@ impl<'a> Planner<'a> {
     /// Plans `INSERT INTO` (a DML plan) into a job ending in the table's sink.
     pub fn plan_insert(mut self, plan: &LogicalPlan) -> Result<StreamPlan> {
         let LogicalPlan::Dml(dml) = plan else {
-            return Err(Error::Internal(format!("expected an INSERT plan, got {}", plan.display())));
+            return Err(Error::Internal(format!(
+                "expected an INSERT plan, got {}",
+                plan.display()
+            )));
         };
         if !matches!(dml.op, WriteOp::Insert(_)) {
-            return Err(Error::sql(format!("{} is not supported; only INSERT INTO is", dml.op)));
+            return Err(Error::sql(format!(
+                "{} is not supported; only INSERT INTO is",
+                dml.op
+            )));
         }
         let table = dml
             .target
@@ -153,7 +161,13 @@ impl<'a> Planner<'a> {
         );
     }
 
-    fn push(&mut self, kind: NodeKind, inputs: Vec<(NodeId, Exchange)>, parallelism: usize, schema: SchemaRef) -> NodeId {
+    fn push(
+        &mut self,
+        kind: NodeKind,
+        inputs: Vec<(NodeId, Exchange)>,
+        parallelism: usize,
+        schema: SchemaRef,
+    ) -> NodeId {
         self.nodes.push(PlanNode {
             kind,
             inputs,
@@ -164,7 +178,12 @@ impl<'a> Planner<'a> {
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(create_physical_expr(e, schema, &self.props, &PhysicalPlanningContext::default())?)
+        Ok(create_physical_expr(
+            e,
+            schema,
+            &self.props,
+            &PhysicalPlanningContext::default(),
+        )?)
     }
 
     /// Adds a Calc after `input`; a projection directly over a filter-only Calc
@@ -182,7 +201,12 @@ impl<'a> Planner<'a> {
             projection,
             schema: schema.clone(),
         };
-        self.push(NodeKind::Operator(Arc::new(calc)), vec![(input, Exchange::Forward)], parallelism, schema)
+        self.push(
+            NodeKind::Operator(Arc::new(calc)),
+            vec![(input, Exchange::Forward)],
+            parallelism,
+            schema,
+        )
     }
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
@@ -207,7 +231,10 @@ impl<'a> Planner<'a> {
             LogicalPlan::Extension(extension) => {
                 match extension.node.as_any().downcast_ref::<WindowTvfNode>() {
                     Some(node) => self.plan_window_assign(node),
-                    None => Err(Error::Internal(format!("unknown plan node {}", extension.node.name()))),
+                    None => Err(Error::Internal(format!(
+                        "unknown plan node {}",
+                        extension.node.name()
+                    ))),
                 }
             }
             LogicalPlan::Values(values) => {
@@ -232,7 +259,12 @@ impl<'a> Planner<'a> {
                     rows.push(RecordBatch::try_new(schema.clone(), columns)?);
                 }
                 let batch = arrow::compute::concat_batches(&schema, &rows)?;
-                Ok(self.push(NodeKind::Source(ValuesSourceFactory::new(vec![batch])), vec![], 1, schema))
+                Ok(self.push(
+                    NodeKind::Source(Arc::new(ValuesSourceFactory::new(vec![batch]))),
+                    vec![],
+                    1,
+                    schema,
+                ))
             }
             LogicalPlan::EmptyRelation(empty) => {
                 let schema = arrow_schema(&empty.schema);
@@ -245,7 +277,12 @@ impl<'a> Planner<'a> {
                 } else {
                     vec![]
                 };
-                Ok(self.push(NodeKind::Source(ValuesSourceFactory::new(batches)), vec![], 1, schema))
+                Ok(self.push(
+                    NodeKind::Source(Arc::new(ValuesSourceFactory::new(batches))),
+                    vec![],
+                    1,
+                    schema,
+                ))
             }
             LogicalPlan::Union(union) => {
                 let inputs = union
@@ -265,7 +302,12 @@ impl<'a> Planner<'a> {
                         (i, exchange)
                     })
                     .collect();
-                Ok(self.push(NodeKind::Operator(Arc::new(Union)), edges, parallelism, arrow_schema(plan.schema())))
+                Ok(self.push(
+                    NodeKind::Operator(Arc::new(Union)),
+                    edges,
+                    parallelism,
+                    arrow_schema(plan.schema()),
+                ))
             }
             LogicalPlan::Join(_) => Err(unsupported("joins")),
             LogicalPlan::Sort(_) => Err(unsupported("ORDER BY on a stream")),
@@ -317,7 +359,9 @@ impl<'a> Planner<'a> {
         };
         let watermark = match &table.watermark {
             Some(w) => {
-                let (mut bound, schema) = self.binder.bind_table_exprs(&table.name, false, vec![w.expr.clone()])?;
+                let (mut bound, schema) =
+                    self.binder
+                        .bind_table_exprs(&table.name, false, vec![w.expr.clone()])?;
                 Some((w, bound.remove(0), schema))
             }
             None => None,
@@ -330,17 +374,32 @@ impl<'a> Planner<'a> {
             }
         }
         // Physical columns needed: directly, or by a needed computed column.
-        let physical_names: Vec<String> = table.physical_schema().fields().iter().map(|f| f.name().clone()).collect();
+        let physical_names: Vec<String> = table
+            .physical_schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         let mut physical_needed: BTreeSet<usize> = BTreeSet::new();
         for &i in &needed {
             let name = full.field(i).name();
             match computed.iter().position(|(ci, _)| *ci == i) {
                 None => {
-                    physical_needed.insert(physical_names.iter().position(|n| n == name).expect("physical column"));
+                    physical_needed.insert(
+                        physical_names
+                            .iter()
+                            .position(|n| n == name)
+                            .expect("physical column"),
+                    );
                 }
                 Some(k) => {
                     for c in computed_exprs[k].column_refs() {
-                        physical_needed.insert(physical_names.iter().position(|n| *n == c.name).expect("physical"));
+                        physical_needed.insert(
+                            physical_names
+                                .iter()
+                                .position(|n| *n == c.name)
+                                .expect("physical"),
+                        );
                     }
                 }
             }
@@ -350,12 +409,20 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|i| {
                 let name = &physical_names[*i];
-                full.field_with_name(name).expect("physical column in full schema").clone()
+                full.field_with_name(name)
+                    .expect("physical column in full schema")
+                    .clone()
             })
             .collect();
         let source_schema = Arc::new(Schema::new(bound_physical.clone()));
-        let reader = connectors::create_source(&table, &physical_projection, source_schema.clone(), self.config)?;
-        let mut node = self.push(NodeKind::Source(reader), vec![], parallelism, source_schema.clone());
+        let reader =
+            connectors::create_source(&table, &physical_projection, source_schema.clone(), self.config)?;
+        let mut node = self.push(
+            NodeKind::Source(reader),
+            vec![],
+            parallelism,
+            source_schema.clone(),
+        );
 
         // The needed full columns in table order: physical ones by reference,
         // computed ones by their expressions.
@@ -405,7 +472,10 @@ impl<'a> Planner<'a> {
                 .iter()
                 .map(|i| {
                     let name = full.field(*i).name();
-                    let index = needed.iter().position(|n| n == i).expect("projected column is needed");
+                    let index = needed
+                        .iter()
+                        .position(|n| n == i)
+                        .expect("projected column is needed");
                     Arc::new(ColumnExpr::new(name, index)) as Arc<dyn PhysicalExpr>
                 })
                 .collect();
@@ -527,7 +597,10 @@ impl<'a> Planner<'a> {
                         let (qualifier, field) = inner.schema.qualified_field(inner.time_index);
                         let taken = fields.iter().any(|(_, f)| f.name() == field.name());
                         let (qualifier, field) = if taken {
-                            (None, Arc::new(field.as_ref().clone().with_name("__weir_window_time_attribute")))
+                            (
+                                None,
+                                Arc::new(field.as_ref().clone().with_name("__weir_window_time_attribute")),
+                            )
                         } else {
                             (qualifier.cloned(), field.clone())
                         };
@@ -540,7 +613,9 @@ impl<'a> Planner<'a> {
                 // A projection that keeps the stream's columns as they are needs no Calc.
                 let identity = exprs.len() == inner.schema.fields().len()
                     && exprs.iter().enumerate().all(|(i, e)| {
-                        e.as_ref().downcast_ref::<ColumnExpr>().is_some_and(|c| c.index() == i)
+                        e.as_ref()
+                            .downcast_ref::<ColumnExpr>()
+                            .is_some_and(|c| c.index() == i)
                     });
                 let stream = if identity {
                     inner.stream
@@ -618,7 +693,9 @@ impl<'a> Planner<'a> {
                 .alias(name)
                 .human_display(e.human_display().to_string())
                 .with_distinct(params.distinct)
-                .with_ignore_nulls(params.null_treatment == Some(datafusion_expr::expr::NullTreatment::IgnoreNulls))
+                .with_ignore_nulls(
+                    params.null_treatment == Some(datafusion_expr::expr::NullTreatment::IgnoreNulls),
+                )
                 .order_by(order_by)
                 .build()?;
             aggregates.push(Arc::new(built));
@@ -688,7 +765,12 @@ impl<'a> Planner<'a> {
         } else {
             Exchange::Hash(global_keys.clone())
         };
-        let global = spec(Phase::Global, global_keys, vec![None; aggregates.len()], output.clone());
+        let global = spec(
+            Phase::Global,
+            global_keys,
+            vec![None; aggregates.len()],
+            output.clone(),
+        );
         Ok(self.push(
             NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(global)))),
             vec![(local_node, exchange)],
@@ -705,8 +787,14 @@ fn fixed_watermark_delay(expr: &Expr, rowtime: &str) -> Option<i64> {
     use datafusion_expr::{BinaryExpr, Operator};
     match strip_alias(expr) {
         Expr::Column(c) if c.name == rowtime => Some(0),
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Minus, right }) => {
-            let Expr::Column(c) = strip_alias(left) else { return None };
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Minus,
+            right,
+        }) => {
+            let Expr::Column(c) = strip_alias(left) else {
+                return None;
+            };
             if c.name != rowtime {
                 return None;
             }

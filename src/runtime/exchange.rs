@@ -49,10 +49,7 @@ impl Exchange {
             Exchange::Forward => "FORWARD".into(),
             Exchange::Hash(keys) => format!(
                 "HASH[{}]",
-                keys.iter()
-                    .map(|k| k.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")
             ),
             Exchange::Rebalance => "REBALANCE".into(),
             Exchange::Broadcast => "BROADCAST".into(),
@@ -205,7 +202,7 @@ pub fn partition_by_hash(
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Int64Array, AsArray};
+    use arrow::array::{AsArray, Int64Array};
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
@@ -230,9 +227,15 @@ mod tests {
                 assert!(range.contains(&key_group(hash, 128)));
             }
             // The same key never lands in two subtasks.
-            for k in part.column(0).as_primitive::<arrow::datatypes::Int64Type>().values() {
+            for k in part
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .values()
+            {
                 for (other, p) in parts.iter().enumerate() {
-                    if other != subtask && let Some(p) = p {
+                    if other != subtask
+                        && let Some(p) = p
+                    {
                         let vals = p.column(0).as_primitive::<arrow::datatypes::Int64Type>();
                         assert!(!vals.values().contains(k));
                     }

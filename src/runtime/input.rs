@@ -83,7 +83,7 @@ impl InputGate {
     }
 
     /// Blocks for the next event.
-    pub fn next(&mut self) -> Result<InputEvent> {
+    pub fn next_event(&mut self) -> Result<InputEvent> {
         loop {
             if self.open == 0 {
                 return Ok(InputEvent::End);
@@ -173,7 +173,7 @@ mod tests {
     fn events(gate: &mut InputGate) -> Vec<String> {
         let mut out = vec![];
         loop {
-            match gate.next().unwrap() {
+            match gate.next_event().unwrap() {
                 InputEvent::Batch { .. } => out.push("batch".to_string()),
                 InputEvent::Watermark(wm) => out.push(format!("wm {wm}")),
                 InputEvent::End => {
@@ -213,6 +213,6 @@ mod tests {
         let (tx, rx) = bounded::<Message>(1);
         drop(tx);
         let mut gate = InputGate::new(vec![InputChannel::new(rx, 0)]);
-        assert!(gate.next().is_err());
+        assert!(gate.next_event().is_err());
     }
 }

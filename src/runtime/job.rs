@@ -183,9 +183,10 @@ impl JobHandle {
             state = self.shared.done.wait(state).expect("job state");
         }
         match state.status {
-            JobStatus::Failed => Err(state.error.take().unwrap_or_else(|| {
-                Error::Execution(state.error_text.clone().unwrap_or_default())
-            })),
+            JobStatus::Failed => Err(state
+                .error
+                .take()
+                .unwrap_or_else(|| Error::Execution(state.error_text.clone().unwrap_or_default()))),
             status => Ok(status),
         }
     }
@@ -199,7 +200,12 @@ impl JobHandle {
             if now >= deadline {
                 return Ok(JobStatus::Running);
             }
-            state = self.shared.done.wait_timeout(state, deadline - now).expect("job state").0;
+            state = self
+                .shared
+                .done
+                .wait_timeout(state, deadline - now)
+                .expect("job state")
+                .0;
         }
         drop(state);
         self.wait()
@@ -237,7 +243,9 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
     let cancel = Arc::new(AtomicBool::new(false));
     // Channels: for each edge, senders per upstream subtask and receivers per
     // downstream subtask.
-    let mut senders: Vec<Vec<Vec<(usize, Vec<crossbeam_channel::Sender<Message>>)>>> = graph
+    // For each vertex and subtask: (edge index, one sender per target channel).
+    type EdgeSenders = Vec<(usize, Vec<crossbeam_channel::Sender<Message>>)>;
+    let mut senders: Vec<Vec<EdgeSenders>> = graph
         .vertices
         .iter()
         .map(|v| vec![Vec::new(); v.parallelism])

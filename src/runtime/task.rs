@@ -82,7 +82,7 @@ impl Task {
 
     fn run_channels(&mut self, mut gate: InputGate) -> Result<()> {
         loop {
-            match gate.next()? {
+            match gate.next_event()? {
                 InputEvent::Batch { input, batch } => {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, input, batch)?;

@@ -9,7 +9,9 @@ use weir::{Engine, JobStatus};
 
 fn engine(parallelism: usize) -> Engine {
     let engine = Engine::new();
-    engine.set("parallelism.default", &parallelism.to_string()).unwrap();
+    engine
+        .set("parallelism.default", &parallelism.to_string())
+        .unwrap();
     engine.set("table.local-time-zone", "UTC").unwrap();
     engine
 }
@@ -35,16 +37,35 @@ fn a_bounded_query_collects_every_window() {
             .unwrap();
         let counts: i64 = batches
             .iter()
-            .map(|b| b.column(1).as_primitive::<Int64Type>().values().iter().sum::<i64>())
+            .map(|b| {
+                b.column(1)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .iter()
+                    .sum::<i64>()
+            })
             .sum();
         let sums: i64 = batches
             .iter()
-            .map(|b| b.column(2).as_primitive::<Int64Type>().values().iter().sum::<i64>())
+            .map(|b| {
+                b.column(2)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .iter()
+                    .sum::<i64>()
+            })
             .sum();
-        assert_eq!(counts, 100_000, "every row counted once at parallelism {parallelism}");
+        assert_eq!(
+            counts, 100_000,
+            "every row counted once at parallelism {parallelism}"
+        );
         assert_eq!(sums, (0..100_000i64).sum::<i64>());
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        assert_eq!(rows, 10_000 * 4, "10 000 one-second windows, each with all 4 keys");
+        assert_eq!(
+            rows,
+            10_000 * 4,
+            "10 000 one-second windows, each with all 4 keys"
+        );
     }
 }
 
@@ -74,7 +95,10 @@ fn an_unbounded_query_streams_rows_as_windows_fire_and_stops_when_dropped() {
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(job.status(), JobStatus::Running);
     drop(stream);
-    assert_eq!(job.wait_timeout(Duration::from_secs(20)).unwrap(), JobStatus::Cancelled);
+    assert_eq!(
+        job.wait_timeout(Duration::from_secs(20)).unwrap(),
+        JobStatus::Cancelled
+    );
 }
 
 #[test]
@@ -136,7 +160,13 @@ fn insert_returns_a_job_that_finishes() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .collect();
     lines.sort();
     assert_eq!(lines, vec!["0,33334", "1,33333", "2,33333"]);
@@ -147,24 +177,42 @@ fn insert_returns_a_job_that_finishes() {
 fn explain_shows_chains_exchanges_and_parallelism() {
     let engine = engine(4);
     engine.sql(SEQUENCE).unwrap();
-    engine.sql("CREATE TABLE sink (k BIGINT, c BIGINT) WITH ('connector' = 'blackhole')").unwrap();
+    engine
+        .sql("CREATE TABLE sink (k BIGINT, c BIGINT) WITH ('connector' = 'blackhole')")
+        .unwrap();
     let query = "INSERT INTO sink SELECT id % 3, COUNT(*) FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '1' HOUR))
                  GROUP BY id % 3, window_start, window_end";
-    let plan = engine.sql(&format!("EXPLAIN {query}")).unwrap().collect().unwrap();
+    let plan = engine
+        .sql(&format!("EXPLAIN {query}"))
+        .unwrap()
+        .collect()
+        .unwrap();
     let text = plan[0].column(0).as_string::<i32>().value(0).to_string();
     assert!(text.contains("== Logical Plan =="), "{text}");
     assert!(text.contains("[1] parallelism=4"), "{text}");
     assert!(text.contains("Source: seq[datagen]"), "{text}");
-    assert!(text.contains("-> WatermarkAssigner(rowtime=[ts], watermark=[ts - INTERVAL '1' SECOND])"), "{text}");
-    assert!(text.contains("-> LocalWindowAggregate(window=[TUMBLE(size=1 h)]"), "{text}");
+    assert!(
+        text.contains("-> WatermarkAssigner(rowtime=[ts], watermark=[ts - INTERVAL '1' SECOND])"),
+        "{text}"
+    );
+    assert!(
+        text.contains("-> LocalWindowAggregate(window=[TUMBLE(size=1 h)]"),
+        "{text}"
+    );
     assert!(text.contains("=> HASH["), "{text}");
     assert!(text.contains("GlobalWindowAggregate"), "{text}");
     assert!(text.contains("-> Sink: sink[blackhole]"), "{text}");
 
     let engine = self::engine(1);
     engine.sql(SEQUENCE).unwrap();
-    engine.sql("CREATE TABLE sink (k BIGINT, c BIGINT) WITH ('connector' = 'blackhole')").unwrap();
-    let plan = engine.sql(&format!("EXPLAIN {query}")).unwrap().collect().unwrap();
+    engine
+        .sql("CREATE TABLE sink (k BIGINT, c BIGINT) WITH ('connector' = 'blackhole')")
+        .unwrap();
+    let plan = engine
+        .sql(&format!("EXPLAIN {query}"))
+        .unwrap()
+        .collect()
+        .unwrap();
     let text = plan[0].column(0).as_string::<i32>().value(0).to_string();
     assert!(!text.contains("HASH"), "one chain at parallelism 1: {text}");
     assert!(text.contains("-> WindowAggregate("), "{text}");
@@ -178,6 +226,10 @@ fn result_batches_carry_the_query_schema() {
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names, ["one", "s", "d"]);
     let batches = result.collect().unwrap();
-    let one = batches[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+    let one = batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
     assert_eq!(one.value(0), 1);
 }

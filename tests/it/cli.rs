@@ -13,7 +13,10 @@ fn help_documents_run() {
     let output = weir().arg("--help").output().unwrap();
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
-    assert!(text.contains("run") && text.contains("Run the statements of a SQL file"), "{text}");
+    assert!(
+        text.contains("run") && text.contains("Run the statements of a SQL file"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -40,12 +43,22 @@ fn run_executes_a_file_and_waits_for_its_jobs() {
     )
     .unwrap();
     let output = weir().arg("run").arg(&file).output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let mut rows: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("part-"))
-        .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .collect();
     rows.sort();
     assert_eq!(rows.len(), 14);

@@ -49,10 +49,23 @@ fn generate(seed: u64, rows: usize, keys: i64) -> RecordBatch {
 
 fn write_csv(batch: &RecordBatch, path: &std::path::Path) {
     let mut text = String::new();
-    let ts = batch.column(3).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+    let ts = batch
+        .column(3)
+        .as_any()
+        .downcast_ref::<TimestampMillisecondArray>()
+        .unwrap();
     for row in 0..batch.num_rows() {
-        let value = |c: usize| batch.column(c).as_any().downcast_ref::<Int64Array>().unwrap().value(row);
-        let t = chrono::DateTime::from_timestamp_millis(ts.value(row)).unwrap().naive_utc();
+        let value = |c: usize| {
+            batch
+                .column(c)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(row)
+        };
+        let t = chrono::DateTime::from_timestamp_millis(ts.value(row))
+            .unwrap()
+            .naive_utc();
         let _ = writeln!(
             text,
             "{},{},{},{}",
@@ -104,7 +117,9 @@ fn datafusion_rows(batch: &RecordBatch, sql: &str) -> Vec<String> {
 
 fn weir_rows(csv: &std::path::Path, parallelism: usize, sql: &str) -> Vec<String> {
     let engine = Engine::new();
-    engine.set("parallelism.default", &parallelism.to_string()).unwrap();
+    engine
+        .set("parallelism.default", &parallelism.to_string())
+        .unwrap();
     engine.set("table.local-time-zone", "UTC").unwrap();
     engine.set("weir.batch-size", "1000").unwrap();
     engine

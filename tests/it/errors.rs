@@ -9,7 +9,9 @@ use weir::{Engine, Error, JobStatus};
 
 fn engine(parallelism: usize) -> Engine {
     let engine = Engine::new();
-    engine.set("parallelism.default", &parallelism.to_string()).unwrap();
+    engine
+        .set("parallelism.default", &parallelism.to_string())
+        .unwrap();
     engine
 }
 
@@ -22,7 +24,10 @@ fn a_missing_input_file_names_the_path() {
     let err = engine.sql("SELECT x FROM t").unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err:?}");
     let text = err.to_string();
-    assert!(text.contains("/nonexistent/weir/in.csv") && text.contains("No such file"), "{text}");
+    assert!(
+        text.contains("/nonexistent/weir/in.csv") && text.contains("No such file"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -68,11 +73,17 @@ fn a_malformed_json_row_names_file_and_line() {
 #[test]
 fn a_failing_task_stops_the_whole_job_with_its_error() {
     let dir = tempfile::tempdir().unwrap();
-    let good: String = (0..50_000).map(|i| format!("{i},2020-01-01 00:00:{:02}\n", i % 60)).collect();
+    let good: String = (0..50_000)
+        .map(|i| format!("{i},2020-01-01 00:00:{:02}\n", i % 60))
+        .collect();
     for name in ["a.csv", "b.csv", "c.csv"] {
         std::fs::write(dir.path().join(name), &good).unwrap();
     }
-    std::fs::write(dir.path().join("d.csv"), "1,2020-01-01 00:00:00\nbad,2020-01-01 00:00:00\n").unwrap();
+    std::fs::write(
+        dir.path().join("d.csv"),
+        "1,2020-01-01 00:00:00\nbad,2020-01-01 00:00:00\n",
+    )
+    .unwrap();
     let engine = engine(4);
     engine
         .sql(&format!(
@@ -128,7 +139,14 @@ fn a_panicking_task_fails_the_job_instead_of_the_process() {
     engine
         .sql("CREATE TABLE g (x BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '1000', 'rows-per-second' = '1000000')")
         .unwrap();
-    let err = engine.sql("SELECT boom(x) FROM g").unwrap().collect().unwrap_err();
+    let err = engine
+        .sql("SELECT boom(x) FROM g")
+        .unwrap()
+        .collect()
+        .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("panicked") && text.contains("boom went the function"), "{text}");
+    assert!(
+        text.contains("panicked") && text.contains("boom went the function"),
+        "{text}"
+    );
 }

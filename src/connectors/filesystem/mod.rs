@@ -80,9 +80,14 @@ impl FileFormat {
             _ => {
                 let compression = match table.option("parquet.compression") {
                     None => parquet::basic::Compression::SNAPPY,
-                    Some(c) => parquet::basic::Compression::from_str(&c.to_ascii_uppercase()).map_err(|_| {
-                        Error::sql(format!("table '{}': unknown parquet.compression '{c}'", table.name))
-                    })?,
+                    Some(c) => {
+                        parquet::basic::Compression::from_str(&c.to_ascii_uppercase()).map_err(|_| {
+                            Error::sql(format!(
+                                "table '{}': unknown parquet.compression '{c}'",
+                                table.name
+                            ))
+                        })?
+                    }
                 };
                 FileFormat::Parquet { compression }
             }

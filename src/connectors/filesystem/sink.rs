@@ -84,7 +84,14 @@ pub fn random_uuid() -> String {
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 /// The filesystem sink of a table.
@@ -101,7 +108,11 @@ pub struct FileSinkFactory {
 impl FileSinkFactory {
     /// The sink of `table`; creates the output directory now, so an unwritable
     /// location fails the statement.
-    pub fn try_new(table: &TableDef, schema: SchemaRef, _config: &SessionConfig) -> Result<Arc<dyn SinkFactory>> {
+    pub fn try_new(
+        table: &TableDef,
+        schema: SchemaRef,
+        _config: &SessionConfig,
+    ) -> Result<Arc<dyn SinkFactory>> {
         let format = FileFormat::from_table(table)?;
         let directory = table_path(table)?;
         std::fs::create_dir_all(&directory).map_err(|e| Error::io(&directory, e))?;
@@ -172,12 +183,18 @@ impl PartFileWriter {
         let name = format!("{}{}", self.prefix, self.next_part);
         self.next_part += 1;
         let visible = self.directory.join(&name);
-        let in_progress = self.directory.join(format!(".{name}.inprogress.{}", random_uuid()));
+        let in_progress = self
+            .directory
+            .join(format!(".{name}.inprogress.{}", random_uuid()));
         let file = File::create(&in_progress).map_err(|e| Error::io(&in_progress, e))?;
         let encoder = match &self.format {
             FileFormat::Parquet { compression } => {
                 let properties = WriterProperties::builder().set_compression(*compression).build();
-                Encoder::Parquet(Box::new(ArrowWriter::try_new(file, self.schema.clone(), Some(properties))?))
+                Encoder::Parquet(Box::new(ArrowWriter::try_new(
+                    file,
+                    self.schema.clone(),
+                    Some(properties),
+                )?))
             }
             _ => Encoder::Text(BufWriter::with_capacity(1 << 20, file)),
         };
@@ -224,7 +241,9 @@ impl SinkWriter for PartFileWriter {
             (Encoder::Text(writer), format) => {
                 self.buffer.clear();
                 match format {
-                    FileFormat::Csv(options) => CsvRowWriter::new(options.clone()).write(batch, &mut self.buffer)?,
+                    FileFormat::Csv(options) => {
+                        CsvRowWriter::new(options.clone()).write(batch, &mut self.buffer)?
+                    }
                     _ => write_json_lines(batch, &mut self.buffer)?,
                 }
                 writer

@@ -93,8 +93,8 @@ impl SourceFactory for FileSourceFactory {
 }
 
 enum OpenFile {
-    Csv(CsvBatchReader<BufReader<File>>),
-    Json(JsonBatchReader<BufReader<File>>),
+    Csv(Box<CsvBatchReader<BufReader<File>>>),
+    Json(Box<JsonBatchReader<BufReader<File>>>),
     Parquet {
         reader: ParquetRecordBatchReader,
         /// For each output column, its index in the reader's batches.
@@ -119,20 +119,20 @@ impl FileReader {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let name = path.display().to_string();
         Ok(match &self.format {
-            FileFormat::Csv(options) => OpenFile::Csv(CsvBatchReader::new(
+            FileFormat::Csv(options) => OpenFile::Csv(Box::new(CsvBatchReader::new(
                 BufReader::with_capacity(1 << 20, file),
                 name,
                 self.field_count,
                 self.projection.clone(),
                 self.schema.clone(),
                 options.clone(),
-            )),
-            FileFormat::Json(options) => OpenFile::Json(JsonBatchReader::new(
+            ))),
+            FileFormat::Json(options) => OpenFile::Json(Box::new(JsonBatchReader::new(
                 BufReader::with_capacity(1 << 20, file),
                 name,
                 self.schema.clone(),
                 options.clone(),
-            )),
+            ))),
             FileFormat::Parquet { .. } => {
                 let data_error = |message: String| Error::Data {
                     file: name.clone(),
@@ -144,9 +144,9 @@ impl FileReader {
                 let file_schema = builder.schema().clone();
                 let mut roots = Vec::new();
                 for field in self.schema.fields() {
-                    let index = file_schema.index_of(field.name()).map_err(|_| {
-                        data_error(format!("the file has no column '{}'", field.name()))
-                    })?;
+                    let index = file_schema
+                        .index_of(field.name())
+                        .map_err(|_| data_error(format!("the file has no column '{}'", field.name())))?;
                     roots.push(index);
                 }
                 let mut sorted = roots.clone();
@@ -183,7 +183,11 @@ impl FileReader {
                     arrow::compute::cast(column, field.data_type()).map_err(|e| Error::Data {
                         file: file.to_string(),
                         line: None,
-                        message: format!("column '{}' cannot be read as {}: {e}", field.name(), field.data_type()),
+                        message: format!(
+                            "column '{}' cannot be read as {}: {e}",
+                            field.name(),
+                            field.data_type()
+                        ),
                     })
                 }
             })

@@ -138,14 +138,18 @@ impl<R: Read> CsvBatchReader<R> {
             return Err(e);
         }
         while !self.done {
-            let mut builders: Vec<StringBuilder> = self.projection.iter().map(|_| StringBuilder::new()).collect();
+            let mut builders: Vec<StringBuilder> =
+                self.projection.iter().map(|_| StringBuilder::new()).collect();
             let mut lines: Vec<u64> = Vec::new();
             while lines.len() < max_rows {
-                let more = self.reader.read_byte_record(&mut self.record).map_err(|e| Error::Data {
-                    file: self.file.clone(),
-                    line: e.position().map(|p| p.line()),
-                    message: e.to_string(),
-                })?;
+                let more = self
+                    .reader
+                    .read_byte_record(&mut self.record)
+                    .map_err(|e| Error::Data {
+                        file: self.file.clone(),
+                        line: e.position().map(|p| p.line()),
+                        message: e.to_string(),
+                    })?;
                 if !more {
                     self.done = true;
                     break;
@@ -189,7 +193,10 @@ impl<R: Read> CsvBatchReader<R> {
             if lines.is_empty() {
                 continue;
             }
-            let texts: Vec<ArrayRef> = builders.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef).collect();
+            let texts: Vec<ArrayRef> = builders
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef)
+                .collect();
             let batch = self.convert(&texts, &lines)?;
             if batch.num_rows() > 0 {
                 return Ok(Some(batch));
@@ -210,9 +217,9 @@ impl<R: Read> CsvBatchReader<R> {
             let target = self.schema.field(c).data_type();
             let parsed = parse_text_column(text, target)?;
             if parsed.null_count() > text.null_count() {
-                for row in 0..text.len() {
+                for (row, bad) in bad.iter_mut().enumerate() {
                     if parsed.is_null(row) && !text.is_null(row) {
-                        bad[row] = true;
+                        *bad = true;
                         if first_bad.is_none_or(|(r, _)| row < r) {
                             first_bad = Some((row, c));
                         }
@@ -226,7 +233,10 @@ impl<R: Read> CsvBatchReader<R> {
             return Ok(batch);
         };
         if !self.options.ignore_parse_errors {
-            let text = texts[column].as_any().downcast_ref::<arrow::array::StringArray>().map(|a| a.value(row));
+            let text = texts[column]
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .map(|a| a.value(row));
             let field = self.schema.field(column);
             return Err(Error::Data {
                 file: self.file.clone(),
@@ -263,7 +273,11 @@ pub fn parse_text_column(text: &ArrayRef, target: &DataType) -> Result<ArrayRef>
             .iter()
             .map(|v| v.map(str::trim))
             .collect();
-        return Ok(cast_with_options(&(Arc::new(trimmed) as ArrayRef), target, &options)?);
+        return Ok(cast_with_options(
+            &(Arc::new(trimmed) as ArrayRef),
+            target,
+            &options,
+        )?);
     }
     Ok(cast_with_options(text, target, &options)?)
 }
@@ -307,7 +321,12 @@ impl CsvRowWriter {
             .iter()
             .map(|c| format_column(c, TextStyle::Format))
             .collect::<Result<Vec<_>>>()?;
-        let quoted: Vec<bool> = batch.schema().fields().iter().map(|f| is_text_type(f.data_type())).collect();
+        let quoted: Vec<bool> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| is_text_type(f.data_type()))
+            .collect();
         for row in 0..batch.num_rows() {
             for (c, column) in columns.iter().enumerate() {
                 if c > 0 {
@@ -379,10 +398,21 @@ mod tests {
             Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
             Field::new("id", DataType::Int64, true),
         ]));
-        let mut reader = CsvBatchReader::new(data.as_bytes(), "f.csv".into(), 3, vec![2, 0], projected, options());
+        let mut reader = CsvBatchReader::new(
+            data.as_bytes(),
+            "f.csv".into(),
+            3,
+            vec![2, 0],
+            projected,
+            options(),
+        );
         let batch = reader.next_batch(100).unwrap().unwrap();
         assert_eq!(batch.num_rows(), 2);
-        let ts = batch.column(0).as_any().downcast_ref::<TimestampMillisecondArray>().unwrap();
+        let ts = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampMillisecondArray>()
+            .unwrap();
         assert_eq!(ts.value(0), 1_577_836_801_500);
         assert!(reader.next_batch(100).unwrap().is_none());
     }
@@ -390,9 +420,19 @@ mod tests {
     #[test]
     fn a_bad_value_names_file_line_and_column() {
         let data = "1,a,2020-01-01 00:00:00\nx,b,2020-01-01 00:00:00\n";
-        let mut reader = CsvBatchReader::new(data.as_bytes(), "bids.csv".into(), 3, vec![0, 1, 2], schema(), options());
+        let mut reader = CsvBatchReader::new(
+            data.as_bytes(),
+            "bids.csv".into(),
+            3,
+            vec![0, 1, 2],
+            schema(),
+            options(),
+        );
         let err = reader.next_batch(100).unwrap_err().to_string();
-        assert!(err.contains("bids.csv") && err.contains("line 2") && err.contains("'id'"), "{err}");
+        assert!(
+            err.contains("bids.csv") && err.contains("line 2") && err.contains("'id'"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -119,9 +119,7 @@ impl<R: BufRead> JsonBatchReader<R> {
         let mut good = Vec::new();
         for (line, text) in lines {
             let mut decoder = self.decoder(1)?;
-            let result = decoder
-                .decode(text.as_bytes())
-                .and_then(|_| decoder.flush());
+            let result = decoder.decode(text.as_bytes()).and_then(|_| decoder.flush());
             match result {
                 Ok(Some(batch)) => good.push(batch),
                 Ok(None) => {}
@@ -164,7 +162,6 @@ impl<R: BufRead> JsonBatchReader<R> {
     }
 }
 
-
 /// Writes batches as JSON lines, as Flink does.
 pub fn write_json_lines(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
     let columns = batch
@@ -194,9 +191,9 @@ pub fn write_json_lines(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
             match &column[row] {
                 None => out.extend_from_slice(b"null"),
                 Some(v) if raw[c] => out.extend_from_slice(v.as_bytes()),
-                Some(v) => out.extend_from_slice(
-                    serde_json::to_string(v).expect("a string serializes").as_bytes(),
-                ),
+                Some(v) => {
+                    out.extend_from_slice(serde_json::to_string(v).expect("a string serializes").as_bytes())
+                }
             }
         }
         out.extend_from_slice(b"}\n");

@@ -13,9 +13,9 @@
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type,
-    Int32Type, Int64Type, Time32MillisecondType, Time32SecondType, Time64MicrosecondType,
-    Time64NanosecondType, TimeUnit, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
+    TimeUnit, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use chrono::{DateTime, NaiveDateTime, Timelike};
 
@@ -36,10 +36,18 @@ pub fn java_double(v: f64) -> String {
         return "NaN".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if v.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     java_decimal_text(&format!("{v:e}"), v.abs() >= 1e-3 && v.abs() < 1e7)
 }
@@ -65,13 +73,26 @@ fn java_decimal_text(scientific: &str, plain: bool) -> String {
     if plain {
         let point = exponent + 1; // digits before the decimal point
         let (int_part, frac_part) = if point <= 0 {
-            ("0".to_string(), format!("{}{digits}", "0".repeat((-point) as usize)))
+            (
+                "0".to_string(),
+                format!("{}{digits}", "0".repeat((-point) as usize)),
+            )
         } else if point as usize >= digits.len() {
-            (format!("{digits}{}", "0".repeat(point as usize - digits.len())), String::new())
+            (
+                format!("{digits}{}", "0".repeat(point as usize - digits.len())),
+                String::new(),
+            )
         } else {
-            (digits[..point as usize].to_string(), digits[point as usize..].to_string())
+            (
+                digits[..point as usize].to_string(),
+                digits[point as usize..].to_string(),
+            )
         };
-        let frac_part = if frac_part.is_empty() { "0".to_string() } else { frac_part };
+        let frac_part = if frac_part.is_empty() {
+            "0".to_string()
+        } else {
+            frac_part
+        };
         format!("{sign}{int_part}.{frac_part}")
     } else {
         let frac = if digits.len() > 1 { &digits[1..] } else { "0" };
@@ -103,9 +124,9 @@ fn minimal_fraction(nanos: u32) -> String {
 fn java_fraction(nanos: u32) -> String {
     if nanos == 0 {
         String::new()
-    } else if nanos % 1_000_000 == 0 {
+    } else if nanos.is_multiple_of(1_000_000) {
         format!(".{:03}", nanos / 1_000_000)
-    } else if nanos % 1_000 == 0 {
+    } else if nanos.is_multiple_of(1_000) {
         format!(".{:06}", nanos / 1_000)
     } else {
         format!(".{nanos:09}")
@@ -114,7 +135,11 @@ fn java_fraction(nanos: u32) -> String {
 
 /// A `TIMESTAMP` in Flink's SQL text form: `yyyy-MM-dd HH:mm:ss[.f...]`.
 pub fn format_timestamp(dt: &NaiveDateTime) -> String {
-    format!("{}{}", dt.format("%Y-%m-%d %H:%M:%S"), minimal_fraction(dt.nanosecond()))
+    format!(
+        "{}{}",
+        dt.format("%Y-%m-%d %H:%M:%S"),
+        minimal_fraction(dt.nanosecond())
+    )
 }
 
 /// Java's `LocalDateTime.toString`: seconds omitted when they and the fraction are 0.
@@ -122,13 +147,21 @@ pub fn java_local_datetime(dt: &NaiveDateTime) -> String {
     if dt.second() == 0 && dt.nanosecond() == 0 {
         dt.format("%Y-%m-%dT%H:%M").to_string()
     } else {
-        format!("{}{}", dt.format("%Y-%m-%dT%H:%M:%S"), java_fraction(dt.nanosecond()))
+        format!(
+            "{}{}",
+            dt.format("%Y-%m-%dT%H:%M:%S"),
+            java_fraction(dt.nanosecond())
+        )
     }
 }
 
 /// Java's `Instant.toString` (always UTC, seconds always shown).
 pub fn java_instant(dt: &NaiveDateTime) -> String {
-    format!("{}{}Z", dt.format("%Y-%m-%dT%H:%M:%S"), java_fraction(dt.nanosecond()))
+    format!(
+        "{}{}Z",
+        dt.format("%Y-%m-%dT%H:%M:%S"),
+        java_fraction(dt.nanosecond())
+    )
 }
 
 /// A decimal's digits at `scale` (`1250`, 2 → `12.50`).
@@ -165,7 +198,11 @@ fn decimal_stripped(value: i128, scale: i8) -> String {
     if scale >= 0 && adjusted >= -6 {
         format!("{sign}{}", decimal_plain(unscaled.abs(), scale as i8))
     } else {
-        let frac = if digits.len() > 1 { format!(".{}", &digits[1..]) } else { String::new() };
+        let frac = if digits.len() > 1 {
+            format!(".{}", &digits[1..])
+        } else {
+            String::new()
+        };
         let exp_sign = if adjusted >= 0 { "+" } else { "" };
         format!("{sign}{}{frac}E{exp_sign}{adjusted}", &digits[..1])
     }
@@ -195,8 +232,12 @@ pub fn format_column(array: &ArrayRef, style: TextStyle) -> Result<Vec<Option<St
         DataType::Decimal128(_, scale) => {
             let scale = *scale;
             match style {
-                TextStyle::Format => each!(array.as_primitive::<Decimal128Type>(), |v| decimal_stripped(v, scale)),
-                TextStyle::Print => each!(array.as_primitive::<Decimal128Type>(), |v| decimal_plain(v, scale)),
+                TextStyle::Format => each!(array.as_primitive::<Decimal128Type>(), |v| decimal_stripped(
+                    v, scale
+                )),
+                TextStyle::Print => each!(array.as_primitive::<Decimal128Type>(), |v| decimal_plain(
+                    v, scale
+                )),
             }
         }
         DataType::Utf8 => each!(array.as_string::<i32>(), |v: &str| v.to_string()),
@@ -210,15 +251,26 @@ pub fn format_column(array: &ArrayRef, style: TextStyle) -> Result<Vec<Option<St
                 .unwrap_or_default()
         }),
         DataType::Time32(TimeUnit::Second) => {
-            each!(array.as_primitive::<Time32SecondType>(), |v: i32| time_text(v as i64 * 1_000_000_000, style))
+            each!(array.as_primitive::<Time32SecondType>(), |v: i32| time_text(
+                v as i64 * 1_000_000_000,
+                style
+            ))
         }
         DataType::Time32(_) => {
-            each!(array.as_primitive::<Time32MillisecondType>(), |v: i32| time_text(v as i64 * 1_000_000, style))
+            each!(array.as_primitive::<Time32MillisecondType>(), |v: i32| time_text(
+                v as i64 * 1_000_000,
+                style
+            ))
         }
         DataType::Time64(TimeUnit::Microsecond) => {
-            each!(array.as_primitive::<Time64MicrosecondType>(), |v: i64| time_text(v * 1000, style))
+            each!(array.as_primitive::<Time64MicrosecondType>(), |v: i64| time_text(
+                v * 1000,
+                style
+            ))
         }
-        DataType::Time64(_) => each!(array.as_primitive::<Time64NanosecondType>(), |v: i64| time_text(v, style)),
+        DataType::Time64(_) => each!(array.as_primitive::<Time64NanosecondType>(), |v: i64| time_text(
+            v, style
+        )),
         DataType::Timestamp(unit, zone) => {
             let ltz = zone.is_some();
             let unit = *unit;
@@ -228,23 +280,27 @@ pub fn format_column(array: &ArrayRef, style: TextStyle) -> Result<Vec<Option<St
             values
                 .iter()
                 .map(|v| {
-                    v.and_then(|v| timestamp_to_datetime(v, unit)).map(|dt| match (style, ltz) {
-                        (TextStyle::Format, false) => format_timestamp(&dt),
-                        (TextStyle::Format, true) => format!("{}Z", format_timestamp(&dt)),
-                        (TextStyle::Print, false) => java_local_datetime(&dt),
-                        (TextStyle::Print, true) => java_instant(&dt),
-                    })
+                    v.and_then(|v| timestamp_to_datetime(v, unit))
+                        .map(|dt| match (style, ltz) {
+                            (TextStyle::Format, false) => format_timestamp(&dt),
+                            (TextStyle::Format, true) => format!("{}Z", format_timestamp(&dt)),
+                            (TextStyle::Print, false) => java_local_datetime(&dt),
+                            (TextStyle::Print, true) => java_instant(&dt),
+                        })
                 })
                 .collect()
         }
         DataType::List(_) | DataType::LargeList(_) | DataType::Struct(_) | DataType::Map(_, _) => {
-            let formatter = arrow::util::display::ArrayFormatter::try_new(array.as_ref(), &Default::default())?;
+            let formatter =
+                arrow::util::display::ArrayFormatter::try_new(array.as_ref(), &Default::default())?;
             (0..array.len())
                 .map(|i| (!array.is_null(i)).then(|| formatter.value(i).to_string()))
                 .collect()
         }
         other => {
-            return Err(Error::Execution(format!("cannot write values of type {other} as text")));
+            return Err(Error::Execution(format!(
+                "cannot write values of type {other} as text"
+            )));
         }
     };
     Ok(out)

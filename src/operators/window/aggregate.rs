@@ -103,7 +103,9 @@ impl WindowAggregate {
                     Ok(a.create_groups_accumulator()?)
                 } else {
                     let a = a.clone();
-                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || a.create_accumulator())))
+                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
+                        a.create_accumulator()
+                    })))
                 }
             })
             .collect()
@@ -137,7 +139,12 @@ impl WindowAggregate {
             Phase::Local => "LocalWindowAggregate",
             Phase::Global => "GlobalWindowAggregate",
         };
-        let keys: Vec<String> = self.key_schema.fields().iter().map(|f| f.name().clone()).collect();
+        let keys: Vec<String> = self
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         let aggs: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
         let group_by = if keys.is_empty() {
             String::new()
@@ -411,7 +418,9 @@ impl WindowAggregateOperator {
             let widths = self.state_widths.clone();
             let mut group_indices = std::mem::take(&mut self.group_indices);
             let state = self.slice_state(slice)?;
-            state.groups.intern(&columns[1..1 + key_count], count, &mut group_indices)?;
+            state
+                .groups
+                .intern(&columns[1..1 + key_count], count, &mut group_indices)?;
             let total = state.groups.len();
             let mut offset = 1 + key_count;
             for (acc, width) in state.accumulators.iter_mut().zip(widths) {
@@ -434,7 +443,9 @@ impl WindowAggregateOperator {
             .collect();
         for slice in complete {
             let mut state = self.slices.remove(&slice).expect("listed above");
-            let Some(mut live) = state.live.take() else { continue };
+            let Some(mut live) = state.live.take() else {
+                continue;
+            };
             let rows = live.groups.len();
             if rows == 0 {
                 continue;
@@ -484,9 +495,8 @@ impl WindowAggregateOperator {
             return Ok(None);
         }
         let only = members[0];
-        let direct = members.len() == 1
-            && window.last_window_end(only) == end
-            && self.slices[&only].frozen.is_empty();
+        let direct =
+            members.len() == 1 && window.last_window_end(only) == end && self.slices[&only].frozen.is_empty();
         let mut state = if direct {
             match self.slices.remove(&only).and_then(|s| s.live) {
                 Some(live) => live,
@@ -501,7 +511,9 @@ impl WindowAggregateOperator {
                 slice.freeze()?;
                 for columns in &slice.frozen {
                     let rows = columns.first().map_or(0, |c| c.len());
-                    merged.groups.intern(&columns[..key_count], rows, &mut group_indices)?;
+                    merged
+                        .groups
+                        .intern(&columns[..key_count], rows, &mut group_indices)?;
                     let total = merged.groups.len();
                     let mut offset = key_count;
                     for (acc, width) in merged.accumulators.iter_mut().zip(&self.state_widths) {
@@ -519,7 +531,12 @@ impl WindowAggregateOperator {
         }
         let keys = state.groups.emit()?;
         let mut columns = Vec::with_capacity(self.spec.output_schema.fields().len());
-        for (column, field) in self.spec.group_columns.iter().zip(self.spec.output_schema.fields()) {
+        for (column, field) in self
+            .spec
+            .group_columns
+            .iter()
+            .zip(self.spec.output_schema.fields())
+        {
             let array: ArrayRef = match column {
                 GroupColumn::Key(i) => keys[*i].clone(),
                 GroupColumn::Window(property) => {
@@ -555,7 +572,10 @@ impl WindowAggregateOperator {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?))
+        Ok(Some(RecordBatch::try_new(
+            self.spec.output_schema.clone(),
+            columns,
+        )?))
     }
 }
 
@@ -584,4 +604,3 @@ impl Operator for WindowAggregateOperator {
         Ok(())
     }
 }
-

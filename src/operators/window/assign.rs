@@ -32,7 +32,10 @@ pub struct WindowAssign {
 
 impl OperatorFactory for WindowAssign {
     fn describe(&self) -> String {
-        format!("WindowTableFunction(window=[{}], time=[{}])", self.window, self.time_name)
+        format!(
+            "WindowTableFunction(window=[{}], time=[{}])",
+            self.window, self.time_name
+        )
     }
 
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
@@ -56,7 +59,11 @@ impl Operator for WindowAssign {
         let millis = to_epoch_millis(time.as_ref())?;
         let mut rows = Vec::with_capacity(batch.num_rows());
         let (mut starts, mut ends, mut times) = (Vec::new(), Vec::new(), Vec::new());
-        let time_type = self.schema.field(self.schema.fields().len() - 1).data_type().clone();
+        let time_type = self
+            .schema
+            .field(self.schema.fields().len() - 1)
+            .data_type()
+            .clone();
         for (row, t) in millis.values().iter().enumerate() {
             let slice = self.window.slice_start(self.shift.to_local(*t));
             for end in self.window.window_ends(slice) {
@@ -81,7 +88,9 @@ impl Operator for WindowAssign {
         };
         columns.push(Arc::new(TimestampMillisecondArray::from(starts)));
         columns.push(Arc::new(TimestampMillisecondArray::from(ends)));
-        columns.push(Arc::new(TimestampMillisecondArray::from(times).with_timezone_opt(zone)));
+        columns.push(Arc::new(
+            TimestampMillisecondArray::from(times).with_timezone_opt(zone),
+        ));
         out.batch(RecordBatch::try_new(self.schema.clone(), columns)?);
         Ok(())
     }

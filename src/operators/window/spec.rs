@@ -204,7 +204,10 @@ impl TimeShift {
     /// The shift for a zone name (an IANA id or `+hh:mm`).
     pub fn for_zone(zone: &str) -> Result<Self> {
         if let Ok(tz) = chrono_tz::Tz::from_str(zone) {
-            if matches!(tz, chrono_tz::Tz::UTC | chrono_tz::Tz::Etc__UTC | chrono_tz::Tz::GMT) {
+            if matches!(
+                tz,
+                chrono_tz::Tz::UTC | chrono_tz::Tz::Etc__UTC | chrono_tz::Tz::GMT
+            ) {
                 return Ok(TimeShift::Utc);
             }
             return Ok(TimeShift::Zone(tz));
@@ -213,7 +216,11 @@ impl TimeShift {
             .parse()
             .map_err(|_| Error::Plan(format!("unknown time zone '{zone}'")))?;
         let ms = offset.local_minus_utc() as i64 * 1000;
-        Ok(if ms == 0 { TimeShift::Utc } else { TimeShift::Fixed(ms) })
+        Ok(if ms == 0 {
+            TimeShift::Utc
+        } else {
+            TimeShift::Fixed(ms)
+        })
     }
 
     /// True when no conversion is needed.
@@ -229,7 +236,11 @@ impl TimeShift {
             TimeShift::Fixed(offset) => utc + offset,
             TimeShift::Zone(tz) => {
                 let offset = chrono::DateTime::from_timestamp_millis(utc)
-                    .map(|t| tz.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc())
+                    .map(|t| {
+                        tz.offset_from_utc_datetime(&t.naive_utc())
+                            .fix()
+                            .local_minus_utc()
+                    })
                     .unwrap_or(0);
                 utc + offset as i64 * 1000
             }
@@ -337,7 +348,10 @@ mod tests {
         let w = WindowSpec::cumulate(1_000, 3_000, 0).unwrap();
         assert_eq!(w.window_ends(1_000).collect::<Vec<_>>(), vec![2_000, 3_000]);
         assert_eq!(w.window_start(2_000), 0);
-        assert_eq!(w.slices_of_window(3_000).collect::<Vec<_>>(), vec![0, 1_000, 2_000]);
+        assert_eq!(
+            w.slices_of_window(3_000).collect::<Vec<_>>(),
+            vec![0, 1_000, 2_000]
+        );
         assert!(WindowSpec::cumulate(2_000, 3_000, 0).is_err());
     }
 
@@ -354,6 +368,9 @@ mod tests {
         assert_eq!(shift.to_local(0), 8 * 3_600_000);
         assert_eq!(shift.to_utc(8 * 3_600_000), 0);
         assert_eq!(TimeShift::for_zone("UTC").unwrap(), TimeShift::Utc);
-        assert_eq!(TimeShift::for_zone("+05:30").unwrap(), TimeShift::Fixed(19_800_000));
+        assert_eq!(
+            TimeShift::for_zone("+05:30").unwrap(),
+            TimeShift::Fixed(19_800_000)
+        );
     }
 }
