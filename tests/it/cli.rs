@@ -87,3 +87,41 @@ fn a_select_prints_its_rows() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("answer") && text.contains("42"), "{text}");
 }
+
+#[test]
+fn the_print_sink_writes_flink_style_rows_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("print.sql");
+    std::fs::write(
+        &file,
+        "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3),
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND
+         ) WITH ('connector' = 'filesystem', 'path' = 'sql/data/bids.csv', 'format' = 'csv');
+         CREATE TABLE shown (auction BIGINT, window_start TIMESTAMP(3), c BIGINT)
+         WITH ('connector' = 'print', 'print-identifier' = 'bids');
+         SET 'parallelism.default' = '2';
+         INSERT INTO shown SELECT auction, window_start, COUNT(*)
+         FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+         GROUP BY auction, window_start, window_end;",
+    )
+    .unwrap();
+    let output = weir().arg("run").arg(&file).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut rows: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once("> ").map_or(l, |(_, row)| row))
+        .collect();
+    rows.sort();
+    assert_eq!(rows.len(), 7, "{text}");
+    assert_eq!(rows[0], "+I[1, 2020-01-01T00:00, 3]");
+    assert!(
+        text.lines()
+            .all(|l| l.starts_with("bids:1> +I[") || l.starts_with("bids:2> +I[")),
+        "{text}"
+    );
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs the reference workloads (../shared/bench/*.sql, 30M rows each) with
+# `weir run` at parallelism 1 and 2, several times each, and prints the median
+# events/s and the peak resident memory. With --flink it also runs Apache Flink
+# on the same files once each (../shared/flink/, set up with its setup.sh), so
+# both are measured on this machine in one run.
+#
+#   cargo build --release && benches/reference.sh [--runs 5] [--flink]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=5
+flink=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --flink) flink=1; shift ;;
+    *) echo "usage: $0 [--runs N] [--flink]" >&2; exit 2 ;;
+  esac
+done
+bench_dir=${WEIR_BENCH_DIR:-../shared/bench}
+weir=${CARGO_TARGET_DIR:-target}/release/weir
+[ -x "$weir" ] || weir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/weir
+rows=30000000
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+printf '%-22s %3s %10s %14s %10s\n' workload p "median s" "events/s" "peak RSS"
+for file in passthrough_seq tumble_seq hop_seq; do
+  for p in 1 2; do
+    times=(); peak=0
+    for _ in $(seq "$runs"); do
+      /usr/bin/time -o "$tmp" -f "%e %M" "$weir" run "$bench_dir/$file.sql" --set parallelism.default=$p >/dev/null 2>&1
+      out=$(tail -1 "$tmp")
+      times+=("${out% *}"); rss=${out#* }; [ "$rss" -gt "$peak" ] && peak=$rss
+    done
+    median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    printf '%-22s %3s %10s %14s %8s MB\n' "$file" "$p" "$median" \
+      "$(awk -v r=$rows -v t="$median" 'BEGIN {printf "%.1fM", r / t / 1e6}')" "$((peak / 1024))"
+    if [ "$flink" = 1 ]; then
+      /tmp/flinkenv/venv/bin/python ../shared/flink/run_sql.py "$bench_dir/$file.sql" -p "$p" \
+        --conf table.local-time-zone=UTC 2>/dev/null | grep -E "^ *events/s" | sed 's/^ */    flink: /'
+    fi
+  done
+done

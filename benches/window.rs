@@ -1,0 +1,153 @@
+//! Window aggregation over in-memory batches: TUMBLE and HOP, 10k keys,
+//! COUNT/SUM/MAX, as in the reference workloads (one operator, one thread).
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use datafusion_physical_expr::aggregate::AggregateExprBuilder;
+use datafusion_physical_expr::expressions::{Column, lit};
+use weir::operators::window::aggregate::{
+    GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
+};
+use weir::operators::window::spec::{TimeShift, WindowSpec};
+use weir::runtime::operator::{TaskContext, TaskMetrics};
+use weir::runtime::{OperatorFactory, Output};
+
+const ROWS_PER_BATCH: usize = 8192;
+const BATCHES: usize = 200;
+
+fn input_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("price", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+    ]))
+}
+
+/// The reference rows: id = 0.., k = id % 10000, price = id * 7919 % 100000, ts = id / 100 ms.
+fn batches() -> Vec<RecordBatch> {
+    (0..BATCHES)
+        .map(|b| {
+            let ids: Vec<i64> = (0..ROWS_PER_BATCH as i64)
+                .map(|i| (b * ROWS_PER_BATCH) as i64 + i)
+                .collect();
+            RecordBatch::try_new(
+                input_schema(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(ids.iter().map(|i| i % 10_000))),
+                    Arc::new(Int64Array::from_iter_values(
+                        ids.iter().map(|i| i * 7919 % 100_000),
+                    )),
+                    Arc::new(TimestampMillisecondArray::from_iter_values(
+                        ids.iter().map(|i| i / 100),
+                    )),
+                ],
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+fn factory(window: WindowSpec) -> WindowAggregateFactory {
+    let schema = input_schema();
+    let aggregate = |f, column: usize, name: &str| {
+        Arc::new(
+            AggregateExprBuilder::new(
+                f,
+                vec![Arc::new(Column::new(schema.field(column).name(), column))],
+            )
+            .schema(schema.clone())
+            .alias(name)
+            .build()
+            .unwrap(),
+        )
+    };
+    let count = Arc::new(
+        AggregateExprBuilder::new(
+            datafusion_functions_aggregate::count::count_udaf(),
+            vec![lit(1i64)],
+        )
+        .schema(schema.clone())
+        .alias("cnt")
+        .build()
+        .unwrap(),
+    );
+    let key_schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    let output = Arc::new(Schema::new(vec![
+        Field::new(
+            "window_start",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
+        Field::new("k", DataType::Int64, false),
+        Field::new("cnt", DataType::Int64, true),
+        Field::new("sum_price", DataType::Int64, true),
+        Field::new("max_price", DataType::Int64, true),
+    ]));
+    WindowAggregateFactory(Arc::new(WindowAggregate {
+        phase: Phase::Single,
+        window,
+        shift: TimeShift::Utc,
+        time_name: "ts".into(),
+        time_index: 2,
+        keys: vec![Arc::new(Column::new("k", 0))],
+        key_schema,
+        aggregates: vec![
+            count,
+            aggregate(datafusion_functions_aggregate::sum::sum_udaf(), 1, "sum_price"),
+            aggregate(
+                datafusion_functions_aggregate::min_max::max_udaf(),
+                1,
+                "max_price",
+            ),
+        ],
+        filters: vec![None, None, None],
+        group_columns: vec![GroupColumn::Window(WindowProperty::Start), GroupColumn::Key(0)],
+        output_schema: output,
+    }))
+}
+
+fn run(window: WindowSpec, batches: &[RecordBatch]) -> usize {
+    let ctx = TaskContext {
+        subtask: 0,
+        parallelism: 1,
+        max_parallelism: 128,
+        batch_size: ROWS_PER_BATCH,
+        metrics: Arc::new(TaskMetrics::default()),
+    };
+    let mut operator = factory(window).create(&ctx).unwrap();
+    let mut out = Output::default();
+    let mut emitted = 0;
+    for batch in batches {
+        let last = batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<TimestampMillisecondArray>()
+            .unwrap();
+        let watermark = last.value(last.len() - 1) - 1000;
+        operator.process_batch(0, batch.clone(), &mut out).unwrap();
+        operator.process_watermark(watermark, &mut out).unwrap();
+        emitted += out.take().len();
+    }
+    operator.process_watermark(i64::MAX, &mut out).unwrap();
+    emitted + out.take().len()
+}
+
+fn bench(c: &mut Criterion) {
+    let batches = batches();
+    let mut group = c.benchmark_group("window_aggregate");
+    group.throughput(Throughput::Elements((BATCHES * ROWS_PER_BATCH) as u64));
+    group.sample_size(20);
+    group.bench_function("tumble_10s_10k_keys", |b| {
+        b.iter(|| run(WindowSpec::tumble(10_000, 0).unwrap(), &batches))
+    });
+    group.bench_function("hop_2s_10s_10k_keys", |b| {
+        b.iter(|| run(WindowSpec::hop(2_000, 10_000, 0).unwrap(), &batches))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
