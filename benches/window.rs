@@ -12,7 +12,7 @@ use weir::operators::window::aggregate::{
     GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
 };
 use weir::operators::window::spec::{TimeShift, WindowSpec};
-use weir::runtime::operator::{TaskContext, TaskMetrics};
+use weir::runtime::operator::TaskContext;
 use weir::runtime::{OperatorFactory, Output};
 
 const ROWS_PER_BATCH: usize = 8192;
@@ -110,13 +110,7 @@ fn factory(window: WindowSpec) -> WindowAggregateFactory {
 }
 
 fn run(window: WindowSpec, batches: &[RecordBatch]) -> usize {
-    let ctx = TaskContext {
-        subtask: 0,
-        parallelism: 1,
-        max_parallelism: 128,
-        batch_size: ROWS_PER_BATCH,
-        metrics: Arc::new(TaskMetrics::default()),
-    };
+    let ctx = TaskContext::standalone(ROWS_PER_BATCH);
     let mut operator = factory(window).create(&ctx).unwrap();
     let mut out = Output::default();
     let mut emitted = 0;

@@ -466,6 +466,15 @@ impl Session {
     }
 
     fn start(&mut self, plan: StreamPlan, name: String) -> Result<JobHandle> {
+        let max_parallelism = self.config.max_parallelism()?;
+        if let Some(node) = plan.nodes.iter().find(|n| n.parallelism > max_parallelism) {
+            return Err(Error::Plan(format!(
+                "parallelism {} of {} is above the max parallelism {max_parallelism} \
+                 ('pipeline.max-parallelism')",
+                node.parallelism,
+                node.kind.describe()
+            )));
+        }
         let settings = JobSettings {
             name,
             max_parallelism: self.config.max_parallelism()?,

@@ -6,6 +6,7 @@ use crossbeam_channel::Sender;
 use super::{SinkFactory, SinkWriter};
 use crate::Result;
 use crate::runtime::TaskContext;
+use crate::runtime::operator::send_or_cancel;
 use crate::runtime::task::cancelled;
 
 /// Sends every batch to the receiver of a query result.
@@ -26,21 +27,25 @@ impl SinkFactory for CollectSinkFactory {
         "Sink: collect".to_string()
     }
 
-    fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
+    fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(CollectWriter {
             sender: self.sender.clone(),
+            cancel: ctx.cancel.clone(),
         }))
     }
 }
 
 struct CollectWriter {
     sender: Sender<RecordBatch>,
+    cancel: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SinkWriter for CollectWriter {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         // The receiver is gone only when the caller dropped the result: a cancel.
-        self.sender.send(batch.clone()).map_err(|_| cancelled())
+        send_or_cancel(&self.sender, batch.clone(), &self.cancel)
+            .map(drop)
+            .map_err(|_| cancelled())
     }
 
     fn finish(&mut self) -> Result<()> {

@@ -129,7 +129,23 @@ impl<'a> Planner<'a> {
         let input = self.plan(&dml.input)?;
         let schema = self.nodes[input].schema.clone();
         let sink = connectors::create_sink(&table, schema.clone(), self.config)?;
-        self.add_sink(input, sink);
+        let input_parallelism = self.nodes[input].parallelism;
+        let parallelism = match connectors::parse_option::<usize>(&table, "sink.parallelism")? {
+            Some(0) => return Err(Error::sql("'sink.parallelism' must be positive")),
+            Some(p) => p,
+            None => input_parallelism,
+        };
+        let exchange = if parallelism == input_parallelism {
+            Exchange::Forward
+        } else {
+            Exchange::Rebalance
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
+            vec![(input, exchange)],
+            parallelism,
+            schema,
+        );
         self.finish()
     }
 
@@ -148,17 +164,6 @@ impl<'a> Planner<'a> {
             self.nodes[input].schema.clone(),
         );
         self.finish()
-    }
-
-    fn add_sink(&mut self, input: NodeId, sink: Arc<dyn SinkFactory>) {
-        let parallelism = self.nodes[input].parallelism;
-        let schema = self.nodes[input].schema.clone();
-        self.push(
-            NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
-            vec![(input, Exchange::Forward)],
-            parallelism,
-            schema,
-        );
     }
 
     fn push(

@@ -14,16 +14,17 @@
 //! the time spent blocked is counted.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
 
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::Sender;
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::message::Message;
-use super::operator::TaskMetrics;
+use super::operator::{SendFailure, TaskContext, TaskMetrics, send_or_cancel};
+use super::task::cancelled;
 use crate::state::key_group::{hash_rows, key_group, subtask_for_key_group};
 use crate::{Error, Result};
 
@@ -66,6 +67,7 @@ pub struct ExchangeWriter {
     next_rebalance: usize,
     max_parallelism: usize,
     metrics: Arc<TaskMetrics>,
+    cancel: Arc<AtomicBool>,
     hashes: Vec<u64>,
 }
 
@@ -77,37 +79,28 @@ pub fn downstream_gone() -> Error {
 
 impl ExchangeWriter {
     /// A writer over `senders`, one per downstream subtask (one for Forward and Single).
-    pub fn new(
-        exchange: Exchange,
-        senders: Vec<Sender<Message>>,
-        subtask: usize,
-        max_parallelism: usize,
-        metrics: Arc<TaskMetrics>,
-    ) -> Self {
+    pub fn new(exchange: Exchange, senders: Vec<Sender<Message>>, ctx: &TaskContext) -> Self {
         ExchangeWriter {
             exchange,
-            next_rebalance: subtask % senders.len().max(1),
+            next_rebalance: ctx.subtask % senders.len().max(1),
             senders,
-            max_parallelism,
-            metrics,
+            max_parallelism: ctx.max_parallelism,
+            metrics: ctx.metrics.clone(),
+            cancel: ctx.cancel.clone(),
             hashes: Vec::new(),
         }
     }
 
     fn send(&self, channel: usize, message: Message) -> Result<()> {
-        let sender = &self.senders[channel];
-        match sender.try_send(message) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(message)) => {
-                let started = Instant::now();
-                let result = sender.send(message).map_err(|_| downstream_gone());
-                TaskMetrics::add(
-                    &self.metrics.blocked_on_output_nanos,
-                    started.elapsed().as_nanos() as u64,
-                );
-                result
+        match send_or_cancel(&self.senders[channel], message, &self.cancel) {
+            Ok(blocked) => {
+                if !blocked.is_zero() {
+                    TaskMetrics::add(&self.metrics.blocked_on_output_nanos, blocked.as_nanos() as u64);
+                }
+                Ok(())
             }
-            Err(TrySendError::Disconnected(_)) => Err(downstream_gone()),
+            Err(SendFailure::Disconnected) => Err(downstream_gone()),
+            Err(SendFailure::Cancelled) => Err(cancelled()),
         }
     }
 

@@ -298,6 +298,7 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
                 max_parallelism: settings.max_parallelism,
                 batch_size: settings.batch_size,
                 metrics: metrics.clone(),
+                cancel: cancel.clone(),
             };
             let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
             let input = match &vertex.source {
@@ -314,13 +315,7 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
             let outputs = std::mem::take(&mut senders[vertex_index][subtask])
                 .into_iter()
                 .map(|(edge_index, txs)| {
-                    ExchangeWriter::new(
-                        graph.edges[edge_index].exchange.clone(),
-                        txs,
-                        subtask,
-                        settings.max_parallelism,
-                        metrics.clone(),
-                    )
+                    ExchangeWriter::new(graph.edges[edge_index].exchange.clone(), txs, &ctx)
                 })
                 .collect();
             infos.push(TaskInfo {

@@ -108,6 +108,66 @@ pub struct TaskContext {
     pub batch_size: usize,
     /// Counters of this subtask.
     pub metrics: Arc<TaskMetrics>,
+    /// Set when the job is cancelled or has failed: anything that blocks
+    /// (a full channel) checks it so that no task waits forever.
+    pub cancel: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TaskContext {
+    /// A context for running an operator outside a job (tests, benchmarks).
+    pub fn standalone(batch_size: usize) -> Self {
+        TaskContext {
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            batch_size,
+            metrics: Arc::new(TaskMetrics::default()),
+            cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
+
+    /// True once the job is cancelled or failed.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// Sends on a bounded channel, waiting while it is full but giving up when the
+/// job is cancelled (so a failure elsewhere never leaves a task blocked).
+/// Returns the time spent blocked.
+pub fn send_or_cancel<T>(
+    sender: &crossbeam_channel::Sender<T>,
+    message: T,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> std::result::Result<std::time::Duration, SendFailure> {
+    use crossbeam_channel::{SendTimeoutError, TrySendError};
+    let mut message = match sender.try_send(message) {
+        Ok(()) => return Ok(std::time::Duration::ZERO),
+        Err(TrySendError::Disconnected(_)) => return Err(SendFailure::Disconnected),
+        Err(TrySendError::Full(message)) => message,
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match sender.send_timeout(message, std::time::Duration::from_millis(50)) {
+            Ok(()) => return Ok(started.elapsed()),
+            Err(SendTimeoutError::Disconnected(_)) => return Err(SendFailure::Disconnected),
+            Err(SendTimeoutError::Timeout(back)) => {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(SendFailure::Cancelled);
+                }
+                message = back;
+            }
+        }
+    }
+}
+
+/// Why a send did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendFailure {
+    /// The receiver is gone.
+    Disconnected,
+    /// The job was cancelled while the channel was full.
+    Cancelled,
 }
 
 /// Creates one operator instance per subtask; implemented by plan nodes.

@@ -233,3 +233,66 @@ fn result_batches_carry_the_query_schema() {
         .unwrap();
     assert_eq!(one.value(0), 1);
 }
+
+#[test]
+fn sink_parallelism_sets_the_number_of_part_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(4);
+    engine.sql(SEQUENCE).unwrap();
+    for (name, parallelism) in [("one", 1), ("two", 2)] {
+        engine
+            .sql(&format!(
+                "CREATE TABLE {name} (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}',
+                   'format' = 'csv', 'sink.parallelism' = '{parallelism}')",
+                dir.path().join(name).display()
+            ))
+            .unwrap();
+        engine
+            .sql(&format!("INSERT INTO {name} SELECT id FROM seq"))
+            .unwrap()
+            .wait()
+            .unwrap();
+        let files: Vec<_> = std::fs::read_dir(dir.path().join(name)).unwrap().collect();
+        assert_eq!(files.len(), parallelism, "{name}");
+        let lines: usize = std::fs::read_dir(dir.path().join(name))
+            .unwrap()
+            .map(|f| {
+                std::fs::read_to_string(f.unwrap().path())
+                    .unwrap()
+                    .lines()
+                    .count()
+            })
+            .sum();
+        assert_eq!(lines, 100_000);
+    }
+}
+
+#[test]
+fn a_job_above_the_max_parallelism_is_refused() {
+    let engine = engine(4);
+    engine.set("pipeline.max-parallelism", "2").unwrap();
+    engine.sql(SEQUENCE).unwrap();
+    let err = engine.sql("SELECT id FROM seq").unwrap_err().to_string();
+    assert!(err.contains("above the max parallelism 2"), "{err}");
+}
+
+#[test]
+fn cancelling_a_query_nobody_reads_ends_it() {
+    let engine = engine(2);
+    engine
+        .sql(
+            "CREATE TABLE endless (id BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = '100000000',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '9223372036854775806')",
+        )
+        .unwrap();
+    let result = engine.sql("SELECT id FROM endless").unwrap();
+    let job = result.job().unwrap().clone();
+    // Let every channel and the result buffer fill up, with nobody reading.
+    std::thread::sleep(Duration::from_millis(300));
+    job.cancel();
+    assert_eq!(
+        job.wait_timeout(Duration::from_secs(20)).unwrap(),
+        JobStatus::Cancelled
+    );
+    drop(result);
+}
