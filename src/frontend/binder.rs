@@ -19,6 +19,7 @@ use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use sqlparser::ast::{self, TimezoneInfo};
 
 use super::catalog::{Catalog, TableDef};
+use super::dialect::table_factor;
 use super::functions::FunctionRegistry;
 use super::group_window::rewrite_group_windows;
 use super::naming::name_select_items;
@@ -181,18 +182,7 @@ impl Binder {
         let select = ast::Select {
             projection: exprs.into_iter().map(ast::SelectItem::UnnamedExpr).collect(),
             from: vec![ast::TableWithJoins {
-                relation: ast::TableFactor::Table {
-                    name: ast::ObjectName::from(name),
-                    alias: None,
-                    args: None,
-                    with_hints: vec![],
-                    version: None,
-                    with_ordinality: false,
-                    partitions: vec![],
-                    json_path: None,
-                    sample: None,
-                    index_hints: vec![],
-                },
+                relation: table_factor(ast::ObjectName::from(name)),
                 joins: vec![],
             }],
             ..empty_select()

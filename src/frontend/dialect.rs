@@ -10,7 +10,7 @@ use std::any::TypeId;
 
 use sqlparser::ast::{
     Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, ObjectName,
-    ObjectNamePart,
+    ObjectNamePart, TableFactor,
 };
 use sqlparser::dialect::{Dialect, GenericDialect};
 use sqlparser::keywords::Keyword;
@@ -97,6 +97,22 @@ fn parse_table_argument(parser: &mut Parser) -> Result<Expr, ParserError> {
         ))));
     }
     Ok(marker_call(TABLE_ARG_FUNCTION, args))
+}
+
+/// A reference to a table by name, as in `FROM name`.
+pub fn table_factor(name: ObjectName) -> TableFactor {
+    TableFactor::Table {
+        name,
+        alias: None,
+        args: None,
+        with_hints: vec![],
+        version: None,
+        with_ordinality: false,
+        partitions: vec![],
+        json_path: None,
+        sample: None,
+        index_hints: vec![],
+    }
 }
 
 /// A plain function call expression `name(args...)`.

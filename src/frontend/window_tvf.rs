@@ -22,7 +22,7 @@ use sqlparser::ast::{
 };
 
 use super::catalog::{Catalog, TIME_ATTRIBUTE_KEY};
-use super::dialect::TABLE_ARG_FUNCTION;
+use super::dialect::{TABLE_ARG_FUNCTION, table_factor};
 use super::parser::resolve_object_name;
 use crate::operators::window::spec::WindowSpec;
 
@@ -235,56 +235,33 @@ impl RelationPlanner for FlinkRelationPlanner {
                 }
             }
             TableFactor::Table {
-                name,
-                alias,
+                ref name,
+                ref alias,
                 args: None,
-                with_hints,
-                version,
-                with_ordinality,
-                partitions,
-                json_path,
-                sample,
-                index_hints,
-            } => {
-                let view = resolve_object_name(&name).and_then(|n| self.catalog.view(&n).cloned());
-                match view {
-                    Some(view) => {
-                        let alias = alias.or_else(|| {
-                            Some(TableAlias {
-                                explicit: false,
-                                name: Ident::new(&view.definition.name),
-                                columns: view
-                                    .definition
-                                    .columns
-                                    .iter()
-                                    .map(|c| TableAliasColumnDef::from_name(c.as_str()))
-                                    .collect(),
-                                at: None,
-                            })
-                        });
-                        let plan = context.plan(TableFactor::Derived {
-                            lateral: false,
-                            subquery: view.definition.query.clone(),
-                            alias: None,
-                            sample: None,
-                        })?;
-                        Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
-                            plan, alias,
-                        ))))
-                    }
-                    None => Ok(RelationPlanning::Original(Box::new(TableFactor::Table {
-                        name,
-                        alias,
-                        args: None,
-                        with_hints,
-                        version,
-                        with_ordinality,
-                        partitions,
-                        json_path,
-                        sample,
-                        index_hints,
-                    }))),
-                }
+                ..
+            } if let Some(view) = resolve_object_name(name).and_then(|n| self.catalog.view(&n).cloned()) => {
+                let alias = alias.clone().or_else(|| {
+                    Some(TableAlias {
+                        explicit: false,
+                        name: Ident::new(&view.definition.name),
+                        columns: view
+                            .definition
+                            .columns
+                            .iter()
+                            .map(|c| TableAliasColumnDef::from_name(c.as_str()))
+                            .collect(),
+                        at: None,
+                    })
+                });
+                let plan = context.plan(TableFactor::Derived {
+                    lateral: false,
+                    subquery: view.definition.query.clone(),
+                    alias: None,
+                    sample: None,
+                })?;
+                Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                    plan, alias,
+                ))))
             }
             other => Ok(RelationPlanning::Original(Box::new(other))),
         }
@@ -353,18 +330,9 @@ fn plan_window_tvf(
             else {
                 return plan_err!("malformed table argument");
             };
-            context.plan(TableFactor::Table {
-                name: ObjectName(parts.into_iter().map(ObjectNamePart::Identifier).collect()),
-                alias: None,
-                args: None,
-                with_hints: vec![],
-                version: None,
-                with_ordinality: false,
-                partitions: vec![],
-                json_path: None,
-                sample: None,
-                index_hints: vec![],
-            })?
+            context.plan(table_factor(ObjectName(
+                parts.into_iter().map(ObjectNamePart::Identifier).collect(),
+            )))?
         }
         Some(ast::Expr::Subquery(query)) => context.plan(TableFactor::Derived {
             lateral: false,

@@ -156,19 +156,7 @@ fn insert_returns_a_job_that_finishes() {
         .unwrap();
     let job = result.job().unwrap().clone();
     assert_eq!(job.wait().unwrap(), JobStatus::Finished);
-    let mut lines: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .flat_map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    lines.sort();
+    let lines = crate::part_file_lines(dir.path());
     assert_eq!(lines, vec!["0,33334", "1,33333", "2,33333"]);
     assert_eq!(engine.jobs().len(), 1);
 }
@@ -252,17 +240,12 @@ fn sink_parallelism_sets_the_number_of_part_files() {
             .unwrap()
             .wait()
             .unwrap();
-        let files: Vec<_> = std::fs::read_dir(dir.path().join(name)).unwrap().collect();
-        assert_eq!(files.len(), parallelism, "{name}");
-        let lines: usize = std::fs::read_dir(dir.path().join(name))
-            .unwrap()
-            .map(|f| {
-                std::fs::read_to_string(f.unwrap().path())
-                    .unwrap()
-                    .lines()
-                    .count()
-            })
-            .sum();
+        assert_eq!(
+            crate::part_files(&dir.path().join(name)).len(),
+            parallelism,
+            "{name}"
+        );
+        let lines = crate::part_file_lines(&dir.path().join(name)).len();
         assert_eq!(lines, 100_000);
     }
 }

@@ -48,19 +48,7 @@ fn run_executes_a_file_and_waits_for_its_jobs() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut rows: Vec<String> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("part-"))
-        .flat_map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    rows.sort();
+    let rows = crate::part_file_lines(&out);
     assert_eq!(rows.len(), 14);
     assert_eq!(rows[0], "1,\"2019-12-31 23:59:55\",\"2020-01-01 00:00:05\",2,150");
 }

@@ -4,3 +4,32 @@ mod api;
 mod cli;
 mod differential;
 mod errors;
+
+use std::path::{Path, PathBuf};
+
+/// The visible part files of a sink directory (in-progress files are hidden).
+pub fn part_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every line of every visible part file, sorted.
+pub fn part_file_lines(dir: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = part_files(dir)
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
