@@ -1,7 +1,7 @@
 //! The Flink SQL dialect for `sqlparser`: back-quoted identifiers and table arguments.
 //!
 //! Flink's window table functions take a table argument, `TUMBLE(TABLE bids, ...)`,
-//! and `SESSION(TABLE bids PARTITION BY auction, ...)`. sqlparser has no such
+//! and `SESSION(TABLE bids PARTITION BY auction, ...)` (several keys in parentheses). sqlparser has no such
 //! expression, so the dialect parses it into a marker function call,
 //! `__weir_table_arg(bids, PARTITION BY keys...)`, which the window-TVF planner
 //! (see [`super::window_tvf`]) takes apart again.
@@ -88,7 +88,14 @@ fn parse_table_argument(parser: &mut Parser) -> Result<Expr, ParserError> {
         ),
     ))];
     if parser.parse_keywords(&[Keyword::PARTITION, Keyword::BY]) {
-        let keys = parser.parse_comma_separated(Parser::parse_expr)?;
+        // One key, or several in parentheses: `PARTITION BY (a, b)`, as in Flink.
+        let keys = if parser.consume_token(&sqlparser::tokenizer::Token::LParen) {
+            let keys = parser.parse_comma_separated(Parser::parse_expr)?;
+            parser.expect_token(&sqlparser::tokenizer::Token::RParen)?;
+            keys
+        } else {
+            vec![parser.parse_expr()?]
+        };
         args.push(FunctionArg::Unnamed(FunctionArgExpr::Expr(marker_call(
             PARTITION_BY_FUNCTION,
             keys.into_iter()

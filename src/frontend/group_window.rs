@@ -93,15 +93,15 @@ fn rewrite_select(select: &mut Select) -> Result<()> {
         return Err(Error::sql("only one group window is allowed in a GROUP BY"));
     }
     let (kind, function) = group_window_kind(&window_call).expect("found above");
-    if kind == "SESSION" {
-        return Err(Error::sql("SESSION group windows are not supported yet"));
-    }
     let args = plain_args(function);
-    let expected = if kind == "TUMBLE" { 2..=3 } else { 3..=4 };
+    let (expected, intervals) = match kind.as_str() {
+        "TUMBLE" => (2..=3, "1-2"),
+        "HOP" => (3..=4, "2-3"),
+        _ => (2..=2, "1"),
+    };
     if !expected.contains(&args.len()) {
         return Err(Error::sql(format!(
-            "{kind} group window takes the time attribute and {} interval(s), got {window_call}",
-            if kind == "TUMBLE" { "1-2" } else { "2-3" }
+            "{kind} group window takes the time attribute and {intervals} interval(s), got {window_call}"
         )));
     }
     let time_column = match &args[0] {

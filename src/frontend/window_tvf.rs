@@ -24,7 +24,7 @@ use sqlparser::ast::{
 use super::catalog::{Catalog, TIME_ATTRIBUTE_KEY};
 use super::dialect::{TABLE_ARG_FUNCTION, table_factor};
 use super::parser::resolve_object_name;
-use crate::operators::window::spec::WindowSpec;
+use crate::operators::window::spec::{TvfWindow, WindowSpec};
 
 /// Prefix of the function names the legacy `GROUP BY TUMBLE(...)` rewrite uses;
 /// their window columns get hidden names.
@@ -69,7 +69,11 @@ pub struct WindowTvfNode {
     /// The time attribute the windows are over.
     pub time_column: Column,
     /// The windows.
-    pub spec: WindowSpec,
+    pub window: TvfWindow,
+    /// `SESSION(TABLE t PARTITION BY k ...)`: the keys sessions are kept per.
+    /// `None` for the legacy `GROUP BY SESSION(...)`, whose sessions are per
+    /// grouping key.
+    pub partition_by: Option<Vec<Column>>,
     /// Names of the added columns.
     pub columns: WindowColumns,
     /// Input columns followed by the three window columns.
@@ -78,7 +82,7 @@ pub struct WindowTvfNode {
 
 impl PartialOrd for WindowTvfNode {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        match self.spec.partial_cmp(&other.spec) {
+        match self.window.partial_cmp(&other.window) {
             Some(Ordering::Equal) => self.input.partial_cmp(&other.input),
             ordering => ordering,
         }
@@ -90,7 +94,8 @@ impl WindowTvfNode {
     pub fn try_new(
         input: LogicalPlan,
         time_column: Column,
-        spec: WindowSpec,
+        window: TvfWindow,
+        partition_by: Option<Vec<Column>>,
         columns: WindowColumns,
     ) -> DFResult<Self> {
         let time_field = input
@@ -131,7 +136,8 @@ impl WindowTvfNode {
         Ok(WindowTvfNode {
             input,
             time_column,
-            spec,
+            window,
+            partition_by,
             columns,
             schema: Arc::new(schema),
         })
@@ -162,12 +168,23 @@ impl UserDefinedLogicalNodeCore for WindowTvfNode {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "WindowTvf: {} on {}", self.spec, self.time_column)
+        write!(f, "WindowTvf: {} on {}", self.window, self.time_column)?;
+        if let Some(keys) = &self.partition_by {
+            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            write!(f, " partition by {}", keys.join(", "))?;
+        }
+        Ok(())
     }
 
     fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, inputs: Vec<LogicalPlan>) -> DFResult<Self> {
         let input = inputs.into_iter().next().expect("window TVF has one input");
-        WindowTvfNode::try_new(input, self.time_column.clone(), self.spec, self.columns.clone())
+        WindowTvfNode::try_new(
+            input,
+            self.time_column.clone(),
+            self.window,
+            self.partition_by.clone(),
+            self.columns.clone(),
+        )
     }
 
     fn necessary_children_exprs(&self, output_columns: &[usize]) -> Option<Vec<Vec<usize>>> {
@@ -221,13 +238,12 @@ impl RelationPlanner for FlinkRelationPlanner {
                     None => (name.clone(), WindowColumns::standard()),
                 };
                 match kind_name.as_str() {
-                    "TUMBLE" | "HOP" | "CUMULATE" => {
+                    "TUMBLE" | "HOP" | "CUMULATE" | "SESSION" => {
                         let plan = plan_window_tvf(&kind_name, f, columns, context)?;
                         Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
                             plan, alias,
                         ))))
                     }
-                    "SESSION" => plan_err!("SESSION window table functions are not supported yet"),
                     _ => Ok(RelationPlanning::Original(Box::new(TableFactor::TableFunction {
                         expr: ast::Expr::Function(f),
                         alias,
@@ -317,19 +333,38 @@ fn plan_window_tvf(
     context: &mut dyn RelationPlannerContext,
 ) -> DFResult<LogicalPlan> {
     let args = collect_args(f)?;
+    let mut partition_keys: Option<Vec<String>> = None;
     let input = match args.data {
         Some(ast::Expr::Function(table_arg)) => {
             let FunctionArguments::List(list) = table_arg.args else {
                 return plan_err!("malformed table argument");
             };
-            if list.args.len() > 1 {
-                return plan_err!("PARTITION BY is only allowed in SESSION windows");
-            }
+            let mut args = list.args.into_iter();
             let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(ast::Expr::CompoundIdentifier(parts)))) =
-                list.args.into_iter().next()
+                args.next()
             else {
                 return plan_err!("malformed table argument");
             };
+            if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(ast::Expr::Function(keys)))) = args.next()
+            {
+                if kind != "SESSION" {
+                    return plan_err!("PARTITION BY is only allowed in SESSION windows");
+                }
+                let FunctionArguments::List(keys) = keys.args else {
+                    return plan_err!("malformed PARTITION BY");
+                };
+                partition_keys = Some(
+                    keys.args
+                        .into_iter()
+                        .map(|k| match k {
+                            FunctionArg::Unnamed(FunctionArgExpr::Expr(ast::Expr::Identifier(i))) => {
+                                Ok(i.value)
+                            }
+                            other => plan_err!("PARTITION BY takes column names, got {other}"),
+                        })
+                        .collect::<DFResult<Vec<_>>>()?,
+                );
+            }
             context.plan(table_factor(ObjectName(
                 parts.into_iter().map(ObjectNamePart::Identifier).collect(),
             )))?
@@ -375,7 +410,7 @@ fn plan_window_tvf(
             };
             WindowSpec::hop(slide, size, take("OFFSET", 2, &durations).unwrap_or(0))
         }
-        _ => {
+        "CUMULATE" => {
             let (Some(step), Some(size)) = (take("STEP", 0, &durations), take("SIZE", 1, &durations)) else {
                 return plan_err!(
                     "CUMULATE needs a step and a size: CUMULATE(TABLE t, DESCRIPTOR(ts), step, size)"
@@ -383,9 +418,41 @@ fn plan_window_tvf(
             };
             WindowSpec::cumulate(step, size, take("OFFSET", 2, &durations).unwrap_or(0))
         }
+        _ => {
+            let Some(gap) = take("GAP", 0, &durations) else {
+                return plan_err!(
+                    "SESSION needs a gap: SESSION(TABLE t [PARTITION BY k], DESCRIPTOR(ts), gap)"
+                );
+            };
+            if gap <= 0 {
+                return plan_err!("the SESSION gap must be positive");
+            }
+            let partition_by = match (columns == WindowColumns::legacy(), partition_keys) {
+                (true, _) => None,
+                (false, keys) => Some(
+                    keys.unwrap_or_default()
+                        .iter()
+                        .map(
+                            |k| match input.schema().qualified_field_with_unqualified_name(k) {
+                                Ok((q, _)) => Ok(Column::new(q.cloned(), k)),
+                                Err(_) => plan_err!("PARTITION BY column '{k}' not found"),
+                            },
+                        )
+                        .collect::<DFResult<Vec<_>>>()?,
+                ),
+            };
+            let node = WindowTvfNode::try_new(
+                input,
+                time_column,
+                TvfWindow::Session { gap },
+                partition_by,
+                columns,
+            )?;
+            return Ok(LogicalPlan::Extension(Extension { node: Arc::new(node) }));
+        }
     }
     .map_err(|e| datafusion_common::DataFusionError::Plan(e.to_string()))?;
-    let node = WindowTvfNode::try_new(input, time_column, spec, columns)?;
+    let node = WindowTvfNode::try_new(input, time_column, TvfWindow::Sliced(spec), None, columns)?;
     Ok(LogicalPlan::Extension(Extension { node: Arc::new(node) }))
 }
 

@@ -39,7 +39,8 @@ use crate::operators::window::aggregate::{
     GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
 };
 use crate::operators::window::assign::WindowAssign;
-use crate::operators::window::spec::{TimeShift, WindowSpec};
+use crate::operators::window::session::{SessionAggregate, SessionAggregateFactory};
+use crate::operators::window::spec::{TimeShift, TvfWindow};
 use crate::runtime::Exchange;
 use crate::state::key_group::check_key_type;
 use crate::{Error, Result};
@@ -62,7 +63,9 @@ struct WindowedInput {
     origins: Vec<Origin>,
     time_index: usize,
     time_name: String,
-    window: WindowSpec,
+    window: TvfWindow,
+    /// For a SESSION TVF with PARTITION BY: the partition columns' names.
+    partition_by: Option<Vec<String>>,
     shift: TimeShift,
 }
 
@@ -490,11 +493,16 @@ impl<'a> Planner<'a> {
     }
 
     fn plan_window_assign(&mut self, node: &WindowTvfNode) -> Result<NodeId> {
+        let TvfWindow::Sliced(window) = node.window else {
+            return Err(unsupported(
+                "a SESSION window table function without a window aggregation",
+            ));
+        };
         let input = self.plan(&node.input)?;
         let time_index = node.input.schema().index_of_column(&node.time_column)?;
         let time_type = node.input.schema().field(time_index).data_type().clone();
         let assign = WindowAssign {
-            window: node.spec,
+            window,
             shift: self.shift_for(&time_type)?,
             time_index,
             time_name: node.time_column.name.clone(),
@@ -542,7 +550,11 @@ impl<'a> Planner<'a> {
                     origins,
                     time_index,
                     time_name: node.time_column.name.clone(),
-                    window: node.spec,
+                    window: node.window,
+                    partition_by: node
+                        .partition_by
+                        .as_ref()
+                        .map(|keys| keys.iter().map(|k| k.name.clone()).collect()),
                     shift: self.shift_for(&time_type)?,
                 }))
             }
@@ -712,6 +724,60 @@ impl<'a> Planner<'a> {
         let key_schema = Arc::new(Schema::new(key_fields.clone()));
         let input_parallelism = self.nodes[input.stream].parallelism;
         let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
+        let window = match input.window {
+            TvfWindow::Sliced(window) => window,
+            TvfWindow::Session { gap } => {
+                if let Some(partition) = &input.partition_by {
+                    let grouped: Vec<String> = aggregate
+                        .group_expr
+                        .iter()
+                        .zip(&group_columns)
+                        .filter(|(_, g)| matches!(g, GroupColumn::Key(_)))
+                        .map(|(e, _)| match strip_alias(e) {
+                            Expr::Column(c) => c.name.clone(),
+                            other => other.to_string(),
+                        })
+                        .collect();
+                    let mut a = grouped.clone();
+                    let mut b = partition.clone();
+                    a.sort();
+                    b.sort();
+                    if a != b {
+                        return Err(Error::Plan(format!(
+                            "a SESSION window aggregation must group by exactly its PARTITION BY columns \
+                             ({}), got {}",
+                            partition.join(", "),
+                            grouped.join(", ")
+                        )));
+                    }
+                }
+                let exchange = if parallelism == input_parallelism && parallelism == 1 {
+                    Exchange::Forward
+                } else if keys.is_empty() {
+                    Exchange::Single
+                } else {
+                    Exchange::Hash(keys.clone())
+                };
+                let session = SessionAggregate {
+                    gap,
+                    shift: input.shift.clone(),
+                    time_name: input.time_name.clone(),
+                    time_index: input.time_index,
+                    keys,
+                    key_schema,
+                    aggregates,
+                    filters,
+                    group_columns,
+                    output_schema: output.clone(),
+                };
+                return Ok(self.push(
+                    NodeKind::Operator(Arc::new(SessionAggregateFactory(Arc::new(session)))),
+                    vec![(input.stream, exchange)],
+                    parallelism,
+                    output,
+                ));
+            }
+        };
         let two_phase = match self.config.agg_phase_strategy()? {
             AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
             AggPhaseStrategy::TwoPhase => true,
@@ -719,7 +785,7 @@ impl<'a> Planner<'a> {
         };
         let spec = |phase, keys: Vec<Arc<dyn PhysicalExpr>>, filters, output_schema| WindowAggregate {
             phase,
-            window: input.window,
+            window,
             shift: input.shift.clone(),
             time_name: input.time_name.clone(),
             time_index: input.time_index,

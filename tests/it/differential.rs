@@ -205,6 +205,26 @@ fn cases() -> Vec<Case> {
                  GROUP BY k, ws, we"
             ),
         },
+        Case {
+            name: "session per key",
+            weir: format!(
+                "SELECT k, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), {aggregates}
+                 FROM TABLE(SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+                 GROUP BY k, window_start, window_end"
+            ),
+            // Sorted by time, a row starts a new session when it is at least the gap
+            // after the previous row of its key.
+            datafusion: format!(
+                "SELECT k, MIN(CAST(ts AS BIGINT)) AS ws, MAX(CAST(ts AS BIGINT)) + 10000 AS we, {aggregates}
+                 FROM (SELECT *, SUM(fresh) OVER (PARTITION BY k ORDER BY ts, price, bidder
+                                                  ROWS UNBOUNDED PRECEDING) AS session
+                       FROM (SELECT *, CASE WHEN CAST(ts AS BIGINT) - LAG(CAST(ts AS BIGINT))
+                                          OVER (PARTITION BY k ORDER BY ts, price, bidder) < 10000
+                                        THEN 0 ELSE 1 END AS fresh
+                             FROM t))
+                 GROUP BY k, session"
+            ),
+        },
     ]
 }
 

@@ -2,4 +2,5 @@
 
 pub mod aggregate;
 pub mod assign;
+pub mod session;
 pub mod spec;

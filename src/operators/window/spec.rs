@@ -178,6 +178,27 @@ impl fmt::Display for WindowSpec {
     }
 }
 
+/// The windows a window table function assigns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TvfWindow {
+    /// Tumbling, hopping or cumulating windows, computed in slices.
+    Sliced(WindowSpec),
+    /// Session windows with this inactivity gap (ms), merged per key.
+    Session {
+        /// The gap.
+        gap: i64,
+    },
+}
+
+impl fmt::Display for TvfWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TvfWindow::Sliced(spec) => write!(f, "{spec}"),
+            TvfWindow::Session { gap } => write!(f, "SESSION(gap={})", duration_text(*gap)),
+        }
+    }
+}
+
 /// A duration in the largest unit that divides it: `10 s`, `1500 ms`, `5 min`.
 pub fn duration_text(ms: i64) -> String {
     for (unit, name) in [(86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s")] {

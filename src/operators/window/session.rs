@@ -1,0 +1,436 @@
+//! Session windows: per key, rows closer than `gap` to each other form one window.
+//!
+//! A row at `t` opens the window `[t, t + gap)`; windows of the same key that
+//! overlap are merged (their accumulator states are merged with DataFusion's
+//! `Accumulator::state` / `merge_batch`). A session fires when the watermark
+//! reaches its end - 1 ms. A row whose window, after merging, has already
+//! fired is late: dropped and counted.
+//!
+//! ```text
+//!  key a:  x  x    x           x  x         gap = 3
+//!          [--------)          [------)     two sessions
+//! ```
+//!
+//! Sessions are not sliced, so there is no local pre-aggregation: rows are
+//! hashed by key to the operator, as Flink does for session windows.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion_common::ScalarValue;
+use datafusion_expr::Accumulator;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use super::aggregate::{GroupColumn, WindowProperty};
+use super::spec::{TimeShift, duration_text};
+use crate::operators::watermark::to_epoch_millis;
+use crate::runtime::message::MIN_WATERMARK;
+use crate::runtime::operator::TaskMetrics;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::{Error, Result};
+
+/// The plan of a session window aggregation.
+#[derive(Debug)]
+pub struct SessionAggregate {
+    /// Inactivity gap in milliseconds.
+    pub gap: i64,
+    /// Local time for `TIMESTAMP_LTZ` sessions.
+    pub shift: TimeShift,
+    /// Name of the time attribute, for EXPLAIN.
+    pub time_name: String,
+    /// Input column of the time attribute.
+    pub time_index: usize,
+    /// The keys sessions are kept per (evaluated on the input).
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Schema of the key columns.
+    pub key_schema: SchemaRef,
+    /// Aggregate functions.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// `FILTER (WHERE ...)` of each aggregate.
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Grouping columns of the output, in GROUP BY order.
+    pub group_columns: Vec<GroupColumn>,
+    /// Output schema.
+    pub output_schema: SchemaRef,
+}
+
+impl SessionAggregate {
+    /// A one-line description for EXPLAIN.
+    pub fn describe(&self) -> String {
+        let keys: Vec<String> = self
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let aggs: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
+        let partition = if keys.is_empty() {
+            String::new()
+        } else {
+            format!(", partitionBy=[{}]", keys.join(", "))
+        };
+        format!(
+            "SessionWindowAggregate(window=[SESSION(gap={})], time=[{}]{partition}, aggregates=[{}])",
+            duration_text(self.gap),
+            self.time_name,
+            aggs.join(", ")
+        )
+    }
+}
+
+/// The operator factory of a session window aggregation.
+#[derive(Debug, Clone)]
+pub struct SessionAggregateFactory(pub Arc<SessionAggregate>);
+
+impl OperatorFactory for SessionAggregateFactory {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let fields = self
+            .0
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Box::new(SessionOperator {
+            spec: self.0.clone(),
+            converter: RowConverter::new(fields)?,
+            sessions: Vec::new(),
+            free: Vec::new(),
+            merged_away: Vec::new(),
+            by_key: HashMap::new(),
+            by_end: BTreeSet::new(),
+            watermark: MIN_WATERMARK,
+            metrics: ctx.metrics.clone(),
+            batch_size: ctx.batch_size,
+        }))
+    }
+}
+
+struct Session {
+    key: Box<[u8]>,
+    start: i64,
+    end: i64,
+    accumulators: Vec<Box<dyn Accumulator>>,
+}
+
+struct SessionOperator {
+    spec: Arc<SessionAggregate>,
+    converter: RowConverter,
+    /// Sessions by id (`None` for free ids).
+    sessions: Vec<Option<Session>>,
+    free: Vec<usize>,
+    /// Ids merged away during the current batch, free once it is done.
+    merged_away: Vec<usize>,
+    /// Open sessions of each key (by its row-format bytes).
+    by_key: HashMap<Box<[u8]>, Vec<usize>>,
+    /// Open sessions by end, to fire them in order.
+    by_end: BTreeSet<(i64, usize)>,
+    watermark: Timestamp,
+    metrics: Arc<TaskMetrics>,
+    batch_size: usize,
+}
+
+impl SessionOperator {
+    fn new_accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
+        self.spec
+            .aggregates
+            .iter()
+            .map(|a| Ok(a.create_accumulator()?))
+            .collect()
+    }
+
+    fn session(&mut self, id: usize) -> &mut Session {
+        self.sessions[id].as_mut().expect("open session")
+    }
+
+    fn fired(&self, end: i64) -> bool {
+        self.spec.shift.to_utc(end) - 1 <= self.watermark
+    }
+
+    /// The session of a row at `t` of `key`, creating or merging sessions;
+    /// `None` when the row is late.
+    fn assign(
+        &mut self,
+        key: &[u8],
+        t: i64,
+        merged_into: &mut HashMap<usize, usize>,
+    ) -> Result<Option<usize>> {
+        let gap = self.spec.gap;
+        let (mut start, mut end) = (t, t + gap);
+        let overlapping: Vec<usize> = self
+            .by_key
+            .get(key)
+            .map(|ids| {
+                ids.iter()
+                    .copied()
+                    .filter(|id| {
+                        let s = self.sessions[*id].as_ref().expect("open session");
+                        s.start < end && t < s.end
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in &overlapping {
+            let s = self.sessions[*id].as_ref().expect("open session");
+            start = start.min(s.start);
+            end = end.max(s.end);
+        }
+        if self.fired(end) {
+            return Ok(None);
+        }
+        let Some((&target, others)) = overlapping.split_first() else {
+            let session = Session {
+                key: key.into(),
+                start,
+                end,
+                accumulators: self.new_accumulators()?,
+            };
+            let id = match self.free.pop() {
+                Some(id) => {
+                    self.sessions[id] = Some(session);
+                    id
+                }
+                None => {
+                    self.sessions.push(Some(session));
+                    self.sessions.len() - 1
+                }
+            };
+            self.by_key.entry(key.into()).or_default().push(id);
+            self.by_end.insert((end, id));
+            return Ok(Some(id));
+        };
+        for &other in others {
+            let mut gone = self.sessions[other].take().expect("open session");
+            // Freed only after the batch: rows of this batch may still name it.
+            self.merged_away.push(other);
+            self.by_end.remove(&(gone.end, other));
+            let target_session = self.session(target);
+            for (into, from) in target_session
+                .accumulators
+                .iter_mut()
+                .zip(gone.accumulators.iter_mut())
+            {
+                let state = from
+                    .state()?
+                    .into_iter()
+                    .map(|v| v.to_array())
+                    .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
+                into.merge_batch(&state)?;
+            }
+            if let Some(ids) = self.by_key.get_mut(key) {
+                ids.retain(|id| *id != other);
+            }
+            merged_into.insert(other, target);
+        }
+        let old_end = self.session(target).end;
+        self.by_end.remove(&(old_end, target));
+        let session = self.session(target);
+        session.start = start;
+        session.end = end;
+        self.by_end.insert((end, target));
+        Ok(Some(target))
+    }
+
+    fn process(&mut self, batch: &RecordBatch) -> Result<()> {
+        let rows = batch.num_rows();
+        let time = batch.column(self.spec.time_index);
+        if time.null_count() > 0 {
+            return Err(Error::Execution(format!(
+                "the window time attribute '{}' is NULL",
+                self.spec.time_name
+            )));
+        }
+        let millis = to_epoch_millis(time.as_ref())?;
+        let keys = self
+            .spec
+            .keys
+            .iter()
+            .map(|k| k.evaluate(batch)?.into_array(rows))
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let key_rows = if keys.is_empty() {
+            None
+        } else {
+            Some(self.converter.convert_columns(&keys)?)
+        };
+        let mut merged_into = HashMap::new();
+        let mut assigned: Vec<(usize, u32)> = Vec::with_capacity(rows);
+        for (row, t) in millis.values().iter().enumerate() {
+            let t = self.spec.shift.to_local(*t);
+            let key: &[u8] = key_rows.as_ref().map_or(&[], |r| r.row(row).data());
+            match self.assign(key, t, &mut merged_into)? {
+                Some(id) => assigned.push((id, row as u32)),
+                None => TaskMetrics::add(&self.metrics.late_records_dropped, 1),
+            }
+        }
+        // Rows assigned to a session that a later row merged away go to the survivor.
+        for (id, _) in &mut assigned {
+            while let Some(next) = merged_into.get(id) {
+                *id = *next;
+            }
+        }
+        assigned.sort_unstable();
+        let args = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                a.expressions()
+                    .iter()
+                    .map(|e| e.evaluate(batch)?.into_array(rows))
+                    .collect::<datafusion_common::Result<Vec<_>>>()
+            })
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let filters = self
+            .spec
+            .filters
+            .iter()
+            .map(|f| match f {
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?.as_boolean().clone())),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut start = 0;
+        while start < assigned.len() {
+            let id = assigned[start].0;
+            let end = assigned[start..]
+                .iter()
+                .position(|(s, _)| *s != id)
+                .map_or(assigned.len(), |p| start + p);
+            let run: Vec<u32> = assigned[start..end].iter().map(|(_, r)| *r).collect();
+            for (i, (values, filter)) in args.iter().zip(&filters).enumerate() {
+                let indices: Vec<u32> = match filter {
+                    Some(f) => run
+                        .iter()
+                        .copied()
+                        .filter(|r| f.is_valid(*r as usize) && f.value(*r as usize))
+                        .collect(),
+                    None => run.clone(),
+                };
+                if indices.is_empty() {
+                    continue;
+                }
+                let indices = UInt32Array::from(indices);
+                let values = values
+                    .iter()
+                    .map(|v| Ok(take(v.as_ref(), &indices, None)?))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                self.session(id).accumulators[i].update_batch(&values)?;
+            }
+            start = end;
+        }
+        self.free.append(&mut self.merged_away);
+        Ok(())
+    }
+
+    /// Emits every session the watermark has closed, in order of end.
+    fn fire(&mut self, out: &mut Output) -> Result<()> {
+        let mut closed = Vec::new();
+        while let Some(&(end, id)) = self.by_end.first() {
+            if !self.fired(end) {
+                break;
+            }
+            self.by_end.pop_first();
+            let session = self.sessions[id].take().expect("open session");
+            self.free.push(id);
+            if let Some(ids) = self.by_key.get_mut(&session.key) {
+                ids.retain(|s| *s != id);
+                if ids.is_empty() {
+                    self.by_key.remove(&session.key);
+                }
+            }
+            closed.push(session);
+            if closed.len() == self.batch_size {
+                out.batch(self.output(std::mem::take(&mut closed))?);
+            }
+        }
+        if !closed.is_empty() {
+            out.batch(self.output(closed)?);
+        }
+        Ok(())
+    }
+
+    fn output(&self, mut sessions: Vec<Session>) -> Result<RecordBatch> {
+        let n = sessions.len();
+        let keys = if self.spec.key_schema.fields().is_empty() {
+            vec![]
+        } else {
+            let parser = self.converter.parser();
+            self.converter
+                .convert_rows(sessions.iter().map(|s| parser.parse(&s.key)))?
+        };
+        let mut columns = Vec::with_capacity(self.spec.output_schema.fields().len());
+        for (column, field) in self
+            .spec
+            .group_columns
+            .iter()
+            .zip(self.spec.output_schema.fields())
+        {
+            let array: ArrayRef = match column {
+                GroupColumn::Key(i) => keys[*i].clone(),
+                GroupColumn::Window(property) => {
+                    let zone = match field.data_type() {
+                        DataType::Timestamp(_, zone) => zone.clone(),
+                        _ => None,
+                    };
+                    let values = sessions.iter().map(|s| match property {
+                        WindowProperty::Start => s.start,
+                        WindowProperty::End => s.end,
+                        WindowProperty::Time if zone.is_some() => self.spec.shift.to_utc(s.end) - 1,
+                        WindowProperty::Time => s.end - 1,
+                    });
+                    Arc::new(TimestampMillisecondArray::from_iter_values(values).with_timezone_opt(zone))
+                }
+            };
+            columns.push(array);
+        }
+        for i in 0..self.spec.aggregates.len() {
+            let values = sessions
+                .iter_mut()
+                .map(|s| s.accumulators[i].evaluate())
+                .collect::<datafusion_common::Result<Vec<ScalarValue>>>()?;
+            let field = self.spec.output_schema.field(columns.len());
+            let array = if values.is_empty() {
+                arrow::array::new_empty_array(field.data_type())
+            } else {
+                ScalarValue::iter_to_array(values)?
+            };
+            let array = if array.data_type() == field.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, field.data_type())?
+            };
+            columns.push(array);
+        }
+        debug_assert!(columns.iter().all(|c| c.len() == n));
+        Ok(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?)
+    }
+}
+
+impl Operator for SessionOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
+        self.process(&batch)
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        self.fire(out)?;
+        out.watermark(watermark);
+        Ok(())
+    }
+}
