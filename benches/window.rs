@@ -89,6 +89,7 @@ fn factory(window: WindowSpec) -> WindowAggregateFactory {
     WindowAggregateFactory(Arc::new(WindowAggregate {
         phase: Phase::Single,
         window,
+        processing_time: false,
         shift: TimeShift::Utc,
         time_name: "ts".into(),
         time_index: 2,

@@ -19,7 +19,7 @@ use arrow::array::{
     TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
 };
 use arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
-use arrow::record_batch::RecordBatch;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
 use super::{OptionSpec, parse_option};
 use crate::config::{SessionConfig, parse_duration};
@@ -311,9 +311,11 @@ impl SourceReader for DatagenReader {
             .enumerate()
             .map(|(index, (field, generator))| generate(field, generator, index as u64, rows.clone()))
             .collect::<Result<Vec<_>>>()?;
-        Ok(SourcePoll::Batch(RecordBatch::try_new(
+        // No columns at all when a query reads only computed columns: keep the count.
+        Ok(SourcePoll::Batch(RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
         )?))
     }
 }

@@ -53,6 +53,7 @@ impl FunctionRegistry {
             registry.register_aggregate(f);
         }
         registry.register_scalar(Arc::new(ScalarUDF::from(ToTimestampLtz::new(time_zone))));
+        registry.register_scalar(Arc::new(ScalarUDF::from(Proctime::new(time_zone))));
         for f in flink_aggregates::flink_typed_aggregates() {
             registry.register_aggregate(f);
         }
@@ -193,6 +194,52 @@ impl ScalarUDFImpl for ToTimestampLtz {
                 Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?))
             }
         }
+    }
+}
+
+/// Flink's `PROCTIME()`: the wall-clock time as a `TIMESTAMP_LTZ(3)`; as a
+/// computed column it declares a processing-time attribute.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Proctime {
+    signature: Signature,
+    zone: String,
+}
+
+impl Proctime {
+    /// The function for a session whose zone is `zone`.
+    pub fn new(zone: &str) -> Self {
+        Proctime {
+            signature: Signature::nullary(Volatility::Volatile),
+            zone: zone.to_string(),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Proctime {
+    fn name(&self) -> &str {
+        "proctime"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DFResult<DataType> {
+        Ok(DataType::Timestamp(
+            TimeUnit::Millisecond,
+            Some(self.zone.as_str().into()),
+        ))
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> DFResult<FieldRef> {
+        Ok(Arc::new(Field::new(self.name(), self.return_type(&[])?, false)))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let now = crate::runtime::operator::wall_clock_millis();
+        let array =
+            TimestampMillisecondArray::from_value(now, args.number_rows).with_timezone(self.zone.as_str());
+        Ok(ColumnarValue::Array(Arc::new(array)))
     }
 }
 

@@ -30,6 +30,7 @@ use crate::connectors::sink::SinkOperatorFactory;
 use crate::connectors::values::ValuesSourceFactory;
 use crate::connectors::{self, SinkFactory};
 use crate::frontend::binder::{Binder, CatalogTableSource, PHYSICAL_SCHEMA};
+use crate::frontend::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
 use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
@@ -66,6 +67,8 @@ struct WindowedInput {
     window: TvfWindow,
     /// For a SESSION TVF with PARTITION BY: the partition columns' names.
     partition_by: Option<Vec<String>>,
+    /// The time attribute is processing time.
+    processing_time: bool,
     shift: TimeShift,
 }
 
@@ -501,11 +504,13 @@ impl<'a> Planner<'a> {
         let input = self.plan(&node.input)?;
         let time_index = node.input.schema().index_of_column(&node.time_column)?;
         let time_type = node.input.schema().field(time_index).data_type().clone();
+        let processing_time = is_proctime(node.input.schema().field(time_index));
         let assign = WindowAssign {
             window,
             shift: self.shift_for(&time_type)?,
             time_index,
             time_name: node.time_column.name.clone(),
+            processing_time,
             schema: arrow_schema(&node.schema),
         };
         let parallelism = self.nodes[input].parallelism;
@@ -551,6 +556,7 @@ impl<'a> Planner<'a> {
                     time_index,
                     time_name: node.time_column.name.clone(),
                     window: node.window,
+                    processing_time: is_proctime(input_schema.field(time_index)),
                     partition_by: node
                         .partition_by
                         .as_ref()
@@ -727,6 +733,9 @@ impl<'a> Planner<'a> {
         let window = match input.window {
             TvfWindow::Sliced(window) => window,
             TvfWindow::Session { gap } => {
+                if input.processing_time {
+                    return Err(unsupported("SESSION windows over a processing-time attribute"));
+                }
                 if let Some(partition) = &input.partition_by {
                     let grouped: Vec<String> = aggregate
                         .group_expr
@@ -778,14 +787,18 @@ impl<'a> Planner<'a> {
                 ));
             }
         };
-        let two_phase = match self.config.agg_phase_strategy()? {
-            AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
-            AggPhaseStrategy::TwoPhase => true,
-            AggPhaseStrategy::OnePhase => false,
-        };
+        // Processing-time windows fire by each operator's own clock, so partial
+        // results could reach the global phase after its window fired: one phase.
+        let two_phase = !input.processing_time
+            && match self.config.agg_phase_strategy()? {
+                AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
+                AggPhaseStrategy::TwoPhase => true,
+                AggPhaseStrategy::OnePhase => false,
+            };
         let spec = |phase, keys: Vec<Arc<dyn PhysicalExpr>>, filters, output_schema| WindowAggregate {
             phase,
             window,
+            processing_time: input.processing_time,
             shift: input.shift.clone(),
             time_name: input.time_name.clone(),
             time_index: input.time_index,
@@ -849,6 +862,12 @@ impl<'a> Planner<'a> {
             output,
         ))
     }
+}
+
+/// True for a processing-time attribute (a `PROCTIME()` column or a window
+/// time derived from one).
+fn is_proctime(field: &Field) -> bool {
+    field.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) == Some(PROCTIME)
 }
 
 /// The delay of a watermark expression of the form `rowtime - INTERVAL '...'`

@@ -10,7 +10,9 @@
 //!  channel 2 ──► ...                 ─┘
 //! ```
 
-use crossbeam_channel::{Receiver, Select};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
 use super::message::{MAX_WATERMARK, MIN_WATERMARK, Message, Timestamp};
 use crate::{Error, Result};
@@ -29,6 +31,8 @@ pub enum InputEvent {
     Watermark(Timestamp),
     /// Every channel has ended.
     End,
+    /// Nothing arrived within the timeout.
+    Idle,
 }
 
 /// One input channel of a task.
@@ -84,11 +88,18 @@ impl InputGate {
 
     /// Blocks for the next event.
     pub fn next_event(&mut self) -> Result<InputEvent> {
+        self.next_event_timeout(None)
+    }
+
+    /// Waits at most `timeout` (or forever) for the next event.
+    pub fn next_event_timeout(&mut self, timeout: Option<Duration>) -> Result<InputEvent> {
         loop {
             if self.open == 0 {
                 return Ok(InputEvent::End);
             }
-            let (index, message) = self.receive()?;
+            let Some((index, message)) = self.receive(timeout)? else {
+                return Ok(InputEvent::Idle);
+            };
             match message {
                 Message::Batch(batch) => {
                     return Ok(InputEvent::Batch {
@@ -138,28 +149,38 @@ impl InputGate {
         })
     }
 
-    /// Receives from any open channel.
-    fn receive(&mut self) -> Result<(usize, Message)> {
+    /// Receives from any open channel; `None` when the timeout passed first.
+    fn receive(&mut self, timeout: Option<Duration>) -> Result<Option<(usize, Message)>> {
         let open: Vec<usize> = (0..self.channels.len())
             .filter(|i| !self.channels[*i].ended)
             .collect();
         if open.len() == 1 {
             let i = open[0];
-            return self.channels[i]
-                .receiver
-                .recv()
-                .map(|m| (i, m))
-                .map_err(|_| upstream_gone());
+            let receiver = &self.channels[i].receiver;
+            return match timeout {
+                None => receiver.recv().map(|m| Some((i, m))).map_err(|_| upstream_gone()),
+                Some(t) => match receiver.recv_timeout(t) {
+                    Ok(m) => Ok(Some((i, m))),
+                    Err(RecvTimeoutError::Timeout) => Ok(None),
+                    Err(RecvTimeoutError::Disconnected) => Err(upstream_gone()),
+                },
+            };
         }
         let mut select = Select::new();
         for i in &open {
             select.recv(&self.channels[*i].receiver);
         }
-        let operation = select.select();
+        let operation = match timeout {
+            None => select.select(),
+            Some(t) => match select.select_timeout(t) {
+                Ok(operation) => operation,
+                Err(_) => return Ok(None),
+            },
+        };
         let i = open[operation.index()];
         operation
             .recv(&self.channels[i].receiver)
-            .map(|m| (i, m))
+            .map(|m| Some((i, m)))
             .map_err(|_| upstream_gone())
     }
 }
@@ -180,6 +201,7 @@ mod tests {
                     out.push("end".to_string());
                     return out;
                 }
+                InputEvent::Idle => {}
             }
         }
     }

@@ -71,6 +71,25 @@ pub trait Operator: Send {
     fn finish(&mut self, _out: &mut Output) -> Result<()> {
         Ok(())
     }
+
+    /// True for operators driven by the wall clock (processing-time windows):
+    /// the task then calls [`Operator::on_processing_time`] regularly, also
+    /// while no input arrives.
+    fn uses_processing_time(&self) -> bool {
+        false
+    }
+
+    /// The wall clock reached `now` (ms since the epoch).
+    fn on_processing_time(&mut self, _now: Timestamp, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Milliseconds since the epoch, by the wall clock.
+pub fn wall_clock_millis() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Timestamp)
 }
 
 /// Counters a task and its operators update; read by the job handle.

@@ -20,7 +20,7 @@ use arrow::record_batch::RecordBatch;
 use super::exchange::ExchangeWriter;
 use super::input::{InputEvent, InputGate};
 use super::message::{MAX_WATERMARK, Message, Timestamp};
-use super::operator::{Emitted, Operator, Output, TaskMetrics};
+use super::operator::{Emitted, Operator, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
 use crate::{Error, Result};
 
@@ -48,6 +48,40 @@ pub struct Task {
     pub cancel: Arc<AtomicBool>,
 }
 
+/// When a chain has processing-time operators, how often to tell them the time.
+struct ProcessingClock {
+    interval: Option<Duration>,
+    last: std::time::Instant,
+}
+
+impl ProcessingClock {
+    const INTERVAL: Duration = Duration::from_millis(20);
+
+    fn new(chain: &[Box<dyn Operator>]) -> Self {
+        ProcessingClock {
+            interval: chain
+                .iter()
+                .any(|op| op.uses_processing_time())
+                .then_some(Self::INTERVAL),
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn interval(&self) -> Option<Duration> {
+        self.interval
+    }
+
+    fn due(&mut self) -> bool {
+        match self.interval {
+            Some(interval) if self.last.elapsed() >= interval => {
+                self.last = std::time::Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The error of a task that stopped because the job was cancelled.
 pub fn cancelled() -> Error {
     Error::Execution("the job was cancelled".into())
@@ -64,6 +98,7 @@ impl Task {
     }
 
     fn run_source(&mut self, mut reader: Box<dyn SourceReader>) -> Result<()> {
+        let mut clock = ProcessingClock::new(&self.chain);
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
@@ -73,25 +108,48 @@ impl Task {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, 0, batch)?;
                 }
-                SourcePoll::Idle(wait) => std::thread::sleep(wait.min(Duration::from_millis(50))),
+                SourcePoll::Idle(wait) => {
+                    std::thread::sleep(wait.min(clock.interval().unwrap_or(Duration::from_millis(50))))
+                }
                 SourcePoll::End => break,
+            }
+            if clock.due() {
+                self.tick()?;
             }
         }
         self.end()
     }
 
     fn run_channels(&mut self, mut gate: InputGate) -> Result<()> {
+        let mut clock = ProcessingClock::new(&self.chain);
         loop {
-            match gate.next_event()? {
+            match gate.next_event_timeout(clock.interval())? {
                 InputEvent::Batch { input, batch } => {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, input, batch)?;
                 }
                 InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
+                InputEvent::Idle => {}
                 InputEvent::End => break,
+            }
+            if clock.due() {
+                self.tick()?;
             }
         }
         self.end()
+    }
+
+    /// Tells every operator the wall-clock time, in chain order.
+    fn tick(&mut self) -> Result<()> {
+        let now = wall_clock_millis();
+        for index in 0..self.chain.len() {
+            if self.chain[index].uses_processing_time() {
+                let mut out = Output::default();
+                self.chain[index].on_processing_time(now, &mut out)?;
+                self.forward(index + 1, out)?;
+            }
+        }
+        Ok(())
     }
 
     /// End of input: a final watermark, `finish` on every operator in order, then

@@ -279,3 +279,77 @@ fn cancelling_a_query_nobody_reads_ends_it() {
     );
     drop(result);
 }
+
+#[test]
+fn processing_time_windows_fire_by_the_wall_clock() {
+    let engine = engine(2);
+    engine
+        .sql(
+            "CREATE TABLE clicks (id BIGINT, pt AS PROCTIME())
+             WITH ('connector' = 'datagen', 'rows-per-second' = '2000')",
+        )
+        .unwrap();
+    let result = engine
+        .sql(
+            "SELECT window_start, window_end, COUNT(*) AS c
+             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(pt), INTERVAL '1' SECOND))
+             GROUP BY window_start, window_end",
+        )
+        .unwrap();
+    let job = result.job().unwrap().clone();
+    let started = Instant::now();
+    let mut stream = result.stream();
+    // The source never ends: only the wall clock can fire these windows.
+    let batch = stream.next().unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let start = batch
+        .column(0)
+        .as_primitive::<arrow::datatypes::TimestampMillisecondType>()
+        .value(0);
+    let end = batch
+        .column(1)
+        .as_primitive::<arrow::datatypes::TimestampMillisecondType>()
+        .value(0);
+    assert_eq!(end - start, 1000);
+    assert!(batch.column(2).as_primitive::<Int64Type>().value(0) > 0);
+    drop(stream);
+    assert_eq!(
+        job.wait_timeout(Duration::from_secs(20)).unwrap(),
+        JobStatus::Cancelled
+    );
+}
+
+#[test]
+fn processing_time_windows_of_a_bounded_input_count_every_row() {
+    let engine = engine(3);
+    engine
+        .sql(
+            "CREATE TABLE clicks (id BIGINT, pt AS PROCTIME())
+             WITH ('connector' = 'datagen', 'rows-per-second' = '20000', 'number-of-rows' = '5000')",
+        )
+        .unwrap();
+    let batches = engine
+        .sql(
+            "SELECT id % 3 AS k, COUNT(*) AS c FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(pt), INTERVAL '100' MILLISECOND))
+             GROUP BY id % 3, window_start, window_end",
+        )
+        .unwrap()
+        .collect()
+        .unwrap();
+    let total: i64 = batches
+        .iter()
+        .map(|b| {
+            b.column(1)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .sum::<i64>()
+        })
+        .sum();
+    assert_eq!(total, 5000);
+    let windows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert!(
+        windows > 3,
+        "a quarter second of input spans several 100 ms windows: {windows}"
+    );
+}

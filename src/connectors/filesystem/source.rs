@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow::record_batch::RecordBatch;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
@@ -192,9 +192,10 @@ impl FileReader {
                 }
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
-        Ok(RecordBatch::try_new(
+        Ok(RecordBatch::try_new_with_options(
             Arc::new(Schema::new(self.schema.fields().clone())),
             columns,
+            &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?)
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, BooleanArray, StringBuilder};
 use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::record_batch::RecordBatch;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use arrow::util::display::FormatOptions;
 
 use super::text::{TextStyle, format_column};
@@ -228,7 +228,11 @@ impl<R: Read> CsvBatchReader<R> {
             }
             columns.push(parsed);
         }
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(lines.len())),
+        )?;
         let Some((row, column)) = first_bad else {
             return Ok(batch);
         };

@@ -31,8 +31,8 @@ use datafusion_physical_plan::aggregates::order::GroupOrdering;
 
 use super::spec::{TimeShift, WindowSpec};
 use crate::operators::watermark::to_epoch_millis;
-use crate::runtime::message::MIN_WATERMARK;
-use crate::runtime::operator::TaskMetrics;
+use crate::runtime::message::{MAX_WATERMARK, MIN_WATERMARK};
+use crate::runtime::operator::{TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::{Error, Result};
 
@@ -80,6 +80,9 @@ pub struct WindowAggregate {
     pub time_name: String,
     /// Input column of the time attribute (Single and Local).
     pub time_index: usize,
+    /// Windows over a processing-time attribute: rows go to the window of the
+    /// operator's wall clock, and windows fire by it (never two-phase).
+    pub processing_time: bool,
     /// Grouping keys, evaluated on the input (for Global: the key columns).
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Schema of the key columns.
@@ -338,7 +341,10 @@ impl WindowAggregateOperator {
         }
         let millis = to_epoch_millis(time.as_ref())?;
         let window = self.spec.window;
-        let slices: Vec<i64> = if self.spec.shift.is_utc() {
+        let slices: Vec<i64> = if self.spec.processing_time {
+            let now = wall_clock_millis().max(self.watermark);
+            vec![window.slice_start(self.spec.shift.to_local(now)); rows]
+        } else if self.spec.shift.is_utc() {
             millis.values().iter().map(|t| window.slice_start(*t)).collect()
         } else {
             millis
@@ -579,6 +585,17 @@ impl WindowAggregateOperator {
     }
 }
 
+impl WindowAggregateOperator {
+    /// Moves the operator's time (watermark, or wall clock) to `time`.
+    fn advance(&mut self, time: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = time;
+        match self.spec.phase {
+            Phase::Local => self.emit_complete_slices(out),
+            Phase::Single | Phase::Global => self.fire_windows(out),
+        }
+    }
+}
+
 impl Operator for WindowAggregateOperator {
     fn name(&self) -> String {
         self.spec.describe()
@@ -592,15 +609,27 @@ impl Operator for WindowAggregateOperator {
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        if self.spec.processing_time && watermark != MAX_WATERMARK {
+            // Event time passes through; the wall clock fires the windows.
+            out.watermark(watermark);
+            return Ok(());
+        }
         if watermark <= self.watermark {
             return Ok(());
         }
-        self.watermark = watermark;
-        match self.spec.phase {
-            Phase::Local => self.emit_complete_slices(out)?,
-            Phase::Single | Phase::Global => self.fire_windows(out)?,
-        }
+        self.advance(watermark, out)?;
         out.watermark(watermark);
+        Ok(())
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.spec.processing_time
+    }
+
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        if now > self.watermark {
+            self.advance(now, out)?;
+        }
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::spec::{TimeShift, WindowSpec};
 use crate::operators::watermark::to_epoch_millis;
+use crate::runtime::operator::wall_clock_millis;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 use crate::{Error, Result};
 
@@ -26,6 +27,8 @@ pub struct WindowAssign {
     pub time_index: usize,
     /// Its name, for EXPLAIN.
     pub time_name: String,
+    /// A processing-time attribute: rows go to the windows of the wall clock.
+    pub processing_time: bool,
     /// Input columns and the three window columns.
     pub schema: SchemaRef,
 }
@@ -64,8 +67,10 @@ impl Operator for WindowAssign {
             .field(self.schema.fields().len() - 1)
             .data_type()
             .clone();
+        let now = wall_clock_millis();
         for (row, t) in millis.values().iter().enumerate() {
-            let slice = self.window.slice_start(self.shift.to_local(*t));
+            let t = if self.processing_time { now } else { *t };
+            let slice = self.window.slice_start(self.shift.to_local(t));
             for end in self.window.window_ends(slice) {
                 rows.push(row as u32);
                 starts.push(self.window.window_start(end));
