@@ -342,7 +342,9 @@ impl WindowAggregateOperator {
         let millis = to_epoch_millis(time.as_ref())?;
         let window = self.spec.window;
         let slices: Vec<i64> = if self.spec.processing_time {
-            let now = wall_clock_millis().max(self.watermark);
+            // Never a window the clock has already fired: a row processed in the
+            // millisecond of a firing goes to the next window.
+            let now = wall_clock_millis().max(self.watermark.saturating_add(1));
             vec![window.slice_start(self.spec.shift.to_local(now)); rows]
         } else if self.spec.shift.is_utc() {
             millis.values().iter().map(|t| window.slice_start(*t)).collect()
