@@ -300,7 +300,8 @@ impl Engine {
                 session.catalog = Arc::new(catalog);
                 Ok(TableResult::done())
             }
-            Statement::CreateView(view) => {
+            Statement::CreateView(mut view) => {
+                Binder::prepare_query(&mut view.query)?;
                 if session.catalog.contains(&view.name) {
                     if view.if_not_exists {
                         return Ok(TableResult::done());
@@ -345,6 +346,23 @@ impl Engine {
                 )?;
                 session.catalog = Arc::new(catalog);
                 Ok(TableResult::done())
+            }
+            Statement::CreateFunction { name, implementation } => {
+                let registered = session.user_functions.iter().any(|f| {
+                    f.name().eq_ignore_ascii_case(&name)
+                        || f.aliases().iter().any(|a| a.eq_ignore_ascii_case(&name))
+                });
+                if registered {
+                    Ok(TableResult::done())
+                } else {
+                    Err(Error::sql_at(
+                        format!(
+                            "function '{name}' ({implementation}) is not registered: weir runs no Java; \
+                             register a Rust implementation with Engine::register_udf before this statement"
+                        ),
+                        Some(position),
+                    ))
+                }
             }
             Statement::Drop(drop) => {
                 let mut catalog = (*session.catalog).clone();

@@ -25,6 +25,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod config;
 pub mod connectors;
 pub mod engine;

@@ -8,6 +8,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use weir::{Engine, Error, JobStatus};
 
+// mimalloc reuses freed memory where glibc's malloc returns every large batch
+// buffer to the kernel and faults it in again (a third of the generator's time).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// weir — a streaming SQL engine (Flink SQL on Apache Arrow).
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
@@ -31,12 +36,69 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         settings: Vec<String>,
     },
+    /// Run benchmarks.
+    Bench {
+        #[command(subcommand)]
+        benchmark: Benchmark,
+    },
+}
+
+#[derive(Subcommand)]
+enum Benchmark {
+    /// Run Nexmark queries on the built-in generator and measure them.
+    ///
+    /// The generator alone is measured first; each query's throughput is also
+    /// shown as a share of it. Queries that need features weir does not have
+    /// yet are listed as such.
+    Nexmark {
+        /// Queries, comma-separated (q0,q1,q2), or `all`.
+        #[arg(long, default_value = "q0,q1,q2")]
+        queries: String,
+        /// Events per query.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Parallelism of every operator.
+        #[arg(long, default_value_t = 1)]
+        parallelism: usize,
+        /// Emit at most this many events per second (wall clock); default: as fast as possible.
+        #[arg(long)]
+        rate: Option<u64>,
+        /// Event time advances by this many events per second (Nexmark's TPS).
+        #[arg(long, default_value_t = 10_000_000)]
+        event_rate: u64,
+        /// Checkpoint interval; checkpoints do not exist yet, so this is refused.
+        #[arg(long)]
+        checkpoint_interval: Option<String>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { file, settings } => run(&file, &settings),
+        Command::Bench {
+            benchmark:
+                Benchmark::Nexmark {
+                    queries,
+                    events,
+                    parallelism,
+                    rate,
+                    event_rate,
+                    checkpoint_interval,
+                    json,
+                },
+        } => bench_nexmark(
+            &queries,
+            events,
+            parallelism,
+            rate,
+            event_rate,
+            checkpoint_interval,
+            json.as_deref(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -93,6 +155,96 @@ fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
         return Err(anyhow::Error::new(e).context("a job failed"));
     }
     eprintln!("[INFO] Done in {:.3} s.", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn bench_nexmark(
+    queries: &str,
+    events: u64,
+    parallelism: usize,
+    rate: Option<u64>,
+    event_rate: u64,
+    checkpoint_interval: Option<String>,
+    json: Option<&Path>,
+) -> anyhow::Result<()> {
+    use weir::bench::{self, NexmarkOptions};
+    if checkpoint_interval.is_some() {
+        anyhow::bail!("--checkpoint-interval: checkpoints are not implemented yet");
+    }
+    anyhow::ensure!(parallelism > 0, "--parallelism must be positive");
+    anyhow::ensure!(events > 0, "--events must be positive");
+    let queries: Vec<String> = if queries == "all" {
+        bench::QUERIES
+            .iter()
+            .map(|(name, _, _)| name.to_string())
+            .collect()
+    } else {
+        queries
+            .split(',')
+            .map(|q| q.trim().to_lowercase())
+            .filter(|q| !q.is_empty())
+            .collect()
+    };
+    let options = NexmarkOptions {
+        queries,
+        events,
+        parallelism,
+        event_rate,
+        rate_limit: rate,
+    };
+    let bar = indicatif::ProgressBar::new(events);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:40}] {pos}/{len} events {per_sec} {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let mut current = String::new();
+    let results = bench::run(&options, &mut |name, progress| {
+        if current != name {
+            current = name.to_string();
+            bar.reset();
+            bar.set_prefix(name.to_string());
+        }
+        bar.set_position(progress.done.min(progress.total));
+    })?;
+    bar.finish_and_clear();
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(vec![
+        "query",
+        "events",
+        "wall s",
+        "events/s",
+        "events/s/core",
+        "output rows",
+        "peak RSS",
+        "vs generator",
+    ]);
+    for r in &results {
+        if r.status != "finished" {
+            table.add_row(vec![r.query.clone(), r.status.clone()]);
+            continue;
+        }
+        table.add_row(vec![
+            r.query.clone(),
+            r.events.to_string(),
+            format!("{:.2}", r.wall_seconds),
+            format!("{:.2}M", r.events_per_second / 1e6),
+            format!("{:.2}M", r.events_per_second_per_core / 1e6),
+            r.output_rows.to_string(),
+            format!("{} MB", r.peak_rss_bytes / (1 << 20)),
+            r.fraction_of_generator
+                .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+        ]);
+    }
+    println!(
+        "Nexmark, {events} events per query, parallelism {parallelism}, {} cores\n{table}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! |--------------|--------|------|---------------------------|
 //! | `datagen`    | yes    |      | [`datagen`]               |
 //! | `filesystem` | yes    | yes  | [`filesystem`]            |
+//! | `nexmark`    | yes    |      | [`nexmark`]               |
 //! | `print`      |        | yes  | [`print`]                 |
 //! | `blackhole`  |        | yes  | [`blackhole`]             |
 //!
@@ -15,6 +16,7 @@ pub mod collect;
 pub mod datagen;
 pub mod filesystem;
 pub mod format;
+pub mod nexmark;
 pub mod print;
 pub mod sink;
 pub mod values;
@@ -105,6 +107,7 @@ pub fn create_source(
     match table.connector()? {
         "datagen" => datagen::DatagenFactory::try_new(table, projection, schema, config),
         "filesystem" => filesystem::FileSourceFactory::try_new(table, projection, schema, config),
+        "nexmark" => nexmark::NexmarkFactory::try_new(table, projection, schema, config),
         "print" | "blackhole" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be written to",
             table.name,
@@ -124,9 +127,10 @@ pub fn create_sink(
         "filesystem" => filesystem::FileSinkFactory::try_new(table, schema, config),
         "print" => print::PrintSinkFactory::try_new(table, schema, config),
         "blackhole" => blackhole::BlackholeSinkFactory::try_new(table),
-        "datagen" => Err(Error::sql(format!(
-            "table '{}' uses connector 'datagen', which can only be read",
-            table.name
+        "datagen" | "nexmark" => Err(Error::sql(format!(
+            "table '{}' uses connector '{}', which can only be read",
+            table.name,
+            table.connector()?
         ))),
         other => Err(unknown_connector(table, other)),
     }
@@ -137,6 +141,7 @@ pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
     match table.connector()? {
         "datagen" => datagen::validate(table),
         "filesystem" => filesystem::validate(table, config),
+        "nexmark" => nexmark::validate(table),
         "print" => print::validate(table),
         "blackhole" => blackhole::validate(table),
         other => Err(unknown_connector(table, other)),
@@ -145,7 +150,7 @@ pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
 
 fn unknown_connector(table: &TableDef, name: &str) -> Error {
     Error::sql(format!(
-        "table '{}': unknown connector '{name}'; available: blackhole, datagen, filesystem, print",
+        "table '{}': unknown connector '{name}'; available: blackhole, datagen, filesystem, nexmark, print",
         table.name
     ))
 }

@@ -3,6 +3,7 @@
 use arrow::record_batch::RecordBatch;
 
 use crate::Result;
+use crate::runtime::operator::TaskMetrics;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 
 /// Writes one subtask's rows.
@@ -27,6 +28,7 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
 pub struct SinkOperator {
     name: String,
     writer: Box<dyn SinkWriter>,
+    metrics: std::sync::Arc<TaskMetrics>,
 }
 
 impl Operator for SinkOperator {
@@ -35,7 +37,9 @@ impl Operator for SinkOperator {
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
-        self.writer.write(&batch)
+        self.writer.write(&batch)?;
+        TaskMetrics::add(&self.metrics.records_written, batch.num_rows() as u64);
+        Ok(())
     }
 
     fn process_watermark(&mut self, _watermark: i64, _out: &mut Output) -> Result<()> {
@@ -63,6 +67,7 @@ impl OperatorFactory for SinkOperatorFactory {
         Ok(Box::new(SinkOperator {
             name: self.sink.describe(),
             writer: self.sink.create_writer(ctx)?,
+            metrics: ctx.metrics.clone(),
         }))
     }
 }

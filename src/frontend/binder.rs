@@ -120,10 +120,17 @@ impl Binder {
         SqlToRel::new_with_options(self, ParserOptions::from(&self.options.sql_parser))
     }
 
+    /// Rewrites Flink's syntax DataFusion does not know (legacy group windows)
+    /// and names select items as Flink does. Views are stored prepared.
+    pub fn prepare_query(query: &mut ast::Query) -> Result<()> {
+        rewrite_group_windows(query)?;
+        name_select_items(query);
+        Ok(())
+    }
+
     /// Binds a query to an analyzed and optimized logical plan.
     pub fn bind_query(&self, mut query: ast::Query) -> Result<LogicalPlan> {
-        rewrite_group_windows(&mut query)?;
-        name_select_items(&mut query);
+        Self::prepare_query(&mut query)?;
         let plan = self
             .sql_to_rel()
             .sql_statement_to_plan(ast::Statement::Query(Box::new(query)))
@@ -148,8 +155,7 @@ impl Binder {
             return Err(Error::sql(format!("'{target}' is a view; INSERT needs a table")));
         }
         if let Some(source) = &mut insert.source {
-            rewrite_group_windows(source)?;
-            name_select_items(source);
+            Self::prepare_query(source)?;
         }
         let binder = Binder {
             insert_target: Some(target),

@@ -4,6 +4,7 @@ pub mod binder;
 pub mod catalog;
 pub mod dialect;
 pub mod flink_aggregates;
+pub mod flink_functions;
 pub mod functions;
 pub mod group_window;
 pub mod naming;

@@ -34,6 +34,14 @@ pub enum Statement {
     CreateTable(Box<CreateTable>),
     /// `CREATE [TEMPORARY] VIEW name [(columns)] AS query`.
     CreateView(CreateView),
+    /// `CREATE [TEMPORARY] [SYSTEM] FUNCTION [IF NOT EXISTS] name AS 'class'`:
+    /// binds a name to a function registered from Rust (Flink names a class).
+    CreateFunction {
+        /// The SQL name.
+        name: String,
+        /// The implementation it names (a Java class in Flink).
+        implementation: String,
+    },
     /// `DROP [TEMPORARY] TABLE|VIEW [IF EXISTS] name`.
     Drop(Drop),
     /// `SET` (list) or `SET 'key' = 'value'`.
@@ -265,6 +273,17 @@ fn parse_create(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Sta
         );
     }
     let temporary = parser.parse_keyword(Keyword::TEMPORARY);
+    let _system = parser.parse_keyword(Keyword::SYSTEM);
+    if parser.parse_keyword(Keyword::FUNCTION) {
+        let _ = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+        let name = parser.parse_identifier()?.value;
+        parser.expect_keyword_is(Keyword::AS)?;
+        let implementation = parser.parse_literal_string()?;
+        if parser.parse_keyword(Keyword::LANGUAGE) {
+            parser.parse_identifier()?;
+        }
+        return Ok(Statement::CreateFunction { name, implementation });
+    }
     if parser.parse_keyword(Keyword::TABLE) {
         parse_create_table(parser, temporary, sql, lines).map(|t| Statement::CreateTable(Box::new(t)))
     } else if parser.parse_keyword(Keyword::VIEW) {

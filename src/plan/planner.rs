@@ -79,6 +79,10 @@ pub struct Planner<'a> {
     parallelism: usize,
     nodes: Vec<PlanNode>,
     props: ExecutionProps,
+    /// Calc nodes with a filter and no projection: a projection planned
+    /// directly on one is merged into it (the plan is a tree, so it has no
+    /// other consumer).
+    filter_only_calcs: std::collections::HashMap<NodeId, Arc<dyn PhysicalExpr>>,
 }
 
 fn arrow_schema(schema: &DFSchema) -> SchemaRef {
@@ -101,6 +105,7 @@ impl<'a> Planner<'a> {
             parallelism: config.parallelism()?,
             nodes: Vec::new(),
             props: ExecutionProps::new(),
+            filter_only_calcs: Default::default(),
         })
     }
 
@@ -206,18 +211,38 @@ impl<'a> Planner<'a> {
         projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
         schema: SchemaRef,
     ) -> NodeId {
+        if filter.is_none()
+            && let Some(previous) = self.filter_only_calcs.remove(&input)
+        {
+            let merged = Calc {
+                filter: Some(previous),
+                projection,
+                schema: schema.clone(),
+            };
+            self.nodes[input].kind = NodeKind::Operator(Arc::new(merged));
+            self.nodes[input].schema = schema;
+            return input;
+        }
         let parallelism = self.nodes[input].parallelism;
+        let filter_only = match (&filter, &projection) {
+            (Some(f), None) => Some(f.clone()),
+            _ => None,
+        };
         let calc = Calc {
             filter,
             projection,
             schema: schema.clone(),
         };
-        self.push(
+        let id = self.push(
             NodeKind::Operator(Arc::new(calc)),
             vec![(input, Exchange::Forward)],
             parallelism,
             schema,
-        )
+        );
+        if let Some(f) = filter_only {
+            self.filter_only_calcs.insert(id, f);
+        }
+        id
     }
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {

@@ -97,6 +97,8 @@ pub struct TaskInfo {
     pub name: String,
     /// Its counters.
     pub metrics: Arc<TaskMetrics>,
+    /// True for a source subtask (its `records_in` are rows read from outside).
+    pub is_source: bool,
 }
 
 struct JobState {
@@ -321,6 +323,7 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
             infos.push(TaskInfo {
                 name: name.clone(),
                 metrics: metrics.clone(),
+                is_source: vertex.source.is_some(),
             });
             tasks.push(Task {
                 name,

@@ -99,6 +99,8 @@ pub struct TaskMetrics {
     pub records_in: AtomicU64,
     /// Rows sent to the task's output channels.
     pub records_out: AtomicU64,
+    /// Rows handed to a sink connector.
+    pub records_written: AtomicU64,
     /// Rows dropped because their window had already fired.
     pub late_records_dropped: AtomicU64,
     /// Input rows skipped because they could not be parsed (with `ignore-parse-errors`).

@@ -1,0 +1,398 @@
+//! `weir bench nexmark`: the standard Nexmark queries on the built-in generator,
+//! measured one after another in this process.
+//!
+//! Every run first measures the generator alone (all events into a blackhole),
+//! then each query, and reports for each: events, wall seconds, events/s in
+//! total and per CPU core used, output rows, peak resident memory, and the
+//! share of the generator's own speed it reached.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
+use arrow::datatypes::DataType;
+use datafusion_common::{Result as DFResult, ScalarValue};
+use datafusion_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use serde::Serialize;
+
+use crate::{Engine, Error, JobStatus, Result};
+
+/// Whether weir runs a query, and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// It runs.
+    Runs,
+    /// It needs a feature weir does not have yet.
+    NotYet(&'static str),
+}
+
+/// The standard queries with their SQL (from `sql/nexmark/`) and support.
+pub const QUERIES: [(&str, &str, Support); 23] = [
+    ("q0", include_str!("../sql/nexmark/q0.sql"), Support::Runs),
+    ("q1", include_str!("../sql/nexmark/q1.sql"), Support::Runs),
+    ("q2", include_str!("../sql/nexmark/q2.sql"), Support::Runs),
+    (
+        "q3",
+        include_str!("../sql/nexmark/q3.sql"),
+        Support::NotYet("joins"),
+    ),
+    (
+        "q4",
+        include_str!("../sql/nexmark/q4.sql"),
+        Support::NotYet("joins and updating aggregates"),
+    ),
+    (
+        "q5",
+        include_str!("../sql/nexmark/q5.sql"),
+        Support::NotYet("joins and updating aggregates"),
+    ),
+    (
+        "q6",
+        include_str!("../sql/nexmark/q6.sql"),
+        Support::NotYet("joins, TopN and OVER aggregates (Flink cannot run it either)"),
+    ),
+    (
+        "q7",
+        include_str!("../sql/nexmark/q7.sql"),
+        Support::NotYet("joins"),
+    ),
+    (
+        "q8",
+        include_str!("../sql/nexmark/q8.sql"),
+        Support::NotYet("joins"),
+    ),
+    (
+        "q9",
+        include_str!("../sql/nexmark/q9.sql"),
+        Support::NotYet("joins and TopN"),
+    ),
+    (
+        "q10",
+        include_str!("../sql/nexmark/q10.sql"),
+        Support::NotYet("partitioned filesystem sinks"),
+    ),
+    ("q11", include_str!("../sql/nexmark/q11.sql"), Support::Runs),
+    ("q12", include_str!("../sql/nexmark/q12.sql"), Support::Runs),
+    (
+        "q13",
+        include_str!("../sql/nexmark/q13.sql"),
+        Support::NotYet("lookup joins"),
+    ),
+    ("q14", include_str!("../sql/nexmark/q14.sql"), Support::Runs),
+    (
+        "q15",
+        include_str!("../sql/nexmark/q15.sql"),
+        Support::NotYet("updating (non-windowed) aggregates"),
+    ),
+    (
+        "q16",
+        include_str!("../sql/nexmark/q16.sql"),
+        Support::NotYet("updating (non-windowed) aggregates"),
+    ),
+    (
+        "q17",
+        include_str!("../sql/nexmark/q17.sql"),
+        Support::NotYet("updating (non-windowed) aggregates"),
+    ),
+    (
+        "q18",
+        include_str!("../sql/nexmark/q18.sql"),
+        Support::NotYet("deduplication (ROW_NUMBER)"),
+    ),
+    (
+        "q19",
+        include_str!("../sql/nexmark/q19.sql"),
+        Support::NotYet("TopN (ROW_NUMBER)"),
+    ),
+    (
+        "q20",
+        include_str!("../sql/nexmark/q20.sql"),
+        Support::NotYet("joins"),
+    ),
+    ("q21", include_str!("../sql/nexmark/q21.sql"), Support::Runs),
+    ("q22", include_str!("../sql/nexmark/q22.sql"), Support::Runs),
+];
+
+const DDL_GEN: &str = include_str!("../sql/nexmark/ddl_gen.sql");
+const DDL_VIEWS: &str = include_str!("../sql/nexmark/ddl_views.sql");
+const GENERATOR_QUERY: &str = "CREATE TABLE nexmark_generator (event_type INT, person_id BIGINT, auction_id BIGINT, bidder BIGINT)
+WITH ('connector' = 'blackhole');
+INSERT INTO nexmark_generator SELECT event_type, person.id AS person_id, auction.id AS auction_id, bid.bidder FROM datagen";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct NexmarkOptions {
+    /// Query names (`q0` ...).
+    pub queries: Vec<String>,
+    /// Events per query.
+    pub events: u64,
+    /// `parallelism.default`.
+    pub parallelism: usize,
+    /// Event-time rate (`first-event.rate`, events per second of event time).
+    pub event_rate: u64,
+    /// Emit at most this many events per second (wall clock); unlimited when `None`.
+    pub rate_limit: Option<u64>,
+}
+
+impl Default for NexmarkOptions {
+    fn default() -> Self {
+        NexmarkOptions {
+            queries: vec!["q0".into()],
+            events: 10_000_000,
+            parallelism: 1,
+            event_rate: 10_000_000,
+            rate_limit: None,
+        }
+    }
+}
+
+/// The figures of one query (or of the generator alone).
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryResult {
+    /// `generator`, or the query's name.
+    pub query: String,
+    /// `finished`, or why it did not run.
+    pub status: String,
+    /// Events generated.
+    pub events: u64,
+    /// Parallelism.
+    pub parallelism: usize,
+    /// Wall-clock seconds from submission to the end of the job.
+    pub wall_seconds: f64,
+    /// Events per wall-clock second.
+    pub events_per_second: f64,
+    /// CPU seconds the process used during the job (user + system).
+    pub cpu_seconds: f64,
+    /// Events per CPU second: the throughput of one fully used core.
+    pub events_per_second_per_core: f64,
+    /// Rows written by the sink.
+    pub output_rows: u64,
+    /// Peak resident memory of the process during the job.
+    pub peak_rss_bytes: u64,
+    /// This query's events/s as a share of the generator's alone.
+    pub fraction_of_generator: Option<f64>,
+}
+
+/// Progress of a running query: events generated so far, of the total.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Events generated.
+    pub done: u64,
+    /// Events to generate.
+    pub total: u64,
+}
+
+/// The SQL of a query with the placeholders of Nexmark's scripts filled in.
+pub fn query_script(query_sql: &str, options: &NexmarkOptions) -> String {
+    let mut ddl = DDL_GEN
+        .replace("${TPS}", &options.event_rate.to_string())
+        .replace("${EVENTS_NUM}", &options.events.to_string())
+        .replace("${PERSON_PROPORTION}", "1")
+        .replace("${AUCTION_PROPORTION}", "3")
+        .replace("${BID_PROPORTION}", "46");
+    if let Some(rate) = options.rate_limit {
+        ddl = ddl
+            .replace(
+                &format!("'first-event.rate' = '{}'", options.event_rate),
+                &format!("'first-event.rate' = '{rate}'"),
+            )
+            .replace(
+                "'connector' = 'nexmark',",
+                "'connector' = 'nexmark',\n    'rate.limited' = 'true',",
+            );
+    }
+    let views = DDL_VIEWS.replace("${NEXMARK_TABLE}", "datagen");
+    format!("{ddl};\n{views};\n{query_sql};\n")
+}
+
+/// Seconds of CPU this process has used (user + system), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Resets the peak resident memory of this process (Linux `clear_refs`).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident memory of this process since the last reset, in bytes.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Runs one query (by its SQL) and measures it.
+pub fn run_script(
+    name: &str,
+    query_sql: &str,
+    options: &NexmarkOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<QueryResult> {
+    let engine = Engine::new();
+    engine.set("parallelism.default", &options.parallelism.to_string())?;
+    engine.register_udf(ScalarUDF::from(CountChar::new()));
+    let script = query_script(query_sql, options);
+    reset_peak_rss();
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let result = engine.sql(&script)?;
+    let job = result
+        .job()
+        .cloned()
+        .ok_or_else(|| Error::Internal(format!("{name} started no job")))?;
+    let total = options.events;
+    let status = loop {
+        let status = job.wait_timeout(Duration::from_millis(100))?;
+        let done: u64 = job
+            .tasks()
+            .iter()
+            .filter(|t| t.is_source)
+            .map(|t| t.metrics.records_in.load(Ordering::Relaxed))
+            .sum();
+        progress(Progress { done, total });
+        if status != JobStatus::Running {
+            break status;
+        }
+    };
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_before;
+    let output_rows = job
+        .tasks()
+        .iter()
+        .map(|t| t.metrics.records_written.load(Ordering::Relaxed))
+        .sum();
+    Ok(QueryResult {
+        query: name.to_string(),
+        status: format!("{status:?}").to_lowercase(),
+        events: total,
+        parallelism: options.parallelism,
+        wall_seconds: wall,
+        events_per_second: total as f64 / wall,
+        cpu_seconds: cpu,
+        events_per_second_per_core: if cpu > 0.0 { total as f64 / cpu } else { 0.0 },
+        output_rows,
+        peak_rss_bytes: peak_rss_bytes(),
+        fraction_of_generator: None,
+    })
+}
+
+/// The SQL of a standard query by name.
+pub fn query(name: &str) -> Option<(&'static str, Support)> {
+    QUERIES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, sql, support)| (*sql, *support))
+}
+
+/// Runs the generator alone, then every query of `options`.
+pub fn run(options: &NexmarkOptions, progress: &mut dyn FnMut(&str, Progress)) -> Result<Vec<QueryResult>> {
+    for name in &options.queries {
+        if query(name).is_none() {
+            return Err(Error::Plan(format!(
+                "unknown Nexmark query '{name}'; the queries are q0 to q22"
+            )));
+        }
+    }
+    let generator = run_script("generator", GENERATOR_QUERY, options, &mut |p| {
+        progress("generator", p)
+    })?;
+    let baseline = generator.events_per_second;
+    let mut results = vec![generator];
+    for name in &options.queries {
+        let (sql, support) = query(name).expect("checked above");
+        match support {
+            Support::NotYet(reason) => results.push(QueryResult {
+                query: name.clone(),
+                status: format!("not yet supported: {reason}"),
+                events: 0,
+                parallelism: options.parallelism,
+                wall_seconds: 0.0,
+                events_per_second: 0.0,
+                cpu_seconds: 0.0,
+                events_per_second_per_core: 0.0,
+                output_rows: 0,
+                peak_rss_bytes: 0,
+                fraction_of_generator: None,
+            }),
+            Support::Runs => {
+                let mut result = run_script(name, sql, options, &mut |p| progress(name, p))?;
+                result.fraction_of_generator = Some(result.events_per_second / baseline);
+                results.push(result);
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Nexmark's q14 UDF `count_char(s, c)`: how many bytes of `s` equal the first
+/// byte of `c` (0 for a NULL `s`). An example of a scalar function written in
+/// Rust and registered with [`Engine::register_udf`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CountChar {
+    signature: Signature,
+}
+
+impl CountChar {
+    /// The function.
+    pub fn new() -> Self {
+        CountChar {
+            signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Immutable),
+        }
+    }
+}
+
+impl Default for CountChar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ScalarUDFImpl for CountChar {
+    fn name(&self) -> &str {
+        "count_char"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DFResult<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let arrays: Vec<ArrayRef> = ColumnarValue::values_to_arrays(&args.args)?;
+        let (text, character) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
+        let counts: Int64Array = (0..text.len())
+            .map(|row| {
+                if text.is_null(row) {
+                    return Some(0);
+                }
+                if character.is_null(row) {
+                    return None;
+                }
+                let wanted = *character.value(row).as_bytes().first()?;
+                Some(text.value(row).bytes().filter(|b| *b == wanted).count() as i64)
+            })
+            .collect();
+        if args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&counts, 0)?));
+        }
+        Ok(ColumnarValue::Array(Arc::new(counts)))
+    }
+}
