@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod differential;
 mod errors;
+mod nexmark;
 
 use std::path::{Path, PathBuf};
 

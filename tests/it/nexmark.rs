@@ -1,0 +1,234 @@
+//! The Nexmark generator and connector: determinism, proportions, id ranges,
+//! event-time order, the standard views, and `weir bench`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Int32Type, Int64Type, TimestampMillisecondType};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use weir::Engine;
+use weir::connectors::nexmark::generator::{EventBatchBuilder, GeneratorConfig};
+
+const EVENTS: u64 = 5_000;
+
+fn engine(parallelism: usize, events: u64, extra_options: &str) -> Engine {
+    let engine = Engine::new();
+    engine
+        .set("parallelism.default", &parallelism.to_string())
+        .unwrap();
+    engine.set("table.local-time-zone", "UTC").unwrap();
+    let ddl = weir::bench::query_script(
+        "SELECT 1",
+        &weir::bench::NexmarkOptions {
+            events,
+            event_rate: 10_000,
+            ..Default::default()
+        },
+    );
+    // The standard DDL and views, without the final query.
+    let ddl = ddl.rsplit_once("SELECT 1").unwrap().0;
+    let ddl = ddl.replace(
+        "'connector' = 'nexmark',",
+        &format!("'connector' = 'nexmark', {extra_options}"),
+    );
+    engine.sql(&ddl).unwrap();
+    engine
+}
+
+fn rows(batches: &[RecordBatch]) -> Vec<String> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|f| f.value(row).to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
+        }
+    }
+    rows.sort();
+    rows
+}
+
+const ALL_FIELDS: &str = "SELECT event_type, person.id, person.name, person.emailAddress, person.creditCard,
+      person.city, person.state, person.extra, auction.id, auction.itemName, auction.description,
+      auction.initialBid, auction.reserve, auction.expires, auction.seller, auction.category,
+      auction.extra, bid.auction, bid.bidder, bid.price, bid.channel, bid.url, bid.extra, `dateTime`
+    FROM datagen";
+
+#[test]
+fn the_same_events_at_parallelism_1_3_and_8() {
+    let reference = rows(&engine(1, EVENTS, "").sql(ALL_FIELDS).unwrap().collect().unwrap());
+    assert_eq!(reference.len(), EVENTS as usize);
+    for parallelism in [3, 8] {
+        let actual = rows(
+            &engine(parallelism, EVENTS, "")
+                .sql(ALL_FIELDS)
+                .unwrap()
+                .collect()
+                .unwrap(),
+        );
+        assert!(actual == reference, "events differ at parallelism {parallelism}");
+    }
+    // ... and at another number of splits and another emission rate.
+    let more_splits = rows(
+        &engine(2, EVENTS, "'splits' = '5', 'rate.limited' = 'false',")
+            .sql(ALL_FIELDS)
+            .unwrap()
+            .collect()
+            .unwrap(),
+    );
+    assert!(more_splits == reference);
+}
+
+#[test]
+fn generating_again_from_an_offset_gives_the_same_events() {
+    let config = Arc::new(GeneratorConfig::default());
+    let generate = |ids: std::ops::Range<u64>| {
+        let mut builder = EventBatchBuilder::new(config.clone(), 64);
+        for id in ids {
+            builder.append(id);
+        }
+        let columns = builder.finish();
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("event_type", arrow::datatypes::DataType::Int32, false),
+            arrow::datatypes::Field::new("person", columns[1].data_type().clone(), true),
+            arrow::datatypes::Field::new("auction", columns[2].data_type().clone(), true),
+            arrow::datatypes::Field::new("bid", columns[3].data_type().clone(), true),
+        ]));
+        RecordBatch::try_new(schema, columns).unwrap()
+    };
+    let whole = generate(0..3_000);
+    // A split restarted at position 1234 regenerates exactly the rest.
+    let head = generate(0..1_234);
+    let tail = generate(1_234..3_000);
+    let joined = arrow::compute::concat_batches(&whole.schema(), &[head, tail]).unwrap();
+    assert_eq!(joined, whole);
+}
+
+#[test]
+fn proportions_id_ranges_and_states_follow_the_model() {
+    let engine = engine(4, EVENTS, "");
+    let batches = engine
+        .sql("SELECT event_type, person.id, person.state, auction.id, auction.seller, auction.category, bid.auction, bid.bidder, bid.price FROM datagen")
+        .unwrap()
+        .collect()
+        .unwrap();
+    let mut kinds = BTreeMap::new();
+    let (mut max_person, mut max_auction) = (0i64, 0i64);
+    for batch in &batches {
+        let kind = batch.column(0).as_primitive::<Int32Type>();
+        let long = |c: usize| batch.column(c).as_primitive::<Int64Type>();
+        let state = batch.column(2).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *kinds.entry(kind.value(row)).or_insert(0) += 1;
+            match kind.value(row) {
+                0 => {
+                    max_person = max_person.max(long(1).value(row));
+                    assert!(["AZ", "CA", "ID", "OR", "WA", "WY"].contains(&state.value(row)));
+                    assert!(batch.column(3).is_null(row) && batch.column(6).is_null(row));
+                }
+                1 => {
+                    max_auction = max_auction.max(long(3).value(row));
+                    assert!((10..=14).contains(&long(5).value(row)));
+                    assert!(long(4).value(row) >= 1000);
+                }
+                _ => {
+                    assert!(long(6).value(row) >= 1000 && long(7).value(row) >= 1000);
+                    assert!((100..=100_000_000).contains(&long(8).value(row)));
+                    assert!(batch.column(1).is_null(row));
+                }
+            }
+        }
+    }
+    // 1 person, 3 auctions, 46 bids in every 50 events.
+    assert_eq!(kinds, BTreeMap::from([(0, 100), (1, 300), (2, 4600)]));
+    // Ids count up from 1000, one person and three auctions per 50 events.
+    assert_eq!(max_person, 1000 + 99);
+    assert_eq!(max_auction, 1000 + 299);
+}
+
+#[test]
+fn event_time_advances_with_the_id_and_never_goes_back_within_a_split() {
+    let times = |engine: Engine| -> Vec<Vec<i64>> {
+        engine
+            .sql("SELECT `dateTime` FROM datagen")
+            .unwrap()
+            .collect()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                b.column(0)
+                    .as_primitive::<TimestampMillisecondType>()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    };
+    let base = weir::connectors::nexmark::generator::DEFAULT_BASE_TIME_MS;
+    // One subtask reading four splits merges them in id order: time never goes back.
+    let merged: Vec<i64> = times(engine(1, EVENTS, "'splits' = '4',")).concat();
+    assert_eq!(merged.len(), EVENTS as usize);
+    assert!(merged.windows(2).all(|w| w[0] <= w[1]));
+    // 10 000 events per second of event time: event 4999 is 499 ms after event 0.
+    assert_eq!(merged[0], base);
+    assert_eq!(*merged.last().unwrap(), base + (EVENTS as i64 - 1) / 10);
+    // Three subtasks, one split each: every batch is one split's run of events.
+    for batch in times(engine(3, EVENTS, "")) {
+        assert!(batch.windows(2).all(|w| w[0] <= w[1]));
+    }
+}
+
+#[test]
+fn bench_runs_end_to_end_on_a_few_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("results.json");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "bench",
+            "nexmark",
+            "--queries",
+            "q0,q3,q11,q14",
+            "--events",
+            "3000",
+            "--parallelism",
+            "2",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("generator") && text.contains("q14"), "{text}");
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = results.as_array().unwrap();
+    let by_name = |name: &str| results.iter().find(|r| r["query"] == name).unwrap().clone();
+    assert_eq!(by_name("generator")["status"], "finished");
+    assert_eq!(by_name("q0")["output_rows"], 2760);
+    assert!(
+        by_name("q3")["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("not yet supported")
+    );
+    for name in ["q0", "q11", "q14"] {
+        let r = by_name(name);
+        assert_eq!(r["events"], 3000);
+        assert!(r["events_per_second"].as_f64().unwrap() > 0.0);
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0);
+    }
+}
