@@ -1,6 +1,8 @@
 //! Runs the SQL case files (`sql/**/*.slt`) with the sqllogictest crate, each
 //! file twice: at parallelism 1 and at parallelism 4 (labels `p1` and `p4` for
 //! `onlyif`/`skipif`). `cargo test --test slt -- FILTER` runs matching files.
+//! With `WEIR_SLT_COMPLETE=1` the matching files' expected results are rewritten
+//! from a parallelism-1 run first (review the diff before committing it).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::DataType;
+use datafusion_expr::ScalarUDF;
 use sqllogictest::{DBOutput, DefaultColumnType, Runner};
 use weir::Engine;
 use weir::connectors::format::text::{TextStyle, format_column};
@@ -84,6 +87,28 @@ impl sqllogictest::DB for WeirDb {
     }
 }
 
+/// A fresh session at `parallelism`, with UTC as the local time zone.
+fn new_db(parallelism: usize) -> weir::Result<WeirDb> {
+    let engine = Engine::new();
+    // Nexmark q14's UDF, as `weir bench nexmark` registers it.
+    engine.register_udf(ScalarUDF::from(weir::bench::CountChar::new()));
+    engine.set("parallelism.default", &parallelism.to_string())?;
+    engine.set("table.local-time-zone", "UTC")?;
+    Ok(WeirDb { engine })
+}
+
+/// Drives a future whose work is all synchronous (our DB never waits on I/O).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -105,6 +130,23 @@ fn main() -> ExitCode {
     slt_files(&root.join("sql"), &mut files);
     files.sort();
     files.retain(|f| filters.is_empty() || filters.iter().any(|x| f.to_string_lossy().contains(x.as_str())));
+    if std::env::var_os("WEIR_SLT_COMPLETE").is_some() {
+        for file in &files {
+            let mut runner = Runner::new(|| std::future::ready(new_db(1)));
+            runner.add_label("p1");
+            let update = runner.update_test_file(
+                file,
+                " ",
+                sqllogictest::default_validator,
+                sqllogictest::default_normalizer,
+                sqllogictest::default_column_validator,
+            );
+            if let Err(e) = block_on(update) {
+                println!("could not complete {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
     let started = Instant::now();
     let mut count = 0;
@@ -112,14 +154,7 @@ fn main() -> ExitCode {
         for parallelism in [1, 4] {
             count += 1;
             let label = format!("p{parallelism}");
-            let mut runner = Runner::new(|| {
-                let engine = Engine::new();
-                let result = engine
-                    .set("parallelism.default", &parallelism.to_string())
-                    .and_then(|_| engine.set("table.local-time-zone", "UTC"))
-                    .map(|_| WeirDb { engine });
-                std::future::ready(result)
-            });
+            let mut runner = Runner::new(|| std::future::ready(new_db(parallelism)));
             runner.add_label(&label);
             runner.with_column_validator(|_, _| true);
             let name = file.strip_prefix(root).unwrap_or(file).display().to_string();
