@@ -542,6 +542,7 @@ impl Session {
             columns,
             watermark: None,
             primary_key: create.primary_key.clone(),
+            partition_keys: create.partition_keys.clone(),
             options: TableOptions::new(create.options.clone())?,
         };
         // Type the computed columns by binding them over the physical columns.
@@ -615,6 +616,29 @@ impl Session {
                 "primary key column '{key}' is not a column of table '{}'",
                 table.name
             )));
+        }
+        for (i, key) in table.partition_keys.iter().enumerate() {
+            match table.columns.iter().find(|c| &c.name == key) {
+                None => {
+                    return Err(Error::sql(format!(
+                        "partition key '{key}' is not a column of table '{}'",
+                        table.name
+                    )));
+                }
+                Some(c) if c.computed.is_some() => {
+                    return Err(Error::sql(format!(
+                        "partition key '{key}' of table '{}' is a computed column; partition keys must be physical columns",
+                        table.name
+                    )));
+                }
+                Some(_) if table.partition_keys[..i].contains(key) => {
+                    return Err(Error::sql(format!(
+                        "partition key '{key}' is listed twice in table '{}'",
+                        table.name
+                    )));
+                }
+                Some(_) => {}
+            }
         }
         connectors::validate_table(&table, &self.config)?;
         Ok(table)

@@ -13,6 +13,21 @@ pub trait SinkWriter: Send {
 
     /// The input is done: flush and make everything visible.
     fn finish(&mut self) -> Result<()>;
+
+    /// The sink's input watermark advanced.
+    fn on_watermark(&mut self, _watermark: i64) -> Result<()> {
+        Ok(())
+    }
+
+    /// True for writers that act on the wall clock (rolling files by time).
+    fn uses_processing_time(&self) -> bool {
+        false
+    }
+
+    /// The wall clock reached `now` (ms since the epoch).
+    fn on_processing_time(&mut self, _now: i64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Creates each subtask's writer.
@@ -42,8 +57,16 @@ impl Operator for SinkOperator {
         Ok(())
     }
 
-    fn process_watermark(&mut self, _watermark: i64, _out: &mut Output) -> Result<()> {
-        Ok(())
+    fn process_watermark(&mut self, watermark: i64, _out: &mut Output) -> Result<()> {
+        self.writer.on_watermark(watermark)
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.writer.uses_processing_time()
+    }
+
+    fn on_processing_time(&mut self, now: i64, _out: &mut Output) -> Result<()> {
+        self.writer.on_processing_time(now)
     }
 
     fn finish(&mut self, _out: &mut Output) -> Result<()> {

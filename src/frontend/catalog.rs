@@ -85,6 +85,9 @@ pub struct TableDef {
     pub watermark: Option<WatermarkDef>,
     /// Primary key columns (not enforced, as in Flink).
     pub primary_key: Vec<String>,
+    /// `PARTITIONED BY` columns: the filesystem connector stores their values in
+    /// the directory names (`dt=2020-01-01/hm=00%3A00`), not in the files.
+    pub partition_keys: Vec<String>,
     /// Connector options.
     pub options: TableOptions,
 }

@@ -23,6 +23,7 @@ use datafusion_expr::{
 };
 
 use super::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
+use super::date_pattern::DatePattern;
 use crate::operators::watermark::to_epoch_millis;
 use crate::operators::window::spec::TimeShift;
 
@@ -436,7 +437,7 @@ impl ScalarUDFImpl for DateFormat {
         let shift = TimeShift::for_zone(&self.zone).map_err(|e| DataFusionError::Execution(e.to_string()))?;
         let times = local_datetimes(&a[0], &shift)?;
         let formats = a[1].as_string::<i32>();
-        let mut parsed: Option<(String, Vec<PatternItem>)> = None;
+        let mut parsed: Option<(String, DatePattern)> = None;
         let mut out = arrow::array::StringBuilder::new();
         for (row, time) in times.iter().enumerate() {
             let (Some(time), false) = (time, formats.is_null(row)) else {
@@ -445,109 +446,13 @@ impl ScalarUDFImpl for DateFormat {
             };
             let format = formats.value(row);
             if parsed.as_ref().is_none_or(|(f, _)| f != format) {
-                parsed = Some((format.to_string(), parse_java_pattern(format)));
+                parsed = Some((format.to_string(), DatePattern::new(format)));
             }
-            let (_, items) = parsed.as_ref().expect("parsed above");
-            out.append_value(render_java_pattern(items, time));
+            let (_, pattern) = parsed.as_ref().expect("parsed above");
+            out.append_value(pattern.render(time));
         }
         result(&args, Arc::new(out.finish()))
     }
-}
-
-/// One piece of a Java date pattern: a run of a pattern letter, or literal text.
-#[derive(Debug, Clone, PartialEq)]
-enum PatternItem {
-    Field(char, usize),
-    Literal(String),
-}
-
-/// Splits a `SimpleDateFormat` pattern into fields and literals (`'text'`, `''`).
-fn parse_java_pattern(pattern: &str) -> Vec<PatternItem> {
-    let chars: Vec<char> = pattern.chars().collect();
-    let mut items = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c == '\'' {
-            let mut literal = String::new();
-            i += 1;
-            if i < chars.len() && chars[i] == '\'' {
-                items.push(PatternItem::Literal("'".into()));
-                i += 1;
-                continue;
-            }
-            while i < chars.len() {
-                if chars[i] == '\'' {
-                    if i + 1 < chars.len() && chars[i + 1] == '\'' {
-                        literal.push('\'');
-                        i += 2;
-                        continue;
-                    }
-                    i += 1;
-                    break;
-                }
-                literal.push(chars[i]);
-                i += 1;
-            }
-            items.push(PatternItem::Literal(literal));
-        } else if c.is_ascii_alphabetic() {
-            let start = i;
-            while i < chars.len() && chars[i] == c {
-                i += 1;
-            }
-            items.push(PatternItem::Field(c, i - start));
-        } else {
-            items.push(PatternItem::Literal(c.to_string()));
-            i += 1;
-        }
-    }
-    items
-}
-
-fn render_java_pattern(items: &[PatternItem], t: &chrono::NaiveDateTime) -> String {
-    use chrono::{Datelike, Timelike};
-    let mut out = String::new();
-    let number = |out: &mut String, v: i64, width: usize| out.push_str(&format!("{v:0width$}"));
-    for item in items {
-        match item {
-            PatternItem::Literal(text) => out.push_str(text),
-            PatternItem::Field(c, n) => {
-                let n = *n;
-                match c {
-                    'y' | 'u' if *c == 'y' && n == 2 => number(&mut out, (t.year() % 100) as i64, 2),
-                    'y' => number(&mut out, t.year() as i64, n),
-                    'M' if n >= 4 => out.push_str(&t.format("%B").to_string()),
-                    'M' if n == 3 => out.push_str(&t.format("%b").to_string()),
-                    'M' => number(&mut out, t.month() as i64, n),
-                    'd' => number(&mut out, t.day() as i64, n),
-                    'D' => number(&mut out, t.ordinal() as i64, n),
-                    'H' => number(&mut out, t.hour() as i64, n),
-                    'k' => number(&mut out, if t.hour() == 0 { 24 } else { t.hour() as i64 }, n),
-                    'K' => number(&mut out, (t.hour() % 12) as i64, n),
-                    'h' => number(
-                        &mut out,
-                        if t.hour().is_multiple_of(12) {
-                            12
-                        } else {
-                            (t.hour() % 12) as i64
-                        },
-                        n,
-                    ),
-                    'm' => number(&mut out, t.minute() as i64, n),
-                    's' => number(&mut out, t.second() as i64, n),
-                    'S' => number(&mut out, (t.nanosecond() / 1_000_000) as i64, n),
-                    'E' if n >= 4 => out.push_str(&t.format("%A").to_string()),
-                    'E' => out.push_str(&t.format("%a").to_string()),
-                    'u' => number(&mut out, t.weekday().number_from_monday() as i64, n),
-                    'a' => out.push_str(if t.hour() < 12 { "AM" } else { "PM" }),
-                    'w' => number(&mut out, t.iso_week().week() as i64, n),
-                    'G' => out.push_str("AD"),
-                    other => out.extend(std::iter::repeat_n(*other, n)),
-                }
-            }
-        }
-    }
-    out
 }
 
 /// `HOUR(ts)`, `MINUTE(ts)`, `SECOND(ts)`.
@@ -645,25 +550,5 @@ impl ScalarUDFImpl for Mod {
         let a = arrays(&args)?;
         let remainder = arrow::compute::kernels::numeric::rem(&a[0], &a[1])?;
         result(&args, remainder)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn java_date_patterns_render_as_simple_date_format_does() {
-        let t = chrono::NaiveDate::from_ymd_opt(2020, 3, 7)
-            .unwrap()
-            .and_hms_milli_opt(14, 5, 9, 42)
-            .unwrap();
-        let render = |p: &str| render_java_pattern(&parse_java_pattern(p), &t);
-        assert_eq!(render("yyyy-MM-dd"), "2020-03-07");
-        assert_eq!(render("HH:mm"), "14:05");
-        assert_eq!(render("yyyy-MM-dd HH:mm:ss.SSS"), "2020-03-07 14:05:09.042");
-        assert_eq!(render("yy/M/d h:m a"), "20/3/7 2:5 PM");
-        assert_eq!(render("EEE, dd MMM yyyy"), "Sat, 07 Mar 2020");
-        assert_eq!(render("'at' HH 'o''clock'"), "at 14 o'clock");
     }
 }

@@ -77,6 +77,8 @@ pub struct CreateTable {
     pub watermark: Option<WatermarkSpec>,
     /// `PRIMARY KEY (...) NOT ENFORCED`.
     pub primary_key: Vec<String>,
+    /// `PARTITIONED BY (...)`.
+    pub partition_keys: Vec<String>,
     /// `WITH ('key' = 'value', ...)`, in order.
     pub options: Vec<(String, String)>,
 }
@@ -427,8 +429,11 @@ fn parse_create_table(
     }
     parser.expect_token(&Token::RParen)?;
     skip_comment(parser)?;
+    let mut partition_keys = Vec::new();
     if parser.parse_keywords(&[Keyword::PARTITIONED, Keyword::BY]) {
-        return parser.expected("WITH (PARTITIONED BY is not supported yet)", parser.peek_token());
+        parser.expect_token(&Token::LParen)?;
+        partition_keys = parser.parse_comma_separated(|p| p.parse_identifier().map(|i| i.value))?;
+        parser.expect_token(&Token::RParen)?;
     }
     let mut options = Vec::new();
     if parser.parse_keyword(Keyword::WITH) {
@@ -459,6 +464,7 @@ fn parse_create_table(
         columns,
         watermark,
         primary_key,
+        partition_keys,
         options,
     })
 }

@@ -5,6 +5,7 @@ mod cli;
 mod differential;
 mod errors;
 mod nexmark;
+mod partitioned;
 
 use std::path::{Path, PathBuf};
 

@@ -6,6 +6,8 @@
 //! writes part files `part-<uuid>-<subtask>-<n>`, which stay hidden
 //! (`.part-...inprogress...`) until they are complete.
 
+pub mod commit;
+pub mod partition;
 mod sink;
 mod source;
 
@@ -29,6 +31,16 @@ const OPTIONS: OptionSpec = OptionSpec {
         "format",
         "sink.rolling-policy.file-size",
         "sink.rolling-policy.rollover-interval",
+        "sink.rolling-policy.check-interval",
+        "partition.default-name",
+        "partition.time-extractor.kind",
+        "partition.time-extractor.timestamp-pattern",
+        "partition.time-extractor.timestamp-formatter",
+        "sink.partition-commit.trigger",
+        "sink.partition-commit.delay",
+        "sink.partition-commit.policy.kind",
+        "sink.partition-commit.success-file.name",
+        "sink.partition-commit.watermark-time-zone",
         "sink.parallelism",
         "scan.parallelism",
     ],
@@ -99,6 +111,7 @@ impl FileFormat {
 pub fn validate(table: &TableDef, _config: &SessionConfig) -> Result<()> {
     FileFormat::from_table(table)?;
     sink::RollingPolicy::from_table(table)?;
+    commit::CommitPolicy::from_table(table)?;
     Ok(())
 }
 

@@ -4,18 +4,24 @@
 //! renamed to `part-<uuid>-<subtask>-<n>` when it is complete: when it reaches
 //! `sink.rolling-policy.file-size` or `sink.rolling-policy.rollover-interval`, or
 //! at the end of input. Readers (weir's own source included) skip hidden files.
+//! A partitioned table's rows go to part files in their partition directories
+//! (see `partition.rs`), which are committed as `commit.rs` describes.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow::array::UInt32Array;
 use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
+use super::commit::{CommitPolicy, PartitionCommitter, should_close};
+use super::partition::PartitionSpec;
 use super::{FileFormat, table_path};
 use crate::config::{SessionConfig, parse_duration};
 use crate::connectors::format::csv::CsvRowWriter;
@@ -23,6 +29,7 @@ use crate::connectors::format::json::write_json_lines;
 use crate::connectors::{SinkFactory, SinkWriter};
 use crate::frontend::catalog::TableDef;
 use crate::runtime::TaskContext;
+use crate::runtime::operator::wall_clock_millis;
 use crate::{Error, Result};
 
 /// When a part file is closed and a new one started.
@@ -94,15 +101,28 @@ pub fn random_uuid() -> String {
     )
 }
 
+/// How a partitioned table's rows are split into partition directories.
+#[derive(Debug)]
+struct Partitioning {
+    spec: PartitionSpec,
+    /// The partition columns' positions in the sink's input.
+    key_columns: Vec<usize>,
+    /// The other columns' positions: what the part files hold.
+    data_columns: Vec<usize>,
+    committer: Option<Arc<PartitionCommitter>>,
+}
+
 /// The filesystem sink of a table.
 #[derive(Debug)]
 pub struct FileSinkFactory {
     table: String,
     directory: PathBuf,
     format: FileFormat,
+    /// The schema of the part files (without partition columns).
     schema: SchemaRef,
     policy: RollingPolicy,
     uuid: String,
+    partitioning: Option<Arc<Partitioning>>,
 }
 
 impl FileSinkFactory {
@@ -119,6 +139,32 @@ impl FileSinkFactory {
         let probe = directory.join(format!(".weir-write-probe-{}", random_uuid()));
         File::create(&probe).map_err(|e| Error::io(&directory, e))?;
         let _ = std::fs::remove_file(&probe);
+        let partitioning = match PartitionSpec::from_table(table) {
+            None => None,
+            Some(spec) => {
+                let position = |name: &String| {
+                    schema.index_of(name).map_err(|_| {
+                        Error::Internal(format!("sink input of '{}' lacks column '{name}'", table.name))
+                    })
+                };
+                let key_columns = spec.keys.iter().map(position).collect::<Result<Vec<_>>>()?;
+                let data_columns = (0..schema.fields().len())
+                    .filter(|i| !key_columns.contains(i))
+                    .collect();
+                let committer = CommitPolicy::from_table(table)?
+                    .map(|policy| Arc::new(PartitionCommitter::new(directory.clone(), spec.clone(), policy)));
+                Some(Arc::new(Partitioning {
+                    spec,
+                    key_columns,
+                    data_columns,
+                    committer,
+                }))
+            }
+        };
+        let schema = match &partitioning {
+            Some(p) => Arc::new(schema.project(&p.data_columns)?),
+            None => schema,
+        };
         Ok(Arc::new(FileSinkFactory {
             table: table.name.clone(),
             directory,
@@ -126,14 +172,19 @@ impl FileSinkFactory {
             schema,
             policy: RollingPolicy::from_table(table)?,
             uuid: random_uuid(),
+            partitioning,
         }))
     }
 }
 
 impl SinkFactory for FileSinkFactory {
     fn describe(&self) -> String {
+        let partitions = match &self.partitioning {
+            Some(p) => format!(", partitioned by {}", p.spec.keys.join(", ")),
+            None => String::new(),
+        };
         format!(
-            "Sink: {}[filesystem, {}, {}]",
+            "Sink: {}[filesystem, {}, {}{partitions}]",
             self.table,
             self.format.name(),
             self.directory.display()
@@ -141,14 +192,19 @@ impl SinkFactory for FileSinkFactory {
     }
 
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
+        if let Some(committer) = self.partitioning.as_ref().and_then(|p| p.committer.as_ref()) {
+            committer.register(ctx.subtask, ctx.parallelism);
+        }
         Ok(Box::new(PartFileWriter {
             directory: self.directory.clone(),
             prefix: format!("part-{}-{}-", self.uuid, ctx.subtask),
+            subtask: ctx.subtask,
             format: self.format.clone(),
             schema: self.schema.clone(),
             policy: self.policy,
+            partitioning: self.partitioning.clone(),
             next_part: 0,
-            open: None,
+            open: BTreeMap::new(),
             buffer: Vec::new(),
         }))
     }
@@ -165,27 +221,38 @@ struct OpenPart {
     visible: PathBuf,
     bytes: u64,
     opened: Instant,
+    /// The partition's time, when partitions commit by it.
+    partition_time: Option<i64>,
 }
 
 struct PartFileWriter {
     directory: PathBuf,
     prefix: String,
+    subtask: usize,
     format: FileFormat,
     schema: SchemaRef,
     policy: RollingPolicy,
+    partitioning: Option<Arc<Partitioning>>,
     next_part: u64,
-    open: Option<OpenPart>,
+    /// Open part files by partition directory (`""` when unpartitioned).
+    open: BTreeMap<String, OpenPart>,
     buffer: Vec<u8>,
 }
 
 impl PartFileWriter {
-    fn open_part(&mut self) -> Result<OpenPart> {
+    fn committer(&self) -> Option<&PartitionCommitter> {
+        self.partitioning.as_ref()?.committer.as_deref()
+    }
+
+    fn open_part(&mut self, partition: &str) -> Result<OpenPart> {
         let name = format!("{}{}", self.prefix, self.next_part);
         self.next_part += 1;
-        let visible = self.directory.join(&name);
-        let in_progress = self
-            .directory
-            .join(format!(".{name}.inprogress.{}", random_uuid()));
+        let directory = self.directory.join(partition);
+        if !partition.is_empty() {
+            std::fs::create_dir_all(&directory).map_err(|e| Error::io(&directory, e))?;
+        }
+        let visible = directory.join(&name);
+        let in_progress = directory.join(format!(".{name}.inprogress.{}", random_uuid()));
         let file = File::create(&in_progress).map_err(|e| Error::io(&in_progress, e))?;
         let encoder = match &self.format {
             FileFormat::Parquet { compression } => {
@@ -198,18 +265,23 @@ impl PartFileWriter {
             }
             _ => Encoder::Text(BufWriter::with_capacity(1 << 20, file)),
         };
+        let partition_time = match self.committer() {
+            Some(committer) => committer.opened(self.subtask, partition, wall_clock_millis())?,
+            None => None,
+        };
         Ok(OpenPart {
             encoder,
             in_progress,
             visible,
             bytes: 0,
             opened: Instant::now(),
+            partition_time,
         })
     }
 
-    /// Closes the open part and makes it visible.
-    fn commit_open_part(&mut self) -> Result<()> {
-        let Some(part) = self.open.take() else {
+    /// Closes the open part of `partition` and makes it visible.
+    fn commit_part(&mut self, partition: &str) -> Result<()> {
+        let Some(part) = self.open.remove(partition) else {
             return Ok(());
         };
         let file = match part.encoder {
@@ -219,20 +291,20 @@ impl PartFileWriter {
             Encoder::Parquet(writer) => writer.into_inner()?,
         };
         file.sync_all().map_err(|e| Error::io(&part.in_progress, e))?;
-        commit(&part.in_progress, &part.visible)
-    }
-}
-
-fn commit(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(|e| Error::io(to, e))
-}
-
-impl SinkWriter for PartFileWriter {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        if self.open.is_none() {
-            self.open = Some(self.open_part()?);
+        commit(&part.in_progress, &part.visible)?;
+        if let Some(committer) = self.committer() {
+            committer.closed(self.subtask, partition, wall_clock_millis())?;
         }
-        let part = self.open.as_mut().expect("opened above");
+        Ok(())
+    }
+
+    /// Appends `batch` (data columns only) to the open part of `partition`.
+    fn write_to(&mut self, partition: &str, batch: &RecordBatch) -> Result<()> {
+        if !self.open.contains_key(partition) {
+            let part = self.open_part(partition)?;
+            self.open.insert(partition.to_string(), part);
+        }
+        let part = self.open.get_mut(partition).expect("opened above");
         match (&mut part.encoder, &self.format) {
             (Encoder::Parquet(writer), _) => {
                 writer.write(batch)?;
@@ -253,13 +325,86 @@ impl SinkWriter for PartFileWriter {
             }
         }
         if part.bytes >= self.policy.file_size || part.opened.elapsed() >= self.policy.rollover_interval {
-            self.commit_open_part()?;
+            self.commit_part(partition)?;
         }
         Ok(())
     }
 
+    /// Closes the parts matching `close`.
+    fn commit_parts_where(&mut self, close: impl Fn(&OpenPart) -> bool) -> Result<()> {
+        let closing: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(_, part)| close(part))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for partition in closing {
+            self.commit_part(&partition)?;
+        }
+        Ok(())
+    }
+}
+
+fn commit(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).map_err(|e| Error::io(to, e))
+}
+
+impl SinkWriter for PartFileWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let Some(partitioning) = self.partitioning.clone() else {
+            return self.write_to("", batch);
+        };
+        let groups = partitioning.spec.group_rows(batch, &partitioning.key_columns)?;
+        let data = batch.project(&partitioning.data_columns)?;
+        if let [(partition, _)] = groups.as_slice() {
+            return self.write_to(partition, &data);
+        }
+        for (partition, rows) in groups {
+            let rows = UInt32Array::from(rows);
+            let columns = data
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c, &rows, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let part = RecordBatch::try_new_with_options(
+                data.schema(),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+            )?;
+            self.write_to(&partition, &part)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64) -> Result<()> {
+        let Some(committer) = self.partitioning.as_ref().and_then(|p| p.committer.clone()) else {
+            return Ok(());
+        };
+        let delay = committer.delay();
+        self.commit_parts_where(|part| should_close(part.partition_time, delay, watermark))?;
+        committer.watermark(self.subtask, watermark, wall_clock_millis())
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        // Rolling by `sink.rolling-policy.rollover-interval` also while no rows arrive.
+        true
+    }
+
+    fn on_processing_time(&mut self, now: i64) -> Result<()> {
+        let interval = self.policy.rollover_interval;
+        self.commit_parts_where(|part| part.opened.elapsed() >= interval)?;
+        match self.committer() {
+            Some(committer) if committer.uses_processing_time() => committer.tick(now),
+            _ => Ok(()),
+        }
+    }
+
     fn finish(&mut self) -> Result<()> {
-        self.commit_open_part()
+        self.commit_parts_where(|_| true)?;
+        match self.committer() {
+            Some(committer) => committer.finished(self.subtask, wall_clock_millis()),
+            None => Ok(()),
+        }
     }
 }
 

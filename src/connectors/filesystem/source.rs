@@ -11,6 +11,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
+use super::partition::{PartitionSpec, file_schema, partition_column};
 use super::{FileFormat, list_files, table_path};
 use crate::config::SessionConfig;
 use crate::connectors::format::csv::CsvBatchReader;
@@ -20,6 +21,26 @@ use crate::runtime::operator::TaskMetrics;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
 use crate::{Error, Result};
 
+/// A column of the source's output.
+#[derive(Debug, Clone)]
+enum OutputColumn {
+    /// Column `i` of what the file reader reads.
+    File(usize),
+    /// The value of partition key `i`, from the file's directories.
+    Partition(usize),
+}
+
+/// How a partitioned table's rows are assembled: file columns plus partition
+/// values from the path.
+#[derive(Debug, Clone)]
+struct PartitionLayout {
+    spec: PartitionSpec,
+    root: PathBuf,
+    columns: Vec<OutputColumn>,
+    /// The output schema (the projection of the table's physical columns).
+    schema: SchemaRef,
+}
+
 /// The filesystem source of a table.
 #[derive(Debug)]
 pub struct FileSourceFactory {
@@ -27,9 +48,13 @@ pub struct FileSourceFactory {
     path: PathBuf,
     files: Vec<PathBuf>,
     format: FileFormat,
+    /// Columns in each file.
     field_count: usize,
+    /// The columns read from each file, by position in it.
     projection: Vec<usize>,
+    /// The schema of the columns read from the files.
     schema: SchemaRef,
+    layout: Option<PartitionLayout>,
 }
 
 impl FileSourceFactory {
@@ -45,14 +70,47 @@ impl FileSourceFactory {
         let path = table_path(table)?;
         let files = list_files(&path)?;
         let physical = table.physical_schema();
+        let Some(spec) = PartitionSpec::from_table(table) else {
+            return Ok(Arc::new(FileSourceFactory {
+                table: table.name.clone(),
+                path,
+                files,
+                format,
+                field_count: physical.fields().len(),
+                projection: projection.to_vec(),
+                schema,
+                layout: None,
+            }));
+        };
+        // The files hold the non-partition columns, in table order.
+        let in_file = file_schema(&physical, &spec.keys);
+        let mut file_projection = Vec::new();
+        let mut columns = Vec::new();
+        for &i in projection {
+            let name = physical.field(i).name();
+            match spec.keys.iter().position(|k| k == name) {
+                Some(key) => columns.push(OutputColumn::Partition(key)),
+                None => {
+                    columns.push(OutputColumn::File(file_projection.len()));
+                    file_projection.push(in_file.index_of(name)?);
+                }
+            }
+        }
+        let read_schema = Arc::new(in_file.project(&file_projection)?);
         Ok(Arc::new(FileSourceFactory {
             table: table.name.clone(),
-            path,
+            path: path.clone(),
             files,
             format,
-            field_count: physical.fields().len(),
-            projection: projection.to_vec(),
-            schema,
+            field_count: in_file.fields().len(),
+            projection: file_projection,
+            schema: read_schema,
+            layout: Some(PartitionLayout {
+                spec,
+                root: path,
+                columns,
+                schema,
+            }),
         }))
     }
 }
@@ -82,6 +140,9 @@ impl SourceFactory for FileSourceFactory {
         Ok(Box::new(FileReader {
             files: files.into_iter(),
             current: None,
+            layout: self.layout.clone(),
+            partition_values: Vec::new(),
+            current_path: PathBuf::new(),
             format: self.format.clone(),
             field_count: self.field_count,
             projection: self.projection.clone(),
@@ -106,6 +167,10 @@ enum OpenFile {
 struct FileReader {
     files: std::vec::IntoIter<PathBuf>,
     current: Option<OpenFile>,
+    layout: Option<PartitionLayout>,
+    /// The partition values of the open file.
+    partition_values: Vec<Option<String>>,
+    current_path: PathBuf,
     format: FileFormat,
     field_count: usize,
     projection: Vec<usize>,
@@ -200,12 +265,47 @@ impl FileReader {
     }
 }
 
+impl FileReader {
+    /// Adds the open file's partition values to `batch` (partitioned tables).
+    fn with_partition_values(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let Some(layout) = &self.layout else {
+            return Ok(batch);
+        };
+        let rows = batch.num_rows();
+        let columns = layout
+            .columns
+            .iter()
+            .zip(layout.schema.fields())
+            .map(|(column, field)| match column {
+                OutputColumn::File(i) => Ok(batch.column(*i).clone()),
+                OutputColumn::Partition(key) => partition_column(
+                    self.partition_values[*key].as_deref(),
+                    field.data_type(),
+                    rows,
+                    &self.current_path,
+                ),
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            layout.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        )?)
+    }
+}
+
 impl SourceReader for FileReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
         loop {
             if self.current.is_none() {
                 match self.files.next() {
-                    Some(path) => self.current = Some(self.open(&path)?),
+                    Some(path) => {
+                        if let Some(layout) = &self.layout {
+                            self.partition_values = layout.spec.values_of(&layout.root, &path)?;
+                        }
+                        self.current = Some(self.open(&path)?);
+                        self.current_path = path;
+                    }
                     None => return Ok(SourcePoll::End),
                 }
             }
@@ -237,7 +337,9 @@ impl SourceReader for FileReader {
                 },
             };
             match next {
-                Some(batch) if batch.num_rows() > 0 => return Ok(SourcePoll::Batch(batch)),
+                Some(batch) if batch.num_rows() > 0 => {
+                    return Ok(SourcePoll::Batch(self.with_partition_values(batch)?));
+                }
                 Some(_) => {}
                 None => self.current = None,
             }

@@ -1,0 +1,121 @@
+//! Partitioned filesystem sinks: directory layout, part-file contents, success files.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use weir::{Engine, JobStatus};
+
+fn engine(parallelism: usize) -> Engine {
+    let engine = Engine::new();
+    engine
+        .set("parallelism.default", &parallelism.to_string())
+        .unwrap();
+    engine.set("table.local-time-zone", "UTC").unwrap();
+    engine
+}
+
+/// One row per 100 ms of event time; `end` bounds the ids (inclusive).
+fn sequence(rows_per_second: u64, end: i64) -> String {
+    format!(
+        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 100, 3),
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '{rows_per_second}',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '{end}')"
+    )
+}
+
+fn by_minute(path: &Path, delay: &str) -> String {
+    format!(
+        "CREATE TABLE by_minute (id BIGINT, dt STRING, hm STRING) PARTITIONED BY (dt, hm) WITH (
+           'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv',
+           'sink.partition-commit.trigger' = 'partition-time',
+           'sink.partition-commit.delay' = '{delay}',
+           'sink.partition-commit.policy.kind' = 'success-file',
+           'partition.time-extractor.timestamp-pattern' = '$dt $hm:00')",
+        path.display()
+    )
+}
+
+const INSERT: &str = "INSERT INTO by_minute
+    SELECT id, DATE_FORMAT(ts, 'yyyy-MM-dd'), DATE_FORMAT(ts, 'HH:mm') FROM seq";
+
+/// The lines of the visible part files of one partition directory.
+fn partition_lines(dir: &Path) -> Vec<String> {
+    crate::part_files(dir)
+        .iter()
+        .filter(|p| p.file_name().unwrap() != "_SUCCESS")
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn rows_land_in_escaped_partition_directories_without_their_partition_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(2);
+    // Three minutes of event time: ids 0..=1799.
+    engine.sql(&sequence(100_000_000, 1799)).unwrap();
+    engine.sql(&by_minute(dir.path(), "1 min")).unwrap();
+    let job = engine.sql(INSERT).unwrap().job().unwrap().clone();
+    assert_eq!(job.wait().unwrap(), JobStatus::Finished);
+
+    let day = dir.path().join("dt=1970-01-01");
+    let mut minutes: Vec<String> = std::fs::read_dir(&day)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    minutes.sort();
+    assert_eq!(minutes, vec!["hm=00%3A00", "hm=00%3A01", "hm=00%3A02"]);
+    for (minute, name) in minutes.iter().enumerate() {
+        let partition = day.join(name);
+        assert!(
+            partition.join("_SUCCESS").is_file(),
+            "{name} committed at end of input"
+        );
+        let mut ids: Vec<i64> = partition_lines(&partition)
+            .iter()
+            .map(|line| {
+                assert!(!line.contains(','), "only the id column is stored: {line}");
+                line.parse().unwrap()
+            })
+            .collect();
+        ids.sort();
+        let first = minute as i64 * 600;
+        assert_eq!(ids, (first..first + 600).collect::<Vec<_>>(), "{name}");
+    }
+}
+
+#[test]
+fn a_partition_is_committed_once_the_watermark_passes_its_time_plus_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(2);
+    // 2000 rows per second: a minute of event time passes every 0.3 s.
+    engine.sql(&sequence(2000, i64::MAX - 1)).unwrap();
+    // A partition's time is its start: a delay of one partition (1 min) waits for its end.
+    engine.sql(&by_minute(dir.path(), "1 min")).unwrap();
+    let job = engine.sql(INSERT).unwrap().job().unwrap().clone();
+    let first = dir.path().join("dt=1970-01-01/hm=00%3A00");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !first.join("_SUCCESS").exists() {
+        assert!(Instant::now() < deadline, "the first minute was not committed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The job is still running; the committed partition is complete.
+    assert_eq!(job.status(), JobStatus::Running);
+    let mut ids: Vec<i64> = partition_lines(&first)
+        .iter()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (0..600).collect::<Vec<_>>());
+    job.cancel();
+    assert_eq!(
+        job.wait_timeout(Duration::from_secs(20)).unwrap(),
+        JobStatus::Cancelled
+    );
+}
