@@ -6,6 +6,7 @@
 //! total and per CPU core used, output rows, peak resident memory, and the
 //! share of the generator's own speed it reached.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use datafusion_common::{Result as DFResult, ScalarValue};
 use datafusion_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use serde::Serialize;
 
+use crate::connectors::filesystem::random_uuid;
 use crate::{Engine, Error, JobStatus, Result};
 
 /// Whether weir runs a query, and why not.
@@ -67,11 +69,7 @@ pub const QUERIES: [(&str, &str, Support); 23] = [
         include_str!("../sql/nexmark/q9.sql"),
         Support::NotYet("joins and TopN"),
     ),
-    (
-        "q10",
-        include_str!("../sql/nexmark/q10.sql"),
-        Support::NotYet("partitioned filesystem sinks"),
-    ),
+    ("q10", include_str!("../sql/nexmark/q10.sql"), Support::Runs),
     ("q11", include_str!("../sql/nexmark/q11.sql"), Support::Runs),
     ("q12", include_str!("../sql/nexmark/q12.sql"), Support::Runs),
     (
@@ -133,6 +131,9 @@ pub struct NexmarkOptions {
     pub event_rate: u64,
     /// Emit at most this many events per second (wall clock); unlimited when `None`.
     pub rate_limit: Option<u64>,
+    /// Nexmark's `${NEXMARK_DIR}`, under which q10 writes its files; when `None`,
+    /// a fresh temporary directory, removed after each query.
+    pub output_dir: Option<PathBuf>,
 }
 
 impl Default for NexmarkOptions {
@@ -143,6 +144,7 @@ impl Default for NexmarkOptions {
             parallelism: 1,
             event_rate: 10_000_000,
             rate_limit: None,
+            output_dir: None,
         }
     }
 }
@@ -183,8 +185,15 @@ pub struct Progress {
     pub total: u64,
 }
 
-/// The SQL of a query with the placeholders of Nexmark's scripts filled in.
-pub fn query_script(query_sql: &str, options: &NexmarkOptions) -> String {
+/// The SQL of a query with the placeholders of Nexmark's scripts filled in;
+/// files go under `nexmark_dir`, in a directory named by `submit_time`, as
+/// Nexmark's scripts do.
+pub fn query_script(
+    query_sql: &str,
+    options: &NexmarkOptions,
+    nexmark_dir: &Path,
+    submit_time: u64,
+) -> String {
     let mut ddl = DDL_GEN
         .replace("${TPS}", &options.event_rate.to_string())
         .replace("${EVENTS_NUM}", &options.events.to_string())
@@ -203,6 +212,9 @@ pub fn query_script(query_sql: &str, options: &NexmarkOptions) -> String {
             );
     }
     let views = DDL_VIEWS.replace("${NEXMARK_TABLE}", "datagen");
+    let query_sql = query_sql
+        .replace("${NEXMARK_DIR}", &nexmark_dir.display().to_string())
+        .replace("${SUBMIT_TIME}", &submit_time.to_string());
     format!("{ddl};\n{views};\n{query_sql};\n")
 }
 
@@ -236,6 +248,40 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The directory a query writes its files under: the user's, kept, or a
+/// temporary one, removed when the query is done.
+struct ScratchDir {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl ScratchDir {
+    fn new(user: Option<&Path>) -> Result<Self> {
+        match user {
+            Some(path) => Ok(ScratchDir {
+                path: path.to_path_buf(),
+                temporary: false,
+            }),
+            None => {
+                let path = std::env::temp_dir().join(format!("weir-nexmark-{}", random_uuid()));
+                std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+                Ok(ScratchDir {
+                    path,
+                    temporary: true,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
 /// Runs one query (by its SQL) and measures it.
 pub fn run_script(
     name: &str,
@@ -246,7 +292,11 @@ pub fn run_script(
     let engine = Engine::new();
     engine.set("parallelism.default", &options.parallelism.to_string())?;
     engine.register_udf(ScalarUDF::from(CountChar::new()));
-    let script = query_script(query_sql, options);
+    let scratch = ScratchDir::new(options.output_dir.as_deref())?;
+    let submit_time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let script = query_script(query_sql, options, &scratch.path, submit_time);
     reset_peak_rss();
     let cpu_before = cpu_seconds();
     let started = Instant::now();

@@ -72,6 +72,10 @@ enum Benchmark {
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Where queries that write files (q10) write them, as Nexmark's
+        /// NEXMARK_DIR; default: a temporary directory, removed after each query.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
     },
 }
 
@@ -89,14 +93,18 @@ fn main() -> ExitCode {
                     event_rate,
                     checkpoint_interval,
                     json,
+                    output_dir,
                 },
         } => bench_nexmark(
             &queries,
-            events,
-            parallelism,
-            rate,
-            event_rate,
-            checkpoint_interval,
+            NexmarkSettings {
+                events,
+                parallelism,
+                rate,
+                event_rate,
+                checkpoint_interval,
+                output_dir,
+            },
             json.as_deref(),
         ),
     };
@@ -158,16 +166,26 @@ fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bench_nexmark(
-    queries: &str,
+/// The options of `weir bench nexmark` besides the query list and JSON file.
+struct NexmarkSettings {
     events: u64,
     parallelism: usize,
     rate: Option<u64>,
     event_rate: u64,
     checkpoint_interval: Option<String>,
-    json: Option<&Path>,
-) -> anyhow::Result<()> {
+    output_dir: Option<PathBuf>,
+}
+
+fn bench_nexmark(queries: &str, settings: NexmarkSettings, json: Option<&Path>) -> anyhow::Result<()> {
     use weir::bench::{self, NexmarkOptions};
+    let NexmarkSettings {
+        events,
+        parallelism,
+        rate,
+        event_rate,
+        checkpoint_interval,
+        output_dir,
+    } = settings;
     if checkpoint_interval.is_some() {
         anyhow::bail!("--checkpoint-interval: checkpoints are not implemented yet");
     }
@@ -191,6 +209,7 @@ fn bench_nexmark(
         parallelism,
         event_rate,
         rate_limit: rate,
+        output_dir,
     };
     let bar = indicatif::ProgressBar::new(events);
     bar.set_style(
@@ -220,9 +239,10 @@ fn bench_nexmark(
         "peak RSS",
         "vs generator",
     ]);
+    let mut not_run = Vec::new();
     for r in &results {
         if r.status != "finished" {
-            table.add_row(vec![r.query.clone(), r.status.clone()]);
+            not_run.push(format!("{}: {}", r.query, r.status));
             continue;
         }
         table.add_row(vec![
@@ -241,6 +261,9 @@ fn bench_nexmark(
         "Nexmark, {events} events per query, parallelism {parallelism}, {} cores\n{table}",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    for line in not_run {
+        println!("{line}");
+    }
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&results)?)
             .with_context(|| format!("cannot write {}", path.display()))?;

@@ -25,6 +25,8 @@ fn engine(parallelism: usize, events: u64, extra_options: &str) -> Engine {
             event_rate: 10_000,
             ..Default::default()
         },
+        std::path::Path::new("unused"),
+        0,
     );
     // The standard DDL and views, without the final query.
     let ddl = ddl.rsplit_once("SELECT 1").unwrap().0;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use sink::FileSinkFactory;
+pub(crate) use sink::random_uuid;
 pub use source::FileSourceFactory;
 
 use super::OptionSpec;
