@@ -22,6 +22,14 @@ impl DatePattern {
         render_items(&self.items, t)
     }
 
+    /// True when the pattern shows fractions of a second (`S`): otherwise
+    /// every instant of one second renders the same.
+    pub fn shows_fractions(&self) -> bool {
+        self.items
+            .iter()
+            .any(|item| matches!(item, PatternItem::Field('S', _)))
+    }
+
     /// Reads `text` as the pattern describes it, strictly: numeric fields of
     /// width `n > 1` take exactly `n` digits (a year at least 4), width 1 takes
     /// one or two; literals must match. Missing time fields are zero. Only the

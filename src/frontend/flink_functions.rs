@@ -438,6 +438,11 @@ impl ScalarUDFImpl for DateFormat {
         let times = local_datetimes(&a[0], &shift)?;
         let formats = a[1].as_string::<i32>();
         let mut parsed: Option<(String, DatePattern)> = None;
+        // The last rendering: consecutive rows in one second (for a pattern
+        // without fractions) share it, which saves most of the work on
+        // time-ordered input.
+        use chrono::Timelike;
+        let mut last: Option<(chrono::NaiveDateTime, String)> = None;
         let mut out = arrow::array::StringBuilder::new();
         for (row, time) in times.iter().enumerate() {
             let (Some(time), false) = (time, formats.is_null(row)) else {
@@ -447,9 +452,18 @@ impl ScalarUDFImpl for DateFormat {
             let format = formats.value(row);
             if parsed.as_ref().is_none_or(|(f, _)| f != format) {
                 parsed = Some((format.to_string(), DatePattern::new(format)));
+                last = None;
             }
             let (_, pattern) = parsed.as_ref().expect("parsed above");
-            out.append_value(pattern.render(time));
+            let key = if pattern.shows_fractions() {
+                *time
+            } else {
+                time.with_nanosecond(0).unwrap_or(*time)
+            };
+            if last.as_ref().is_none_or(|(k, _)| *k != key) {
+                last = Some((key, pattern.render(time)));
+            }
+            out.append_value(&last.as_ref().expect("rendered above").1);
         }
         result(&args, Arc::new(out.finish()))
     }

@@ -17,7 +17,7 @@ use arrow::datatypes::{
     Int64Type, Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
     TimeUnit, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
-use chrono::{DateTime, NaiveDateTime, Timelike};
+use chrono::{DateTime, Datelike, NaiveDateTime, Timelike};
 
 use crate::{Error, Result};
 
@@ -135,11 +135,22 @@ fn java_fraction(nanos: u32) -> String {
 
 /// A `TIMESTAMP` in Flink's SQL text form: `yyyy-MM-dd HH:mm:ss[.f...]`.
 pub fn format_timestamp(dt: &NaiveDateTime) -> String {
-    format!(
-        "{}{}",
-        dt.format("%Y-%m-%d %H:%M:%S"),
-        minimal_fraction(dt.nanosecond())
-    )
+    let fraction = minimal_fraction(dt.nanosecond());
+    if (0..=9999).contains(&dt.year()) {
+        // Field by field: several times faster than chrono's `format`, which
+        // parses its pattern on every call.
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}{fraction}",
+            dt.year(),
+            dt.month(),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second()
+        )
+    } else {
+        format!("{}{fraction}", dt.format("%Y-%m-%d %H:%M:%S"))
+    }
 }
 
 /// Java's `LocalDateTime.toString`: seconds omitted when they and the fraction are 0.
