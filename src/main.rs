@@ -50,33 +50,37 @@ enum Benchmark {
     /// The generator alone is measured first; each query's throughput is also
     /// shown as a share of it. Queries that need features weir does not have
     /// yet are listed as such.
-    Nexmark {
-        /// Queries, comma-separated (q0,q1,q2), or `all`.
-        #[arg(long, default_value = "q0,q1,q2")]
-        queries: String,
-        /// Events per query.
-        #[arg(long, default_value_t = 10_000_000)]
-        events: u64,
-        /// Parallelism of every operator.
-        #[arg(long, default_value_t = 1)]
-        parallelism: usize,
-        /// Emit at most this many events per second (wall clock); default: as fast as possible.
-        #[arg(long)]
-        rate: Option<u64>,
-        /// Event time advances by this many events per second (Nexmark's TPS).
-        #[arg(long, default_value_t = 10_000_000)]
-        event_rate: u64,
-        /// Checkpoint interval; checkpoints do not exist yet, so this is refused.
-        #[arg(long)]
-        checkpoint_interval: Option<String>,
-        /// Also write the results as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Where queries that write files (q10) write them, as Nexmark's
-        /// NEXMARK_DIR; default: a temporary directory, removed after each query.
-        #[arg(long)]
-        output_dir: Option<PathBuf>,
-    },
+    Nexmark(NexmarkArgs),
+}
+
+/// The options of `weir bench nexmark`.
+#[derive(clap::Args)]
+struct NexmarkArgs {
+    /// Queries, comma-separated (q0,q1,q2), or `all`.
+    #[arg(long, default_value = "q0,q1,q2")]
+    queries: String,
+    /// Events per query.
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Parallelism of every operator.
+    #[arg(long, default_value_t = 1)]
+    parallelism: usize,
+    /// Emit at most this many events per second (wall clock); default: as fast as possible.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Event time advances by this many events per second (Nexmark's TPS).
+    #[arg(long, default_value_t = 10_000_000)]
+    event_rate: u64,
+    /// Checkpoint interval; checkpoints do not exist yet, so this is refused.
+    #[arg(long)]
+    checkpoint_interval: Option<String>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where queries that write files (q10) write them, as Nexmark's
+    /// NEXMARK_DIR; default: a temporary directory, removed after each query.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -84,29 +88,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { file, settings } => run(&file, &settings),
         Command::Bench {
-            benchmark:
-                Benchmark::Nexmark {
-                    queries,
-                    events,
-                    parallelism,
-                    rate,
-                    event_rate,
-                    checkpoint_interval,
-                    json,
-                    output_dir,
-                },
-        } => bench_nexmark(
-            &queries,
-            NexmarkSettings {
-                events,
-                parallelism,
-                rate,
-                event_rate,
-                checkpoint_interval,
-                output_dir,
-            },
-            json.as_deref(),
-        ),
+            benchmark: Benchmark::Nexmark(args),
+        } => bench_nexmark(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -166,26 +149,18 @@ fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The options of `weir bench nexmark` besides the query list and JSON file.
-struct NexmarkSettings {
-    events: u64,
-    parallelism: usize,
-    rate: Option<u64>,
-    event_rate: u64,
-    checkpoint_interval: Option<String>,
-    output_dir: Option<PathBuf>,
-}
-
-fn bench_nexmark(queries: &str, settings: NexmarkSettings, json: Option<&Path>) -> anyhow::Result<()> {
+fn bench_nexmark(args: NexmarkArgs) -> anyhow::Result<()> {
     use weir::bench::{self, NexmarkOptions};
-    let NexmarkSettings {
+    let NexmarkArgs {
+        queries,
         events,
         parallelism,
         rate,
         event_rate,
         checkpoint_interval,
+        json,
         output_dir,
-    } = settings;
+    } = args;
     if checkpoint_interval.is_some() {
         anyhow::bail!("--checkpoint-interval: checkpoints are not implemented yet");
     }
@@ -265,7 +240,7 @@ fn bench_nexmark(queries: &str, settings: NexmarkSettings, json: Option<&Path>) 
         println!("{line}");
     }
     if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(&results)?)
+        std::fs::write(&path, serde_json::to_string_pretty(&results)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())

@@ -5,16 +5,9 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{AsArray, Int64Array};
 use arrow::datatypes::Int64Type;
-use weir::{Engine, JobStatus};
+use weir::JobStatus;
 
-fn engine(parallelism: usize) -> Engine {
-    let engine = Engine::new();
-    engine
-        .set("parallelism.default", &parallelism.to_string())
-        .unwrap();
-    engine.set("table.local-time-zone", "UTC").unwrap();
-    engine
-}
+use crate::engine;
 
 const SEQUENCE: &str = "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 100, 3),
     WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)

@@ -22,7 +22,12 @@ pub fn part_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Every line of every visible part file, sorted.
 pub fn part_file_lines(dir: &Path) -> Vec<String> {
-    let mut lines: Vec<String> = part_files(dir)
+    file_lines(&part_files(dir))
+}
+
+/// Every line of these files, sorted.
+pub fn file_lines(files: &[PathBuf]) -> Vec<String> {
+    let mut lines: Vec<String> = files
         .iter()
         .flat_map(|p| {
             std::fs::read_to_string(p)
@@ -34,4 +39,14 @@ pub fn part_file_lines(dir: &Path) -> Vec<String> {
         .collect();
     lines.sort();
     lines
+}
+
+/// An engine at this parallelism, in UTC so that times read the same anywhere.
+pub fn engine(parallelism: usize) -> weir::Engine {
+    let engine = weir::Engine::new();
+    engine
+        .set("parallelism.default", &parallelism.to_string())
+        .unwrap();
+    engine.set("table.local-time-zone", "UTC").unwrap();
+    engine
 }

@@ -13,11 +13,7 @@ use weir::connectors::nexmark::generator::{EventBatchBuilder, GeneratorConfig};
 const EVENTS: u64 = 5_000;
 
 fn engine(parallelism: usize, events: u64, extra_options: &str) -> Engine {
-    let engine = Engine::new();
-    engine
-        .set("parallelism.default", &parallelism.to_string())
-        .unwrap();
-    engine.set("table.local-time-zone", "UTC").unwrap();
+    let engine = crate::engine(parallelism);
     let ddl = weir::bench::query_script(
         "SELECT 1",
         &weir::bench::NexmarkOptions {

@@ -3,16 +3,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use weir::{Engine, JobStatus};
+use weir::JobStatus;
 
-fn engine(parallelism: usize) -> Engine {
-    let engine = Engine::new();
-    engine
-        .set("parallelism.default", &parallelism.to_string())
-        .unwrap();
-    engine.set("table.local-time-zone", "UTC").unwrap();
-    engine
-}
+use crate::engine;
 
 /// One row per 100 ms of event time; `end` bounds the ids (inclusive).
 fn sequence(rows_per_second: u64, end: i64) -> String {
@@ -39,19 +32,11 @@ fn by_minute(path: &Path, delay: &str) -> String {
 const INSERT: &str = "INSERT INTO by_minute
     SELECT id, DATE_FORMAT(ts, 'yyyy-MM-dd'), DATE_FORMAT(ts, 'HH:mm') FROM seq";
 
-/// The lines of the visible part files of one partition directory.
+/// The lines of the visible part files of one partition directory, sorted.
 fn partition_lines(dir: &Path) -> Vec<String> {
-    crate::part_files(dir)
-        .iter()
-        .filter(|p| p.file_name().unwrap() != "_SUCCESS")
-        .flat_map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    let mut files = crate::part_files(dir);
+    files.retain(|p| p.file_name().unwrap() != "_SUCCESS");
+    crate::file_lines(&files)
 }
 
 #[test]
