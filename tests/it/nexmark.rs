@@ -195,7 +195,7 @@ fn bench_runs_end_to_end_on_a_few_events() {
             "bench",
             "nexmark",
             "--queries",
-            "q0,q3,q11,q14",
+            "q0,q3,q10,q11,q14",
             "--events",
             "3000",
             "--parallelism",
@@ -203,6 +203,8 @@ fn bench_runs_end_to_end_on_a_few_events() {
         ])
         .arg("--json")
         .arg(&json)
+        .arg("--output-dir")
+        .arg(dir.path().join("nexmark"))
         .output()
         .unwrap();
     assert!(
@@ -223,7 +225,20 @@ fn bench_runs_end_to_end_on_a_few_events() {
             .unwrap()
             .starts_with("not yet supported")
     );
-    for name in ["q0", "q11", "q14"] {
+    assert_eq!(by_name("q10")["output_rows"], 2760);
+    // q10 writes under --output-dir/data/output/<submit time>/bid/, as Nexmark's scripts do.
+    let runs: Vec<_> = std::fs::read_dir(dir.path().join("nexmark/data/output"))
+        .unwrap()
+        .collect();
+    assert_eq!(runs.len(), 1);
+    let partition = runs[0]
+        .as_ref()
+        .unwrap()
+        .path()
+        .join("bid/dt=2015-07-15/hm=00%3A00");
+    assert!(partition.join("_SUCCESS").is_file(), "{partition:?}");
+    assert_eq!(crate::part_file_lines(&partition).len(), 2760);
+    for name in ["q0", "q10", "q11", "q14"] {
         let r = by_name(name);
         assert_eq!(r["events"], 3000);
         assert!(r["events_per_second"].as_f64().unwrap() > 0.0);
