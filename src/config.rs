@@ -54,6 +54,11 @@ impl SessionConfig {
         Ok(())
     }
 
+    /// Sets `key` without checking it (for probes that check a combination).
+    pub(crate) fn set_unchecked(&mut self, key: &str, value: &str) {
+        self.values.insert(key.to_string(), value.to_string());
+    }
+
     /// Removes `key`, back to its default.
     pub fn reset(&mut self, key: &str) {
         self.values.remove(key);
@@ -84,6 +89,9 @@ impl SessionConfig {
             BUFFER_TIMEOUT => self.buffer_timeout().map(drop),
             BATCH_SIZE => self.batch_size().map(drop),
             CHANNEL_CAPACITY => self.channel_capacity().map(drop),
+            key if crate::checkpoint::config::KEYS.contains(&key) => {
+                crate::checkpoint::config::validate(self)
+            }
             _ => Ok(()),
         }
     }

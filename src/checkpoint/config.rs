@@ -1,0 +1,254 @@
+//! Checkpoint settings, read from the session with Flink's keys.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{SessionConfig, parse_duration};
+use crate::{Error, Result};
+
+/// `execution.checkpointing.interval`: checkpoints are on when set.
+pub const INTERVAL: &str = "execution.checkpointing.interval";
+/// `execution.checkpointing.dir`: where checkpoints go (a path or `file://` URI).
+pub const DIR: &str = "execution.checkpointing.dir";
+/// `execution.checkpointing.timeout` (default 10 min).
+pub const TIMEOUT: &str = "execution.checkpointing.timeout";
+/// `execution.checkpointing.min-pause` (default 0).
+pub const MIN_PAUSE: &str = "execution.checkpointing.min-pause";
+/// `execution.checkpointing.max-concurrent-checkpoints` (default 1).
+pub const MAX_CONCURRENT: &str = "execution.checkpointing.max-concurrent-checkpoints";
+/// `execution.checkpointing.tolerable-failed-checkpoints` (default 0).
+pub const TOLERABLE_FAILURES: &str = "execution.checkpointing.tolerable-failed-checkpoints";
+/// `execution.checkpointing.num-retained` (default 1).
+pub const NUM_RETAINED: &str = "execution.checkpointing.num-retained";
+/// `execution.checkpointing.mode` (`EXACTLY_ONCE`, the default).
+pub const MODE: &str = "execution.checkpointing.mode";
+/// `execution.savepoint.path`: restore from this checkpoint, savepoint or job directory.
+pub const SAVEPOINT_PATH: &str = "execution.savepoint.path";
+/// `restart-strategy.type`: `fixed-delay` (the default with checkpoints) or `none`.
+pub const RESTART_STRATEGY: &str = "restart-strategy.type";
+/// `restart-strategy.fixed-delay.attempts` (default: unlimited with checkpoints).
+pub const RESTART_ATTEMPTS: &str = "restart-strategy.fixed-delay.attempts";
+/// `restart-strategy.fixed-delay.delay` (default 1 s).
+pub const RESTART_DELAY: &str = "restart-strategy.fixed-delay.delay";
+
+/// The keys this module reads, for validation at `SET`.
+pub const KEYS: [&str; 12] = [
+    INTERVAL,
+    DIR,
+    TIMEOUT,
+    MIN_PAUSE,
+    MAX_CONCURRENT,
+    TOLERABLE_FAILURES,
+    NUM_RETAINED,
+    MODE,
+    SAVEPOINT_PATH,
+    RESTART_STRATEGY,
+    RESTART_ATTEMPTS,
+    RESTART_DELAY,
+];
+
+/// How checkpoints are taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointConfig {
+    /// Time between the end of one trigger and the next.
+    pub interval: Duration,
+    /// The checkpoint directory (jobs get a subdirectory each).
+    pub dir: PathBuf,
+    /// A checkpoint not complete after this long is aborted.
+    pub timeout: Duration,
+    /// At least this long between the end of one checkpoint and the next trigger.
+    pub min_pause: Duration,
+    /// Checkpoints in flight at once.
+    pub max_concurrent: usize,
+    /// Failed checkpoints in a row the job tolerates before it fails.
+    pub tolerable_failures: u32,
+    /// Complete checkpoints kept.
+    pub num_retained: usize,
+}
+
+/// What happens when a task fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartStrategy {
+    /// The job fails with the task's error.
+    None,
+    /// Restart from the latest complete checkpoint after `delay`, at most
+    /// `attempts` times.
+    FixedDelay {
+        /// Restarts allowed.
+        attempts: u32,
+        /// Wait before each restart.
+        delay: Duration,
+    },
+}
+
+fn bad_value(key: &str, value: &str, expected: &str) -> Error {
+    Error::sql(format!(
+        "invalid value '{value}' for '{key}': expected {expected}"
+    ))
+}
+
+fn duration(config: &SessionConfig, key: &str, default: Duration) -> Result<Duration> {
+    match config.get(key) {
+        None => Ok(default),
+        Some(v) => parse_duration(v).ok_or_else(|| bad_value(key, v, "a duration such as '1 s' or '500 ms'")),
+    }
+}
+
+fn number<T: std::str::FromStr>(config: &SessionConfig, key: &str, default: T, min: T) -> Result<T>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    match config.get(key) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<T>() {
+            Ok(n) if n >= min => Ok(n),
+            _ => Err(bad_value(key, v, &format!("an integer of at least {min}"))),
+        },
+    }
+}
+
+/// A path option: a plain path or a `file://` URI.
+pub fn path_option(value: &str) -> PathBuf {
+    PathBuf::from(value.strip_prefix("file://").unwrap_or(value))
+}
+
+impl CheckpointConfig {
+    /// The checkpoint settings of a session; `None` when checkpointing is off.
+    pub fn from_session(config: &SessionConfig) -> Result<Option<Self>> {
+        // Validate every key even when checkpoints are off, so a typo is caught at SET.
+        let timeout = duration(config, TIMEOUT, Duration::from_secs(600))?;
+        let min_pause = duration(config, MIN_PAUSE, Duration::ZERO)?;
+        let max_concurrent = number(config, MAX_CONCURRENT, 1usize, 1)?;
+        let tolerable_failures = number(config, TOLERABLE_FAILURES, 0u32, 0)?;
+        let num_retained = number(config, NUM_RETAINED, 1usize, 1)?;
+        match config.get(MODE).map(|m| m.trim().to_ascii_uppercase()) {
+            None => {}
+            Some(m) if m == "EXACTLY_ONCE" => {}
+            Some(m) if m == "AT_LEAST_ONCE" => {
+                return Err(Error::sql(format!(
+                    "'{MODE}' = 'AT_LEAST_ONCE' is not supported yet; weir checkpoints exactly once"
+                )));
+            }
+            Some(m) => return Err(bad_value(MODE, &m, "EXACTLY_ONCE or AT_LEAST_ONCE")),
+        }
+        let Some(interval) = config.get(INTERVAL) else {
+            return Ok(None);
+        };
+        let interval = parse_duration(interval)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| bad_value(INTERVAL, interval, "a positive duration such as '1 s'"))?;
+        let dir = match config.get(DIR) {
+            Some(dir) if !dir.trim().is_empty() => path_option(dir.trim()),
+            _ => {
+                return Err(Error::sql(format!(
+                    "'{INTERVAL}' is set but '{DIR}' is not: say where checkpoints go, \
+                     e.g. SET '{DIR}' = 'file:///tmp/checkpoints'"
+                )));
+            }
+        };
+        Ok(Some(CheckpointConfig {
+            interval,
+            dir,
+            timeout,
+            min_pause,
+            max_concurrent,
+            tolerable_failures,
+            num_retained,
+        }))
+    }
+}
+
+impl RestartStrategy {
+    /// The restart strategy of a session: Flink's default is `fixed-delay` with
+    /// unlimited attempts and 1 s delay when checkpoints are on, `none` otherwise.
+    pub fn from_session(config: &SessionConfig, checkpointing: bool) -> Result<Self> {
+        let delay = duration(config, RESTART_DELAY, Duration::from_secs(1))?;
+        let attempts = number(config, RESTART_ATTEMPTS, u32::MAX, 0)?;
+        let kind = config
+            .get(RESTART_STRATEGY)
+            .map(|k| k.trim().to_ascii_lowercase().replace('_', "-"));
+        match kind.as_deref() {
+            None if checkpointing => Ok(RestartStrategy::FixedDelay { attempts, delay }),
+            None | Some("none" | "off" | "disable") => Ok(RestartStrategy::None),
+            Some("fixed-delay" | "fixeddelay") => Ok(RestartStrategy::FixedDelay { attempts, delay }),
+            Some(other) => Err(bad_value(RESTART_STRATEGY, other, "fixed-delay or none")),
+        }
+    }
+}
+
+/// Checks the value of a checkpoint or restart key at `SET`.
+pub fn validate(config: &SessionConfig) -> Result<()> {
+    if config.get(INTERVAL).is_some() && config.get(DIR).is_none() {
+        // The directory may be set next; check the interval alone.
+        let mut probe = config.clone();
+        probe.set_unchecked(DIR, "/");
+        CheckpointConfig::from_session(&probe)?;
+    } else {
+        CheckpointConfig::from_session(config)?;
+    }
+    RestartStrategy::from_session(config, true).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(pairs: &[(&str, &str)]) -> SessionConfig {
+        let mut config = SessionConfig::default();
+        for (k, v) in pairs {
+            config.set(k, v).unwrap();
+        }
+        config
+    }
+
+    #[test]
+    fn checkpoints_are_off_without_an_interval() {
+        assert_eq!(CheckpointConfig::from_session(&session(&[])).unwrap(), None);
+    }
+
+    #[test]
+    fn flink_keys_and_defaults_are_read() {
+        let config = session(&[
+            (INTERVAL, "200 ms"),
+            (DIR, "file:///tmp/ckpt"),
+            (NUM_RETAINED, "3"),
+        ]);
+        let c = CheckpointConfig::from_session(&config).unwrap().unwrap();
+        assert_eq!(c.interval, Duration::from_millis(200));
+        assert_eq!(c.dir, PathBuf::from("/tmp/ckpt"));
+        assert_eq!(c.timeout, Duration::from_secs(600));
+        assert_eq!(
+            (c.max_concurrent, c.tolerable_failures, c.num_retained),
+            (1, 0, 3)
+        );
+        assert_eq!(
+            RestartStrategy::from_session(&config, true).unwrap(),
+            RestartStrategy::FixedDelay {
+                attempts: u32::MAX,
+                delay: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(
+            RestartStrategy::from_session(&config, false).unwrap(),
+            RestartStrategy::None
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_at_set() {
+        let mut config = SessionConfig::default();
+        let err = config.set(INTERVAL, "soon").unwrap_err().to_string();
+        assert!(err.contains(INTERVAL), "{err}");
+        assert!(config.set(MAX_CONCURRENT, "0").is_err());
+        assert!(config.set(RESTART_STRATEGY, "exponential-backoff").is_err());
+        assert!(config.set(MODE, "AT_LEAST_ONCE").is_err());
+    }
+
+    #[test]
+    fn an_interval_without_a_directory_is_an_error_naming_the_key() {
+        let err = CheckpointConfig::from_session(&session(&[(INTERVAL, "1 s")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(DIR), "{err}");
+    }
+}

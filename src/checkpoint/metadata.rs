@@ -1,0 +1,73 @@
+//! The `_metadata` file of a checkpoint: what every task saved, as JSON.
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::message::{BarrierKind, CheckpointId};
+
+/// The version of the layout below; a reader refuses other versions.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A complete checkpoint: written last, atomically, so its presence means
+/// every file it names was written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// [`FORMAT_VERSION`].
+    pub format: u32,
+    /// The job's name.
+    pub job: String,
+    /// The checkpoint's id.
+    pub checkpoint_id: CheckpointId,
+    /// Checkpoint or savepoint.
+    pub kind: BarrierKind,
+    /// When it was triggered (ms since the epoch).
+    pub trigger_time: i64,
+    /// When it completed (ms since the epoch).
+    pub completion_time: i64,
+    /// Number of key groups of the job.
+    pub max_parallelism: usize,
+    /// What each subtask saved.
+    pub tasks: Vec<TaskState>,
+}
+
+/// What one subtask saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskState {
+    /// Index of the vertex (chain) in the job graph.
+    pub vertex: usize,
+    /// The subtask.
+    pub subtask: usize,
+    /// The vertex's parallelism.
+    pub parallelism: usize,
+    /// The source reader's position, for a source subtask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<serde_json::Value>,
+    /// The state of each chained operator that has some.
+    #[serde(default)]
+    pub operators: Vec<OperatorState>,
+}
+
+/// The state of one operator of one subtask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorState {
+    /// The operator's stable id (from the plan).
+    pub operator_id: String,
+    /// Small state: watermark, pending sink files, ...
+    #[serde(default)]
+    pub meta: serde_json::Value,
+    /// Keyed state rows, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<StateFile>,
+}
+
+/// A Parquet file of keyed state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFile {
+    /// The path, relative to the checkpoint directory.
+    pub path: String,
+    /// Rows.
+    pub rows: u64,
+    /// Size in bytes, checked on restore.
+    pub bytes: u64,
+    /// The key groups of the rows, first and last.
+    pub key_groups: (usize, usize),
+}

@@ -1,0 +1,223 @@
+//! Where checkpoints live on disk, and the file operations on them.
+//!
+//! ```text
+//! <checkpoint dir>/<job name>/chk-<n>/_metadata                    JSON, written last, atomically
+//! <checkpoint dir>/<job name>/chk-<n>/<operator id>/<subtask>.parquet
+//! ```
+//!
+//! A checkpoint directory without `_metadata` is incomplete (in flight or
+//! aborted). Which directories to delete is decided by [`to_delete`], a plain
+//! function; this module does the I/O.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::metadata::{CheckpointMetadata, FORMAT_VERSION};
+use crate::runtime::message::CheckpointId;
+use crate::{Error, Result};
+
+/// The metadata file's name.
+pub const METADATA: &str = "_metadata";
+
+/// The directory of checkpoint `id` under a job directory.
+pub fn checkpoint_dir(job_dir: &Path, id: CheckpointId) -> PathBuf {
+    job_dir.join(format!("chk-{id}"))
+}
+
+/// The id of a `chk-<n>` directory name.
+pub fn checkpoint_id(name: &str) -> Option<CheckpointId> {
+    name.strip_prefix("chk-")?.parse().ok()
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, fsync
+/// of the directory. A crash leaves either the old file or the new one.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| Error::Internal(format!("{} has no parent", path.display())))?;
+    let temporary = dir.join(format!(
+        ".{}.inprogress",
+        path.file_name().map_or("file".into(), |n| n.to_string_lossy())
+    ));
+    let mut file = File::create(&temporary).map_err(|e| Error::io(&temporary, e))?;
+    file.write_all(bytes).map_err(|e| Error::io(&temporary, e))?;
+    file.sync_all().map_err(|e| Error::io(&temporary, e))?;
+    drop(file);
+    std::fs::rename(&temporary, path).map_err(|e| Error::io(path, e))?;
+    if let Ok(dir) = File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// Writes the metadata of a complete checkpoint into its directory.
+pub fn write_metadata(dir: &Path, metadata: &CheckpointMetadata) -> Result<()> {
+    let json = serde_json::to_vec_pretty(metadata)
+        .map_err(|e| Error::Internal(format!("checkpoint metadata: {e}")))?;
+    write_atomically(&dir.join(METADATA), &json)
+}
+
+/// Reads and checks a checkpoint's metadata; errors name the file.
+pub fn read_metadata(dir: &Path) -> Result<CheckpointMetadata> {
+    let path = dir.join(METADATA);
+    let bytes = std::fs::read(&path)
+        .map_err(|e| Error::State(format!("cannot read checkpoint metadata {}: {e}", path.display())))?;
+    let metadata: CheckpointMetadata = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::State(format!("corrupt checkpoint metadata {}: {e}", path.display())))?;
+    if metadata.format != FORMAT_VERSION {
+        return Err(Error::State(format!(
+            "checkpoint metadata {} has format {}, this weir reads format {FORMAT_VERSION}",
+            path.display(),
+            metadata.format
+        )));
+    }
+    Ok(metadata)
+}
+
+/// Checks that every state file a checkpoint names exists with its recorded size.
+pub fn verify(dir: &Path, metadata: &CheckpointMetadata) -> Result<()> {
+    for task in &metadata.tasks {
+        for operator in &task.operators {
+            let Some(file) = &operator.file else { continue };
+            let path = dir.join(&file.path);
+            let size = std::fs::metadata(&path)
+                .map_err(|e| Error::State(format!("checkpoint state file {}: {e}", path.display())))?
+                .len();
+            if size != file.bytes {
+                return Err(Error::State(format!(
+                    "checkpoint state file {} has {size} bytes, the checkpoint recorded {}",
+                    path.display(),
+                    file.bytes
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `chk-<n>` directories of a job directory: id, and whether complete.
+pub fn list_checkpoints(job_dir: &Path) -> Result<Vec<(CheckpointId, bool)>> {
+    let entries = match std::fs::read_dir(job_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(Error::io(job_dir, e)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(job_dir, e))?;
+        if let Some(id) = checkpoint_id(&entry.file_name().to_string_lossy()) {
+            found.push((id, entry.path().join(METADATA).is_file()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Which checkpoint directories to delete: complete ones beyond the newest
+/// `keep`, and incomplete ones that are not in flight.
+pub fn to_delete(
+    checkpoints: &[(CheckpointId, bool)],
+    keep: usize,
+    in_flight: &[CheckpointId],
+) -> Vec<CheckpointId> {
+    let complete: Vec<CheckpointId> = checkpoints.iter().filter(|c| c.1).map(|c| c.0).collect();
+    let kept = &complete[complete.len().saturating_sub(keep)..];
+    checkpoints
+        .iter()
+        .map(|c| c.0)
+        .filter(|id| !kept.contains(id) && !in_flight.contains(id))
+        .collect()
+}
+
+/// Deletes what [`to_delete`] says; failures are reported, not fatal.
+pub fn clean_up(job_dir: &Path, keep: usize, in_flight: &[CheckpointId]) -> Result<()> {
+    let checkpoints = list_checkpoints(job_dir)?;
+    for id in to_delete(&checkpoints, keep, in_flight) {
+        let dir = checkpoint_dir(job_dir, id);
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    Ok(())
+}
+
+/// What `--restore <path>` resolved to.
+#[derive(Debug)]
+pub enum RestorePoint {
+    /// This checkpoint.
+    Checkpoint {
+        /// Its directory.
+        dir: PathBuf,
+        /// Its metadata.
+        metadata: Box<CheckpointMetadata>,
+        /// Newer checkpoints that were skipped as damaged, with why.
+        skipped: Vec<String>,
+    },
+    /// A job directory with no complete checkpoint: start afresh.
+    Nothing {
+        /// Damaged checkpoints that were skipped, with why.
+        skipped: Vec<String>,
+    },
+}
+
+/// Resolves a restore path: a checkpoint directory (it must be intact), or a
+/// job directory (its newest intact checkpoint; none means starting afresh).
+pub fn resolve_restore(path: &Path) -> Result<RestorePoint> {
+    if !path.exists() {
+        return Err(Error::State(format!(
+            "restore path {} does not exist",
+            path.display()
+        )));
+    }
+    let is_checkpoint = path.join(METADATA).exists()
+        || path
+            .file_name()
+            .and_then(|n| checkpoint_id(&n.to_string_lossy()))
+            .is_some()
+        || path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("savepoint-"));
+    if is_checkpoint {
+        let metadata = read_metadata(path)?;
+        verify(path, &metadata)?;
+        return Ok(RestorePoint::Checkpoint {
+            dir: path.to_path_buf(),
+            metadata: Box::new(metadata),
+            skipped: vec![],
+        });
+    }
+    let mut skipped = Vec::new();
+    for (id, _) in list_checkpoints(path)?.into_iter().rev() {
+        let dir = checkpoint_dir(path, id);
+        match read_metadata(&dir).and_then(|m| verify(&dir, &m).map(|()| m)) {
+            Ok(metadata) => {
+                return Ok(RestorePoint::Checkpoint {
+                    dir,
+                    metadata: Box::new(metadata),
+                    skipped,
+                });
+            }
+            Err(e) => skipped.push(e.to_string()),
+        }
+    }
+    Ok(RestorePoint::Nothing { skipped })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_keeps_the_newest_complete_and_the_in_flight_ones() {
+        let checkpoints = [(1, true), (2, false), (3, true), (4, true), (5, false)];
+        assert_eq!(to_delete(&checkpoints, 1, &[5]), vec![1, 2, 3]);
+        assert_eq!(to_delete(&checkpoints, 2, &[]), vec![1, 2, 5]);
+        assert_eq!(to_delete(&[], 1, &[]), Vec::<CheckpointId>::new());
+    }
+
+    #[test]
+    fn checkpoint_directory_names_parse() {
+        assert_eq!(checkpoint_id("chk-12"), Some(12));
+        assert_eq!(checkpoint_id("chk-x"), None);
+        assert_eq!(checkpoint_id("shared"), None);
+    }
+}
