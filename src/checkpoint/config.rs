@@ -94,9 +94,9 @@ fn duration(config: &SessionConfig, key: &str, default: Duration) -> Result<Dura
     }
 }
 
-fn number<T: std::str::FromStr>(config: &SessionConfig, key: &str, default: T, min: T) -> Result<T>
+fn number<T>(config: &SessionConfig, key: &str, default: T, min: T) -> Result<T>
 where
-    T: PartialOrd + std::fmt::Display,
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
 {
     match config.get(key) {
         None => Ok(default),
