@@ -9,6 +9,8 @@ use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Receiver;
 use datafusion_expr::{ExprSchemable, ScalarUDF};
 
+use crate::checkpoint::storage::{RestorePoint, resolve_restore};
+use crate::checkpoint::{self, CheckpointConfig};
 use crate::config::SessionConfig;
 use crate::frontend::binder::Binder;
 use crate::frontend::catalog::{Catalog, ColumnDef, TableDef, TableOptions, ViewDef, WatermarkDef};
@@ -16,7 +18,7 @@ use crate::frontend::functions::FunctionRegistry;
 use crate::frontend::parser::{ColumnSpec, CreateTable, ParsedStatement, Statement, parse_statements};
 use crate::frontend::types::{flink_type_name, is_ltz};
 use crate::plan::{Planner, StreamPlan};
-use crate::runtime::job::{self, JobHandle, JobSettings, JobStatus};
+use crate::runtime::job::{self, JobHandle, JobSettings, JobStatus, RestoredCheckpoint};
 use crate::{Error, Result, connectors};
 
 /// A SQL session: catalog, settings, functions, and the jobs it started.
@@ -493,11 +495,57 @@ impl Session {
                 node.kind.describe()
             )));
         }
+        let mut notes = Vec::new();
+        let restore = match self.config.get(checkpoint::config::SAVEPOINT_PATH) {
+            None => None,
+            Some(path) => match resolve_restore(&checkpoint::config::path_option(path))? {
+                RestorePoint::Checkpoint {
+                    dir,
+                    metadata,
+                    skipped,
+                } => {
+                    notes.extend(
+                        skipped
+                            .into_iter()
+                            .map(|s| format!("skipped a damaged checkpoint: {s}")),
+                    );
+                    if metadata.max_parallelism != max_parallelism {
+                        return Err(Error::State(format!(
+                            "checkpoint {} has {} key groups ('pipeline.max-parallelism'), this job {max_parallelism}; \
+                             the max parallelism cannot change across a restore",
+                            dir.display(),
+                            metadata.max_parallelism
+                        )));
+                    }
+                    notes.push(format!(
+                        "restoring checkpoint {} from {}",
+                        metadata.checkpoint_id,
+                        dir.display()
+                    ));
+                    Some(RestoredCheckpoint {
+                        dir,
+                        metadata: *metadata,
+                    })
+                }
+                RestorePoint::Nothing { skipped } => {
+                    notes.extend(
+                        skipped
+                            .into_iter()
+                            .map(|s| format!("skipped a damaged checkpoint: {s}")),
+                    );
+                    notes.push(format!("no complete checkpoint in {path}: the job starts afresh"));
+                    None
+                }
+            },
+        };
         let settings = JobSettings {
             name,
-            max_parallelism: self.config.max_parallelism()?,
+            max_parallelism,
             batch_size: self.config.batch_size()?,
             channel_capacity: self.config.channel_capacity()?,
+            checkpoint: CheckpointConfig::from_session(&self.config)?,
+            restore,
+            notes,
         };
         let job = job::start(plan.to_job_graph(), settings)?;
         self.jobs.push(job.clone());

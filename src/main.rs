@@ -35,6 +35,11 @@ enum Command {
         /// Settings applied before the file, as key=value (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         settings: Vec<String>,
+        /// Start the jobs from a checkpoint: a `chk-<n>` directory, or a job
+        /// directory (its newest intact checkpoint; none: start afresh). Same
+        /// as SET 'execution.savepoint.path'.
+        #[arg(long, value_name = "PATH")]
+        restore: Option<PathBuf>,
     },
     /// Run benchmarks.
     Bench {
@@ -86,7 +91,11 @@ struct NexmarkArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { file, settings } => run(&file, &settings),
+        Command::Run {
+            file,
+            settings,
+            restore,
+        } => run(&file, &settings, restore.as_deref()),
         Command::Bench {
             benchmark: Benchmark::Nexmark(args),
         } => bench_nexmark(args),
@@ -100,9 +109,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
+fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Result<()> {
     let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let engine = Engine::new();
+    if let Some(path) = restore {
+        engine.set("execution.savepoint.path", &path.display().to_string())?;
+    }
     for setting in settings {
         let (key, value) = setting
             .split_once('=')
@@ -118,6 +130,9 @@ fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
             located(shift_position(e, statement.position), file, &sql)
         })?;
         if let Some(job) = result.job() {
+            for note in job.notes() {
+                eprintln!("[INFO] {note}");
+            }
             jobs.push(job.clone());
             if result.schema().fields().is_empty() {
                 eprintln!("[INFO] Job {} ({}) submitted.", job.id(), job.name());
@@ -130,10 +145,14 @@ fn run(file: &Path, settings: &[String]) -> anyhow::Result<()> {
     for job in jobs {
         match job.wait() {
             Ok(JobStatus::Finished) => eprintln!(
-                "[INFO] Job {} ({}) finished in {:.3} s.",
+                "[INFO] Job {} ({}) finished in {:.3} s{}.",
                 job.id(),
                 job.name(),
-                job.elapsed().as_secs_f64()
+                job.elapsed().as_secs_f64(),
+                match job.completed_checkpoints().len() {
+                    0 => String::new(),
+                    n => format!(", {n} checkpoint(s)"),
+                }
             ),
             Ok(status) => eprintln!("[INFO] Job {} ({}) ended: {status:?}.", job.id(), job.name()),
             Err(e) => {

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod coordinator;
+pub mod driver;
 pub mod metadata;
 pub mod storage;
 

@@ -254,6 +254,10 @@ impl SourceFactory for DatagenFactory {
         self.total.is_some()
     }
 
+    fn supports_checkpoints(&self) -> bool {
+        true
+    }
+
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         let p = ctx.parallelism as u64;
         let i = ctx.subtask as u64;
@@ -267,6 +271,7 @@ impl SourceFactory for DatagenFactory {
             parallelism: p,
             rows,
             emitted: 0,
+            resumed_from: 0,
             rate,
             per_batch,
             started: Instant::now(),
@@ -281,7 +286,10 @@ struct DatagenReader {
     parallelism: u64,
     /// Rows this subtask generates in all, if bounded.
     rows: Option<u64>,
+    /// Rows emitted so far: the position a checkpoint saves.
     emitted: u64,
+    /// `emitted` when the reader started (after a restore): the rate limit counts from here.
+    resumed_from: u64,
     rate: f64,
     per_batch: usize,
     started: Instant,
@@ -293,9 +301,10 @@ impl SourceReader for DatagenReader {
         if remaining == 0 {
             return Ok(SourcePoll::End);
         }
-        let allowed = (self.rate * self.started.elapsed().as_secs_f64()) as u64 + 1;
+        let allowed = self.resumed_from + (self.rate * self.started.elapsed().as_secs_f64()) as u64 + 1;
         if allowed <= self.emitted {
-            let wait = (self.emitted + 1) as f64 / self.rate - self.started.elapsed().as_secs_f64();
+            let wait = (self.emitted - self.resumed_from + 1) as f64 / self.rate
+                - self.started.elapsed().as_secs_f64();
             return Ok(SourcePoll::Idle(Duration::from_secs_f64(wait.max(0.0))));
         }
         let n = (allowed - self.emitted).min(self.per_batch as u64).min(remaining) as usize;
@@ -317,6 +326,26 @@ impl SourceReader for DatagenReader {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?))
+    }
+
+    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+        Ok(serde_json::json!({ "emitted": self.emitted }))
+    }
+
+    fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
+        let emitted = position["emitted"]
+            .as_u64()
+            .ok_or_else(|| Error::State(format!("datagen position {position} lacks 'emitted'")))?;
+        if self.rows.is_some_and(|rows| emitted > rows) {
+            return Err(Error::State(format!(
+                "datagen position {emitted} is beyond this subtask's {} rows",
+                self.rows.unwrap_or_default()
+            )));
+        }
+        self.emitted = emitted;
+        self.resumed_from = emitted;
+        self.started = Instant::now();
+        Ok(())
     }
 }
 

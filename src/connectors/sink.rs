@@ -3,7 +3,8 @@
 use arrow::record_batch::RecordBatch;
 
 use crate::Result;
-use crate::runtime::operator::TaskMetrics;
+use crate::runtime::message::CheckpointId;
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 
 /// Writes one subtask's rows.
@@ -26,6 +27,24 @@ pub trait SinkWriter: Send {
 
     /// The wall clock reached `now` (ms since the epoch).
     fn on_processing_time(&mut self, _now: i64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint barrier (first phase of two-phase commit): close what was
+    /// written as pending, not yet visible; returns what the checkpoint must
+    /// record to commit it after a crash.
+    fn pre_commit(&mut self, _checkpoint: CheckpointId) -> Result<serde_json::Value> {
+        Ok(serde_json::Value::Null)
+    }
+
+    /// The checkpoint is complete (second phase): make its pending data visible.
+    fn commit(&mut self, _checkpoint: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+
+    /// Restore: commit what the checkpoint recorded (idempotently) and discard
+    /// anything written after it.
+    fn restore(&mut self, _recorded: &serde_json::Value) -> Result<()> {
         Ok(())
     }
 }
@@ -71,6 +90,21 @@ impl Operator for SinkOperator {
 
     fn finish(&mut self, _out: &mut Output) -> Result<()> {
         self.writer.finish()
+    }
+
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot {
+            meta: self.writer.pre_commit(checkpoint)?,
+            rows: None,
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        self.writer.restore(&snapshot.meta)
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        self.writer.commit(checkpoint)
     }
 }
 

@@ -99,6 +99,23 @@ impl Operator for WatermarkAssignerOperator {
         "WatermarkAssigner".into()
     }
 
+    fn snapshot(
+        &mut self,
+        _checkpoint: crate::runtime::message::CheckpointId,
+    ) -> Result<Option<crate::runtime::operator::OperatorSnapshot>> {
+        Ok(Some(crate::runtime::operator::OperatorSnapshot {
+            meta: serde_json::json!({ "watermark": self.current }),
+            rows: None,
+        }))
+    }
+
+    fn restore(&mut self, snapshot: crate::runtime::operator::OperatorSnapshot) -> Result<()> {
+        self.current = snapshot.meta["watermark"].as_i64().ok_or_else(|| {
+            crate::Error::State(format!("watermark state without a watermark: {}", snapshot.meta))
+        })?;
+        Ok(())
+    }
+
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
         if batch.column(self.spec.rowtime_index).null_count() > 0 {
             return Err(Error::Execution(format!(

@@ -9,12 +9,25 @@
 //!  channel 1 ──► wm 11, batch, eos ───┼─► Batch, Watermark(11), Batch, Watermark(12)... End
 //!  channel 2 ──► ...                 ─┘
 //! ```
+//!
+//! Barrier alignment (exactly-once) lives here too, and only here. When
+//! barrier `n` arrives on a channel, the gate stops reading that channel (its
+//! later data belongs after the checkpoint; the bounded channel holds it and
+//! backpressures the sender) and keeps reading the others until each has
+//! delivered barrier `n` or ended. Then it hands the task one
+//! [`InputEvent::Barrier`] and reads every channel again.
+//!
+//! ```text
+//!  channel 0 ──► a, b, |n|, c ...      (blocked after |n|: c waits)
+//!  channel 1 ──► d, e, f, |n| ...      ─► a, d, b, e, f, Barrier(n), c, ...
+//! ```
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
-use super::message::{MAX_WATERMARK, MIN_WATERMARK, Message, Timestamp};
+use super::message::{CheckpointBarrier, CheckpointId, MAX_WATERMARK, MIN_WATERMARK, Message, Timestamp};
 use crate::{Error, Result};
 
 /// What the gate hands the task next.
@@ -33,6 +46,11 @@ pub enum InputEvent {
     End,
     /// Nothing arrived within the timeout.
     Idle,
+    /// Barrier `n` has arrived on every open channel: snapshot now.
+    Barrier(CheckpointBarrier),
+    /// A newer barrier overtook the alignment of checkpoint `n` (an upstream
+    /// task dropped it): the task declines `n`.
+    AbortCheckpoint(CheckpointId),
 }
 
 /// One input channel of a task.
@@ -43,6 +61,8 @@ pub struct InputChannel {
     pub input: usize,
     watermark: Timestamp,
     ended: bool,
+    /// Barrier of the current alignment received: not read until it completes.
+    blocked: bool,
 }
 
 impl InputChannel {
@@ -53,6 +73,7 @@ impl InputChannel {
             input,
             watermark: MIN_WATERMARK,
             ended: false,
+            blocked: false,
         }
     }
 }
@@ -68,6 +89,10 @@ pub struct InputGate {
     channels: Vec<InputChannel>,
     watermark: Timestamp,
     open: usize,
+    /// The barrier being aligned.
+    aligning: Option<CheckpointBarrier>,
+    /// Events decided but not yet handed out.
+    ready: VecDeque<InputEvent>,
 }
 
 impl InputGate {
@@ -78,6 +103,8 @@ impl InputGate {
             channels,
             watermark: MIN_WATERMARK,
             open,
+            aligning: None,
+            ready: VecDeque::new(),
         }
     }
 
@@ -94,6 +121,9 @@ impl InputGate {
     /// Waits at most `timeout` (or forever) for the next event.
     pub fn next_event_timeout(&mut self, timeout: Option<Duration>) -> Result<InputEvent> {
         loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Ok(event);
+            }
             if self.open == 0 {
                 return Ok(InputEvent::End);
             }
@@ -117,20 +147,49 @@ impl InputGate {
                 Message::EndOfStream => {
                     let channel = &mut self.channels[index];
                     channel.ended = true;
+                    channel.blocked = false;
                     channel.watermark = MAX_WATERMARK;
                     self.open -= 1;
                     if self.open > 0
                         && let Some(wm) = self.advance()
                     {
-                        return Ok(InputEvent::Watermark(wm));
+                        self.ready.push_back(InputEvent::Watermark(wm));
                     }
+                    // An ended channel counts as aligned.
+                    self.complete_alignment_if_done();
                 }
-                Message::Barrier(_) => {
-                    return Err(Error::Internal(
-                        "checkpoint barriers are not handled by this task".into(),
-                    ));
-                }
+                Message::Barrier(barrier) => self.on_barrier(index, barrier),
             }
+        }
+    }
+
+    fn on_barrier(&mut self, index: usize, barrier: CheckpointBarrier) {
+        match self.aligning {
+            Some(current) if barrier.id < current.id => return, // stale: already aborted
+            Some(current) if barrier.id > current.id => {
+                // Channel `index` never sent barrier `current`: that checkpoint is dead.
+                self.ready.push_back(InputEvent::AbortCheckpoint(current.id));
+                for channel in &mut self.channels {
+                    channel.blocked = false;
+                }
+                self.aligning = Some(barrier);
+            }
+            Some(_) => {}
+            None => self.aligning = Some(barrier),
+        }
+        self.channels[index].blocked = true;
+        self.complete_alignment_if_done();
+    }
+
+    /// Hands out the barrier once every open channel has delivered it.
+    fn complete_alignment_if_done(&mut self) {
+        let Some(barrier) = self.aligning else { return };
+        if self.channels.iter().all(|c| c.ended || c.blocked) {
+            for channel in &mut self.channels {
+                channel.blocked = false;
+            }
+            self.aligning = None;
+            self.ready.push_back(InputEvent::Barrier(barrier));
         }
     }
 
@@ -152,7 +211,7 @@ impl InputGate {
     /// Receives from any open channel; `None` when the timeout passed first.
     fn receive(&mut self, timeout: Option<Duration>) -> Result<Option<(usize, Message)>> {
         let open: Vec<usize> = (0..self.channels.len())
-            .filter(|i| !self.channels[*i].ended)
+            .filter(|i| !self.channels[*i].ended && !self.channels[*i].blocked)
             .collect();
         if open.len() == 1 {
             let i = open[0];
@@ -201,7 +260,7 @@ mod tests {
                     out.push("end".to_string());
                     return out;
                 }
-                InputEvent::Idle => {}
+                _ => {}
             }
         }
     }
@@ -228,6 +287,110 @@ mod tests {
         assert_eq!(*wms.last().unwrap(), 30);
         assert!(wms.iter().all(|w| *w <= 30));
         assert_eq!(out.last().unwrap(), "end");
+    }
+
+    fn batch(values: &[i64]) -> Message {
+        use std::sync::Arc;
+        let array = arrow::array::Int64Array::from(values.to_vec());
+        Message::Batch(
+            arrow::record_batch::RecordBatch::try_from_iter([(
+                "v",
+                Arc::new(array) as arrow::array::ArrayRef,
+            )])
+            .unwrap(),
+        )
+    }
+
+    fn barrier(id: CheckpointId) -> Message {
+        Message::Barrier(CheckpointBarrier {
+            id,
+            kind: super::super::message::BarrierKind::Checkpoint,
+            timestamp: 0,
+        })
+    }
+
+    /// Sums the rows the gate hands out; returns the sum at each barrier and at the end.
+    fn sums_at_barriers(gate: &mut InputGate) -> (Vec<i64>, i64) {
+        use arrow::array::AsArray;
+        let (mut sum, mut snapshots) = (0, vec![]);
+        loop {
+            match gate.next_event().unwrap() {
+                InputEvent::Batch { batch, .. } => {
+                    sum += batch
+                        .column(0)
+                        .as_primitive::<arrow::datatypes::Int64Type>()
+                        .values()
+                        .iter()
+                        .sum::<i64>()
+                }
+                InputEvent::Barrier(_) => snapshots.push(sum),
+                InputEvent::End => return (snapshots, sum),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn data_behind_an_early_barrier_waits_and_pre_barrier_data_of_other_channels_is_in_the_snapshot() {
+        // The seed's example: source 1 sends 2, its barrier, then 4; source 2
+        // sends 1 and 3 before its barrier. The snapshot holds 2 + 1 + 3, not 4,
+        // however the gate interleaves the channels.
+        for _ in 0..50 {
+            let (tx0, rx0) = bounded(16);
+            let (tx1, rx1) = bounded(16);
+            for m in [batch(&[2]), barrier(1), batch(&[4]), Message::EndOfStream] {
+                tx0.send(m).unwrap();
+            }
+            for m in [batch(&[1]), batch(&[3]), barrier(1), Message::EndOfStream] {
+                tx1.send(m).unwrap();
+            }
+            let mut gate = InputGate::new(vec![InputChannel::new(rx0, 0), InputChannel::new(rx1, 0)]);
+            assert_eq!(sums_at_barriers(&mut gate), (vec![6], 10));
+        }
+    }
+
+    #[test]
+    fn an_ended_channel_counts_as_aligned() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        for m in [batch(&[5]), barrier(1), batch(&[7]), Message::EndOfStream] {
+            tx0.send(m).unwrap();
+        }
+        for m in [batch(&[1]), Message::EndOfStream] {
+            tx1.send(m).unwrap();
+        }
+        let mut gate = InputGate::new(vec![InputChannel::new(rx0, 0), InputChannel::new(rx1, 0)]);
+        assert_eq!(sums_at_barriers(&mut gate), (vec![6], 13));
+    }
+
+    #[test]
+    fn a_newer_barrier_aborts_the_alignment_it_overtakes() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        tx0.send(barrier(1)).unwrap();
+        let mut gate = InputGate::new(vec![InputChannel::new(rx0, 0), InputChannel::new(rx1, 0)]);
+        // Channel 0's barrier 1 is read and blocks it; channel 1 has nothing yet.
+        assert!(matches!(
+            gate.next_event_timeout(Some(Duration::from_millis(20))).unwrap(),
+            InputEvent::Idle
+        ));
+        // Channel 1 skips checkpoint 1 (its upstream dropped it) and sends barrier 2.
+        for m in [barrier(2), Message::EndOfStream] {
+            tx1.send(m).unwrap();
+        }
+        for m in [barrier(2), Message::EndOfStream] {
+            tx0.send(m).unwrap();
+        }
+        let mut events = vec![];
+        loop {
+            match gate.next_event().unwrap() {
+                InputEvent::AbortCheckpoint(id) => events.push(format!("abort {id}")),
+                InputEvent::Barrier(b) => events.push(format!("barrier {}", b.id)),
+                InputEvent::End => break,
+                _ => {}
+            }
+        }
+        assert_eq!(events, vec!["abort 1", "barrier 2"]);
     }
 
     #[test]

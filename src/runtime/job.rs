@@ -11,13 +11,100 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 
+use std::path::PathBuf;
+
+use super::control::{TaskCheckpointing, TaskControl};
 use super::exchange::{Exchange, ExchangeWriter};
 use super::input::{InputChannel, InputGate};
-use super::message::Message;
-use super::operator::{OperatorFactory, TaskContext, TaskMetrics};
-use super::source::SourceFactory;
+use super::message::{CheckpointId, Message};
+use super::operator::{Operator, OperatorFactory, OperatorSnapshot, TaskContext, TaskMetrics};
+use super::source::{SourceFactory, SourceReader};
 use super::task::{Task, TaskInput};
+use crate::checkpoint::driver::{CoordinatorDriver, DriverTask};
+use crate::checkpoint::{CheckpointConfig, CheckpointMetadata, TaskState};
+use crate::state::key_group::key_group_range;
+use crate::state::snapshot::read_state_file;
 use crate::{Error, Result};
+
+/// The stable id of the operator at `index` in the chain of `vertex`:
+/// `<vertex>-<index>-<kind>`, checked against a checkpoint on restore.
+pub fn operator_id(vertex: usize, index: usize, factory: &dyn OperatorFactory) -> String {
+    let description = factory.describe();
+    let kind: String = description
+        .split(['(', '[', ':'])
+        .next()
+        .unwrap_or("operator")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    format!("{vertex}-{index}-{kind}")
+}
+
+/// The saved state of one subtask in a checkpoint, checked against the job.
+fn task_state<'a>(
+    restored: &'a RestoredCheckpoint,
+    vertex: usize,
+    subtask: usize,
+    parallelism: usize,
+    name: &str,
+) -> Result<Option<&'a TaskState>> {
+    let states: Vec<&TaskState> = restored
+        .metadata
+        .tasks
+        .iter()
+        .filter(|t| t.vertex == vertex)
+        .collect();
+    if let Some(other) = states.iter().find(|t| t.parallelism != parallelism) {
+        return Err(Error::State(format!(
+            "checkpoint {} ran {name} at parallelism {}, this job at {parallelism}; \
+             restoring at another parallelism is not supported yet",
+            restored.dir.display(),
+            other.parallelism
+        )));
+    }
+    Ok(states.into_iter().find(|t| t.subtask == subtask))
+}
+
+/// Restores a source reader and the chained operators of one subtask.
+fn restore_task(
+    restored: &RestoredCheckpoint,
+    state: &TaskState,
+    reader: Option<&mut Box<dyn SourceReader>>,
+    chain: &mut [Box<dyn Operator>],
+    operator_ids: &[String],
+    ctx: &TaskContext,
+) -> Result<()> {
+    if let (Some(reader), Some(position)) = (reader, &state.source) {
+        reader.restore_position(position).map_err(|e| {
+            Error::State(format!(
+                "checkpoint {}: source position of subtask {}: {e}",
+                restored.dir.display(),
+                ctx.subtask
+            ))
+        })?;
+    }
+    let range = key_group_range(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
+    for saved in &state.operators {
+        let Some(index) = operator_ids.iter().position(|id| *id == saved.operator_id) else {
+            return Err(Error::State(format!(
+                "checkpoint {} holds state of operator '{}', which this job does not have \
+                 (its operators: {}); was the query changed?",
+                restored.dir.display(),
+                saved.operator_id,
+                operator_ids.join(", ")
+            )));
+        };
+        let rows = match &saved.file {
+            Some(file) => read_state_file(&restored.dir.join(&file.path), &range)?,
+            None => None,
+        };
+        chain[index].restore(OperatorSnapshot {
+            meta: saved.meta.clone(),
+            rows,
+        })?;
+    }
+    Ok(())
+}
 
 /// A chain of operators that runs in one thread per subtask.
 #[derive(Debug, Clone)]
@@ -75,6 +162,36 @@ pub struct JobSettings {
     pub batch_size: usize,
     /// Batches a channel holds.
     pub channel_capacity: usize,
+    /// Checkpoint settings, when checkpoints are on.
+    pub checkpoint: Option<CheckpointConfig>,
+    /// The checkpoint to start from.
+    pub restore: Option<RestoredCheckpoint>,
+    /// What the user should know about how the job started (restore decisions).
+    pub notes: Vec<String>,
+}
+
+/// A complete checkpoint a job starts from.
+#[derive(Debug, Clone)]
+pub struct RestoredCheckpoint {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its metadata.
+    pub metadata: CheckpointMetadata,
+}
+
+/// Figures of one completed checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointStats {
+    /// Its id.
+    pub id: CheckpointId,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// From trigger to completion.
+    pub duration: Duration,
+    /// Bytes of state files.
+    pub state_bytes: u64,
+    /// The longest time a task's processing stopped for its snapshot.
+    pub max_blocked: Duration,
 }
 
 /// The state of a job.
@@ -112,6 +229,9 @@ struct JobState {
 struct JobShared {
     id: u64,
     name: String,
+    checkpoints: Mutex<Vec<CheckpointStats>>,
+    failed_checkpoints: AtomicU64,
+    notes: Vec<String>,
     cancel: Arc<AtomicBool>,
     state: Mutex<JobState>,
     done: Condvar,
@@ -164,6 +284,43 @@ impl JobHandle {
     /// Every subtask's counters.
     pub fn tasks(&self) -> &[TaskInfo] {
         &self.shared.tasks
+    }
+
+    /// What the user should know about how the job started (what was restored).
+    pub fn notes(&self) -> &[String] {
+        &self.shared.notes
+    }
+
+    /// The checkpoints completed so far, oldest first.
+    pub fn completed_checkpoints(&self) -> Vec<CheckpointStats> {
+        self.shared.checkpoints.lock().expect("checkpoint stats").clone()
+    }
+
+    /// How many checkpoints failed (expired, declined, or not written).
+    pub fn failed_checkpoints(&self) -> u64 {
+        self.shared.failed_checkpoints.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn checkpoint_completed(&self, stats: CheckpointStats) {
+        self.shared
+            .checkpoints
+            .lock()
+            .expect("checkpoint stats")
+            .push(stats);
+    }
+
+    pub(crate) fn checkpoint_failed(&self) {
+        self.shared.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Fails the job with `error` (from outside its tasks: the coordinator).
+    pub(crate) fn fail(&self, error: Error) {
+        let mut state = self.shared.state.lock().expect("job state");
+        if state.error.is_none() && !state.user_cancelled {
+            state.error_text = Some(error.to_string());
+            state.error = Some(error);
+        }
+        self.shared.cancel.store(true, Ordering::SeqCst);
     }
 
     /// Stops the job; `wait` then returns [`JobStatus::Cancelled`].
@@ -288,10 +445,30 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
         }
     }
 
+    let job_dir = settings.checkpoint.as_ref().map(|c| c.dir.join(&settings.name));
+    if let Some(dir) = &job_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let (report_sender, report_receiver) = crossbeam_channel::unbounded();
+    let mut driver_tasks = Vec::new();
     let mut tasks = Vec::new();
     let mut infos = Vec::new();
     for (vertex_index, vertex) in graph.vertices.iter().enumerate() {
         let vertex_name = vertex.name();
+        if settings.checkpoint.is_some()
+            && let Some(source) = vertex.source.as_ref().filter(|s| !s.supports_checkpoints())
+        {
+            return Err(Error::Plan(format!(
+                "checkpoints are on, but {} cannot checkpoint its position yet",
+                source.describe()
+            )));
+        }
+        let operator_ids: Vec<String> = vertex
+            .operators
+            .iter()
+            .enumerate()
+            .map(|(index, factory)| operator_id(vertex_index, index, factory.as_ref()))
+            .collect();
         for subtask in 0..vertex.parallelism {
             let metrics = Arc::new(TaskMetrics::default());
             let ctx = TaskContext {
@@ -301,25 +478,61 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
                 batch_size: settings.batch_size,
                 metrics: metrics.clone(),
                 cancel: cancel.clone(),
+                checkpointing: settings.checkpoint.is_some(),
             };
             let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
-            let input = match &vertex.source {
-                Some(source) => TaskInput::Source(source.create_reader(&ctx)?),
-                None => TaskInput::Channels(InputGate::new(std::mem::take(
-                    &mut receivers[vertex_index][subtask],
-                ))),
+            let mut reader = match &vertex.source {
+                Some(source) => Some(source.create_reader(&ctx)?),
+                None => None,
             };
-            let chain = vertex
+            let mut chain = vertex
                 .operators
                 .iter()
                 .map(|factory| factory.create(&ctx))
                 .collect::<Result<Vec<_>>>()?;
+            if settings.checkpoint.is_some()
+                && let Some(operator) = chain.iter().find(|op| !op.supports_checkpoints())
+            {
+                return Err(Error::Plan(format!(
+                    "checkpoints are on, but operator {} cannot checkpoint its state yet",
+                    operator.name()
+                )));
+            }
+            if let Some(restored) = &settings.restore
+                && let Some(state) =
+                    task_state(restored, vertex_index, subtask, vertex.parallelism, &vertex_name)?
+            {
+                restore_task(restored, state, reader.as_mut(), &mut chain, &operator_ids, &ctx)?;
+            }
+            let input = match reader {
+                Some(reader) => TaskInput::Source(reader),
+                None => TaskInput::Channels(InputGate::new(std::mem::take(
+                    &mut receivers[vertex_index][subtask],
+                ))),
+            };
             let outputs = std::mem::take(&mut senders[vertex_index][subtask])
                 .into_iter()
                 .map(|(edge_index, txs)| {
                     ExchangeWriter::new(graph.edges[edge_index].exchange.clone(), txs, &ctx)
                 })
                 .collect();
+            let checkpointing = job_dir.as_ref().map(|dir| {
+                let (control_sender, control) = crossbeam_channel::unbounded::<TaskControl>();
+                driver_tasks.push(DriverTask {
+                    control: control_sender,
+                    is_source: vertex.source.is_some(),
+                });
+                TaskCheckpointing {
+                    task: tasks.len(),
+                    vertex: vertex_index,
+                    subtask,
+                    parallelism: vertex.parallelism,
+                    operator_ids: operator_ids.clone(),
+                    job_dir: dir.clone(),
+                    control,
+                    reports: report_sender.clone(),
+                }
+            });
             infos.push(TaskInfo {
                 name: name.clone(),
                 metrics: metrics.clone(),
@@ -332,14 +545,19 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
                 outputs,
                 metrics,
                 cancel: cancel.clone(),
+                checkpointing,
             });
         }
     }
+    drop(report_sender);
 
     let handle = JobHandle {
         shared: Arc::new(JobShared {
             id: NEXT_JOB_ID.fetch_add(1, Ordering::Relaxed),
             name: settings.name.clone(),
+            checkpoints: Mutex::new(Vec::new()),
+            failed_checkpoints: AtomicU64::new(0),
+            notes: settings.notes.clone(),
             cancel,
             state: Mutex::new(JobState {
                 status: JobStatus::Running,
@@ -358,6 +576,25 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
         state.status = JobStatus::Finished;
         drop(state);
         return Ok(handle);
+    }
+    if let (Some(config), Some(job_dir)) = (settings.checkpoint.clone(), job_dir) {
+        let next_id = settings
+            .restore
+            .as_ref()
+            .map_or(1, |r| r.metadata.checkpoint_id + 1);
+        let driver = CoordinatorDriver {
+            config,
+            job_dir,
+            job: handle.clone(),
+            max_parallelism: settings.max_parallelism,
+            tasks: driver_tasks,
+            reports: report_receiver,
+            next_id,
+        };
+        std::thread::Builder::new()
+            .name(format!("weir-{}-coordinator", handle.id()))
+            .spawn(move || driver.run())
+            .map_err(|e| Error::Execution(format!("could not start the checkpoint coordinator: {e}")))?;
     }
     for (index, task) in tasks.into_iter().enumerate() {
         let job = handle.clone();

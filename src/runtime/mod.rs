@@ -1,5 +1,6 @@
 //! The runtime: messages, operators, exchanges, tasks and jobs.
 
+pub mod control;
 pub mod exchange;
 pub mod input;
 pub mod job;

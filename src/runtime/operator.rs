@@ -8,8 +8,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::record_batch::RecordBatch;
 
-use super::message::Timestamp;
-use crate::Result;
+use super::message::{CheckpointId, Timestamp};
+use crate::{Error, Result};
+
+/// What an operator saves in a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorSnapshot {
+    /// Small state (watermark, pending sink files, ...), as JSON.
+    pub meta: serde_json::Value,
+    /// Keyed state: rows with a first column `_key_group` (UInt32), sorted by
+    /// it; written as one Parquet file.
+    pub rows: Option<RecordBatch>,
+}
 
 /// What an operator emits while handling one input: batches and watermarks, in order.
 #[derive(Debug, Default)]
@@ -83,6 +93,36 @@ pub trait Operator: Send {
     fn on_processing_time(&mut self, _now: Timestamp, _out: &mut Output) -> Result<()> {
         Ok(())
     }
+
+    /// A checkpoint barrier is about to pass: emit what must precede it (a
+    /// local pre-aggregation sends its partial states, so it holds no state).
+    fn prepare_snapshot(&mut self, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
+    /// The operator's state at the barrier of `checkpoint`; `None` when it has none.
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(None)
+    }
+
+    /// Restores the state of a snapshot (keyed rows: only this subtask's key groups).
+    fn restore(&mut self, _snapshot: OperatorSnapshot) -> Result<()> {
+        Err(Error::State(format!(
+            "operator {} has no state, but the checkpoint holds some for it",
+            self.name()
+        )))
+    }
+
+    /// Checkpoint `checkpoint` is complete: transactional sinks commit now.
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether this operator's state can be checkpointed; a job with one that
+    /// cannot is refused when checkpoints are on.
+    fn supports_checkpoints(&self) -> bool {
+        true
+    }
 }
 
 /// Milliseconds since the epoch, by the wall clock.
@@ -132,6 +172,8 @@ pub struct TaskContext {
     /// Set when the job is cancelled or has failed: anything that blocks
     /// (a full channel) checks it so that no task waits forever.
     pub cancel: Arc<std::sync::atomic::AtomicBool>,
+    /// True when the job takes checkpoints (sinks then commit at checkpoints).
+    pub checkpointing: bool,
 }
 
 impl TaskContext {
@@ -144,6 +186,7 @@ impl TaskContext {
             batch_size,
             metrics: Arc::new(TaskMetrics::default()),
             cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            checkpointing: false,
         }
     }
 

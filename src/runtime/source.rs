@@ -5,7 +5,7 @@ use std::time::Duration;
 use arrow::record_batch::RecordBatch;
 
 use super::operator::TaskContext;
-use crate::Result;
+use crate::{Error, Result};
 
 /// The outcome of one poll of a source reader.
 #[derive(Debug)]
@@ -22,6 +22,16 @@ pub enum SourcePoll {
 pub trait SourceReader: Send {
     /// The next batch, or idle, or the end.
     fn poll_next(&mut self) -> Result<SourcePoll>;
+
+    /// The position after the last batch returned, for a checkpoint.
+    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+        Err(Error::State("this source cannot checkpoint its position".into()))
+    }
+
+    /// Continues from a position [`SourceReader::snapshot_position`] returned.
+    fn restore_position(&mut self, _position: &serde_json::Value) -> Result<()> {
+        Err(Error::State("this source cannot restore a position".into()))
+    }
 }
 
 /// Creates the reader of each source subtask; implemented by connectors.
@@ -34,4 +44,10 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
 
     /// The reader for one subtask.
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>>;
+
+    /// Whether its readers checkpoint their positions; a job reading a source
+    /// that cannot is refused when checkpoints are on.
+    fn supports_checkpoints(&self) -> bool {
+        false
+    }
 }

@@ -13,16 +13,23 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 
+use super::control::{TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::ExchangeWriter;
 use super::input::{InputEvent, InputGate};
-use super::message::{MAX_WATERMARK, Message, Timestamp};
+use super::message::{CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
 use super::operator::{Emitted, Operator, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
+use crate::checkpoint::storage::checkpoint_dir;
+use crate::checkpoint::{OperatorState, TaskState};
+use crate::state::snapshot::write_state_file;
 use crate::{Error, Result};
+
+/// How long a task waits for input before it looks at coordinator messages.
+const CONTROL_POLL: Duration = Duration::from_millis(20);
 
 /// Where a task's input comes from.
 pub enum TaskInput {
@@ -46,6 +53,8 @@ pub struct Task {
     pub metrics: Arc<TaskMetrics>,
     /// Set when the job is cancelled or failed elsewhere.
     pub cancel: Arc<AtomicBool>,
+    /// The task's checkpoint wiring, when checkpoints are on.
+    pub checkpointing: Option<TaskCheckpointing>,
 }
 
 /// When a chain has processing-time operators, how often to tell them the time.
@@ -103,13 +112,18 @@ impl Task {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
             }
+            self.handle_control(Some(reader.as_mut()))?;
             match reader.poll_next()? {
                 SourcePoll::Batch(batch) => {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, 0, batch)?;
                 }
                 SourcePoll::Idle(wait) => {
-                    std::thread::sleep(wait.min(clock.interval().unwrap_or(Duration::from_millis(50))))
+                    let mut limit = clock.interval().unwrap_or(Duration::from_millis(50));
+                    if self.checkpointing.is_some() {
+                        limit = limit.min(CONTROL_POLL);
+                    }
+                    std::thread::sleep(wait.min(limit))
                 }
                 SourcePoll::End => break,
             }
@@ -117,18 +131,31 @@ impl Task {
                 self.tick()?;
             }
         }
+        if let Some(checkpointing) = &self.checkpointing {
+            let _ = checkpointing.reports.send(TaskReport::SourceFinished {
+                task: checkpointing.task,
+            });
+        }
         self.end()
     }
 
     fn run_channels(&mut self, mut gate: InputGate) -> Result<()> {
         let mut clock = ProcessingClock::new(&self.chain);
+        let timeout = match (clock.interval(), self.checkpointing.is_some()) {
+            (Some(interval), true) => Some(interval.min(CONTROL_POLL)),
+            (None, true) => Some(CONTROL_POLL),
+            (interval, false) => interval,
+        };
         loop {
-            match gate.next_event_timeout(clock.interval())? {
+            self.handle_control(None)?;
+            match gate.next_event_timeout(timeout)? {
                 InputEvent::Batch { input, batch } => {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, input, batch)?;
                 }
                 InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
+                InputEvent::Barrier(barrier) => self.checkpoint(barrier, None)?,
+                InputEvent::AbortCheckpoint(id) => self.decline(id, "a newer barrier overtook it".into()),
                 InputEvent::Idle => {}
                 InputEvent::End => break,
             }
@@ -137,6 +164,117 @@ impl Task {
             }
         }
         self.end()
+    }
+
+    /// Handles what the coordinator sent: triggers (sources) and completions.
+    fn handle_control(&mut self, mut reader: Option<&mut dyn SourceReader>) -> Result<()> {
+        loop {
+            let Some(checkpointing) = &self.checkpointing else {
+                return Ok(());
+            };
+            let Ok(message) = checkpointing.control.try_recv() else {
+                return Ok(());
+            };
+            match message {
+                TaskControl::Trigger(barrier) => {
+                    let position = match reader.as_deref_mut() {
+                        Some(reader) => match reader.snapshot_position() {
+                            Ok(position) => Some(position),
+                            Err(e) => {
+                                self.decline(barrier.id, e.to_string());
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    self.checkpoint(barrier, position)?;
+                }
+                TaskControl::Complete(id) => {
+                    for operator in &mut self.chain {
+                        operator.notify_checkpoint_complete(id)?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checkpoint `barrier` on this task: operators emit what precedes the
+    /// barrier, save their state, the barrier goes downstream, and the task
+    /// reports to the coordinator. A failure to save declines the checkpoint;
+    /// the task goes on.
+    fn checkpoint(&mut self, barrier: CheckpointBarrier, source: Option<serde_json::Value>) -> Result<()> {
+        let started = Instant::now();
+        for index in 0..self.chain.len() {
+            let mut out = Output::default();
+            self.chain[index].prepare_snapshot(&mut out)?;
+            self.forward(index + 1, out)?;
+        }
+        let saved = self.snapshot_chain(barrier.id);
+        let blocked = started.elapsed();
+        for output in &mut self.outputs {
+            output.broadcast(Message::Barrier(barrier))?;
+        }
+        let Some(checkpointing) = &self.checkpointing else {
+            return Ok(());
+        };
+        let report = match saved {
+            Ok(operators) => TaskReport::Acknowledge {
+                checkpoint: barrier.id,
+                task: checkpointing.task,
+                state: TaskState {
+                    vertex: checkpointing.vertex,
+                    subtask: checkpointing.subtask,
+                    parallelism: checkpointing.parallelism,
+                    source,
+                    operators,
+                },
+                blocked,
+            },
+            Err(e) => TaskReport::Decline {
+                checkpoint: barrier.id,
+                task: checkpointing.task,
+                reason: format!("task {}: {e}", self.name),
+            },
+        };
+        // The coordinator is gone only when the job is ending.
+        let _ = checkpointing.reports.send(report);
+        Ok(())
+    }
+
+    fn snapshot_chain(&mut self, id: CheckpointId) -> Result<Vec<OperatorState>> {
+        let checkpointing = self.checkpointing.as_ref().ok_or_else(|| {
+            Error::Internal(format!("task {} got a barrier without checkpoints", self.name))
+        })?;
+        let dir = checkpoint_dir(&checkpointing.job_dir, id);
+        let mut states = Vec::new();
+        for (operator, operator_id) in self.chain.iter_mut().zip(&checkpointing.operator_ids) {
+            let Some(snapshot) = operator.snapshot(id)? else {
+                continue;
+            };
+            let file = match snapshot.rows {
+                Some(rows) if rows.num_rows() > 0 => {
+                    let relative = format!("{operator_id}/{}.parquet", checkpointing.subtask);
+                    Some(write_state_file(&dir.join(&relative), &relative, &rows)?)
+                }
+                _ => None,
+            };
+            states.push(OperatorState {
+                operator_id: operator_id.clone(),
+                meta: snapshot.meta,
+                file,
+            });
+        }
+        Ok(states)
+    }
+
+    fn decline(&self, checkpoint: CheckpointId, reason: String) {
+        if let Some(checkpointing) = &self.checkpointing {
+            let _ = checkpointing.reports.send(TaskReport::Decline {
+                checkpoint,
+                task: checkpointing.task,
+                reason: format!("task {}: {reason}", self.name),
+            });
+        }
     }
 
     /// Tells every operator the wall-clock time, in chain order.

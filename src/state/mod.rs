@@ -1,3 +1,4 @@
 //! Keyed state: key groups and (with checkpoints) state snapshots.
 
 pub mod key_group;
+pub mod snapshot;

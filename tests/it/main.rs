@@ -6,6 +6,7 @@ mod differential;
 mod errors;
 mod nexmark;
 mod partitioned;
+mod recovery;
 
 use std::path::{Path, PathBuf};
 

@@ -6,6 +6,14 @@
 //! at the end of input. Readers (weir's own source included) skip hidden files.
 //! A partitioned table's rows go to part files in their partition directories
 //! (see `partition.rs`), which are committed as `commit.rs` describes.
+//!
+//! With checkpoints the sink commits in two phases, as Flink's FileSink: a
+//! part file that is complete (rolled, or open at a barrier) stays hidden as
+//! *pending*; the checkpoint records the pending files, and when it is
+//! complete they are renamed to their visible names. A restore renames the
+//! files its checkpoint recorded (again, harmlessly, if already done) and
+//! deletes every other hidden part file of the subtask. The end of a bounded
+//! input makes everything visible at once.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -29,6 +37,7 @@ use crate::connectors::format::json::write_json_lines;
 use crate::connectors::{SinkFactory, SinkWriter};
 use crate::frontend::catalog::TableDef;
 use crate::runtime::TaskContext;
+use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::wall_clock_millis;
 use crate::{Error, Result};
 
@@ -206,6 +215,9 @@ impl SinkFactory for FileSinkFactory {
             next_part: 0,
             open: BTreeMap::new(),
             buffer: Vec::new(),
+            two_phase: ctx.checkpointing,
+            pending: Vec::new(),
+            pre_committed: BTreeMap::new(),
         }))
     }
 }
@@ -237,6 +249,23 @@ struct PartFileWriter {
     /// Open part files by partition directory (`""` when unpartitioned).
     open: BTreeMap<String, OpenPart>,
     buffer: Vec<u8>,
+    /// Commit at checkpoints (two-phase) rather than when a file is complete.
+    two_phase: bool,
+    /// Complete files not yet assigned to a checkpoint.
+    pending: Vec<PendingFile>,
+    /// Pending files by the checkpoint whose barrier closed them.
+    pre_committed: BTreeMap<CheckpointId, Vec<PendingFile>>,
+}
+
+/// A complete part file, hidden until its checkpoint completes.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct PendingFile {
+    /// The partition directory (`""` when unpartitioned).
+    partition: String,
+    /// Its hidden name now.
+    hidden: PathBuf,
+    /// Its visible name.
+    visible: PathBuf,
 }
 
 impl PartFileWriter {
@@ -279,7 +308,8 @@ impl PartFileWriter {
         })
     }
 
-    /// Closes the open part of `partition` and makes it visible.
+    /// Closes the open part of `partition`: visible at once, or pending until
+    /// a checkpoint completes (two-phase).
     fn commit_part(&mut self, partition: &str) -> Result<()> {
         let Some(part) = self.open.remove(partition) else {
             return Ok(());
@@ -291,9 +321,55 @@ impl PartFileWriter {
             Encoder::Parquet(writer) => writer.into_inner()?,
         };
         file.sync_all().map_err(|e| Error::io(&part.in_progress, e))?;
-        commit(&part.in_progress, &part.visible)?;
+        let pending = PendingFile {
+            partition: partition.to_string(),
+            hidden: part.in_progress,
+            visible: part.visible,
+        };
+        if self.two_phase {
+            self.pending.push(pending);
+            Ok(())
+        } else {
+            self.publish(&pending)
+        }
+    }
+
+    /// Makes a complete file visible (idempotent) and tells the partition committer.
+    fn publish(&self, file: &PendingFile) -> Result<()> {
+        if file.hidden.exists() {
+            commit(&file.hidden, &file.visible)?;
+        } else if !file.visible.exists() {
+            return Err(Error::State(format!(
+                "part file {} to commit is gone (neither it nor {} exists)",
+                file.hidden.display(),
+                file.visible.display()
+            )));
+        }
         if let Some(committer) = self.committer() {
-            committer.closed(self.subtask, partition, wall_clock_millis())?;
+            committer.closed(self.subtask, &file.partition, wall_clock_millis())?;
+        }
+        Ok(())
+    }
+
+    /// Deletes this subtask's hidden part files that `keep` does not name
+    /// (written after the restored checkpoint, by an earlier run).
+    fn discard_uncommitted(&self, keep: &[PendingFile]) -> Result<()> {
+        let mut stack = vec![self.directory.clone()];
+        while let Some(dir) = stack.pop() {
+            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io(&dir, e))?;
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if hidden_part_subtask(&name) == Some(self.subtask) && !keep.iter().any(|k| k.hidden == path)
+                {
+                    std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                }
+            }
         }
         Ok(())
     }
@@ -349,6 +425,16 @@ fn commit(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to).map_err(|e| Error::io(to, e))
 }
 
+/// The subtask of a hidden part file `.part-<uuid>-<subtask>-<n>.inprogress.<uuid>`.
+fn hidden_part_subtask(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix(".part-")?;
+    if !rest.contains(".inprogress.") {
+        return None;
+    }
+    let rest = rest.get(37..)?; // the uuid and its dash
+    rest.split('-').next()?.parse().ok()
+}
+
 impl SinkWriter for PartFileWriter {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         let Some(partitioning) = self.partitioning.clone() else {
@@ -401,10 +487,48 @@ impl SinkWriter for PartFileWriter {
 
     fn finish(&mut self) -> Result<()> {
         self.commit_parts_where(|_| true)?;
+        // The end of a bounded input commits everything.
+        let files: Vec<PendingFile> = std::mem::take(&mut self.pre_committed)
+            .into_values()
+            .flatten()
+            .chain(std::mem::take(&mut self.pending))
+            .collect();
+        for file in &files {
+            self.publish(file)?;
+        }
         match self.committer() {
             Some(committer) => committer.finished(self.subtask, wall_clock_millis()),
             None => Ok(()),
         }
+    }
+
+    fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<serde_json::Value> {
+        self.commit_parts_where(|_| true)?;
+        let closed = std::mem::take(&mut self.pending);
+        self.pre_committed.insert(checkpoint, closed);
+        let recorded: Vec<&PendingFile> = self.pre_committed.values().flatten().collect();
+        Ok(serde_json::json!({ "pending": recorded }))
+    }
+
+    fn commit(&mut self, checkpoint: CheckpointId) -> Result<()> {
+        let later = self.pre_committed.split_off(&(checkpoint + 1));
+        let done = std::mem::replace(&mut self.pre_committed, later);
+        for file in done.values().flatten() {
+            self.publish(file)?;
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, recorded: &serde_json::Value) -> Result<()> {
+        let files: Vec<PendingFile> = match recorded.get("pending") {
+            Some(list) => serde_json::from_value(list.clone())
+                .map_err(|e| Error::State(format!("file sink state {recorded}: {e}")))?,
+            None => Vec::new(),
+        };
+        for file in &files {
+            self.publish(file)?;
+        }
+        self.discard_uncommitted(&[])
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, TimestampMillisecondArray, UInt32Array};
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
@@ -31,9 +31,11 @@ use datafusion_physical_plan::aggregates::order::GroupOrdering;
 
 use super::spec::{TimeShift, WindowSpec};
 use crate::operators::watermark::to_epoch_millis;
-use crate::runtime::message::{MAX_WATERMARK, MIN_WATERMARK};
-use crate::runtime::operator::{TaskMetrics, wall_clock_millis};
+use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::key_group::{hash_rows, key_group};
+use crate::state::snapshot::KEY_GROUP_COLUMN;
 use crate::{Error, Result};
 
 /// Where in the two-phase scheme an aggregation runs.
@@ -179,6 +181,7 @@ impl OperatorFactory for WindowAggregateFactory {
             watermark: MIN_WATERMARK,
             metrics: ctx.metrics.clone(),
             batch_size: ctx.batch_size,
+            max_parallelism: ctx.max_parallelism,
             group_indices: Vec::new(),
         }))
     }
@@ -271,6 +274,7 @@ struct WindowAggregateOperator {
     watermark: Timestamp,
     metrics: Arc<TaskMetrics>,
     batch_size: usize,
+    max_parallelism: usize,
     group_indices: Vec<usize>,
 }
 
@@ -449,8 +453,13 @@ impl WindowAggregateOperator {
             .copied()
             .take_while(|s| self.spec.shift.to_utc(s + size) - 1 <= self.watermark)
             .collect();
-        for slice in complete {
-            let mut state = self.slices.remove(&slice).expect("listed above");
+        self.emit_slices(complete, out)
+    }
+
+    /// Local phase: emits the partial states of `slices` and forgets them.
+    fn emit_slices(&mut self, slices: Vec<i64>, out: &mut Output) -> Result<()> {
+        for slice in slices {
+            let mut state = self.slices.remove(&slice).expect("listed by the caller");
             let Some(mut live) = state.live.take() else {
                 continue;
             };
@@ -464,6 +473,122 @@ impl WindowAggregateOperator {
                 columns.extend(acc.state(EmitTo::All)?);
             }
             out.batch(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?);
+        }
+        Ok(())
+    }
+
+    /// Single and Global phases: the state of one slice as one `[keys...,
+    /// states...]` chunk (merging what earlier snapshots and firings froze),
+    /// kept frozen in the slice so the snapshot does not disturb it.
+    fn compact_slice(&mut self, slice: i64) -> Result<Option<Vec<ArrayRef>>> {
+        let key_count = self.spec.key_schema.fields().len();
+        let entry = self.slices.get_mut(&slice).expect("listed by the caller");
+        entry.freeze()?;
+        if entry.frozen.len() > 1 {
+            let mut merged = self.spec.new_state()?;
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            for columns in &entry.frozen {
+                let rows = columns.first().map_or(0, |c| c.len());
+                merged
+                    .groups
+                    .intern(&columns[..key_count], rows, &mut group_indices)?;
+                let total = merged.groups.len();
+                let mut offset = key_count;
+                for (acc, width) in merged.accumulators.iter_mut().zip(&self.state_widths) {
+                    acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
+                    offset += width;
+                }
+            }
+            self.group_indices = group_indices;
+            entry.frozen.clear();
+            entry.live = Some(merged);
+            entry.freeze()?;
+        }
+        Ok(entry.frozen.first().cloned())
+    }
+
+    /// The schema of this operator's state rows.
+    fn state_schema(&self) -> Result<SchemaRef> {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("_slice", DataType::Int64, false),
+        ];
+        fields.extend(
+            self.spec
+                .key_schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true)),
+        );
+        for (i, aggregate) in self.spec.aggregates.iter().enumerate() {
+            for field in aggregate.state_fields()? {
+                fields.push(Field::new(
+                    format!("{i}:{}", field.name()),
+                    field.data_type().clone(),
+                    true,
+                ));
+            }
+        }
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    /// Every slice's state as rows `[_key_group, _slice, keys..., states...]`
+    /// sorted by key group.
+    fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let schema = self.state_schema()?;
+        let key_count = self.spec.key_schema.fields().len();
+        let slices: Vec<i64> = self.slices.keys().copied().collect();
+        let mut batches = Vec::new();
+        let mut hashes = Vec::new();
+        for slice in slices {
+            let Some(chunk) = self.compact_slice(slice)? else {
+                continue;
+            };
+            let rows = chunk.first().map_or(0, |c| c.len());
+            if rows == 0 {
+                continue;
+            }
+            let groups: UInt32Array = if key_count == 0 {
+                UInt32Array::from(vec![0; rows])
+            } else {
+                hash_rows(&chunk[..key_count], &mut hashes)?;
+                hashes
+                    .iter()
+                    .map(|h| key_group(*h, self.max_parallelism) as u32)
+                    .collect()
+            };
+            let mut columns: Vec<ArrayRef> =
+                vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
+            columns.extend(chunk);
+            let columns = columns
+                .into_iter()
+                .zip(schema.fields())
+                .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
+                .collect::<Result<Vec<_>>>()?;
+            batches.push(RecordBatch::try_new(schema.clone(), columns)?);
+        }
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        let all = arrow::compute::concat_batches(&schema, &batches)?;
+        let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
+        Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+    }
+
+    /// Restores slices from state rows (this subtask's key groups only).
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        let slices = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
+        let columns = rows.columns()[2..].to_vec();
+        for (slice, indices) in rows_by_slice(&slices) {
+            let chunk = take_all(&columns, &indices)?;
+            if self.fires() {
+                for end in self.spec.window.window_ends(slice) {
+                    if self.spec.shift.to_utc(end) - 1 > self.watermark {
+                        self.pending_ends.insert(end);
+                    }
+                }
+            }
+            self.slices.entry(slice).or_default().frozen.push(chunk);
         }
         Ok(())
     }
@@ -631,6 +756,60 @@ impl Operator for WindowAggregateOperator {
     fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
         if now > self.watermark {
             self.advance(now, out)?;
+        }
+        Ok(())
+    }
+
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        // A local pre-aggregation sends what it holds ahead of the barrier, as
+        // Flink's does: the global phase merges partial states, so early ones
+        // are fine, and the local phase has nothing to save.
+        if self.spec.phase == Phase::Local {
+            let all: Vec<i64> = self.slices.keys().copied().collect();
+            self.emit_slices(all, out)?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.spec.phase == Phase::Local {
+            return Ok(None);
+        }
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::json!({ "watermark": self.watermark }),
+            rows: self.state_rows()?,
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        self.watermark = snapshot.meta["watermark"].as_i64().ok_or_else(|| {
+            Error::State(format!(
+                "window aggregation state without a watermark: {}",
+                snapshot.meta
+            ))
+        })?;
+        if let Some(rows) = &snapshot.rows {
+            let expected = self.state_schema()?;
+            if rows.schema().fields().len() != expected.fields().len()
+                || rows
+                    .schema()
+                    .fields()
+                    .iter()
+                    .zip(expected.fields())
+                    .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+            {
+                return Err(Error::State(format!(
+                    "the checkpoint's state of {} has columns {:?}, the query's are {:?}",
+                    self.spec.describe(),
+                    rows.schema()
+                        .fields()
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>(),
+                    expected.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                )));
+            }
+            self.restore_rows(rows)?;
         }
         Ok(())
     }

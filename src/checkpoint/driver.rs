@@ -1,0 +1,208 @@
+//! The coordinator thread of a job: triggers checkpoints at the sources,
+//! collects acknowledgements, writes `_metadata`, announces completion, and
+//! cleans up. Its decisions come from [`super::coordinator`]; this is the I/O.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::CheckpointConfig;
+use super::coordinator::{AckOutcome, CoordinatorState, FailureVerdict, Timing};
+use super::metadata::{CheckpointMetadata, FORMAT_VERSION, TaskState};
+use super::storage::{checkpoint_dir, clean_up, write_metadata};
+use crate::runtime::control::{TaskControl, TaskReport};
+use crate::runtime::job::CheckpointStats;
+use crate::runtime::message::{BarrierKind, CheckpointBarrier, CheckpointId};
+use crate::runtime::operator::wall_clock_millis;
+use crate::{Error, JobHandle};
+
+/// The coordinator's line to one task.
+#[derive(Debug)]
+pub struct DriverTask {
+    /// Where its control messages go.
+    pub control: Sender<TaskControl>,
+    /// True for source tasks, which inject barriers.
+    pub is_source: bool,
+}
+
+/// Acknowledgement data kept per task until the checkpoint completes.
+#[derive(Debug)]
+struct Ack {
+    state: TaskState,
+    blocked: Duration,
+}
+
+/// The coordinator of one running job.
+pub struct CoordinatorDriver {
+    /// Settings.
+    pub config: CheckpointConfig,
+    /// `<checkpoint dir>/<job name>`.
+    pub job_dir: PathBuf,
+    /// The job, to report to and to fail.
+    pub job: JobHandle,
+    /// Key groups of the job.
+    pub max_parallelism: usize,
+    /// Every task, by task index.
+    pub tasks: Vec<DriverTask>,
+    /// Reports from the tasks; disconnected when every task has ended.
+    pub reports: Receiver<TaskReport>,
+    /// The id of the first checkpoint.
+    pub next_id: CheckpointId,
+}
+
+impl CoordinatorDriver {
+    /// Runs until every task has ended.
+    pub fn run(self) {
+        let origin = Instant::now();
+        let now = || origin.elapsed().as_millis() as u64;
+        let millis = |d: Duration| d.as_millis() as u64;
+        let mut state: CoordinatorState<Ack> = CoordinatorState::new(
+            Timing {
+                interval: millis(self.config.interval),
+                timeout: millis(self.config.timeout),
+                min_pause: millis(self.config.min_pause),
+                max_concurrent: self.config.max_concurrent,
+                tolerable_failures: self.config.tolerable_failures,
+            },
+            self.tasks.len(),
+            self.next_id,
+            now(),
+        );
+        let mut trigger_times: std::collections::BTreeMap<CheckpointId, (i64, Instant)> = Default::default();
+        loop {
+            if let Some(id) = state.trigger_if_due(now()) {
+                trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
+                self.trigger(id);
+            }
+            for id in state.expired(now()) {
+                trigger_times.remove(&id);
+                self.failed(
+                    &mut state,
+                    id,
+                    format!("checkpoint {id} expired before it completed"),
+                );
+            }
+            let wake = [state.next_trigger_at(), state.next_expiry_at()]
+                .into_iter()
+                .flatten()
+                .min()
+                .map_or(Duration::from_millis(100), |at| {
+                    Duration::from_millis(at.saturating_sub(now()).max(1))
+                });
+            let report = match self.reports.recv_timeout(wake) {
+                Ok(report) => report,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            match report {
+                TaskReport::Acknowledge {
+                    checkpoint,
+                    task,
+                    state: task_state,
+                    blocked,
+                } => {
+                    let ack = Ack {
+                        state: task_state,
+                        blocked,
+                    };
+                    if let AckOutcome::AllAcknowledged(done) = state.acknowledge(checkpoint, task, ack) {
+                        let (trigger_time, triggered) = trigger_times
+                            .remove(&checkpoint)
+                            .unwrap_or((wall_clock_millis(), Instant::now()));
+                        let acks: Vec<Ack> = done.acks.into_values().collect();
+                        match self.persist(checkpoint, trigger_time, triggered, &acks) {
+                            Ok(stats) => {
+                                for old in state.completed(checkpoint, now()) {
+                                    trigger_times.remove(&old);
+                                }
+                                self.job.checkpoint_completed(stats);
+                                for task in &self.tasks {
+                                    let _ = task.control.send(TaskControl::Complete(checkpoint));
+                                }
+                                if let Err(e) =
+                                    clean_up(&self.job_dir, self.config.num_retained, &state.pending_ids())
+                                {
+                                    eprintln!("[WARN] checkpoint clean-up: {e}");
+                                }
+                            }
+                            Err(e) => self.failed(&mut state, checkpoint, e.to_string()),
+                        }
+                    }
+                }
+                TaskReport::Decline {
+                    checkpoint, reason, ..
+                } => {
+                    if state.pending_ids().contains(&checkpoint) {
+                        trigger_times.remove(&checkpoint);
+                        self.failed(&mut state, checkpoint, reason);
+                    }
+                }
+                TaskReport::SourceFinished { .. } => state.stop(),
+            }
+        }
+    }
+
+    fn trigger(&self, id: CheckpointId) {
+        let barrier = CheckpointBarrier {
+            id,
+            kind: BarrierKind::Checkpoint,
+            timestamp: wall_clock_millis(),
+        };
+        for task in self.tasks.iter().filter(|t| t.is_source) {
+            let _ = task.control.send(TaskControl::Trigger(barrier));
+        }
+    }
+
+    /// Writes `_metadata`: the checkpoint is complete once it is there.
+    fn persist(
+        &self,
+        id: CheckpointId,
+        trigger_time: i64,
+        triggered: Instant,
+        acks: &[Ack],
+    ) -> crate::Result<CheckpointStats> {
+        let dir = checkpoint_dir(&self.job_dir, id);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let metadata = CheckpointMetadata {
+            format: FORMAT_VERSION,
+            job: self.job.name().to_string(),
+            checkpoint_id: id,
+            kind: BarrierKind::Checkpoint,
+            trigger_time,
+            completion_time: wall_clock_millis(),
+            max_parallelism: self.max_parallelism,
+            tasks: acks.iter().map(|a| a.state.clone()).collect(),
+        };
+        write_metadata(&dir, &metadata)?;
+        let state_bytes = metadata
+            .tasks
+            .iter()
+            .flat_map(|t| &t.operators)
+            .filter_map(|o| o.file.as_ref())
+            .map(|f| f.bytes)
+            .sum();
+        Ok(CheckpointStats {
+            id,
+            dir,
+            duration: triggered.elapsed(),
+            state_bytes,
+            max_blocked: acks.iter().map(|a| a.blocked).max().unwrap_or_default(),
+        })
+    }
+
+    fn failed(&self, state: &mut CoordinatorState<Ack>, id: CheckpointId, reason: String) {
+        self.job.checkpoint_failed();
+        let dir = checkpoint_dir(&self.job_dir, id);
+        let _ = std::fs::remove_dir_all(&dir);
+        if state.failed(id) == FailureVerdict::FailJob {
+            self.job.fail(Error::Execution(format!(
+                "checkpoint {id} failed ({reason}), and that exceeds \
+                 'execution.checkpointing.tolerable-failed-checkpoints' = {}",
+                self.config.tolerable_failures
+            )));
+        } else {
+            eprintln!("[WARN] checkpoint {id} failed: {reason}; the job goes on");
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Messages between the checkpoint coordinator and tasks, and a task's
+//! checkpoint wiring.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::message::{CheckpointBarrier, CheckpointId};
+use crate::checkpoint::TaskState;
+
+/// From the coordinator to a task.
+#[derive(Debug, Clone)]
+pub enum TaskControl {
+    /// Sources only: inject this barrier now.
+    Trigger(CheckpointBarrier),
+    /// The checkpoint is complete: commit.
+    Complete(CheckpointId),
+}
+
+/// From a task to the coordinator.
+#[derive(Debug)]
+pub enum TaskReport {
+    /// The task saved its state for a checkpoint.
+    Acknowledge {
+        /// The checkpoint.
+        checkpoint: CheckpointId,
+        /// The task's index in the job.
+        task: usize,
+        /// What it saved.
+        state: TaskState,
+        /// How long its processing stopped for the snapshot.
+        blocked: Duration,
+    },
+    /// The task could not save its state: the checkpoint fails.
+    Decline {
+        /// The checkpoint.
+        checkpoint: CheckpointId,
+        /// The task.
+        task: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A source task reached the end of its input: no more checkpoints can complete.
+    SourceFinished {
+        /// The task.
+        task: usize,
+    },
+}
+
+/// A task's part in checkpointing.
+#[derive(Debug)]
+pub struct TaskCheckpointing {
+    /// The task's index in the job.
+    pub task: usize,
+    /// Its vertex.
+    pub vertex: usize,
+    /// Its subtask.
+    pub subtask: usize,
+    /// The vertex's parallelism.
+    pub parallelism: usize,
+    /// Stable ids of the chained operators.
+    pub operator_ids: Vec<String>,
+    /// The job's checkpoint directory.
+    pub job_dir: PathBuf,
+    /// Messages from the coordinator.
+    pub control: Receiver<TaskControl>,
+    /// Reports to the coordinator.
+    pub reports: Sender<TaskReport>,
+}

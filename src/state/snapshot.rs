@@ -1,0 +1,139 @@
+//! Keyed state snapshots as Parquet files: write one, read one back by key group.
+//!
+//! A file holds the rows an operator returned from `snapshot`: a first column
+//! `_key_group` (rows sorted by it), then the operator's own columns (window
+//! bounds, grouping keys, accumulator states). Small row groups let a reader
+//! skip the key groups it does not own by their statistics.
+
+use std::fs::File;
+use std::ops::RangeInclusive;
+use std::path::Path;
+
+use arrow::array::{AsArray, BooleanArray, RecordBatch};
+use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::datatypes::UInt32Type;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+
+use crate::checkpoint::StateFile;
+use crate::{Error, Result};
+
+/// The key-group column of every state file.
+pub const KEY_GROUP_COLUMN: &str = "_key_group";
+
+/// Rows per Parquet row group.
+const ROW_GROUP_ROWS: usize = 64 * 1024;
+
+/// Writes `rows` to `path` (`relative` is how the checkpoint names it) and syncs it.
+pub fn write_state_file(path: &Path, relative: &str, rows: &RecordBatch) -> Result<StateFile> {
+    let key_groups = rows
+        .column_by_name(KEY_GROUP_COLUMN)
+        .ok_or_else(|| Error::Internal(format!("state rows lack {KEY_GROUP_COLUMN}")))?
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| Error::Internal(format!("{KEY_GROUP_COLUMN} must be UInt32")))?;
+    let first = key_groups.values().first().copied().unwrap_or(0) as usize;
+    let last = key_groups.values().last().copied().unwrap_or(0) as usize;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let file = File::create(path).map_err(|e| Error::io(path, e))?;
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build();
+    let mut writer = ArrowWriter::try_new(file, rows.schema(), Some(properties))?;
+    writer.write(rows)?;
+    let file = writer.into_inner()?;
+    file.sync_all().map_err(|e| Error::io(path, e))?;
+    let bytes = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok(StateFile {
+        path: relative.to_string(),
+        rows: rows.num_rows() as u64,
+        bytes,
+        key_groups: (first, last),
+    })
+}
+
+/// Reads the rows of key groups `range` from a state file; errors name the file.
+pub fn read_state_file(path: &Path, range: &RangeInclusive<usize>) -> Result<Option<RecordBatch>> {
+    let corrupt = |e: &dyn std::fmt::Display| {
+        Error::State(format!(
+            "cannot read checkpoint state file {}: {e}",
+            path.display()
+        ))
+    };
+    let file = File::open(path).map_err(|e| corrupt(&e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| corrupt(&e))?;
+    let schema = builder.schema().clone();
+    let reader = builder.build().map_err(|e| corrupt(&e))?;
+    let mut kept = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| corrupt(&e))?;
+        let groups = batch
+            .column_by_name(KEY_GROUP_COLUMN)
+            .and_then(|c| c.as_primitive_opt::<UInt32Type>())
+            .ok_or_else(|| corrupt(&format!("no UInt32 column {KEY_GROUP_COLUMN}")))?;
+        let mask: BooleanArray = groups
+            .values()
+            .iter()
+            .map(|g| Some(range.contains(&(*g as usize))))
+            .collect();
+        let batch = filter_record_batch(&batch, &mask)?;
+        if batch.num_rows() > 0 {
+            kept.push(batch);
+        }
+    }
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(concat_batches(&schema, &kept)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, UInt32Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn rows() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("count", DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(UInt32Array::from(vec![1, 5, 5, 9])),
+                Arc::new(Int64Array::from(vec![10, 50, 51, 90])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_state_file_reads_back_only_the_asked_key_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("op/0.parquet");
+        let file = write_state_file(&path, "op/0.parquet", &rows()).unwrap();
+        assert_eq!((file.rows, file.key_groups), (4, (1, 9)));
+        assert_eq!(file.bytes, std::fs::metadata(&path).unwrap().len());
+        let back = read_state_file(&path, &(2..=5)).unwrap().unwrap();
+        let counts = back.column(1).as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(counts.values().to_vec(), vec![50, 51]);
+        assert!(read_state_file(&path, &(10..=20)).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_corrupt_state_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.parquet");
+        std::fs::write(&path, b"not parquet").unwrap();
+        let err = read_state_file(&path, &(0..=127)).unwrap_err().to_string();
+        assert!(err.contains("0.parquet"), "{err}");
+    }
+}
