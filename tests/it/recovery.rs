@@ -8,9 +8,41 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 
-/// A job over 400k generated rows at 100k rows/s (about 4 s), checkpointing
-/// every 200 ms, writing `query` into a CSV directory.
-fn job_file(dir: &Path, name: &str, out: &Path, parallelism: usize, columns: &str, query: &str) -> String {
+/// 400k generated rows at 100k rows/s (about 4 s).
+const SEQUENCE: &str = "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+    WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+  WITH ('connector' = 'datagen', 'rows-per-second' = '100000',
+        'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999')";
+
+/// Nexmark's standard DDL and views: 300k events emitted at their event
+/// time, 100k per second (about 3 s).
+fn nexmark() -> String {
+    let script = weir::bench::query_script(
+        "SELECT 1",
+        &weir::bench::NexmarkOptions {
+            events: 300_000,
+            event_rate: 100_000,
+            rate_limit: Some(100_000),
+            ..Default::default()
+        },
+        Path::new("unused"),
+        0,
+    );
+    let ddl = script.rsplit_once("SELECT 1").unwrap().0.trim_end();
+    ddl.trim_end_matches(';').to_string()
+}
+
+/// A job over `source`, checkpointing every 200 ms, writing `query` into a
+/// CSV directory.
+fn job_file(
+    dir: &Path,
+    name: &str,
+    out: &Path,
+    parallelism: usize,
+    source: &str,
+    columns: &str,
+    query: &str,
+) -> String {
     let file = dir.join(format!("{name}.sql"));
     std::fs::write(
         &file,
@@ -20,10 +52,7 @@ fn job_file(dir: &Path, name: &str, out: &Path, parallelism: usize, columns: &st
              SET 'pipeline.name' = '{name}';
              SET 'parallelism.default' = '{parallelism}';
              SET 'table.local-time-zone' = 'UTC';
-             CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
-               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
-             WITH ('connector' = 'datagen', 'rows-per-second' = '100000',
-                   'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999');
+             {source};
              CREATE TABLE `out` ({columns})
              WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'csv');
              INSERT INTO `out` {query};",
@@ -53,7 +82,7 @@ fn committed_rows(dir: &Path) -> Vec<String> {
     crate::part_file_lines(dir)
 }
 
-fn crash_three_times_then_finish(name: &str, parallelism: usize, columns: &str, query: &str) {
+fn crash_three_times_then_finish(name: &str, parallelism: usize, source: &str, columns: &str, query: &str) {
     let seed: u64 = std::env::var("WEIR_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -68,6 +97,7 @@ fn crash_three_times_then_finish(name: &str, parallelism: usize, columns: &str, 
         &format!("{name}-clean"),
         &clean_out,
         parallelism,
+        source,
         columns,
         query,
     );
@@ -77,7 +107,7 @@ fn crash_three_times_then_finish(name: &str, parallelism: usize, columns: &str, 
     assert!(!expected.is_empty(), "{context}");
 
     let out = dir.path().join("out");
-    let file = job_file(dir.path(), name, &out, parallelism, columns, query);
+    let file = job_file(dir.path(), name, &out, parallelism, source, columns, query);
     let job_dir = dir.path().join("checkpoints").join(name);
     for attempt in 0..3 {
         let restore = (attempt > 0).then_some(job_dir.as_path());
@@ -103,6 +133,7 @@ fn a_tumbling_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_
         crash_three_times_then_finish(
             "tumble",
             parallelism,
+            SEQUENCE,
             "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
             "SELECT id % 7, window_start, COUNT(*), SUM(id)
              FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '10' SECOND))
@@ -117,6 +148,7 @@ fn a_hopping_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_r
         crash_three_times_then_finish(
             "hop",
             parallelism,
+            SEQUENCE,
             "k BIGINT, we TIMESTAMP(3), c BIGINT, m BIGINT",
             "SELECT id % 5, window_end, COUNT(*), MAX(id)
              FROM TABLE(HOP(TABLE seq, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
@@ -131,8 +163,24 @@ fn a_filter_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
         crash_three_times_then_finish(
             "filter",
             parallelism,
+            SEQUENCE,
             "id BIGINT, ts TIMESTAMP(3)",
             "SELECT id, CAST(ts AS TIMESTAMP(3)) FROM seq WHERE id % 3 = 0",
+        );
+    }
+}
+
+#[test]
+fn a_nexmark_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    for parallelism in [1, 4] {
+        crash_three_times_then_finish(
+            "nexmark",
+            parallelism,
+            &nexmark(),
+            "auction BIGINT, we TIMESTAMP(3), c BIGINT, m BIGINT",
+            "SELECT auction, window_end, COUNT(*), MAX(price)
+             FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND))
+             GROUP BY auction, window_start, window_end",
         );
     }
 }

@@ -273,6 +273,10 @@ impl SourceFactory for NexmarkFactory {
         self.events.is_some()
     }
 
+    fn supports_checkpoints(&self) -> bool {
+        true
+    }
+
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         let splits = self.splits.unwrap_or(ctx.parallelism);
         let owned: Vec<Split> = (0..splits)
@@ -293,6 +297,7 @@ impl SourceFactory for NexmarkFactory {
             batch_size: ctx.batch_size,
             rate_limited: self.rate_limited,
             started: Instant::now(),
+            resumed_at: Duration::ZERO,
         }))
     }
 }
@@ -325,6 +330,9 @@ struct NexmarkReader {
     batch_size: usize,
     rate_limited: bool,
     started: Instant,
+    /// Event time (since the base time) the reader resumed at after a restore:
+    /// the rate limit counts from there.
+    resumed_at: Duration,
 }
 
 impl NexmarkReader {
@@ -350,7 +358,7 @@ impl SourceReader for NexmarkReader {
                 let due = Duration::from_millis(
                     (self.config.event_time_ms(id) - self.config.base_time_ms).max(0) as u64,
                 );
-                let elapsed = self.started.elapsed();
+                let elapsed = self.started.elapsed() + self.resumed_at;
                 if due > elapsed {
                     if rows == 0 {
                         return Ok(SourcePoll::Idle(due - elapsed));
@@ -372,5 +380,41 @@ impl SourceReader for NexmarkReader {
             projected,
             &RecordBatchOptions::new().with_row_count(Some(rows)),
         )?))
+    }
+
+    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+        let splits: Vec<serde_json::Value> = self
+            .splits
+            .iter()
+            .map(|s| serde_json::json!({ "index": s.index, "count": s.count, "emitted": s.emitted }))
+            .collect();
+        Ok(serde_json::json!({ "splits": splits }))
+    }
+
+    fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
+        let bad = || {
+            Error::State(format!(
+                "nexmark position {position} does not match this source's splits"
+            ))
+        };
+        let saved = position["splits"].as_array().ok_or_else(bad)?;
+        if saved.len() != self.splits.len() {
+            return Err(bad());
+        }
+        for (split, saved) in self.splits.iter_mut().zip(saved) {
+            let field = |name: &str| saved[name].as_u64().ok_or_else(bad);
+            if field("index")? != split.index || field("count")? != split.count {
+                return Err(bad());
+            }
+            split.emitted = field("emitted")?;
+        }
+        if let Some(i) = self.next_split() {
+            let id = self.splits[i].next_id();
+            self.resumed_at = Duration::from_millis(
+                (self.config.event_time_ms(id) - self.config.base_time_ms).max(0) as u64,
+            );
+        }
+        self.started = Instant::now();
+        Ok(())
     }
 }
