@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use datafusion_expr::{ExprSchemable, ScalarUDF};
 
 use crate::checkpoint::storage::{RestorePoint, resolve_restore};
-use crate::checkpoint::{self, CheckpointConfig};
+use crate::checkpoint::{self, CheckpointConfig, RestartStrategy};
 use crate::config::SessionConfig;
 use crate::frontend::binder::Binder;
 use crate::frontend::catalog::{Catalog, ColumnDef, TableDef, TableOptions, ViewDef, WatermarkDef};
@@ -538,12 +538,14 @@ impl Session {
                 }
             },
         };
+        let checkpoint = CheckpointConfig::from_session(&self.config)?;
         let settings = JobSettings {
             name,
             max_parallelism,
             batch_size: self.config.batch_size()?,
             channel_capacity: self.config.channel_capacity()?,
-            checkpoint: CheckpointConfig::from_session(&self.config)?,
+            restart: RestartStrategy::from_session(&self.config, checkpoint.is_some())?,
+            checkpoint,
             restore,
             notes,
         };

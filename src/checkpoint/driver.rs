@@ -3,6 +3,7 @@
 //! cleans up. Its decisions come from [`super::coordinator`]; this is the I/O.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -12,7 +13,7 @@ use super::coordinator::{AckOutcome, CoordinatorState, FailureVerdict, Timing};
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION, TaskState};
 use super::storage::{checkpoint_dir, clean_up, write_metadata};
 use crate::runtime::control::{TaskControl, TaskReport};
-use crate::runtime::job::CheckpointStats;
+use crate::runtime::job::{AttemptShared, CheckpointStats};
 use crate::runtime::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::runtime::operator::wall_clock_millis;
 use crate::{Error, JobHandle};
@@ -39,8 +40,10 @@ pub struct CoordinatorDriver {
     pub config: CheckpointConfig,
     /// `<checkpoint dir>/<job name>`.
     pub job_dir: PathBuf,
-    /// The job, to report to and to fail.
+    /// The job, to report to.
     pub job: JobHandle,
+    /// The running attempt, to fail when checkpoints fail too often.
+    pub attempt: Arc<AttemptShared>,
     /// Key groups of the job.
     pub max_parallelism: usize,
     /// Every task, by task index.
@@ -73,6 +76,7 @@ impl CoordinatorDriver {
         loop {
             if let Some(id) = state.trigger_if_due(now()) {
                 trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
+                self.job.checkpoint_triggered(id);
                 self.trigger(id);
             }
             for id in state.expired(now()) {
@@ -196,7 +200,7 @@ impl CoordinatorDriver {
         let dir = checkpoint_dir(&self.job_dir, id);
         let _ = std::fs::remove_dir_all(&dir);
         if state.failed(id) == FailureVerdict::FailJob {
-            self.job.fail(Error::Execution(format!(
+            self.attempt.fail(Error::Execution(format!(
                 "checkpoint {id} failed ({reason}), and that exceeds \
                  'execution.checkpointing.tolerable-failed-checkpoints' = {}",
                 self.config.tolerable_failures

@@ -1,110 +1,32 @@
 //! Jobs: a graph of chained vertices expanded into subtasks, one thread each.
 //!
-//! Every operator instance and source reader is created before any thread starts,
-//! so a setup error (a missing file, an unwritable directory) fails the submission
-//! itself. Once running, the first task error is the job's error: the job is
-//! cancelled, the other tasks stop as their channels close, and `wait` returns it.
+//! The first attempt is built before `start` returns, so a setup error (a
+//! missing file, an unwritable directory) fails the submission itself. Once
+//! running, the first task error (or panic) fails the attempt: its other tasks
+//! stop as their channels close. A supervisor thread then applies the restart
+//! strategy: with `fixed-delay` (the default when checkpoints are on) it waits,
+//! and deploys a new attempt restored from the latest complete checkpoint;
+//! otherwise, or when attempts run out, the job fails with the root cause.
+//!
+//! ```text
+//!   start ─► attempt 0 ─fails─► wait delay ─► attempt 1 (from chk-n) ─► ... ─► Finished
+//!                                                        └─ no attempts left ─► Failed
+//! ```
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::bounded;
-
-use std::path::PathBuf;
-
-use super::control::{TaskCheckpointing, TaskControl};
-use super::exchange::{Exchange, ExchangeWriter};
-use super::input::{InputChannel, InputGate};
-use super::message::{CheckpointId, Message};
-use super::operator::{Operator, OperatorFactory, OperatorSnapshot, TaskContext, TaskMetrics};
-use super::source::{SourceFactory, SourceReader};
-use super::task::{Task, TaskInput};
-use crate::checkpoint::driver::{CoordinatorDriver, DriverTask};
-use crate::checkpoint::{CheckpointConfig, CheckpointMetadata, TaskState};
-use crate::state::key_group::key_group_range;
-use crate::state::snapshot::read_state_file;
+use super::deploy::{Attempt, build_attempt};
+use super::exchange::Exchange;
+use super::message::CheckpointId;
+use super::operator::{OperatorFactory, TaskMetrics};
+use super::source::SourceFactory;
+use crate::checkpoint::driver::CoordinatorDriver;
+use crate::checkpoint::storage::read_metadata;
+use crate::checkpoint::{CheckpointConfig, CheckpointMetadata, RestartStrategy};
 use crate::{Error, Result};
-
-/// The stable id of the operator at `index` in the chain of `vertex`:
-/// `<vertex>-<index>-<kind>`, checked against a checkpoint on restore.
-pub fn operator_id(vertex: usize, index: usize, factory: &dyn OperatorFactory) -> String {
-    let description = factory.describe();
-    let kind: String = description
-        .split(['(', '[', ':'])
-        .next()
-        .unwrap_or("operator")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect();
-    format!("{vertex}-{index}-{kind}")
-}
-
-/// The saved state of one subtask in a checkpoint, checked against the job.
-fn task_state<'a>(
-    restored: &'a RestoredCheckpoint,
-    vertex: usize,
-    subtask: usize,
-    parallelism: usize,
-    name: &str,
-) -> Result<Option<&'a TaskState>> {
-    let states: Vec<&TaskState> = restored
-        .metadata
-        .tasks
-        .iter()
-        .filter(|t| t.vertex == vertex)
-        .collect();
-    if let Some(other) = states.iter().find(|t| t.parallelism != parallelism) {
-        return Err(Error::State(format!(
-            "checkpoint {} ran {name} at parallelism {}, this job at {parallelism}; \
-             restoring at another parallelism is not supported yet",
-            restored.dir.display(),
-            other.parallelism
-        )));
-    }
-    Ok(states.into_iter().find(|t| t.subtask == subtask))
-}
-
-/// Restores a source reader and the chained operators of one subtask.
-fn restore_task(
-    restored: &RestoredCheckpoint,
-    state: &TaskState,
-    reader: Option<&mut Box<dyn SourceReader>>,
-    chain: &mut [Box<dyn Operator>],
-    operator_ids: &[String],
-    ctx: &TaskContext,
-) -> Result<()> {
-    if let (Some(reader), Some(position)) = (reader, &state.source) {
-        reader.restore_position(position).map_err(|e| {
-            Error::State(format!(
-                "checkpoint {}: source position of subtask {}: {e}",
-                restored.dir.display(),
-                ctx.subtask
-            ))
-        })?;
-    }
-    let range = key_group_range(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
-    for saved in &state.operators {
-        let Some(index) = operator_ids.iter().position(|id| *id == saved.operator_id) else {
-            return Err(Error::State(format!(
-                "checkpoint {} holds state of operator '{}', which this job does not have \
-                 (its operators: {}); was the query changed?",
-                restored.dir.display(),
-                saved.operator_id,
-                operator_ids.join(", ")
-            )));
-        };
-        let rows = match &saved.file {
-            Some(file) => read_state_file(&restored.dir.join(&file.path), &range)?,
-            None => None,
-        };
-        chain[index].restore(OperatorSnapshot {
-            meta: saved.meta.clone(),
-            rows,
-        })?;
-    }
-    Ok(())
-}
 
 /// A chain of operators that runs in one thread per subtask.
 #[derive(Debug, Clone)]
@@ -168,6 +90,8 @@ pub struct JobSettings {
     pub restore: Option<RestoredCheckpoint>,
     /// What the user should know about how the job started (restore decisions).
     pub notes: Vec<String>,
+    /// What happens when a task fails.
+    pub restart: RestartStrategy,
 }
 
 /// A complete checkpoint a job starts from.
@@ -220,7 +144,6 @@ pub struct TaskInfo {
 
 struct JobState {
     status: JobStatus,
-    running: usize,
     error: Option<Error>,
     error_text: Option<String>,
     user_cancelled: bool,
@@ -231,8 +154,12 @@ struct JobShared {
     name: String,
     checkpoints: Mutex<Vec<CheckpointStats>>,
     failed_checkpoints: AtomicU64,
+    restarts: AtomicU64,
+    /// The id the next attempt's first checkpoint takes.
+    next_checkpoint: AtomicU64,
     notes: Vec<String>,
-    cancel: Arc<AtomicBool>,
+    /// The running attempt's stop flag.
+    cancel: Mutex<Arc<AtomicBool>>,
     state: Mutex<JobState>,
     done: Condvar,
     tasks: Vec<TaskInfo>,
@@ -281,7 +208,7 @@ impl JobHandle {
         self.shared.started.elapsed()
     }
 
-    /// Every subtask's counters.
+    /// Every subtask's counters (summed over attempts).
     pub fn tasks(&self) -> &[TaskInfo] {
         &self.shared.tasks
     }
@@ -301,6 +228,15 @@ impl JobHandle {
         self.shared.failed_checkpoints.load(Ordering::Relaxed)
     }
 
+    /// How many times the job restarted after a failure.
+    pub fn restarts(&self) -> u64 {
+        self.shared.restarts.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn checkpoint_triggered(&self, id: CheckpointId) {
+        self.shared.next_checkpoint.fetch_max(id + 1, Ordering::SeqCst);
+    }
+
     pub(crate) fn checkpoint_completed(&self, stats: CheckpointStats) {
         self.shared
             .checkpoints
@@ -313,16 +249,6 @@ impl JobHandle {
         self.shared.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Fails the job with `error` (from outside its tasks: the coordinator).
-    pub(crate) fn fail(&self, error: Error) {
-        let mut state = self.shared.state.lock().expect("job state");
-        if state.error.is_none() && !state.user_cancelled {
-            state.error_text = Some(error.to_string());
-            state.error = Some(error);
-        }
-        self.shared.cancel.store(true, Ordering::SeqCst);
-    }
-
     /// Stops the job; `wait` then returns [`JobStatus::Cancelled`].
     pub fn cancel(&self) {
         {
@@ -331,7 +257,16 @@ impl JobHandle {
                 state.user_cancelled = true;
             }
         }
-        self.shared.cancel.store(true, Ordering::SeqCst);
+        self.shared
+            .cancel
+            .lock()
+            .expect("job cancel")
+            .store(true, Ordering::SeqCst);
+        self.shared.done.notify_all();
+    }
+
+    fn user_cancelled(&self) -> bool {
+        self.shared.state.lock().expect("job state").user_cancelled
     }
 
     /// Blocks until the job ends. A failed job returns its root-cause error (the
@@ -370,234 +305,220 @@ impl JobHandle {
         self.wait()
     }
 
-    fn task_ended(&self, result: Result<()>) {
+    /// Ends the job: finished, cancelled, or failed with `error`.
+    fn end(&self, error: Option<Error>) {
         let mut state = self.shared.state.lock().expect("job state");
-        state.running -= 1;
-        if let Err(e) = result {
-            if !is_secondary(&e) && state.error.is_none() && !state.user_cancelled {
-                state.error_text = Some(e.to_string());
-                state.error = Some(e);
-            } else if state.error_text.is_none() {
-                state.error_text = Some(e.to_string());
-            }
-            self.shared.cancel.store(true, Ordering::SeqCst);
-        }
-        if state.running == 0 {
-            state.status = if state.error.is_some() {
-                JobStatus::Failed
-            } else if state.user_cancelled {
-                JobStatus::Cancelled
-            } else if state.error_text.is_some() {
-                JobStatus::Failed
-            } else {
-                JobStatus::Finished
-            };
-            self.shared.done.notify_all();
-        }
+        state.status = if state.user_cancelled {
+            JobStatus::Cancelled
+        } else if let Some(error) = error {
+            state.error_text = Some(error.to_string());
+            state.error = Some(error);
+            JobStatus::Failed
+        } else {
+            JobStatus::Finished
+        };
+        self.shared.done.notify_all();
     }
 }
 
-/// Starts a job: creates every subtask, wires the channels and spawns the threads.
+/// How one attempt ended, as its tasks report it.
+pub struct AttemptShared {
+    cancel: Arc<AtomicBool>,
+    state: Mutex<AttemptState>,
+    done: Condvar,
+}
+
+struct AttemptState {
+    running: usize,
+    /// The root cause: the first error that is not a consequence of another.
+    error: Option<Error>,
+    /// Any error, when only consequences were seen.
+    secondary: Option<Error>,
+}
+
+impl AttemptShared {
+    fn new(cancel: Arc<AtomicBool>, running: usize) -> Self {
+        AttemptShared {
+            cancel,
+            state: Mutex::new(AttemptState {
+                running,
+                error: None,
+                secondary: None,
+            }),
+            done: Condvar::new(),
+        }
+    }
+
+    /// A task ended; an error fails the attempt and stops its other tasks.
+    fn task_ended(&self, result: Result<()>) {
+        let mut state = self.state.lock().expect("attempt state");
+        state.running -= 1;
+        if let Err(e) = result {
+            self.record(&mut state, e);
+        }
+        if state.running == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn record(&self, state: &mut AttemptState, e: Error) {
+        if !is_secondary(&e) && state.error.is_none() {
+            state.error = Some(e);
+        } else if state.secondary.is_none() {
+            state.secondary = Some(e);
+        }
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// Fails the attempt from outside its tasks (the checkpoint coordinator).
+    pub(crate) fn fail(&self, error: Error) {
+        let mut state = self.state.lock().expect("attempt state");
+        self.record(&mut state, error);
+    }
+
+    /// Waits for every task; the attempt's error, if it failed.
+    fn wait(&self) -> Option<Error> {
+        let mut state = self.state.lock().expect("attempt state");
+        while state.running > 0 {
+            state = self.done.wait(state).expect("attempt state");
+        }
+        state.error.take().or_else(|| state.secondary.take())
+    }
+}
+
+/// Starts a job: builds and launches its first attempt; a supervisor thread
+/// restarts it as the restart strategy says.
 pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
-    let cancel = Arc::new(AtomicBool::new(false));
-    // Channels: for each edge, senders per upstream subtask and receivers per
-    // downstream subtask.
-    // For each vertex and subtask: (edge index, one sender per target channel).
-    type EdgeSenders = Vec<(usize, Vec<crossbeam_channel::Sender<Message>>)>;
-    let mut senders: Vec<Vec<EdgeSenders>> = graph
-        .vertices
-        .iter()
-        .map(|v| vec![Vec::new(); v.parallelism])
-        .collect();
-    let mut receivers: Vec<Vec<Vec<InputChannel>>> = graph
-        .vertices
-        .iter()
-        .map(|v| (0..v.parallelism).map(|_| Vec::new()).collect())
-        .collect();
-    for (edge_index, edge) in graph.edges.iter().enumerate() {
-        let up = graph.vertices[edge.from].parallelism;
-        let down = graph.vertices[edge.to].parallelism;
-        let pairs: Vec<(usize, usize)> = match edge.exchange {
-            Exchange::Forward => {
-                if up != down {
-                    return Err(Error::Internal(format!(
-                        "forward edge between parallelism {up} and {down}"
-                    )));
-                }
-                (0..up).map(|i| (i, i)).collect()
-            }
-            Exchange::Single => {
-                if down != 1 {
-                    return Err(Error::Internal("single edge into parallelism > 1".into()));
-                }
-                (0..up).map(|i| (i, 0)).collect()
-            }
-            _ => (0..up).flat_map(|i| (0..down).map(move |j| (i, j))).collect(),
-        };
-        for (i, j) in pairs {
-            let (tx, rx) = bounded(settings.channel_capacity);
-            let slot = &mut senders[edge.from][i];
-            match slot.iter_mut().find(|(e, _)| *e == edge_index) {
-                Some((_, list)) => list.push(tx),
-                None => slot.push((edge_index, vec![tx])),
-            }
-            receivers[edge.to][j].push(InputChannel::new(rx, edge.to_input));
-        }
-    }
-
-    let job_dir = settings.checkpoint.as_ref().map(|c| c.dir.join(&settings.name));
-    if let Some(dir) = &job_dir {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    }
-    let (report_sender, report_receiver) = crossbeam_channel::unbounded();
-    let mut driver_tasks = Vec::new();
-    let mut tasks = Vec::new();
-    let mut infos = Vec::new();
-    for (vertex_index, vertex) in graph.vertices.iter().enumerate() {
-        let vertex_name = vertex.name();
-        if settings.checkpoint.is_some()
-            && let Some(source) = vertex.source.as_ref().filter(|s| !s.supports_checkpoints())
-        {
-            return Err(Error::Plan(format!(
-                "checkpoints are on, but {} cannot checkpoint its position yet",
-                source.describe()
-            )));
-        }
-        let operator_ids: Vec<String> = vertex
-            .operators
-            .iter()
-            .enumerate()
-            .map(|(index, factory)| operator_id(vertex_index, index, factory.as_ref()))
-            .collect();
-        for subtask in 0..vertex.parallelism {
-            let metrics = Arc::new(TaskMetrics::default());
-            let ctx = TaskContext {
-                subtask,
-                parallelism: vertex.parallelism,
-                max_parallelism: settings.max_parallelism,
-                batch_size: settings.batch_size,
-                metrics: metrics.clone(),
-                cancel: cancel.clone(),
-                checkpointing: settings.checkpoint.is_some(),
-            };
-            let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
-            let mut reader = match &vertex.source {
-                Some(source) => Some(source.create_reader(&ctx)?),
-                None => None,
-            };
-            let mut chain = vertex
-                .operators
-                .iter()
-                .map(|factory| factory.create(&ctx))
-                .collect::<Result<Vec<_>>>()?;
-            if settings.checkpoint.is_some()
-                && let Some(operator) = chain.iter().find(|op| !op.supports_checkpoints())
-            {
-                return Err(Error::Plan(format!(
-                    "checkpoints are on, but operator {} cannot checkpoint its state yet",
-                    operator.name()
-                )));
-            }
-            if let Some(restored) = &settings.restore
-                && let Some(state) =
-                    task_state(restored, vertex_index, subtask, vertex.parallelism, &vertex_name)?
-            {
-                restore_task(restored, state, reader.as_mut(), &mut chain, &operator_ids, &ctx)?;
-            }
-            let input = match reader {
-                Some(reader) => TaskInput::Source(reader),
-                None => TaskInput::Channels(InputGate::new(std::mem::take(
-                    &mut receivers[vertex_index][subtask],
-                ))),
-            };
-            let outputs = std::mem::take(&mut senders[vertex_index][subtask])
-                .into_iter()
-                .map(|(edge_index, txs)| {
-                    ExchangeWriter::new(graph.edges[edge_index].exchange.clone(), txs, &ctx)
-                })
-                .collect();
-            let checkpointing = job_dir.as_ref().map(|dir| {
-                let (control_sender, control) = crossbeam_channel::unbounded::<TaskControl>();
-                driver_tasks.push(DriverTask {
-                    control: control_sender,
-                    is_source: vertex.source.is_some(),
-                });
-                TaskCheckpointing {
-                    task: tasks.len(),
-                    vertex: vertex_index,
-                    subtask,
-                    parallelism: vertex.parallelism,
-                    operator_ids: operator_ids.clone(),
-                    job_dir: dir.clone(),
-                    control,
-                    reports: report_sender.clone(),
-                }
-            });
-            infos.push(TaskInfo {
-                name: name.clone(),
-                metrics: metrics.clone(),
-                is_source: vertex.source.is_some(),
-            });
-            tasks.push(Task {
-                name,
-                input: Some(input),
-                chain,
-                outputs,
-                metrics,
-                cancel: cancel.clone(),
-                checkpointing,
-            });
-        }
-    }
-    drop(report_sender);
-
+    let first = build_attempt(&graph, &settings, settings.restore.as_ref(), &[])?;
     let handle = JobHandle {
         shared: Arc::new(JobShared {
             id: NEXT_JOB_ID.fetch_add(1, Ordering::Relaxed),
             name: settings.name.clone(),
             checkpoints: Mutex::new(Vec::new()),
             failed_checkpoints: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+            next_checkpoint: AtomicU64::new(
+                settings
+                    .restore
+                    .as_ref()
+                    .map_or(1, |r| r.metadata.checkpoint_id + 1),
+            ),
             notes: settings.notes.clone(),
-            cancel,
+            cancel: Mutex::new(first.cancel.clone()),
             state: Mutex::new(JobState {
                 status: JobStatus::Running,
-                running: tasks.len(),
                 error: None,
                 error_text: None,
                 user_cancelled: false,
             }),
             done: Condvar::new(),
-            tasks: infos,
+            tasks: first.infos.clone(),
             started: Instant::now(),
         }),
     };
-    if tasks.is_empty() {
-        let mut state = handle.shared.state.lock().expect("job state");
-        state.status = JobStatus::Finished;
-        drop(state);
+    if first.tasks.is_empty() {
+        handle.end(None);
         return Ok(handle);
     }
-    if let (Some(config), Some(job_dir)) = (settings.checkpoint.clone(), job_dir) {
-        let next_id = settings
-            .restore
-            .as_ref()
-            .map_or(1, |r| r.metadata.checkpoint_id + 1);
+    let attempt = launch(&handle, first)?;
+    let supervisor = handle.clone();
+    std::thread::Builder::new()
+        .name(format!("weir-{}-supervisor", handle.id()))
+        .spawn(move || supervise(supervisor, graph, settings, attempt))
+        .map_err(|e| Error::Execution(format!("could not start the job supervisor: {e}")))?;
+    Ok(handle)
+}
+
+/// Waits for each attempt, restarting failed ones while the strategy allows.
+fn supervise(handle: JobHandle, graph: JobGraph, settings: JobSettings, mut attempt: Arc<AttemptShared>) {
+    let mut restarts = 0u32;
+    loop {
+        let Some(error) = attempt.wait() else {
+            return handle.end(None);
+        };
+        let (attempts, delay) = match settings.restart {
+            RestartStrategy::FixedDelay { attempts, delay } => (attempts, delay),
+            RestartStrategy::None => return handle.end(Some(error)),
+        };
+        if handle.user_cancelled() || restarts >= attempts {
+            return handle.end(Some(error));
+        }
+        restarts += 1;
+        handle.shared.restarts.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "[WARN] job {} ({}) failed: {error}; restarting in {:?} (restart {restarts})",
+            handle.id(),
+            handle.name(),
+            delay
+        );
+        // Wait the delay, unless the job is cancelled meanwhile.
+        {
+            let deadline = Instant::now() + delay;
+            let mut state = handle.shared.state.lock().expect("job state");
+            while !state.user_cancelled && Instant::now() < deadline {
+                state = handle
+                    .shared
+                    .done
+                    .wait_timeout(state, deadline - Instant::now())
+                    .expect("job state")
+                    .0;
+            }
+            if state.user_cancelled {
+                drop(state);
+                return handle.end(Some(error));
+            }
+        }
+        let restore = match latest_checkpoint(&handle, &settings) {
+            Ok(restore) => restore,
+            Err(e) => return handle.end(Some(e)),
+        };
+        let metrics: Vec<Arc<TaskMetrics>> = handle.tasks().iter().map(|t| t.metrics.clone()).collect();
+        let next = match build_attempt(&graph, &settings, restore.as_ref(), &metrics) {
+            Ok(next) => next,
+            Err(e) => return handle.end(Some(e)),
+        };
+        *handle.shared.cancel.lock().expect("job cancel") = next.cancel.clone();
+        attempt = match launch(&handle, next) {
+            Ok(attempt) => attempt,
+            Err(e) => return handle.end(Some(e)),
+        };
+    }
+}
+
+/// The checkpoint a restart starts from: the latest this job completed, else
+/// the one the job started from, else none.
+fn latest_checkpoint(handle: &JobHandle, settings: &JobSettings) -> Result<Option<RestoredCheckpoint>> {
+    match handle.completed_checkpoints().last() {
+        Some(stats) => Ok(Some(RestoredCheckpoint {
+            metadata: read_metadata(&stats.dir)?,
+            dir: stats.dir.clone(),
+        })),
+        None => Ok(settings.restore.clone()),
+    }
+}
+
+/// Starts the threads of an attempt (and its checkpoint coordinator).
+fn launch(handle: &JobHandle, attempt: Attempt) -> Result<Arc<AttemptShared>> {
+    let shared = Arc::new(AttemptShared::new(attempt.cancel.clone(), attempt.tasks.len()));
+    let max_parallelism = attempt.max_parallelism;
+    if let Some(parts) = attempt.driver {
         let driver = CoordinatorDriver {
-            config,
-            job_dir,
+            config: parts.config,
+            job_dir: parts.job_dir,
             job: handle.clone(),
-            max_parallelism: settings.max_parallelism,
-            tasks: driver_tasks,
-            reports: report_receiver,
-            next_id,
+            attempt: shared.clone(),
+            max_parallelism,
+            tasks: parts.tasks,
+            reports: parts.reports,
+            next_id: handle.shared.next_checkpoint.load(Ordering::SeqCst),
         };
         std::thread::Builder::new()
             .name(format!("weir-{}-coordinator", handle.id()))
             .spawn(move || driver.run())
             .map_err(|e| Error::Execution(format!("could not start the checkpoint coordinator: {e}")))?;
     }
-    for (index, task) in tasks.into_iter().enumerate() {
-        let job = handle.clone();
+    for (index, task) in attempt.tasks.into_iter().enumerate() {
+        let attempt_shared = shared.clone();
         let thread_name = format!("weir-{}-{index}", handle.id());
         let spawned = std::thread::Builder::new().name(thread_name).spawn(move || {
             let name = task.name.clone();
@@ -610,12 +531,12 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
                         .unwrap_or_else(|| "unknown panic".into());
                     Err(Error::Execution(format!("task {name} panicked: {message}")))
                 });
-            job.task_ended(result);
+            attempt_shared.task_ended(result);
         });
         if let Err(e) = spawned {
-            handle.cancel();
-            return Err(Error::Execution(format!("could not start a task thread: {e}")));
+            shared.fail(Error::Execution(format!("could not start a task thread: {e}")));
+            shared.task_ended(Ok(()));
         }
     }
-    Ok(handle)
+    Ok(shared)
 }

@@ -1,6 +1,7 @@
 //! The runtime: messages, operators, exchanges, tasks and jobs.
 
 pub mod control;
+pub mod deploy;
 pub mod exchange;
 pub mod input;
 pub mod job;

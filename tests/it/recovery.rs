@@ -184,3 +184,125 @@ fn a_nexmark_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_r
         );
     }
 }
+
+/// `chaos(id)`: returns `id`, but panics (once) when `id` is one of the armed
+/// ids: a task failure at a chosen record, in whichever subtask reads it.
+#[derive(Debug)]
+struct Chaos {
+    signature: datafusion_expr::Signature,
+    armed: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>,
+}
+
+impl PartialEq for Chaos {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Chaos {}
+
+impl std::hash::Hash for Chaos {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        "chaos".hash(state);
+    }
+}
+
+impl datafusion_expr::ScalarUDFImpl for Chaos {
+    fn name(&self) -> &str {
+        "chaos"
+    }
+
+    fn signature(&self) -> &datafusion_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(
+        &self,
+        _: &[arrow::datatypes::DataType],
+    ) -> datafusion_common::Result<arrow::datatypes::DataType> {
+        Ok(arrow::datatypes::DataType::Int64)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: datafusion_expr::ScalarFunctionArgs,
+    ) -> datafusion_common::Result<datafusion_expr::ColumnarValue> {
+        use arrow::array::AsArray;
+        let values = datafusion_expr::ColumnarValue::values_to_arrays(&args.args)?;
+        let ids = values[0].as_primitive::<arrow::datatypes::Int64Type>();
+        let mut armed = self.armed.lock().unwrap();
+        if let Some(hit) = ids.values().iter().find(|id| armed.contains(id)).copied() {
+            armed.remove(&hit);
+            drop(armed);
+            panic!("chaos: injected failure at id {hit}");
+        }
+        Ok(datafusion_expr::ColumnarValue::Array(values[0].clone()))
+    }
+}
+
+/// Runs the tumbling job in-process with checkpoints every 100 ms and a 50 ms
+/// restart delay; `chaos` panics at the `armed` ids. Returns the job.
+fn run_with_chaos(dir: &Path, out: &Path, parallelism: usize, armed: Vec<i64>) -> weir::JobHandle {
+    let engine = crate::engine(parallelism);
+    engine.register_udf(datafusion_expr::ScalarUDF::from(Chaos {
+        signature: datafusion_expr::Signature::exact(
+            vec![arrow::datatypes::DataType::Int64],
+            datafusion_expr::Volatility::Volatile,
+        ),
+        armed: std::sync::Arc::new(std::sync::Mutex::new(armed.into_iter().collect())),
+    }));
+    let name = out.file_name().unwrap().to_string_lossy().into_owned();
+    let checkpoints = dir.join("checkpoints").display().to_string();
+    for (key, value) in [
+        ("execution.checkpointing.interval", "100 ms"),
+        ("execution.checkpointing.dir", checkpoints.as_str()),
+        ("pipeline.name", name.as_str()),
+        ("restart-strategy.fixed-delay.delay", "50 ms"),
+    ] {
+        engine.set(key, value).unwrap();
+    }
+    let script = format!(
+        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '200000',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999');
+         CREATE VIEW checked AS SELECT chaos(id) AS id, ts FROM seq;
+         CREATE TABLE `out` (k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         INSERT INTO `out` SELECT id % 7, window_start, COUNT(*), SUM(id)
+         FROM TABLE(TUMBLE(TABLE checked, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+         GROUP BY id % 7, window_start, window_end",
+        out.display()
+    );
+    engine.sql(&script).unwrap().job().unwrap().clone()
+}
+
+#[test]
+fn panics_in_random_subtasks_are_survived_by_restarts_with_exactly_once_output() {
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    for parallelism in [1, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let armed: Vec<i64> = (0..3).map(|_| rng.random_range(20_000..380_000)).collect();
+        let context = format!("parallelism {parallelism}, failures at ids {armed:?}, WEIR_TEST_SEED={seed}");
+        let clean_out = dir.path().join("clean");
+        let clean = run_with_chaos(dir.path(), &clean_out, parallelism, vec![]);
+        assert_eq!(clean.wait().unwrap(), weir::JobStatus::Finished, "{context}");
+        assert_eq!(clean.restarts(), 0);
+        let out = dir.path().join("chaos");
+        let job = run_with_chaos(dir.path(), &out, parallelism, armed);
+        assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished, "{context}");
+        assert!(
+            (1..=3).contains(&job.restarts()),
+            "{} restarts: {context}",
+            job.restarts()
+        );
+        let expected = committed_rows(&clean_out);
+        let got = committed_rows(&out);
+        assert_eq!(got.len(), expected.len(), "row count: {context}");
+        assert!(got == expected, "rows differ: {context}");
+    }
+}

@@ -1,7 +1,8 @@
 //! The filesystem sink: part files per subtask, hidden until complete.
 //!
 //! A part file is written as `.part-<uuid>-<subtask>-<n>.inprogress.<uuid>` and
-//! renamed to `part-<uuid>-<subtask>-<n>` when it is complete: when it reaches
+//! renamed to `part-<uuid>-<subtask>-<n>` when it is complete (the first uuid
+//! is new for every writer, so a restarted attempt never reuses a name): when it reaches
 //! `sink.rolling-policy.file-size` or `sink.rolling-policy.rollover-interval`, or
 //! at the end of input. Readers (weir's own source included) skip hidden files.
 //! A partitioned table's rows go to part files in their partition directories
@@ -130,7 +131,6 @@ pub struct FileSinkFactory {
     /// The schema of the part files (without partition columns).
     schema: SchemaRef,
     policy: RollingPolicy,
-    uuid: String,
     partitioning: Option<Arc<Partitioning>>,
 }
 
@@ -180,7 +180,6 @@ impl FileSinkFactory {
             format,
             schema,
             policy: RollingPolicy::from_table(table)?,
-            uuid: random_uuid(),
             partitioning,
         }))
     }
@@ -206,7 +205,7 @@ impl SinkFactory for FileSinkFactory {
         }
         Ok(Box::new(PartFileWriter {
             directory: self.directory.clone(),
-            prefix: format!("part-{}-{}-", self.uuid, ctx.subtask),
+            prefix: format!("part-{}-{}-", random_uuid(), ctx.subtask),
             subtask: ctx.subtask,
             format: self.format.clone(),
             schema: self.schema.clone(),
@@ -542,6 +541,15 @@ mod tests {
         assert_eq!(parse_size("1 gb"), Some(1 << 30));
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("lots"), None);
+    }
+
+    #[test]
+    fn hidden_part_files_name_their_subtask() {
+        let uuid = random_uuid();
+        let name = format!(".part-{uuid}-3-17.inprogress.{}", random_uuid());
+        assert_eq!(hidden_part_subtask(&name), Some(3));
+        assert_eq!(hidden_part_subtask(&format!("part-{uuid}-3-17")), None);
+        assert_eq!(hidden_part_subtask(".weir-write-probe-x"), None);
     }
 
     #[test]

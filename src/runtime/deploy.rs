@@ -1,0 +1,312 @@
+//! Deploying one attempt of a job: channels, subtasks (restored from a
+//! checkpoint when there is one), the checkpoint coordinator, and threads.
+//!
+//! Every operator instance and source reader is created before any thread
+//! starts, so a setup error (a missing file, an unwritable directory, a
+//! checkpoint that does not fit the query) fails the attempt before it runs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use crossbeam_channel::{Receiver, bounded};
+
+use super::control::{TaskCheckpointing, TaskControl, TaskReport};
+use super::exchange::{Exchange, ExchangeWriter};
+use super::input::{InputChannel, InputGate};
+use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
+use super::message::Message;
+use super::operator::{Operator, OperatorFactory, OperatorSnapshot, TaskContext, TaskMetrics};
+use super::source::SourceReader;
+use super::task::{Task, TaskInput};
+use crate::checkpoint::driver::DriverTask;
+use crate::checkpoint::{CheckpointConfig, TaskState};
+use crate::state::key_group::key_group_range;
+use crate::state::snapshot::read_state_file;
+use crate::{Error, Result};
+
+/// What the checkpoint coordinator of an attempt needs.
+pub struct DriverParts {
+    /// Settings.
+    pub config: CheckpointConfig,
+    /// `<checkpoint dir>/<job name>`.
+    pub job_dir: PathBuf,
+    /// One line per task.
+    pub tasks: Vec<DriverTask>,
+    /// Reports from the tasks.
+    pub reports: Receiver<TaskReport>,
+}
+
+/// One attempt of a job, built and not yet running.
+pub struct Attempt {
+    /// Its subtasks.
+    pub tasks: Vec<Task>,
+    /// Their names and counters.
+    pub infos: Vec<TaskInfo>,
+    /// The coordinator's parts, when checkpoints are on.
+    pub driver: Option<DriverParts>,
+    /// Set to stop every task of the attempt.
+    pub cancel: Arc<AtomicBool>,
+    /// Key groups of the job.
+    pub max_parallelism: usize,
+}
+
+/// The stable id of the operator at `index` in the chain of `vertex`:
+/// `<vertex>-<index>-<kind>`, checked against a checkpoint on restore.
+pub fn operator_id(vertex: usize, index: usize, factory: &dyn OperatorFactory) -> String {
+    let description = factory.describe();
+    let kind: String = description
+        .split(['(', '[', ':'])
+        .next()
+        .unwrap_or("operator")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    format!("{vertex}-{index}-{kind}")
+}
+
+/// The saved state of one subtask in a checkpoint, checked against the job.
+pub fn task_state<'a>(
+    restored: &'a RestoredCheckpoint,
+    vertex: usize,
+    subtask: usize,
+    parallelism: usize,
+    name: &str,
+) -> Result<Option<&'a TaskState>> {
+    let states: Vec<&TaskState> = restored
+        .metadata
+        .tasks
+        .iter()
+        .filter(|t| t.vertex == vertex)
+        .collect();
+    if let Some(other) = states.iter().find(|t| t.parallelism != parallelism) {
+        return Err(Error::State(format!(
+            "checkpoint {} ran {name} at parallelism {}, this job at {parallelism}; \
+             restoring at another parallelism is not supported yet",
+            restored.dir.display(),
+            other.parallelism
+        )));
+    }
+    Ok(states.into_iter().find(|t| t.subtask == subtask))
+}
+
+/// Restores a source reader and the chained operators of one subtask.
+pub fn restore_task(
+    restored: &RestoredCheckpoint,
+    state: &TaskState,
+    reader: Option<&mut Box<dyn SourceReader>>,
+    chain: &mut [Box<dyn Operator>],
+    operator_ids: &[String],
+    ctx: &TaskContext,
+) -> Result<()> {
+    if let (Some(reader), Some(position)) = (reader, &state.source) {
+        reader.restore_position(position).map_err(|e| {
+            Error::State(format!(
+                "checkpoint {}: source position of subtask {}: {e}",
+                restored.dir.display(),
+                ctx.subtask
+            ))
+        })?;
+    }
+    let range = key_group_range(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
+    for saved in &state.operators {
+        let Some(index) = operator_ids.iter().position(|id| *id == saved.operator_id) else {
+            return Err(Error::State(format!(
+                "checkpoint {} holds state of operator '{}', which this job does not have \
+                 (its operators: {}); was the query changed?",
+                restored.dir.display(),
+                saved.operator_id,
+                operator_ids.join(", ")
+            )));
+        };
+        let rows = match &saved.file {
+            Some(file) => read_state_file(&restored.dir.join(&file.path), &range)?,
+            None => None,
+        };
+        chain[index].restore(OperatorSnapshot {
+            meta: saved.meta.clone(),
+            rows,
+        })?;
+    }
+    Ok(())
+}
+
+/// Builds every subtask of `graph`, restored from `restore` when given;
+/// `metrics` are reused (by task index) so counters add up across attempts.
+pub fn build_attempt(
+    graph: &JobGraph,
+    settings: &JobSettings,
+    restore: Option<&RestoredCheckpoint>,
+    metrics: &[Arc<TaskMetrics>],
+) -> Result<Attempt> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    // Channels: for each edge, senders per upstream subtask and receivers per
+    // downstream subtask.
+    // For each vertex and subtask: (edge index, one sender per target channel).
+    type EdgeSenders = Vec<(usize, Vec<crossbeam_channel::Sender<Message>>)>;
+    let mut senders: Vec<Vec<EdgeSenders>> = graph
+        .vertices
+        .iter()
+        .map(|v| vec![Vec::new(); v.parallelism])
+        .collect();
+    let mut receivers: Vec<Vec<Vec<InputChannel>>> = graph
+        .vertices
+        .iter()
+        .map(|v| (0..v.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    for (edge_index, edge) in graph.edges.iter().enumerate() {
+        let up = graph.vertices[edge.from].parallelism;
+        let down = graph.vertices[edge.to].parallelism;
+        let pairs: Vec<(usize, usize)> = match edge.exchange {
+            Exchange::Forward => {
+                if up != down {
+                    return Err(Error::Internal(format!(
+                        "forward edge between parallelism {up} and {down}"
+                    )));
+                }
+                (0..up).map(|i| (i, i)).collect()
+            }
+            Exchange::Single => {
+                if down != 1 {
+                    return Err(Error::Internal("single edge into parallelism > 1".into()));
+                }
+                (0..up).map(|i| (i, 0)).collect()
+            }
+            _ => (0..up).flat_map(|i| (0..down).map(move |j| (i, j))).collect(),
+        };
+        for (i, j) in pairs {
+            let (tx, rx) = bounded(settings.channel_capacity);
+            let slot = &mut senders[edge.from][i];
+            match slot.iter_mut().find(|(e, _)| *e == edge_index) {
+                Some((_, list)) => list.push(tx),
+                None => slot.push((edge_index, vec![tx])),
+            }
+            receivers[edge.to][j].push(InputChannel::new(rx, edge.to_input));
+        }
+    }
+
+    let job_dir = settings.checkpoint.as_ref().map(|c| c.dir.join(&settings.name));
+    if let Some(dir) = &job_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let (report_sender, report_receiver) = crossbeam_channel::unbounded();
+    let mut driver_tasks = Vec::new();
+    let mut tasks = Vec::new();
+    let mut infos = Vec::new();
+    for (vertex_index, vertex) in graph.vertices.iter().enumerate() {
+        let vertex_name = vertex.name();
+        if settings.checkpoint.is_some()
+            && let Some(source) = vertex.source.as_ref().filter(|s| !s.supports_checkpoints())
+        {
+            return Err(Error::Plan(format!(
+                "checkpoints are on, but {} cannot checkpoint its position yet",
+                source.describe()
+            )));
+        }
+        let operator_ids: Vec<String> = vertex
+            .operators
+            .iter()
+            .enumerate()
+            .map(|(index, factory)| operator_id(vertex_index, index, factory.as_ref()))
+            .collect();
+        for subtask in 0..vertex.parallelism {
+            let metrics = metrics
+                .get(tasks.len())
+                .cloned()
+                .unwrap_or_else(|| Arc::new(TaskMetrics::default()));
+            let ctx = TaskContext {
+                subtask,
+                parallelism: vertex.parallelism,
+                max_parallelism: settings.max_parallelism,
+                batch_size: settings.batch_size,
+                metrics: metrics.clone(),
+                cancel: cancel.clone(),
+                checkpointing: settings.checkpoint.is_some(),
+            };
+            let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
+            let mut reader = match &vertex.source {
+                Some(source) => Some(source.create_reader(&ctx)?),
+                None => None,
+            };
+            let mut chain = vertex
+                .operators
+                .iter()
+                .map(|factory| factory.create(&ctx))
+                .collect::<Result<Vec<_>>>()?;
+            if settings.checkpoint.is_some()
+                && let Some(operator) = chain.iter().find(|op| !op.supports_checkpoints())
+            {
+                return Err(Error::Plan(format!(
+                    "checkpoints are on, but operator {} cannot checkpoint its state yet",
+                    operator.name()
+                )));
+            }
+            if let Some(restored) = restore
+                && let Some(state) =
+                    task_state(restored, vertex_index, subtask, vertex.parallelism, &vertex_name)?
+            {
+                restore_task(restored, state, reader.as_mut(), &mut chain, &operator_ids, &ctx)?;
+            }
+            let input = match reader {
+                Some(reader) => TaskInput::Source(reader),
+                None => TaskInput::Channels(InputGate::new(std::mem::take(
+                    &mut receivers[vertex_index][subtask],
+                ))),
+            };
+            let outputs = std::mem::take(&mut senders[vertex_index][subtask])
+                .into_iter()
+                .map(|(edge_index, txs)| {
+                    ExchangeWriter::new(graph.edges[edge_index].exchange.clone(), txs, &ctx)
+                })
+                .collect();
+            let checkpointing = job_dir.as_ref().map(|dir| {
+                let (control_sender, control) = crossbeam_channel::unbounded::<TaskControl>();
+                driver_tasks.push(DriverTask {
+                    control: control_sender,
+                    is_source: vertex.source.is_some(),
+                });
+                TaskCheckpointing {
+                    task: tasks.len(),
+                    vertex: vertex_index,
+                    subtask,
+                    parallelism: vertex.parallelism,
+                    operator_ids: operator_ids.clone(),
+                    job_dir: dir.clone(),
+                    control,
+                    reports: report_sender.clone(),
+                }
+            });
+            infos.push(TaskInfo {
+                name: name.clone(),
+                metrics: metrics.clone(),
+                is_source: vertex.source.is_some(),
+            });
+            tasks.push(Task {
+                name,
+                input: Some(input),
+                chain,
+                outputs,
+                metrics,
+                cancel: cancel.clone(),
+                checkpointing,
+            });
+        }
+    }
+    drop(report_sender);
+    let driver = match (&settings.checkpoint, job_dir) {
+        (Some(config), Some(job_dir)) => Some(DriverParts {
+            config: config.clone(),
+            job_dir,
+            tasks: driver_tasks,
+            reports: report_receiver,
+        }),
+        _ => None,
+    };
+    Ok(Attempt {
+        tasks,
+        infos,
+        driver,
+        cancel,
+        max_parallelism: settings.max_parallelism,
+    })
+}
