@@ -97,7 +97,13 @@ impl CoordinatorDriver {
             let report = match self.reports.recv_timeout(wake) {
                 Ok(report) => report,
                 Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Every task has ended: checkpoints still in flight never complete.
+                    if let Err(e) = clean_up(&self.job_dir, self.config.num_retained, &[]) {
+                        eprintln!("[WARN] checkpoint clean-up: {e}");
+                    }
+                    return;
+                }
             };
             match report {
                 TaskReport::Acknowledge {

@@ -2,8 +2,8 @@
 
 use arrow::record_batch::RecordBatch;
 
-use crate::Result;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
+use crate::{Error, Result};
 
 /// Emits fixed batches once, from subtask 0.
 #[derive(Debug)]
@@ -36,19 +36,44 @@ impl SourceFactory for ValuesSourceFactory {
         };
         Ok(Box::new(ValuesReader {
             batches: batches.into_iter(),
+            emitted: 0,
         }))
+    }
+
+    fn supports_checkpoints(&self) -> bool {
+        true
     }
 }
 
 struct ValuesReader {
     batches: std::vec::IntoIter<RecordBatch>,
+    /// Batches emitted: the checkpointed position.
+    emitted: usize,
 }
 
 impl SourceReader for ValuesReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
         Ok(match self.batches.next() {
-            Some(batch) => SourcePoll::Batch(batch),
+            Some(batch) => {
+                self.emitted += 1;
+                SourcePoll::Batch(batch)
+            }
             None => SourcePoll::End,
         })
+    }
+
+    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+        Ok(serde_json::json!({ "batches": self.emitted }))
+    }
+
+    fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
+        let n = position["batches"]
+            .as_u64()
+            .ok_or_else(|| Error::State(format!("values position {position} lacks 'batches'")))?;
+        for _ in 0..n {
+            self.batches.next();
+        }
+        self.emitted = n as usize;
+        Ok(())
     }
 }

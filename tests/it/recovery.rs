@@ -243,6 +243,17 @@ impl datafusion_expr::ScalarUDFImpl for Chaos {
 /// Runs the tumbling job in-process with checkpoints every 100 ms and a 50 ms
 /// restart delay; `chaos` panics at the `armed` ids. Returns the job.
 fn run_with_chaos(dir: &Path, out: &Path, parallelism: usize, armed: Vec<i64>) -> weir::JobHandle {
+    run_with_settings(dir, out, parallelism, armed, &[]).unwrap()
+}
+
+/// Like [`run_with_chaos`], with more settings; the submission's error if any.
+fn run_with_settings(
+    dir: &Path,
+    out: &Path,
+    parallelism: usize,
+    armed: Vec<i64>,
+    settings: &[(&str, &str)],
+) -> weir::Result<weir::JobHandle> {
     let engine = crate::engine(parallelism);
     engine.register_udf(datafusion_expr::ScalarUDF::from(Chaos {
         signature: datafusion_expr::Signature::exact(
@@ -261,6 +272,9 @@ fn run_with_chaos(dir: &Path, out: &Path, parallelism: usize, armed: Vec<i64>) -
     ] {
         engine.set(key, value).unwrap();
     }
+    for (key, value) in settings {
+        engine.set(key, value).unwrap();
+    }
     let script = format!(
         "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
@@ -274,7 +288,7 @@ fn run_with_chaos(dir: &Path, out: &Path, parallelism: usize, armed: Vec<i64>) -
          GROUP BY id % 7, window_start, window_end",
         out.display()
     );
-    engine.sql(&script).unwrap().job().unwrap().clone()
+    Ok(engine.sql(&script)?.job().unwrap().clone())
 }
 
 #[test]
@@ -305,4 +319,141 @@ fn panics_in_random_subtasks_are_survived_by_restarts_with_exactly_once_output()
         assert_eq!(got.len(), expected.len(), "row count: {context}");
         assert!(got == expected, "rows differ: {context}");
     }
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_written_is_declined_and_the_job_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean_out = dir.path().join("clean");
+    let clean = run_with_chaos(dir.path(), &clean_out, 2, vec![]);
+    assert_eq!(clean.wait().unwrap(), weir::JobStatus::Finished);
+    // A file where checkpoint 2's directory must go: its state cannot be written.
+    let out = dir.path().join("blocked");
+    let job_dir = dir.path().join("checkpoints").join("blocked");
+    std::fs::create_dir_all(&job_dir).unwrap();
+    std::fs::write(job_dir.join("chk-2"), "in the way").unwrap();
+    let job = run_with_settings(
+        dir.path(),
+        &out,
+        2,
+        vec![],
+        &[("execution.checkpointing.tolerable-failed-checkpoints", "10")],
+    )
+    .unwrap();
+    assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
+    assert!(job.failed_checkpoints() >= 1, "checkpoint 2 was declined");
+    assert!(job.completed_checkpoints().iter().all(|c| c.id != 2));
+    assert!(
+        !job.completed_checkpoints().is_empty(),
+        "later checkpoints completed"
+    );
+    assert_eq!(job.restarts(), 0, "the job went on without a restart");
+    assert!(committed_rows(&out) == committed_rows(&clean_out));
+}
+
+#[test]
+fn only_the_retained_checkpoints_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("retained");
+    let job = run_with_settings(
+        dir.path(),
+        &out,
+        1,
+        vec![],
+        &[("execution.checkpointing.num-retained", "2")],
+    )
+    .unwrap();
+    assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
+    let completed = job.completed_checkpoints();
+    assert!(completed.len() >= 3, "{} checkpoints", completed.len());
+    let mut left: Vec<String> = std::fs::read_dir(dir.path().join("checkpoints/retained"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut newest: Vec<String> = completed[completed.len() - 2..]
+        .iter()
+        .map(|c| format!("chk-{}", c.id))
+        .collect();
+    newest.sort();
+    assert_eq!(left, newest);
+    for chk in &left {
+        let metadata = dir
+            .path()
+            .join("checkpoints/retained")
+            .join(chk)
+            .join("_metadata");
+        assert!(metadata.is_file(), "{chk} is complete");
+    }
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_and_a_corrupt_state_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("damaged");
+    let job = run_with_settings(
+        dir.path(),
+        &out,
+        1,
+        vec![],
+        &[("execution.checkpointing.num-retained", "2")],
+    )
+    .unwrap();
+    assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
+    let completed = job.completed_checkpoints();
+    let (older, newest) = (&completed[completed.len() - 2], &completed[completed.len() - 1]);
+    std::fs::write(newest.dir.join("_metadata"), "{ not json").unwrap();
+    let job_dir = dir.path().join("checkpoints/damaged");
+
+    // The job directory restores the older checkpoint, and says why.
+    let restored = run_with_settings(
+        dir.path(),
+        &dir.path().join("again"),
+        1,
+        vec![],
+        &[("execution.savepoint.path", &job_dir.display().to_string())],
+    )
+    .unwrap();
+    let notes = restored.notes().join("\n");
+    assert!(
+        notes.contains("_metadata") && notes.contains(&format!("restoring checkpoint {}", older.id)),
+        "{notes}"
+    );
+    restored.cancel();
+    let _ = restored.wait();
+
+    // The damaged checkpoint itself is refused, naming the file.
+    let err = run_with_settings(
+        dir.path(),
+        &dir.path().join("refused"),
+        1,
+        vec![],
+        &[("execution.savepoint.path", &newest.dir.display().to_string())],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(&newest.dir.join("_metadata").display().to_string()),
+        "{err}"
+    );
+
+    // A corrupt state file is named too.
+    let state = std::fs::read_dir(&older.dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .expect("an operator directory");
+    let file = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap().path();
+    let size = std::fs::metadata(&file).unwrap().len() as usize;
+    std::fs::write(&file, vec![b'x'; size]).unwrap();
+    let err = run_with_settings(
+        dir.path(),
+        &dir.path().join("corrupt"),
+        1,
+        vec![],
+        &[("execution.savepoint.path", &older.dir.display().to_string())],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&file.display().to_string()), "{err}");
 }

@@ -149,7 +149,14 @@ impl SourceFactory for FileSourceFactory {
             schema: self.schema.clone(),
             batch_size: ctx.batch_size,
             metrics: ctx.metrics.clone(),
+            files_done: 0,
+            rows_in_current: 0,
+            skip_rows: 0,
         }))
+    }
+
+    fn supports_checkpoints(&self) -> bool {
+        true
     }
 }
 
@@ -177,6 +184,13 @@ struct FileReader {
     schema: SchemaRef,
     batch_size: usize,
     metrics: Arc<TaskMetrics>,
+    /// Files of this subtask read to their end: with `rows_in_current`, the
+    /// position a checkpoint saves.
+    files_done: usize,
+    /// Rows returned from the open file.
+    rows_in_current: u64,
+    /// Rows of the open file still to skip after a restore.
+    skip_rows: u64,
 }
 
 impl FileReader {
@@ -305,6 +319,7 @@ impl SourceReader for FileReader {
                         }
                         self.current = Some(self.open(&path)?);
                         self.current_path = path;
+                        self.rows_in_current = 0;
                     }
                     None => return Ok(SourcePoll::End),
                 }
@@ -338,11 +353,153 @@ impl SourceReader for FileReader {
             };
             match next {
                 Some(batch) if batch.num_rows() > 0 => {
+                    let rows = batch.num_rows() as u64;
+                    if self.skip_rows >= rows {
+                        // Before the restored position: read again, not emitted.
+                        self.skip_rows -= rows;
+                        self.rows_in_current += rows;
+                        continue;
+                    }
+                    let skip = std::mem::take(&mut self.skip_rows);
+                    let batch = batch.slice(skip as usize, (rows - skip) as usize);
+                    self.rows_in_current += rows;
                     return Ok(SourcePoll::Batch(self.with_partition_values(batch)?));
                 }
                 Some(_) => {}
-                None => self.current = None,
+                None => {
+                    if self.skip_rows > 0 {
+                        return Err(Error::State(format!(
+                            "{} has fewer rows than the checkpoint read from it; was it changed?",
+                            self.current_path.display()
+                        )));
+                    }
+                    self.current = None;
+                    self.files_done += 1;
+                }
             }
         }
+    }
+
+    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+        let file = self
+            .current
+            .as_ref()
+            .map(|_| self.current_path.display().to_string());
+        Ok(serde_json::json!({
+            "files_done": self.files_done,
+            "file": file,
+            "rows": self.rows_in_current,
+        }))
+    }
+
+    fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
+        let bad = || {
+            Error::State(format!(
+                "filesystem position {position} is not one this source wrote"
+            ))
+        };
+        let done = position["files_done"].as_u64().ok_or_else(bad)? as usize;
+        let rows = position["rows"].as_u64().ok_or_else(bad)?;
+        if done > self.files.len() {
+            return Err(Error::State(format!(
+                "the checkpoint had read {done} files of this subtask, but it has only {} now",
+                self.files.len()
+            )));
+        }
+        if done > 0 {
+            self.files.nth(done - 1);
+        }
+        if let Some(file) = position["file"].as_str() {
+            let next = self.files.as_slice().first();
+            if next.is_none_or(|p| p.display().to_string() != file) {
+                return Err(Error::State(format!(
+                    "the checkpoint was reading {file}, but the next file now is {}",
+                    next.map_or("none".to_string(), |p| p.display().to_string())
+                )));
+            }
+        }
+        self.files_done = done;
+        self.skip_rows = rows;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use std::path::Path;
+
+    use arrow::datatypes::{DataType, Field, Int64Type};
+
+    use super::*;
+    use crate::frontend::catalog::{ColumnDef, TableDef, TableOptions};
+
+    fn reader(dir: &Path, batch_size: usize) -> Box<dyn SourceReader> {
+        let table = TableDef {
+            name: "t".into(),
+            columns: vec![ColumnDef {
+                name: "v".into(),
+                data_type: DataType::Int64,
+                nullable: true,
+                computed: None,
+                computed_text: None,
+            }],
+            watermark: None,
+            primary_key: vec![],
+            partition_keys: vec![],
+            options: TableOptions::new(vec![
+                ("connector".into(), "filesystem".into()),
+                ("path".into(), dir.display().to_string()),
+                ("format".into(), "csv".into()),
+            ])
+            .unwrap(),
+        };
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        let factory = FileSourceFactory::try_new(&table, &[0], schema, &SessionConfig::default()).unwrap();
+        factory
+            .create_reader(&TaskContext::standalone(batch_size))
+            .unwrap()
+    }
+
+    fn drain(reader: &mut dyn SourceReader, limit: usize) -> Vec<i64> {
+        let mut values = vec![];
+        for _ in 0..limit {
+            match reader.poll_next().unwrap() {
+                SourcePoll::Batch(b) => {
+                    values.extend(b.column(0).as_primitive::<Int64Type>().values().iter().copied())
+                }
+                SourcePoll::End => break,
+                SourcePoll::Idle(_) => {}
+            }
+        }
+        values
+    }
+
+    #[test]
+    fn a_restored_reader_continues_at_the_saved_file_and_row() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, range) in [("a.csv", 0..10), ("b.csv", 10..25), ("c.csv", 25..30)] {
+            let text: String = range.map(|v| format!("{v}\n")).collect();
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        // Batches of 4 rows: after 4 polls the reader is inside b.csv.
+        let mut first = reader(dir.path(), 4);
+        let before = drain(first.as_mut(), 4);
+        let position = first.snapshot_position().unwrap();
+        let mut second = reader(dir.path(), 4);
+        second.restore_position(&position).unwrap();
+        let after = drain(second.as_mut(), 100);
+        let all: Vec<i64> = before.into_iter().chain(after).collect();
+        assert_eq!(all, (0..30).collect::<Vec<_>>(), "position {position}");
+    }
+
+    #[test]
+    fn a_position_in_a_file_that_is_gone_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.csv"), "1\n2\n").unwrap();
+        let mut r = reader(dir.path(), 8);
+        let position = serde_json::json!({"files_done": 0, "file": "/elsewhere/x.csv", "rows": 1});
+        let err = r.restore_position(&position).unwrap_err().to_string();
+        assert!(err.contains("/elsewhere/x.csv"), "{err}");
     }
 }
