@@ -158,6 +158,23 @@ fn a_hopping_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_r
 }
 
 #[test]
+fn a_session_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    for parallelism in [1, 4] {
+        crash_three_times_then_finish(
+            "session",
+            parallelism,
+            SEQUENCE,
+            "k BIGINT, ss TIMESTAMP(3), se TIMESTAMP(3), c BIGINT, s BIGINT",
+            // Every third 10 s of ids is missing: sessions (gap 5 s) close as time goes on.
+            "SELECT id % 11, SESSION_START(ts, INTERVAL '5' SECOND), SESSION_END(ts, INTERVAL '5' SECOND),
+                    COUNT(*), SUM(id)
+             FROM seq WHERE (id / 1000) % 3 <> 0
+             GROUP BY id % 11, SESSION(ts, INTERVAL '5' SECOND)",
+        );
+    }
+}
+
+#[test]
 fn a_filter_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
     for parallelism in [1, 4] {
         crash_three_times_then_finish(

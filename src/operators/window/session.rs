@@ -17,9 +17,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, TimestampMillisecondArray, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array,
+};
 use arrow::compute::take;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion_common::ScalarValue;
 use datafusion_expr::Accumulator;
@@ -29,9 +31,11 @@ use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 use super::aggregate::{GroupColumn, WindowProperty};
 use super::spec::{TimeShift, duration_text};
 use crate::operators::watermark::to_epoch_millis;
-use crate::runtime::message::MIN_WATERMARK;
-use crate::runtime::operator::TaskMetrics;
+use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::key_group::{hash_rows, key_group};
+use crate::state::snapshot::KEY_GROUP_COLUMN;
 use crate::{Error, Result};
 
 /// The plan of a session window aggregation.
@@ -111,6 +115,7 @@ impl OperatorFactory for SessionAggregateFactory {
             watermark: MIN_WATERMARK,
             metrics: ctx.metrics.clone(),
             batch_size: ctx.batch_size,
+            max_parallelism: ctx.max_parallelism,
         }))
     }
 }
@@ -137,6 +142,7 @@ struct SessionOperator {
     watermark: Timestamp,
     metrics: Arc<TaskMetrics>,
     batch_size: usize,
+    max_parallelism: usize,
 }
 
 impl SessionOperator {
@@ -415,15 +421,184 @@ impl SessionOperator {
     }
 }
 
+impl SessionOperator {
+    /// The schema of the state rows: `_key_group`, `_start`, `_end`, keys, states.
+    fn state_schema(&self) -> Result<SchemaRef> {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("_start", DataType::Int64, false),
+            Field::new("_end", DataType::Int64, false),
+        ];
+        fields.extend(
+            self.spec
+                .key_schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true)),
+        );
+        for (i, aggregate) in self.spec.aggregates.iter().enumerate() {
+            for field in aggregate.state_fields()? {
+                fields.push(Field::new(
+                    format!("{i}:{}", field.name()),
+                    field.data_type().clone(),
+                    true,
+                ));
+            }
+        }
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    /// Every open session as a row, sorted by key group. Reading an
+    /// accumulator's state may consume it, so each is rebuilt from its state.
+    fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let ids: Vec<usize> = self.by_end.iter().map(|(_, id)| *id).collect();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let schema = self.state_schema()?;
+        let mut starts = Vec::with_capacity(ids.len());
+        let mut ends = Vec::with_capacity(ids.len());
+        let mut states: Vec<Vec<ScalarValue>> = Vec::new();
+        for &id in &ids {
+            let mut fresh = self.new_accumulators()?;
+            let session = self.sessions[id].as_mut().expect("open session");
+            starts.push(session.start);
+            ends.push(session.end);
+            let mut column = 0;
+            for (accumulator, rebuilt) in session.accumulators.iter_mut().zip(fresh.iter_mut()) {
+                let state = accumulator.state()?;
+                let arrays = state
+                    .iter()
+                    .map(|v| v.to_array())
+                    .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
+                rebuilt.merge_batch(&arrays)?;
+                for value in state {
+                    if states.len() <= column {
+                        states.push(Vec::with_capacity(ids.len()));
+                    }
+                    states[column].push(value);
+                    column += 1;
+                }
+            }
+            session.accumulators = fresh;
+        }
+        let keys = if self.spec.key_schema.fields().is_empty() {
+            vec![]
+        } else {
+            let parser = self.converter.parser();
+            let sessions = &self.sessions;
+            self.converter.convert_rows(
+                ids.iter()
+                    .map(|id| parser.parse(&sessions[*id].as_ref().expect("open session").key)),
+            )?
+        };
+        let groups: UInt32Array = if keys.is_empty() {
+            UInt32Array::from(vec![0; ids.len()])
+        } else {
+            let mut hashes = Vec::new();
+            hash_rows(&keys, &mut hashes)?;
+            hashes
+                .iter()
+                .map(|h| key_group(*h, self.max_parallelism) as u32)
+                .collect()
+        };
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(groups),
+            Arc::new(Int64Array::from(starts)),
+            Arc::new(Int64Array::from(ends)),
+        ];
+        columns.extend(keys);
+        for values in states {
+            columns.push(ScalarValue::iter_to_array(values)?);
+        }
+        let columns = columns
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
+            .collect::<Result<Vec<_>>>()?;
+        let all = RecordBatch::try_new(schema, columns)?;
+        let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
+        Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+    }
+
+    /// Reopens the sessions of state rows (this subtask's key groups).
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        let expected = self.state_schema()?;
+        let names: Vec<&String> = rows.schema_ref().fields().iter().map(|f| f.name()).collect();
+        let wanted: Vec<&String> = expected.fields().iter().map(|f| f.name()).collect();
+        if names != wanted {
+            return Err(Error::State(format!(
+                "the checkpoint's state of {} has columns {names:?}, the query's are {wanted:?}",
+                self.spec.describe()
+            )));
+        }
+        let key_count = self.spec.key_schema.fields().len();
+        let starts = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
+        let ends = rows.column(2).as_primitive::<Int64Type>().values().to_vec();
+        let keys = &rows.columns()[3..3 + key_count];
+        let key_rows = if key_count == 0 {
+            None
+        } else {
+            Some(self.converter.convert_columns(keys)?)
+        };
+        let widths = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| Ok(a.state_fields()?.len()))
+            .collect::<Result<Vec<usize>>>()?;
+        for row in 0..rows.num_rows() {
+            let mut accumulators = self.new_accumulators()?;
+            let mut offset = 3 + key_count;
+            for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
+                let state: Vec<ArrayRef> = rows.columns()[offset..offset + width]
+                    .iter()
+                    .map(|c| c.slice(row, 1))
+                    .collect();
+                accumulator.merge_batch(&state)?;
+                offset += width;
+            }
+            let key: Box<[u8]> = key_rows
+                .as_ref()
+                .map_or(Box::from([]), |r| r.row(row).data().into());
+            let session = Session {
+                key: key.clone(),
+                start: starts[row],
+                end: ends[row],
+                accumulators,
+            };
+            self.sessions.push(Some(session));
+            let id = self.sessions.len() - 1;
+            self.by_key.entry(key).or_default().push(id);
+            self.by_end.insert((ends[row], id));
+        }
+        Ok(())
+    }
+}
+
 impl Operator for SessionOperator {
     fn name(&self) -> String {
         self.spec.describe()
     }
 
-    fn supports_checkpoints(&self) -> bool {
-        // Session state snapshots are not written yet: a job with sessions
-        // and checkpoints is refused rather than restored wrongly.
-        false
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::json!({ "watermark": self.watermark }),
+            rows: self.state_rows()?,
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        self.watermark = snapshot.meta["watermark"].as_i64().ok_or_else(|| {
+            Error::State(format!(
+                "session window state without a watermark: {}",
+                snapshot.meta
+            ))
+        })?;
+        if let Some(rows) = &snapshot.rows {
+            self.restore_rows(rows)?;
+        }
+        Ok(())
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
