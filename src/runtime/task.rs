@@ -21,12 +21,37 @@ use super::control::{TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::ExchangeWriter;
 use super::input::{InputEvent, InputGate};
 use super::message::{CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
-use super::operator::{Emitted, Operator, Output, TaskMetrics, wall_clock_millis};
+use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
 use crate::checkpoint::storage::checkpoint_dir;
 use crate::checkpoint::{OperatorState, TaskState};
 use crate::state::snapshot::write_state_file;
 use crate::{Error, Result};
+
+/// Writes the keyed rows of each snapshot as a Parquet file under `dir`.
+fn write_snapshots(
+    dir: &std::path::Path,
+    subtask: usize,
+    taken: Vec<(String, OperatorSnapshot)>,
+) -> Result<Vec<OperatorState>> {
+    taken
+        .into_iter()
+        .map(|(operator_id, snapshot)| {
+            let file = match snapshot.rows {
+                Some(rows) if rows.num_rows() > 0 => {
+                    let relative = format!("{operator_id}/{subtask}.parquet");
+                    Some(write_state_file(&dir.join(&relative), &relative, &rows)?)
+                }
+                _ => None,
+            };
+            Ok(OperatorState {
+                operator_id,
+                meta: snapshot.meta,
+                file,
+            })
+        })
+        .collect()
+}
 
 /// How long a task waits for input before it looks at coordinator messages.
 const CONTROL_POLL: Duration = Duration::from_millis(20);
@@ -199,9 +224,11 @@ impl Task {
     }
 
     /// Checkpoint `barrier` on this task: operators emit what precedes the
-    /// barrier, save their state, the barrier goes downstream, and the task
-    /// reports to the coordinator. A failure to save declines the checkpoint;
-    /// the task goes on.
+    /// barrier and hand over their state (the synchronous part, which is all
+    /// the task is blocked for), the barrier goes downstream, and a helper
+    /// thread writes the state files and reports to the coordinator (the
+    /// asynchronous part). A failure to save declines the checkpoint; the task
+    /// goes on.
     fn checkpoint(&mut self, barrier: CheckpointBarrier, source: Option<serde_json::Value>) -> Result<()> {
         let started = Instant::now();
         for index in 0..self.chain.len() {
@@ -209,7 +236,7 @@ impl Task {
             self.chain[index].prepare_snapshot(&mut out)?;
             self.forward(index + 1, out)?;
         }
-        let saved = self.snapshot_chain(barrier.id);
+        let taken = self.take_snapshots(barrier.id);
         let blocked = started.elapsed();
         for output in &mut self.outputs {
             output.broadcast(Message::Barrier(barrier))?;
@@ -217,54 +244,62 @@ impl Task {
         let Some(checkpointing) = &self.checkpointing else {
             return Ok(());
         };
-        let report = match saved {
-            Ok(operators) => TaskReport::Acknowledge {
-                checkpoint: barrier.id,
-                task: checkpointing.task,
-                state: TaskState {
-                    vertex: checkpointing.vertex,
-                    subtask: checkpointing.subtask,
-                    parallelism: checkpointing.parallelism,
-                    source,
-                    operators,
-                },
-                blocked,
-            },
-            Err(e) => TaskReport::Decline {
-                checkpoint: barrier.id,
-                task: checkpointing.task,
-                reason: format!("task {}: {e}", self.name),
-            },
+        let dir = checkpoint_dir(&checkpointing.job_dir, barrier.id);
+        let reports = checkpointing.reports.clone();
+        let (task, subtask) = (checkpointing.task, checkpointing.subtask);
+        let mut state = TaskState {
+            vertex: checkpointing.vertex,
+            subtask,
+            parallelism: checkpointing.parallelism,
+            source,
+            operators: Vec::new(),
         };
-        // The coordinator is gone only when the job is ending.
-        let _ = checkpointing.reports.send(report);
+        let name = self.name.clone();
+        let write = move || {
+            let report = match taken.and_then(|taken| write_snapshots(&dir, subtask, taken)) {
+                Ok(operators) => {
+                    state.operators = operators;
+                    TaskReport::Acknowledge {
+                        checkpoint: barrier.id,
+                        task,
+                        state,
+                        blocked,
+                    }
+                }
+                Err(e) => TaskReport::Decline {
+                    checkpoint: barrier.id,
+                    task,
+                    reason: format!("task {name}: {e}"),
+                },
+            };
+            // The coordinator is gone only when the job is ending.
+            let _ = reports.send(report);
+        };
+        // The report channel stays open until this thread is done, so the
+        // coordinator never misses an acknowledgement.
+        if let Err(e) = std::thread::Builder::new()
+            .name(format!("weir-snapshot-{task}"))
+            .spawn(write)
+        {
+            return Err(Error::Execution(format!(
+                "could not start a snapshot writer: {e}"
+            )));
+        }
         Ok(())
     }
 
-    fn snapshot_chain(&mut self, id: CheckpointId) -> Result<Vec<OperatorState>> {
+    /// The state every chained operator hands over for checkpoint `id`.
+    fn take_snapshots(&mut self, id: CheckpointId) -> Result<Vec<(String, OperatorSnapshot)>> {
         let checkpointing = self.checkpointing.as_ref().ok_or_else(|| {
             Error::Internal(format!("task {} got a barrier without checkpoints", self.name))
         })?;
-        let dir = checkpoint_dir(&checkpointing.job_dir, id);
-        let mut states = Vec::new();
+        let mut taken = Vec::new();
         for (operator, operator_id) in self.chain.iter_mut().zip(&checkpointing.operator_ids) {
-            let Some(snapshot) = operator.snapshot(id)? else {
-                continue;
-            };
-            let file = match snapshot.rows {
-                Some(rows) if rows.num_rows() > 0 => {
-                    let relative = format!("{operator_id}/{}.parquet", checkpointing.subtask);
-                    Some(write_state_file(&dir.join(&relative), &relative, &rows)?)
-                }
-                _ => None,
-            };
-            states.push(OperatorState {
-                operator_id: operator_id.clone(),
-                meta: snapshot.meta,
-                file,
-            });
+            if let Some(snapshot) = operator.snapshot(id)? {
+                taken.push((operator_id.clone(), snapshot));
+            }
         }
-        Ok(states)
+        Ok(taken)
     }
 
     fn decline(&self, checkpoint: CheckpointId, reason: String) {

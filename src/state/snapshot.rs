@@ -15,7 +15,8 @@ use arrow::datatypes::UInt32Type;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use crate::checkpoint::StateFile;
 use crate::{Error, Result};
@@ -39,8 +40,14 @@ pub fn write_state_file(path: &Path, relative: &str, rows: &RecordBatch) -> Resu
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
     let file = File::create(path).map_err(|e| Error::io(path, e))?;
+    // Written every checkpoint, read only on restore: cheap encoding first
+    // (no compression, no dictionaries), statistics only where a reader uses
+    // them (the key group, to skip row groups it does not own).
     let properties = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_column_statistics_enabled(ColumnPath::from(KEY_GROUP_COLUMN), EnabledStatistics::Chunk)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .build();
     let mut writer = ArrowWriter::try_new(file, rows.schema(), Some(properties))?;

@@ -205,6 +205,7 @@ fn bench_runs_end_to_end_on_a_few_events() {
         .arg(&json)
         .arg("--output-dir")
         .arg(dir.path().join("nexmark"))
+        .args(["--checkpoint-interval", "20ms"])
         .output()
         .unwrap();
     assert!(
@@ -238,10 +239,46 @@ fn bench_runs_end_to_end_on_a_few_events() {
         .join("bid/dt=2015-07-15/hm=00%3A00");
     assert!(partition.join("_SUCCESS").is_file(), "{partition:?}");
     assert_eq!(crate::part_file_lines(&partition).len(), 2760);
+    assert!(
+        by_name("q0")["checkpoints"].is_u64(),
+        "checkpoint figures are reported"
+    );
     for name in ["q0", "q10", "q11", "q14"] {
         let r = by_name(name);
         assert_eq!(r["events"], 3000);
         assert!(r["events_per_second"].as_f64().unwrap() > 0.0);
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0);
     }
+}
+
+#[test]
+fn the_checkpoint_benchmark_runs_end_to_end_on_a_few_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("checkpoint.json");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "bench",
+            "checkpoint",
+            "--rows",
+            "200000",
+            "--keys",
+            "1000",
+            "--runs",
+            "1",
+        ])
+        .args(["--interval", "50ms", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("recovery after SIGKILL"), "{text}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(r["recovery_state_rows"].as_u64().unwrap() >= 1000, "{r}");
+    assert!(r["recovery_ms"].as_f64().unwrap() > 0.0);
+    assert!(r["plain_rows_per_second"].as_f64().unwrap() > 0.0);
 }

@@ -17,7 +17,7 @@ use datafusion_common::{Result as DFResult, ScalarValue};
 use datafusion_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use serde::Serialize;
 
-use crate::connectors::filesystem::random_uuid;
+use super::{ScratchDir, cpu_seconds, peak_rss_bytes, reset_peak_rss};
 use crate::{Engine, Error, JobStatus, Result};
 
 /// Whether weir runs a query, and why not.
@@ -31,89 +31,89 @@ pub enum Support {
 
 /// The standard queries with their SQL (from `sql/nexmark/`) and support.
 pub const QUERIES: [(&str, &str, Support); 23] = [
-    ("q0", include_str!("../sql/nexmark/q0.sql"), Support::Runs),
-    ("q1", include_str!("../sql/nexmark/q1.sql"), Support::Runs),
-    ("q2", include_str!("../sql/nexmark/q2.sql"), Support::Runs),
+    ("q0", include_str!("../../sql/nexmark/q0.sql"), Support::Runs),
+    ("q1", include_str!("../../sql/nexmark/q1.sql"), Support::Runs),
+    ("q2", include_str!("../../sql/nexmark/q2.sql"), Support::Runs),
     (
         "q3",
-        include_str!("../sql/nexmark/q3.sql"),
+        include_str!("../../sql/nexmark/q3.sql"),
         Support::NotYet("joins"),
     ),
     (
         "q4",
-        include_str!("../sql/nexmark/q4.sql"),
+        include_str!("../../sql/nexmark/q4.sql"),
         Support::NotYet("joins and updating aggregates"),
     ),
     (
         "q5",
-        include_str!("../sql/nexmark/q5.sql"),
+        include_str!("../../sql/nexmark/q5.sql"),
         Support::NotYet("joins and updating aggregates"),
     ),
     (
         "q6",
-        include_str!("../sql/nexmark/q6.sql"),
+        include_str!("../../sql/nexmark/q6.sql"),
         Support::NotYet("joins, TopN and OVER aggregates (Flink cannot run it either)"),
     ),
     (
         "q7",
-        include_str!("../sql/nexmark/q7.sql"),
+        include_str!("../../sql/nexmark/q7.sql"),
         Support::NotYet("joins"),
     ),
     (
         "q8",
-        include_str!("../sql/nexmark/q8.sql"),
+        include_str!("../../sql/nexmark/q8.sql"),
         Support::NotYet("joins"),
     ),
     (
         "q9",
-        include_str!("../sql/nexmark/q9.sql"),
+        include_str!("../../sql/nexmark/q9.sql"),
         Support::NotYet("joins and TopN"),
     ),
-    ("q10", include_str!("../sql/nexmark/q10.sql"), Support::Runs),
-    ("q11", include_str!("../sql/nexmark/q11.sql"), Support::Runs),
-    ("q12", include_str!("../sql/nexmark/q12.sql"), Support::Runs),
+    ("q10", include_str!("../../sql/nexmark/q10.sql"), Support::Runs),
+    ("q11", include_str!("../../sql/nexmark/q11.sql"), Support::Runs),
+    ("q12", include_str!("../../sql/nexmark/q12.sql"), Support::Runs),
     (
         "q13",
-        include_str!("../sql/nexmark/q13.sql"),
+        include_str!("../../sql/nexmark/q13.sql"),
         Support::NotYet("lookup joins"),
     ),
-    ("q14", include_str!("../sql/nexmark/q14.sql"), Support::Runs),
+    ("q14", include_str!("../../sql/nexmark/q14.sql"), Support::Runs),
     (
         "q15",
-        include_str!("../sql/nexmark/q15.sql"),
+        include_str!("../../sql/nexmark/q15.sql"),
         Support::NotYet("updating (non-windowed) aggregates"),
     ),
     (
         "q16",
-        include_str!("../sql/nexmark/q16.sql"),
+        include_str!("../../sql/nexmark/q16.sql"),
         Support::NotYet("updating (non-windowed) aggregates"),
     ),
     (
         "q17",
-        include_str!("../sql/nexmark/q17.sql"),
+        include_str!("../../sql/nexmark/q17.sql"),
         Support::NotYet("updating (non-windowed) aggregates"),
     ),
     (
         "q18",
-        include_str!("../sql/nexmark/q18.sql"),
+        include_str!("../../sql/nexmark/q18.sql"),
         Support::NotYet("deduplication (ROW_NUMBER)"),
     ),
     (
         "q19",
-        include_str!("../sql/nexmark/q19.sql"),
+        include_str!("../../sql/nexmark/q19.sql"),
         Support::NotYet("TopN (ROW_NUMBER)"),
     ),
     (
         "q20",
-        include_str!("../sql/nexmark/q20.sql"),
+        include_str!("../../sql/nexmark/q20.sql"),
         Support::NotYet("joins"),
     ),
-    ("q21", include_str!("../sql/nexmark/q21.sql"), Support::Runs),
-    ("q22", include_str!("../sql/nexmark/q22.sql"), Support::Runs),
+    ("q21", include_str!("../../sql/nexmark/q21.sql"), Support::Runs),
+    ("q22", include_str!("../../sql/nexmark/q22.sql"), Support::Runs),
 ];
 
-const DDL_GEN: &str = include_str!("../sql/nexmark/ddl_gen.sql");
-const DDL_VIEWS: &str = include_str!("../sql/nexmark/ddl_views.sql");
+const DDL_GEN: &str = include_str!("../../sql/nexmark/ddl_gen.sql");
+const DDL_VIEWS: &str = include_str!("../../sql/nexmark/ddl_views.sql");
 const GENERATOR_QUERY: &str = "CREATE TABLE nexmark_generator (event_type INT, person_id BIGINT, auction_id BIGINT, bidder BIGINT)
 WITH ('connector' = 'blackhole');
 INSERT INTO nexmark_generator SELECT event_type, person.id AS person_id, auction.id AS auction_id, bid.bidder FROM datagen";
@@ -134,6 +134,8 @@ pub struct NexmarkOptions {
     /// Nexmark's `${NEXMARK_DIR}`, under which q10 writes its files; when `None`,
     /// a fresh temporary directory, removed after each query.
     pub output_dir: Option<PathBuf>,
+    /// Checkpoint every this long (into the output directory); none when `None`.
+    pub checkpoint_interval: Option<Duration>,
 }
 
 impl Default for NexmarkOptions {
@@ -145,6 +147,7 @@ impl Default for NexmarkOptions {
             event_rate: 10_000_000,
             rate_limit: None,
             output_dir: None,
+            checkpoint_interval: None,
         }
     }
 }
@@ -174,6 +177,12 @@ pub struct QueryResult {
     pub peak_rss_bytes: u64,
     /// This query's events/s as a share of the generator's alone.
     pub fraction_of_generator: Option<f64>,
+    /// Checkpoints completed (with `checkpoint_interval`).
+    pub checkpoints: u64,
+    /// Their median duration, trigger to `_metadata`, in ms.
+    pub checkpoint_median_ms: Option<f64>,
+    /// The largest checkpoint's state files, in bytes.
+    pub checkpoint_max_state_bytes: Option<u64>,
 }
 
 /// Progress of a running query: events generated so far, of the total.
@@ -218,70 +227,6 @@ pub fn query_script(
     format!("{ddl};\n{views};\n{query_sql};\n")
 }
 
-/// Seconds of CPU this process has used (user + system), from `/proc/self/stat`.
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// Resets the peak resident memory of this process (Linux `clear_refs`).
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// Peak resident memory of this process since the last reset, in bytes.
-fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
-/// The directory a query writes its files under: the user's, kept, or a
-/// temporary one, removed when the query is done.
-struct ScratchDir {
-    path: PathBuf,
-    temporary: bool,
-}
-
-impl ScratchDir {
-    fn new(user: Option<&Path>) -> Result<Self> {
-        match user {
-            Some(path) => Ok(ScratchDir {
-                path: path.to_path_buf(),
-                temporary: false,
-            }),
-            None => {
-                let path = std::env::temp_dir().join(format!("weir-nexmark-{}", random_uuid()));
-                std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
-                Ok(ScratchDir {
-                    path,
-                    temporary: true,
-                })
-            }
-        }
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        if self.temporary {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
-}
-
 /// Runs one query (by its SQL) and measures it.
 pub fn run_script(
     name: &str,
@@ -297,6 +242,17 @@ pub fn run_script(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let script = query_script(query_sql, options, &scratch.path, submit_time);
+    if let Some(interval) = options.checkpoint_interval {
+        engine.set(
+            "execution.checkpointing.interval",
+            &format!("{} ms", interval.as_millis().max(1)),
+        )?;
+        engine.set(
+            "execution.checkpointing.dir",
+            &scratch.path.join("checkpoints").display().to_string(),
+        )?;
+        engine.set("pipeline.name", name)?;
+    }
     reset_peak_rss();
     let cpu_before = cpu_seconds();
     let started = Instant::now();
@@ -326,7 +282,16 @@ pub fn run_script(
         .iter()
         .map(|t| t.metrics.records_written.load(Ordering::Relaxed))
         .sum();
+    let checkpoints = job.completed_checkpoints();
+    let mut durations: Vec<f64> = checkpoints
+        .iter()
+        .map(|c| c.duration.as_secs_f64() * 1e3)
+        .collect();
+    durations.sort_by(f64::total_cmp);
     Ok(QueryResult {
+        checkpoints: checkpoints.len() as u64,
+        checkpoint_median_ms: durations.get(durations.len() / 2).copied(),
+        checkpoint_max_state_bytes: checkpoints.iter().map(|c| c.state_bytes).max(),
         query: name.to_string(),
         status: format!("{status:?}").to_lowercase(),
         events: total,
@@ -378,6 +343,9 @@ pub fn run(options: &NexmarkOptions, progress: &mut dyn FnMut(&str, Progress)) -
                 output_rows: 0,
                 peak_rss_bytes: 0,
                 fraction_of_generator: None,
+                checkpoints: 0,
+                checkpoint_median_ms: None,
+                checkpoint_max_state_bytes: None,
             }),
             Support::Runs => {
                 let mut result = run_script(name, sql, options, &mut |p| progress(name, p))?;

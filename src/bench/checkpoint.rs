@@ -1,0 +1,250 @@
+//! `weir bench checkpoint`: what checkpoints cost and how fast a job recovers.
+//!
+//! 1. Overhead: a tumbling-window aggregation over `keys` keys runs in this
+//!    process without checkpoints and with one every `interval`, `runs` times
+//!    each, interleaved; median throughput of each, their ratio, and per
+//!    checkpoint its duration (median, p99), state size, and how long tasks
+//!    were blocked by snapshots.
+//! 2. Recovery: the same job as a `weir run` process, rate-limited, is killed
+//!    with SIGKILL once a checkpoint holds every key; a second process restores
+//!    it, and the time from its start to its job running is the recovery time.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::ScratchDir;
+use crate::checkpoint::storage::{list_checkpoints, read_metadata};
+use crate::{Engine, Error, JobStatus, Result};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct CheckpointBenchOptions {
+    /// Rows of the overhead runs.
+    pub rows: u64,
+    /// Distinct keys (the state size).
+    pub keys: u64,
+    /// `parallelism.default`.
+    pub parallelism: usize,
+    /// Checkpoint interval.
+    pub interval: Duration,
+    /// Runs of each kind, interleaved; medians are reported.
+    pub runs: usize,
+}
+
+/// The figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointBenchResult {
+    /// Rows per run.
+    pub rows: u64,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Parallelism.
+    pub parallelism: usize,
+    /// Checkpoint interval, ms.
+    pub interval_ms: u64,
+    /// Runs of each kind.
+    pub runs: usize,
+    /// Median rows/s without checkpoints.
+    pub plain_rows_per_second: f64,
+    /// Median rows/s with checkpoints.
+    pub checkpointed_rows_per_second: f64,
+    /// 1 - checkpointed / plain (medians).
+    pub overhead: f64,
+    /// Checkpoints completed over the checkpointed runs.
+    pub checkpoints: usize,
+    /// Median checkpoint duration (trigger to `_metadata`), ms.
+    pub duration_median_ms: f64,
+    /// 99th percentile checkpoint duration, ms.
+    pub duration_p99_ms: f64,
+    /// The largest checkpoint's state files, bytes.
+    pub max_state_bytes: u64,
+    /// Median over checkpoints of the longest time a task was blocked by its snapshot, ms.
+    pub blocked_median_ms: f64,
+    /// State rows in the checkpoint the recovery run restored.
+    pub recovery_state_rows: u64,
+    /// From the start of the restoring process to its job running, ms.
+    pub recovery_ms: f64,
+}
+
+/// The job: `keys` keys, one row per millisecond of event time, 1-hour tumbling windows.
+fn job_sql(rows: u64, keys: u64, rows_per_second: u64) -> String {
+    format!(
+        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id, 3),
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '{rows_per_second}',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '{}');
+         CREATE TABLE sink (k BIGINT, c BIGINT, s BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO sink SELECT id % {keys}, COUNT(*), SUM(id)
+         FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '1' HOUR))
+         GROUP BY id % {keys}, window_start, window_end",
+        rows - 1
+    )
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[index]
+}
+
+/// Runs the job in this process; wall seconds and the job's checkpoint stats.
+fn run_in_process(
+    options: &CheckpointBenchOptions,
+    checkpoint_dir: Option<&Path>,
+) -> Result<(f64, Vec<crate::runtime::job::CheckpointStats>)> {
+    let engine = Engine::new();
+    engine.set("parallelism.default", &options.parallelism.to_string())?;
+    engine.set("table.local-time-zone", "UTC")?;
+    if let Some(dir) = checkpoint_dir {
+        engine.set(
+            "execution.checkpointing.interval",
+            &format!("{} ms", options.interval.as_millis()),
+        )?;
+        engine.set("execution.checkpointing.dir", &dir.display().to_string())?;
+        engine.set("pipeline.name", "checkpoint-bench")?;
+    }
+    let started = Instant::now();
+    let result = engine.sql(&job_sql(options.rows, options.keys, 1_000_000_000))?;
+    let job = result
+        .job()
+        .cloned()
+        .ok_or_else(|| Error::Internal("the benchmark started no job".into()))?;
+    let status = job.wait()?;
+    if status != JobStatus::Finished {
+        return Err(Error::Execution(format!("the benchmark job ended {status:?}")));
+    }
+    Ok((started.elapsed().as_secs_f64(), job.completed_checkpoints()))
+}
+
+/// Runs `weir run` on the job, kills it with SIGKILL once a checkpoint holds
+/// every key, restores it, and times the restoring process until its job runs.
+fn recovery(weir: &Path, options: &CheckpointBenchOptions, scratch: &Path) -> Result<(u64, f64)> {
+    let dir = scratch.join("recovery");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let file = dir.join("job.sql");
+    // Rows arrive at 2 keys' worth per second, so a checkpoint soon holds every key,
+    // and the job is far from done when it is killed.
+    let sql = format!(
+        "SET 'execution.checkpointing.interval' = '{} ms';
+         SET 'execution.checkpointing.dir' = '{}';
+         SET 'pipeline.name' = 'recovery';
+         SET 'parallelism.default' = '{}';
+         SET 'table.local-time-zone' = 'UTC';
+         {};",
+        options.interval.as_millis(),
+        dir.join("checkpoints").display(),
+        options.parallelism,
+        job_sql(options.keys * 1000, options.keys, options.keys * 2)
+    );
+    std::fs::write(&file, sql).map_err(|e| Error::io(&file, e))?;
+    let job_dir = dir.join("checkpoints").join("recovery");
+    let mut first = Command::new(weir)
+        .arg("run")
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io(weir, e))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let rows = loop {
+        let complete: Vec<u64> = list_checkpoints(&job_dir)?
+            .into_iter()
+            .filter(|c| c.1)
+            .map(|c| c.0)
+            .collect();
+        let mut held = 0;
+        if let Some(id) = complete.last() {
+            let metadata = read_metadata(&job_dir.join(format!("chk-{id}")))?;
+            held = metadata
+                .tasks
+                .iter()
+                .flat_map(|t| &t.operators)
+                .filter_map(|o| o.file.as_ref())
+                .map(|f| f.rows)
+                .sum();
+        }
+        if held >= options.keys {
+            break held;
+        }
+        if Instant::now() > deadline {
+            let _ = first.kill();
+            return Err(Error::Execution(
+                "no checkpoint held every key within 2 minutes".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    first.kill().map_err(|e| Error::io(weir, e))?; // SIGKILL
+    let _ = first.wait();
+    let started = Instant::now();
+    let mut second = Command::new(weir)
+        .arg("run")
+        .arg("--restore")
+        .arg(&job_dir)
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io(weir, e))?;
+    let stderr = second.stderr.take().expect("piped");
+    let mut running = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.map_err(|e| Error::io(weir, e))?;
+        if line.contains("submitted") {
+            running = Some(started.elapsed());
+            break;
+        }
+    }
+    let _ = second.kill();
+    let _ = second.wait();
+    let running =
+        running.ok_or_else(|| Error::Execution("the restoring process never started its job".into()))?;
+    Ok((rows, running.as_secs_f64() * 1e3))
+}
+
+/// Runs the benchmark; `weir` is the binary to run for the recovery part.
+pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBenchResult> {
+    let scratch = ScratchDir::new(None)?;
+    let (mut plain, mut checkpointed, mut stats) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..options.runs.max(1) {
+        let (seconds, _) = run_in_process(options, None)?;
+        plain.push(options.rows as f64 / seconds);
+        let dir = scratch.path.join(format!("overhead-{run}"));
+        let (seconds, run_stats) = run_in_process(options, Some(&dir))?;
+        checkpointed.push(options.rows as f64 / seconds);
+        stats.extend(run_stats);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    plain.sort_by(f64::total_cmp);
+    checkpointed.sort_by(f64::total_cmp);
+    let mut durations: Vec<f64> = stats.iter().map(|c| c.duration.as_secs_f64() * 1e3).collect();
+    durations.sort_by(f64::total_cmp);
+    let mut blocked: Vec<f64> = stats.iter().map(|c| c.max_blocked.as_secs_f64() * 1e3).collect();
+    blocked.sort_by(f64::total_cmp);
+    let (recovery_state_rows, recovery_ms) = recovery(weir, options, &scratch.path)?;
+    let plain = percentile(&plain, 0.5);
+    let checkpointed = percentile(&checkpointed, 0.5);
+    Ok(CheckpointBenchResult {
+        runs: options.runs.max(1),
+        rows: options.rows,
+        keys: options.keys,
+        parallelism: options.parallelism,
+        interval_ms: options.interval.as_millis() as u64,
+        plain_rows_per_second: plain,
+        checkpointed_rows_per_second: checkpointed,
+        overhead: 1.0 - checkpointed / plain,
+        checkpoints: stats.len(),
+        duration_median_ms: percentile(&durations, 0.5),
+        duration_p99_ms: percentile(&durations, 0.99),
+        max_state_bytes: stats.iter().map(|c| c.state_bytes).max().unwrap_or(0),
+        blocked_median_ms: percentile(&blocked, 0.5),
+        recovery_state_rows,
+        recovery_ms,
+    })
+}

@@ -1,0 +1,77 @@
+//! Benchmarks run by `weir bench`: the Nexmark queries, and checkpointing.
+
+pub mod checkpoint;
+pub mod nexmark;
+
+use std::path::{Path, PathBuf};
+
+pub use nexmark::{
+    CountChar, NexmarkOptions, Progress, QUERIES, QueryResult, Support, query, query_script, run, run_script,
+};
+
+use crate::connectors::filesystem::random_uuid;
+use crate::{Error, Result};
+
+/// Seconds of CPU this process has used (user + system), from `/proc/self/stat`.
+pub(crate) fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Resets the peak resident memory of this process (Linux `clear_refs`).
+pub(crate) fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident memory of this process since the last reset, in bytes.
+pub(crate) fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The directory a query writes its files under: the user's, kept, or a
+/// temporary one, removed when the query is done.
+pub(crate) struct ScratchDir {
+    pub(crate) path: PathBuf,
+    temporary: bool,
+}
+
+impl ScratchDir {
+    pub(crate) fn new(user: Option<&Path>) -> Result<Self> {
+        match user {
+            Some(path) => Ok(ScratchDir {
+                path: path.to_path_buf(),
+                temporary: false,
+            }),
+            None => {
+                let path = std::env::temp_dir().join(format!("weir-nexmark-{}", random_uuid()));
+                std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+                Ok(ScratchDir {
+                    path,
+                    temporary: true,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
