@@ -215,6 +215,47 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_state_file_makes_the_checkpoint_damaged_naming_the_file() {
+        use crate::checkpoint::{OperatorState, StateFile, TaskState};
+        let job = tempfile::tempdir().unwrap();
+        let dir = checkpoint_dir(job.path(), 7);
+        std::fs::create_dir_all(&dir).unwrap();
+        let metadata = CheckpointMetadata {
+            format: FORMAT_VERSION,
+            job: "j".into(),
+            checkpoint_id: 7,
+            kind: crate::runtime::message::BarrierKind::Checkpoint,
+            trigger_time: 0,
+            completion_time: 0,
+            max_parallelism: 128,
+            tasks: vec![TaskState {
+                vertex: 0,
+                subtask: 0,
+                parallelism: 1,
+                source: None,
+                operators: vec![OperatorState {
+                    operator_id: "0-1-WindowAggregate".into(),
+                    meta: serde_json::Value::Null,
+                    file: Some(StateFile {
+                        path: "0-1-WindowAggregate/0.parquet".into(),
+                        rows: 1,
+                        bytes: 10,
+                        key_groups: (0, 0),
+                    }),
+                }],
+            }],
+        };
+        write_metadata(&dir, &metadata).unwrap();
+        assert_eq!(read_metadata(&dir).unwrap(), metadata);
+        let err = verify(&dir, &metadata).unwrap_err().to_string();
+        assert!(err.contains("0-1-WindowAggregate/0.parquet"), "{err}");
+        match resolve_restore(job.path()).unwrap() {
+            RestorePoint::Nothing { skipped } => assert!(skipped[0].contains("0.parquet"), "{skipped:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn checkpoint_directory_names_parse() {
         assert_eq!(checkpoint_id("chk-12"), Some(12));
         assert_eq!(checkpoint_id("chk-x"), None);

@@ -474,3 +474,26 @@ fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_and_a_corrupt_state_fi
     .to_string();
     assert!(err.contains(&file.display().to_string()), "{err}");
 }
+
+#[test]
+fn restoring_a_job_directory_without_a_complete_checkpoint_starts_afresh_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("checkpoints/never");
+    std::fs::create_dir_all(empty.join("chk-1")).unwrap(); // in flight when it crashed
+    let out = dir.path().join("fresh");
+    let job = run_with_settings(
+        dir.path(),
+        &out,
+        1,
+        vec![],
+        &[("execution.savepoint.path", &empty.display().to_string())],
+    )
+    .unwrap();
+    assert!(
+        job.notes().iter().any(|n| n.contains("starts afresh")),
+        "{:?}",
+        job.notes()
+    );
+    assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
+    assert_eq!(committed_rows(&out).len(), 2800);
+}
