@@ -98,6 +98,15 @@ impl<A> CoordinatorState<A> {
         self.stopped = true;
     }
 
+    /// Takes the next id for a checkpoint that is not triggered (the final
+    /// one of a finished job); no more are triggered after it.
+    pub fn take_final_id(&mut self) -> CheckpointId {
+        self.stopped = true;
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
     /// Checkpoints in flight.
     pub fn pending_ids(&self) -> Vec<CheckpointId> {
         self.pending.keys().copied().collect()

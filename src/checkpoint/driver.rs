@@ -73,6 +73,7 @@ impl CoordinatorDriver {
             now(),
         );
         let mut trigger_times: std::collections::BTreeMap<CheckpointId, (i64, Instant)> = Default::default();
+        let mut finished: std::collections::BTreeMap<usize, TaskState> = Default::default();
         loop {
             if let Some(id) = state.trigger_if_due(now()) {
                 trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
@@ -149,6 +150,36 @@ impl CoordinatorDriver {
                     }
                 }
                 TaskReport::SourceFinished { .. } => state.stop(),
+                TaskReport::Finished {
+                    task,
+                    state: final_state,
+                } => {
+                    finished.insert(task, final_state);
+                    if finished.len() == self.tasks.len() {
+                        let id = state.take_final_id();
+                        let acks: Vec<Ack> = std::mem::take(&mut finished)
+                            .into_values()
+                            .map(|state| Ack {
+                                state,
+                                blocked: Duration::ZERO,
+                            })
+                            .collect();
+                        match self.persist(id, wall_clock_millis(), Instant::now(), &acks) {
+                            Ok(stats) => {
+                                state.completed(id, now());
+                                self.job.checkpoint_completed(stats);
+                            }
+                            // The output is committed all the same: the job is done.
+                            Err(e) => eprintln!("[WARN] the final checkpoint {id} failed: {e}"),
+                        }
+                        if let Err(e) = clean_up(&self.job_dir, self.config.num_retained, &[]) {
+                            eprintln!("[WARN] checkpoint clean-up: {e}");
+                        }
+                        for task in &self.tasks {
+                            let _ = task.control.send(TaskControl::JobFinished(id));
+                        }
+                    }
+                }
             }
         }
     }

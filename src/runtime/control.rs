@@ -16,6 +16,9 @@ pub enum TaskControl {
     Trigger(CheckpointBarrier),
     /// The checkpoint is complete: commit.
     Complete(CheckpointId),
+    /// Every task has finished and the final checkpoint (this id) is written:
+    /// commit everything and end.
+    JobFinished(CheckpointId),
 }
 
 /// From a task to the coordinator.
@@ -45,6 +48,16 @@ pub enum TaskReport {
     SourceFinished {
         /// The task.
         task: usize,
+    },
+    /// The task processed all its input and committed its output; this is its
+    /// final state (sources at their end). When every task has finished, the
+    /// coordinator writes it as a final checkpoint, so restoring the finished
+    /// job replays nothing.
+    Finished {
+        /// The task.
+        task: usize,
+        /// Its final state.
+        state: TaskState,
     },
 }
 

@@ -289,6 +289,7 @@ pub fn build_attempt(
                 metrics,
                 cancel: cancel.clone(),
                 checkpointing,
+                writers: Vec::new(),
             });
         }
     }

@@ -80,6 +80,8 @@ pub struct Task {
     pub cancel: Arc<AtomicBool>,
     /// The task's checkpoint wiring, when checkpoints are on.
     pub checkpointing: Option<TaskCheckpointing>,
+    /// Threads writing this task's snapshots.
+    pub writers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// When a chain has processing-time operators, how often to tell them the time.
@@ -161,7 +163,12 @@ impl Task {
                 task: checkpointing.task,
             });
         }
-        self.end()
+        self.end()?;
+        let position = match self.checkpointing {
+            Some(_) => Some(reader.snapshot_position()?),
+            None => None,
+        };
+        self.report_finished(position)
     }
 
     fn run_channels(&mut self, mut gate: InputGate) -> Result<()> {
@@ -188,7 +195,77 @@ impl Task {
                 self.tick()?;
             }
         }
-        self.end()
+        self.end()?;
+        self.report_finished(None)
+    }
+
+    /// After the end of input: the task's final state goes to the coordinator
+    /// for the final checkpoint, and the task waits until that checkpoint is
+    /// complete to commit its last output (as Flink's final checkpoint does):
+    /// a crash before it leaves nothing half-committed. Operators hold no keyed
+    /// state any more (every window has fired); if one does, there is no final
+    /// checkpoint and the task commits at once.
+    fn report_finished(&mut self, source: Option<serde_json::Value>) -> Result<()> {
+        if self.checkpointing.is_none() {
+            return Ok(());
+        }
+        // Earlier snapshots are written before the final state is reported.
+        for writer in self.writers.drain(..) {
+            let _ = writer.join();
+        }
+        let taken = self.take_snapshots(CheckpointId::MAX)?;
+        let has_rows = taken
+            .iter()
+            .any(|(_, s)| s.rows.as_ref().is_some_and(|r| r.num_rows() > 0));
+        let checkpointing = self.checkpointing.as_ref().expect("checked above");
+        if has_rows {
+            return self.commit_all(CheckpointId::MAX);
+        }
+        let state = TaskState {
+            vertex: checkpointing.vertex,
+            subtask: checkpointing.subtask,
+            parallelism: checkpointing.parallelism,
+            source,
+            operators: taken
+                .into_iter()
+                .map(|(operator_id, snapshot)| OperatorState {
+                    operator_id,
+                    meta: snapshot.meta,
+                    file: None,
+                })
+                .collect(),
+        };
+        let _ = checkpointing.reports.send(TaskReport::Finished {
+            task: checkpointing.task,
+            state,
+        });
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err(cancelled());
+            }
+            let checkpointing = self.checkpointing.as_ref().expect("checked above");
+            match checkpointing.control.recv_timeout(CONTROL_POLL) {
+                Ok(TaskControl::JobFinished(_)) => return self.commit_all(CheckpointId::MAX),
+                Ok(TaskControl::Complete(id)) => {
+                    for operator in &mut self.chain {
+                        operator.notify_checkpoint_complete(id)?;
+                    }
+                }
+                Ok(TaskControl::Trigger(barrier)) => self.decline(barrier.id, "the task has finished".into()),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return self.commit_all(CheckpointId::MAX);
+                }
+            }
+        }
+    }
+
+    /// Commits everything pre-committed up to `id`.
+    fn commit_all(&mut self, id: CheckpointId) -> Result<()> {
+        for operator in &mut self.chain {
+            operator.notify_checkpoint_complete(id)?;
+        }
+        Ok(())
     }
 
     /// Handles what the coordinator sent: triggers (sources) and completions.
@@ -214,7 +291,7 @@ impl Task {
                     };
                     self.checkpoint(barrier, position)?;
                 }
-                TaskControl::Complete(id) => {
+                TaskControl::Complete(id) | TaskControl::JobFinished(id) => {
                     for operator in &mut self.chain {
                         operator.notify_checkpoint_complete(id)?;
                     }

@@ -215,6 +215,7 @@ impl SinkFactory for FileSinkFactory {
             open: BTreeMap::new(),
             buffer: Vec::new(),
             two_phase: ctx.checkpointing,
+            finished: false,
             pending: Vec::new(),
             pre_committed: BTreeMap::new(),
         }))
@@ -250,6 +251,8 @@ struct PartFileWriter {
     buffer: Vec<u8>,
     /// Commit at checkpoints (two-phase) rather than when a file is complete.
     two_phase: bool,
+    /// The input has ended.
+    finished: bool,
     /// Complete files not yet assigned to a checkpoint.
     pending: Vec<PendingFile>,
     /// Pending files by the checkpoint whose barrier closed them.
@@ -486,14 +489,10 @@ impl SinkWriter for PartFileWriter {
 
     fn finish(&mut self) -> Result<()> {
         self.commit_parts_where(|_| true)?;
-        // The end of a bounded input commits everything.
-        let files: Vec<PendingFile> = std::mem::take(&mut self.pre_committed)
-            .into_values()
-            .flatten()
-            .chain(std::mem::take(&mut self.pending))
-            .collect();
-        for file in &files {
-            self.publish(file)?;
+        self.finished = true;
+        if self.two_phase {
+            // The final checkpoint records what is pending; its completion commits it.
+            return Ok(());
         }
         match self.committer() {
             Some(committer) => committer.finished(self.subtask, wall_clock_millis()),
@@ -510,10 +509,20 @@ impl SinkWriter for PartFileWriter {
     }
 
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<()> {
-        let later = self.pre_committed.split_off(&(checkpoint + 1));
+        let later = match checkpoint.checked_add(1) {
+            Some(next) => self.pre_committed.split_off(&next),
+            None => BTreeMap::new(),
+        };
         let done = std::mem::replace(&mut self.pre_committed, later);
         for file in done.values().flatten() {
             self.publish(file)?;
+        }
+        if self.finished
+            && self.pre_committed.is_empty()
+            && self.pending.is_empty()
+            && let Some(committer) = self.committer()
+        {
+            committer.finished(self.subtask, wall_clock_millis())?;
         }
         Ok(())
     }

@@ -477,34 +477,38 @@ impl WindowAggregateOperator {
         Ok(())
     }
 
-    /// Single and Global phases: the state of one slice as one `[keys...,
-    /// states...]` chunk (merging what earlier snapshots and firings froze),
-    /// kept frozen in the slice so the snapshot does not disturb it.
-    fn compact_slice(&mut self, slice: i64) -> Result<Option<Vec<ArrayRef>>> {
+    /// Single and Global phases: the state of one slice as `[keys...,
+    /// states...]` chunks (what earlier firings froze, and the live state),
+    /// leaving the slice as it was. The live state is read out and put back
+    /// into the same tables, which keep their capacity: a snapshot costs one
+    /// pass over the state, never a rebuild of the hash tables.
+    fn slice_chunks(&mut self, slice: i64) -> Result<Vec<Vec<ArrayRef>>> {
         let key_count = self.spec.key_schema.fields().len();
         let entry = self.slices.get_mut(&slice).expect("listed by the caller");
-        entry.freeze()?;
-        if entry.frozen.len() > 1 {
-            let mut merged = self.spec.new_state()?;
-            let mut group_indices = std::mem::take(&mut self.group_indices);
-            for columns in &entry.frozen {
-                let rows = columns.first().map_or(0, |c| c.len());
-                merged
-                    .groups
-                    .intern(&columns[..key_count], rows, &mut group_indices)?;
-                let total = merged.groups.len();
-                let mut offset = key_count;
-                for (acc, width) in merged.accumulators.iter_mut().zip(&self.state_widths) {
-                    acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
-                    offset += width;
-                }
-            }
-            self.group_indices = group_indices;
-            entry.frozen.clear();
-            entry.live = Some(merged);
-            entry.freeze()?;
+        let mut chunks = entry.frozen.clone();
+        let Some(live) = entry.live.as_mut() else {
+            return Ok(chunks);
+        };
+        let rows = live.groups.len();
+        if rows == 0 {
+            return Ok(chunks);
         }
-        Ok(entry.frozen.first().cloned())
+        let keys = live.groups.emit()?;
+        let mut chunk = keys.clone();
+        for acc in &mut live.accumulators {
+            chunk.extend(acc.state(EmitTo::All)?);
+        }
+        // Put it back: the keys get indices 0..rows again, in order.
+        let mut group_indices = std::mem::take(&mut self.group_indices);
+        live.groups.intern(&keys, rows, &mut group_indices)?;
+        let mut offset = key_count;
+        for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
+            acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
+            offset += width;
+        }
+        self.group_indices = group_indices;
+        chunks.push(chunk);
+        Ok(chunks)
     }
 
     /// The schema of this operator's state rows.
@@ -541,31 +545,30 @@ impl WindowAggregateOperator {
         let mut batches = Vec::new();
         let mut hashes = Vec::new();
         for slice in slices {
-            let Some(chunk) = self.compact_slice(slice)? else {
-                continue;
-            };
-            let rows = chunk.first().map_or(0, |c| c.len());
-            if rows == 0 {
-                continue;
+            for chunk in self.slice_chunks(slice)? {
+                let rows = chunk.first().map_or(0, |c| c.len());
+                if rows == 0 {
+                    continue;
+                }
+                let groups: UInt32Array = if key_count == 0 {
+                    UInt32Array::from(vec![0; rows])
+                } else {
+                    hash_rows(&chunk[..key_count], &mut hashes)?;
+                    hashes
+                        .iter()
+                        .map(|h| key_group(*h, self.max_parallelism) as u32)
+                        .collect()
+                };
+                let mut columns: Vec<ArrayRef> =
+                    vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
+                columns.extend(chunk);
+                let columns = columns
+                    .into_iter()
+                    .zip(schema.fields())
+                    .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
+                    .collect::<Result<Vec<_>>>()?;
+                batches.push(RecordBatch::try_new(schema.clone(), columns)?);
             }
-            let groups: UInt32Array = if key_count == 0 {
-                UInt32Array::from(vec![0; rows])
-            } else {
-                hash_rows(&chunk[..key_count], &mut hashes)?;
-                hashes
-                    .iter()
-                    .map(|h| key_group(*h, self.max_parallelism) as u32)
-                    .collect()
-            };
-            let mut columns: Vec<ArrayRef> =
-                vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
-            columns.extend(chunk);
-            let columns = columns
-                .into_iter()
-                .zip(schema.fields())
-                .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
-                .collect::<Result<Vec<_>>>()?;
-            batches.push(RecordBatch::try_new(schema.clone(), columns)?);
         }
         if batches.is_empty() {
             return Ok(None);
