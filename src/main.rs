@@ -69,7 +69,7 @@ struct CheckpointArgs {
     #[arg(long, default_value_t = 100_000_000)]
     rows: u64,
     /// Runs with and without checkpoints (interleaved); medians are reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     runs: usize,
     /// Distinct keys: the size of the window state.
     #[arg(long, default_value_t = 1_000_000)]
