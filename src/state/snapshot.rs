@@ -8,10 +8,12 @@
 use std::fs::File;
 use std::ops::RangeInclusive;
 use std::path::Path;
+use std::sync::Arc;
 
-use arrow::array::{AsArray, BooleanArray, RecordBatch};
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch};
-use arrow::datatypes::UInt32Type;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::Compression;
@@ -19,10 +21,57 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::checkpoint::StateFile;
+use crate::state::key_group::{hash_rows, key_group};
 use crate::{Error, Result};
 
 /// The key-group column of every state file.
 pub const KEY_GROUP_COLUMN: &str = "_key_group";
+
+/// The key group of each of `rows` rows with these key columns (all in key
+/// group 0 when there are no keys).
+pub fn key_groups(keys: &[ArrayRef], rows: usize, max_parallelism: usize) -> Result<UInt32Array> {
+    if keys.is_empty() {
+        return Ok(UInt32Array::from(vec![0; rows]));
+    }
+    let mut hashes = Vec::new();
+    hash_rows(keys, &mut hashes)?;
+    Ok(hashes
+        .iter()
+        .map(|h| key_group(*h, max_parallelism) as u32)
+        .collect())
+}
+
+/// The schema of keyed window state rows: `_key_group`, the operator's own
+/// leading columns, the keys, then each aggregate's state fields (named
+/// `<aggregate index>:<field>`, so that names never clash).
+pub fn window_state_schema(
+    leading: &[&str],
+    key_schema: &SchemaRef,
+    aggregates: &[Arc<AggregateFunctionExpr>],
+) -> Result<SchemaRef> {
+    let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
+    fields.extend(
+        leading
+            .iter()
+            .map(|name| Field::new(*name, DataType::Int64, false)),
+    );
+    fields.extend(
+        key_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true)),
+    );
+    for (i, aggregate) in aggregates.iter().enumerate() {
+        for field in aggregate.state_fields()? {
+            fields.push(Field::new(
+                format!("{i}:{}", field.name()),
+                field.data_type().clone(),
+                true,
+            ));
+        }
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
 
 /// Rows per Parquet row group.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
@@ -100,10 +149,7 @@ pub fn read_state_file(path: &Path, range: &RangeInclusive<usize>) -> Result<Opt
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use arrow::array::{Int64Array, UInt32Array};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::array::Int64Array;
 
     use super::*;
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, TimestampMillisecondArray, UInt32Array};
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
@@ -34,8 +34,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::key_group::{hash_rows, key_group};
-use crate::state::snapshot::KEY_GROUP_COLUMN;
+use crate::state::snapshot::{key_groups, window_state_schema};
 use crate::{Error, Result};
 
 /// Where in the two-phase scheme an aggregation runs.
@@ -513,27 +512,7 @@ impl WindowAggregateOperator {
 
     /// The schema of this operator's state rows.
     fn state_schema(&self) -> Result<SchemaRef> {
-        let mut fields = vec![
-            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
-            Field::new("_slice", DataType::Int64, false),
-        ];
-        fields.extend(
-            self.spec
-                .key_schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true)),
-        );
-        for (i, aggregate) in self.spec.aggregates.iter().enumerate() {
-            for field in aggregate.state_fields()? {
-                fields.push(Field::new(
-                    format!("{i}:{}", field.name()),
-                    field.data_type().clone(),
-                    true,
-                ));
-            }
-        }
-        Ok(Arc::new(Schema::new(fields)))
+        window_state_schema(&["_slice"], &self.spec.key_schema, &self.spec.aggregates)
     }
 
     /// Every slice's state as rows `[_key_group, _slice, keys..., states...]`
@@ -543,22 +522,13 @@ impl WindowAggregateOperator {
         let key_count = self.spec.key_schema.fields().len();
         let slices: Vec<i64> = self.slices.keys().copied().collect();
         let mut batches = Vec::new();
-        let mut hashes = Vec::new();
         for slice in slices {
             for chunk in self.slice_chunks(slice)? {
                 let rows = chunk.first().map_or(0, |c| c.len());
                 if rows == 0 {
                     continue;
                 }
-                let groups: UInt32Array = if key_count == 0 {
-                    UInt32Array::from(vec![0; rows])
-                } else {
-                    hash_rows(&chunk[..key_count], &mut hashes)?;
-                    hashes
-                        .iter()
-                        .map(|h| key_group(*h, self.max_parallelism) as u32)
-                        .collect()
-                };
+                let groups = key_groups(&chunk[..key_count], rows, self.max_parallelism)?;
                 let mut columns: Vec<ArrayRef> =
                     vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
                 columns.extend(chunk);

@@ -21,7 +21,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array,
 };
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion_common::ScalarValue;
 use datafusion_expr::Accumulator;
@@ -34,8 +34,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::key_group::{hash_rows, key_group};
-use crate::state::snapshot::KEY_GROUP_COLUMN;
+use crate::state::snapshot::{key_groups, window_state_schema};
 use crate::{Error, Result};
 
 /// The plan of a session window aggregation.
@@ -424,28 +423,7 @@ impl SessionOperator {
 impl SessionOperator {
     /// The schema of the state rows: `_key_group`, `_start`, `_end`, keys, states.
     fn state_schema(&self) -> Result<SchemaRef> {
-        let mut fields = vec![
-            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
-            Field::new("_start", DataType::Int64, false),
-            Field::new("_end", DataType::Int64, false),
-        ];
-        fields.extend(
-            self.spec
-                .key_schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true)),
-        );
-        for (i, aggregate) in self.spec.aggregates.iter().enumerate() {
-            for field in aggregate.state_fields()? {
-                fields.push(Field::new(
-                    format!("{i}:{}", field.name()),
-                    field.data_type().clone(),
-                    true,
-                ));
-            }
-        }
-        Ok(Arc::new(Schema::new(fields)))
+        window_state_schema(&["_start", "_end"], &self.spec.key_schema, &self.spec.aggregates)
     }
 
     /// Every open session as a row, sorted by key group. Reading an
@@ -492,16 +470,7 @@ impl SessionOperator {
                     .map(|id| parser.parse(&sessions[*id].as_ref().expect("open session").key)),
             )?
         };
-        let groups: UInt32Array = if keys.is_empty() {
-            UInt32Array::from(vec![0; ids.len()])
-        } else {
-            let mut hashes = Vec::new();
-            hash_rows(&keys, &mut hashes)?;
-            hashes
-                .iter()
-                .map(|h| key_group(*h, self.max_parallelism) as u32)
-                .collect()
-        };
+        let groups = key_groups(&keys, ids.len(), self.max_parallelism)?;
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(groups),
             Arc::new(Int64Array::from(starts)),
