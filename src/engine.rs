@@ -15,7 +15,9 @@ use crate::config::SessionConfig;
 use crate::frontend::binder::Binder;
 use crate::frontend::catalog::{Catalog, ColumnDef, TableDef, TableOptions, ViewDef, WatermarkDef};
 use crate::frontend::functions::FunctionRegistry;
-use crate::frontend::parser::{ColumnSpec, CreateTable, ParsedStatement, Statement, parse_statements};
+use crate::frontend::parser::{
+    ColumnSpec, CreateTable, ParsedStatement, ShowWhat, Statement, parse_statements,
+};
 use crate::frontend::types::{flink_type_name, is_ltz};
 use crate::plan::{Planner, StreamPlan};
 use crate::runtime::job::{self, JobHandle, JobSettings, JobStatus, RestoredCheckpoint};
@@ -84,6 +86,26 @@ impl TableResult {
             schema: Arc::new(Schema::empty()),
             body: ResultBody::Done,
         }
+    }
+
+    /// A table of text columns.
+    fn table(columns: &[&str], rows: Vec<Vec<Option<String>>>) -> Result<Self> {
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|c| Field::new(*c, DataType::Utf8, true))
+                .collect::<Vec<_>>(),
+        ));
+        let arrays = (0..columns.len())
+            .map(|i| {
+                Arc::new(rows.iter().map(|r| r[i].clone()).collect::<StringArray>()) as arrow::array::ArrayRef
+            })
+            .collect();
+        let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+        Ok(TableResult {
+            schema,
+            body: ResultBody::Rows(vec![batch]),
+        })
     }
 
     fn text(column: &str, lines: Vec<String>) -> Result<Self> {
@@ -400,6 +422,67 @@ impl Engine {
                 })?;
                 Ok(TableResult::done())
             }
+            Statement::Show(what) => match what {
+                ShowWhat::Tables => TableResult::text("table name", session.catalog.table_names()),
+                ShowWhat::Views => TableResult::text("view name", session.catalog.view_names()),
+                ShowWhat::Functions => {
+                    let registry = {
+                        let zone = session.config.local_time_zone()?;
+                        let mut functions = FunctionRegistry::new(&zone);
+                        for f in &session.user_functions {
+                            functions.register_scalar(f.clone());
+                        }
+                        functions
+                    };
+                    let mut names: Vec<String> = registry
+                        .scalar_names()
+                        .into_iter()
+                        .chain(registry.aggregate_names())
+                        .map(|n| n.to_uppercase())
+                        .collect();
+                    names.sort();
+                    names.dedup();
+                    TableResult::text("function name", names)
+                }
+                ShowWhat::Jobs => {
+                    let rows = session
+                        .jobs
+                        .iter()
+                        .map(|job| {
+                            vec![
+                                Some(job.id().to_string()),
+                                Some(job.name().to_string()),
+                                Some(format!("{:?}", job.status()).to_uppercase()),
+                                Some(format!("{:.1} s", job.elapsed().as_secs_f64())),
+                            ]
+                        })
+                        .collect();
+                    TableResult::table(&["job id", "job name", "status", "running for"], rows)
+                }
+            },
+            Statement::Describe(name) => describe(&session.catalog, &name, position),
+            Statement::StopJob(id) => {
+                let job = session
+                    .jobs
+                    .iter()
+                    .find(|j| j.id().to_string() == id.trim())
+                    .ok_or_else(|| {
+                        Error::sql_at(
+                            format!(
+                                "no job '{id}'; the jobs of this session are: {}",
+                                session
+                                    .jobs
+                                    .iter()
+                                    .map(|j| j.id().to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                            Some(position),
+                        )
+                    })?;
+                job.cancel();
+                Ok(TableResult::done())
+            }
             Statement::Reset { key } => {
                 match key {
                     Some(key) => session.config.reset(&key),
@@ -469,6 +552,68 @@ impl Engine {
             }
         }
     }
+}
+
+/// `DESCRIBE name`: Flink's columns (name, type, null, key, extras, watermark).
+fn describe(catalog: &Catalog, name: &str, position: crate::error::Position) -> Result<TableResult> {
+    let columns = ["name", "type", "null", "key", "extras", "watermark"];
+    if let Some(table) = catalog.table(name) {
+        let rows = table
+            .columns
+            .iter()
+            .map(|c| {
+                let mut data_type = flink_type_name(&c.data_type);
+                if !c.nullable {
+                    data_type.push_str(" NOT NULL");
+                }
+                if let Some(kind) = table.time_attribute(&c.name) {
+                    data_type.push_str(&format!(" *{}*", kind.to_uppercase()));
+                }
+                vec![
+                    Some(c.name.clone()),
+                    Some(data_type),
+                    Some(if c.nullable { "TRUE" } else { "FALSE" }.to_string()),
+                    table
+                        .primary_key
+                        .contains(&c.name)
+                        .then(|| format!("PRI({})", table.primary_key.join(", "))),
+                    c.computed_text.as_ref().map(|t| format!("AS {t}")),
+                    table
+                        .watermark
+                        .as_ref()
+                        .filter(|w| w.column == c.name)
+                        .map(|w| w.text.clone()),
+                ]
+            })
+            .collect();
+        return TableResult::table(&columns, rows);
+    }
+    if let Some(view) = catalog.view(name) {
+        let rows = view
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                vec![
+                    Some(f.name().clone()),
+                    Some(flink_type_name(f.data_type())),
+                    Some(if f.is_nullable() { "TRUE" } else { "FALSE" }.to_string()),
+                    None,
+                    None,
+                    None,
+                ]
+            })
+            .collect();
+        return TableResult::table(&columns, rows);
+    }
+    let hint = catalog
+        .similar_name(name)
+        .map(|s| format!(" (did you mean '{s}'?)"))
+        .unwrap_or_default();
+    Err(Error::sql_at(
+        format!("table or view '{name}' does not exist{hint}"),
+        Some(position),
+    ))
 }
 
 impl Session {

@@ -60,6 +60,25 @@ pub enum Statement {
     Query(Box<Query>),
     /// `INSERT INTO table query`.
     Insert(Box<sqlparser::ast::Statement>),
+    /// `SHOW TABLES | VIEWS | FUNCTIONS | JOBS`.
+    Show(ShowWhat),
+    /// `DESCRIBE name` / `DESC name`.
+    Describe(String),
+    /// `STOP JOB 'id'`.
+    StopJob(String),
+}
+
+/// What `SHOW` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShowWhat {
+    /// `SHOW TABLES`.
+    Tables,
+    /// `SHOW VIEWS`.
+    Views,
+    /// `SHOW FUNCTIONS`.
+    Functions,
+    /// `SHOW JOBS`.
+    Jobs,
 }
 
 /// What `CREATE TABLE` declares.
@@ -199,6 +218,40 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
                 _ => Some(parser.parse_literal_string()?),
             };
             Ok(Statement::Reset { key })
+        }
+        Token::Word(w) if w.keyword == Keyword::SHOW => {
+            parser.next_token();
+            let what = parser.next_token();
+            let what = match &what.token {
+                Token::Word(w) if w.value.eq_ignore_ascii_case("TABLES") => ShowWhat::Tables,
+                Token::Word(w) if w.value.eq_ignore_ascii_case("VIEWS") => ShowWhat::Views,
+                Token::Word(w) if w.value.eq_ignore_ascii_case("FUNCTIONS") => ShowWhat::Functions,
+                Token::Word(w) if w.value.eq_ignore_ascii_case("JOBS") => ShowWhat::Jobs,
+                _ => return parser.expected("TABLES, VIEWS, FUNCTIONS or JOBS after SHOW", what),
+            };
+            Ok(Statement::Show(what))
+        }
+        Token::Word(w) if w.keyword == Keyword::DESCRIBE || w.keyword == Keyword::DESC => {
+            parser.next_token();
+            let name = parser.parse_object_name(false)?;
+            Ok(Statement::Describe(
+                name.0
+                    .iter()
+                    .map(|part| {
+                        part.as_ident()
+                            .map_or_else(|| part.to_string(), |i| i.value.clone())
+                    })
+                    .collect::<Vec<_>>()
+                    .join("."),
+            ))
+        }
+        Token::Word(w) if w.value.eq_ignore_ascii_case("STOP") => {
+            parser.next_token();
+            let job = parser.next_token();
+            if !matches!(&job.token, Token::Word(w) if w.value.eq_ignore_ascii_case("JOB")) {
+                return parser.expected("JOB after STOP", job);
+            }
+            Ok(Statement::StopJob(parser.parse_literal_string()?))
         }
         Token::Word(w) if w.keyword == Keyword::EXPLAIN => {
             parser.next_token();
