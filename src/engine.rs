@@ -198,6 +198,37 @@ impl ResultStream {
     }
 }
 
+impl ResultStream {
+    /// Like `next`, but waits at most `timeout`: `Some(Ok(None))` when no
+    /// batch arrived in time, `None` when the query has ended.
+    pub fn next_timeout(&mut self, timeout: std::time::Duration) -> Option<Result<Option<RecordBatch>>> {
+        if let Some(batch) = self.rows.next() {
+            return Some(Ok(Some(batch)));
+        }
+        if self.done {
+            return None;
+        }
+        let receiver = self.receiver.as_ref()?;
+        match receiver.recv_timeout(timeout) {
+            Ok(batch) => Some(Ok(Some(batch))),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Some(Ok(None)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => self.ended().map(|r| r.map(Some)),
+        }
+    }
+
+    /// The sink is gone: the job ended. How.
+    fn ended(&mut self) -> Option<Result<RecordBatch>> {
+        self.done = true;
+        let job = self.job.as_ref()?;
+        match job.wait() {
+            Ok(JobStatus::Finished) => None,
+            Ok(JobStatus::Cancelled) => Some(Err(Error::Execution("the query was cancelled".into()))),
+            Ok(status) => Some(Err(Error::Execution(format!("the query ended as {status:?}")))),
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
 impl Iterator for ResultStream {
     type Item = Result<RecordBatch>;
 
@@ -211,17 +242,7 @@ impl Iterator for ResultStream {
         let receiver = self.receiver.as_ref()?;
         match receiver.recv() {
             Ok(batch) => Some(Ok(batch)),
-            Err(_) => {
-                // The sink is gone: the job ended. Report how.
-                self.done = true;
-                let job = self.job.as_ref()?;
-                match job.wait() {
-                    Ok(JobStatus::Finished) => None,
-                    Ok(JobStatus::Cancelled) => Some(Err(Error::Execution("the query was cancelled".into()))),
-                    Ok(status) => Some(Err(Error::Execution(format!("the query ended as {status:?}")))),
-                    Err(e) => Some(Err(e)),
-                }
-            }
+            Err(_) => self.ended(),
         }
     }
 }

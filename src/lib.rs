@@ -34,6 +34,7 @@ pub mod error;
 pub mod frontend;
 pub mod operators;
 pub mod plan;
+pub mod repl;
 pub mod runtime;
 pub mod state;
 

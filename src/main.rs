@@ -1,4 +1,4 @@
-//! The `weir` command: run SQL files.
+//! The `weir` command: the SQL shell, `weir run FILE.sql`, and `weir bench`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,11 +14,19 @@ use weir::{Engine, Error, JobStatus};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// weir — a streaming SQL engine (Flink SQL on Apache Arrow).
+///
+/// Without a command, `weir` is an interactive SQL shell (type HELP;). With
+/// standard input not a terminal (`weir < script.sql`) or with `-e`, it runs
+/// the statements and prints their results the same way, stopping at the
+/// first error (exit status 1).
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, about, long_about = None, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// Run these statements (separated by ';') and exit.
+    #[arg(short = 'e', long = "execute", value_name = "SQL")]
+    execute: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -118,7 +126,17 @@ struct NexmarkArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        return match shell(cli.execute) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                // The shell has printed the error already.
+                let _ = e;
+                ExitCode::FAILURE
+            }
+        };
+    };
+    let result = match command {
         Command::Run {
             file,
             settings,
@@ -197,6 +215,23 @@ fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Resu
     }
     eprintln!("[INFO] Done in {:.3} s.", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The SQL shell: interactive at a terminal, else a script from `-e` or stdin.
+fn shell(execute: Option<String>) -> weir::Result<()> {
+    use std::io::IsTerminal;
+    let mut shell = weir::repl::Shell::new(Engine::new());
+    if let Some(sql) = execute {
+        return shell.run_script(&sql);
+    }
+    if !std::io::stdin().is_terminal() {
+        let script = weir::repl::read_stdin()?;
+        return shell.run_script(&script);
+    }
+    let history = std::env::var_os("WEIR_HISTORY")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".weir_history")));
+    shell.run_interactive(history)
 }
 
 fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {

@@ -7,6 +7,7 @@ mod errors;
 mod nexmark;
 mod partitioned;
 mod recovery;
+mod repl;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,393 @@
+//! The SQL shell: `weir` at a terminal, `weir -e "..."`, and `weir < script.sql`.
+//!
+//! Statements end with `;` and may span lines or share one. Bounded results
+//! print as an aligned table with a row count and the time taken; unbounded
+//! ones stream as windows fire (Flink's `tableau` result mode) until the query
+//! ends or Ctrl-C cancels it; `INSERT INTO` submits a background job. An error
+//! prints one message (with a caret under the position for SQL errors) and the
+//! shell goes on. Client commands: `HELP`, `SOURCE 'file.sql'`, `QUIT`.
+
+pub mod complete;
+pub mod splitter;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow::record_batch::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use rustyline::error::ReadlineError;
+use rustyline::history::FileHistory;
+use rustyline::{Config, Editor};
+
+use self::complete::ShellHelper;
+use self::splitter::StatementBuffer;
+use crate::{Engine, Error, Result, TableResult};
+
+/// `sql-client.execution.max-table-result.rows`: rows a bounded result keeps.
+pub const MAX_TABLE_ROWS: &str = "sql-client.execution.max-table-result.rows";
+
+const HELP: &str = "Statements end with ';' and may span lines.
+
+  CREATE [TEMPORARY] TABLE / VIEW / FUNCTION ...   DROP TABLE / VIEW ...
+  SELECT ...            bounded: a table; unbounded: rows as windows fire (Ctrl-C stops it)
+  INSERT INTO t SELECT  submit a background job
+  EXPLAIN <query>       the operator graph
+  SHOW TABLES | VIEWS | FUNCTIONS | JOBS
+  DESCRIBE <table>      columns, types, watermark
+  STOP JOB '<id>'       cancel a job
+  SET / SET 'k' = 'v' / RESET ['k']   settings (Flink's keys)
+  SOURCE 'file.sql'     run the statements of a file
+  HELP                  this text
+  QUIT / EXIT / Ctrl-D  leave";
+
+/// How a statement ended, for scripts.
+enum Outcome {
+    Ok,
+    Quit,
+}
+
+/// A shell over an engine, writing results to `out` and errors to stderr.
+pub struct Shell {
+    engine: Engine,
+    /// Set by Ctrl-C while a query runs: cancel it.
+    interrupted: Arc<AtomicBool>,
+    tables: Arc<Mutex<Vec<String>>>,
+}
+
+impl Shell {
+    /// A shell over `engine`.
+    pub fn new(engine: Engine) -> Self {
+        Shell {
+            engine,
+            interrupted: Arc::new(AtomicBool::new(false)),
+            tables: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The interactive loop: line editing, history in `history`, completion.
+    pub fn run_interactive(&mut self, history: Option<PathBuf>) -> Result<()> {
+        let interrupted = self.interrupted.clone();
+        // Ctrl-C while a query runs cancels it; at the prompt rustyline sees it.
+        let _ = ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst));
+        let config = Config::builder().auto_add_history(false).build();
+        let mut editor: Editor<ShellHelper, FileHistory> =
+            Editor::with_config(config).map_err(|e| Error::Internal(format!("line editor: {e}")))?;
+        editor.set_helper(Some(ShellHelper {
+            tables: self.tables.clone(),
+        }));
+        if let Some(path) = &history {
+            let _ = editor.load_history(path);
+        }
+        println!(
+            "weir {} — streaming SQL. Type HELP; for help, QUIT; or Ctrl-D to leave.",
+            env!("CARGO_PKG_VERSION")
+        );
+        let mut buffer = StatementBuffer::default();
+        loop {
+            let prompt = if buffer.is_empty() { "weir> " } else { "   -> " };
+            match editor.readline(prompt) {
+                Ok(line) => {
+                    if !line.trim().is_empty() {
+                        let _ = editor.add_history_entry(line.as_str());
+                    }
+                    for statement in buffer.push_line(&line) {
+                        if let Outcome::Quit = self.run_statement(&statement) {
+                            return save(&mut editor, history.as_ref());
+                        }
+                    }
+                }
+                Err(ReadlineError::Interrupted) => buffer.clear(),
+                Err(ReadlineError::Eof) => return save(&mut editor, history.as_ref()),
+                Err(e) => return Err(Error::Internal(format!("line editor: {e}"))),
+            }
+        }
+    }
+
+    /// Runs a script (stdin, `-e`, `SOURCE`): stops at the first error.
+    pub fn run_script(&mut self, text: &str) -> Result<()> {
+        let mut buffer = StatementBuffer::default();
+        let mut statements = Vec::new();
+        for line in text.lines() {
+            statements.extend(buffer.push_line(line));
+        }
+        statements.extend(buffer.finish());
+        for statement in statements {
+            match self.execute(&statement) {
+                Ok(Outcome::Ok) => {}
+                Ok(Outcome::Quit) => return Ok(()),
+                Err(e) => {
+                    report(&statement, &e);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a statement typed at the prompt: errors are printed, never fatal.
+    fn run_statement(&mut self, statement: &str) -> Outcome {
+        match self.execute(statement) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                report(statement, &e);
+                Outcome::Ok
+            }
+        }
+    }
+
+    fn execute(&mut self, statement: &str) -> Result<Outcome> {
+        let words: Vec<&str> = statement.split_whitespace().collect();
+        match words.first().map(|w| w.to_ascii_uppercase()).as_deref() {
+            Some("HELP") if words.len() == 1 => {
+                println!("{HELP}");
+                return Ok(Outcome::Ok);
+            }
+            Some("QUIT" | "EXIT") if words.len() == 1 => return Ok(Outcome::Quit),
+            Some("SOURCE") => {
+                let path = statement.trim()[6..].trim().trim_matches('\'').to_string();
+                let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+                self.run_script(&text)?;
+                return Ok(Outcome::Ok);
+            }
+            _ => {}
+        }
+        let started = Instant::now();
+        let result = self.engine.sql(statement)?;
+        *self.tables.lock().unwrap_or_else(|e| e.into_inner()) = self
+            .engine
+            .table_names()
+            .into_iter()
+            .chain(self.engine.view_names())
+            .collect();
+        self.print(result, started)?;
+        Ok(Outcome::Ok)
+    }
+
+    fn print(&mut self, result: TableResult, started: Instant) -> Result<()> {
+        let schema = result.schema();
+        if schema.fields().is_empty() {
+            match result.job() {
+                Some(job) => {
+                    for note in job.notes() {
+                        println!("[INFO] {note}");
+                    }
+                    println!("[INFO] Job '{}' ({}) submitted.", job.id(), job.name());
+                }
+                None => println!("[INFO] Execute statement succeeded."),
+            }
+            return Ok(());
+        }
+        if result.job().is_none() {
+            let batches = result.collect()?;
+            print_table(&batches, started, None);
+            return Ok(());
+        }
+        // A query: rows as they arrive (Flink's tableau mode), at most the
+        // configured number of rows shown.
+        let limit = self
+            .engine
+            .config()
+            .get(MAX_TABLE_ROWS)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(usize::MAX);
+        self.interrupted.store(false, Ordering::SeqCst);
+        let job = result.job().cloned();
+        let mut stream = result.stream();
+        let mut printer = Tableau::new(&schema);
+        let mut note = None;
+        loop {
+            if self.interrupted.swap(false, Ordering::SeqCst) {
+                if let Some(job) = &job {
+                    job.cancel();
+                }
+                note = Some("cancelled");
+                break;
+            }
+            match stream.next_timeout(std::time::Duration::from_millis(50)) {
+                Some(Ok(Some(batch))) => printer.batch(&batch, limit),
+                Some(Ok(None)) => {}
+                Some(Err(e)) => {
+                    printer.finish(started, None);
+                    return Err(e);
+                }
+                None => break,
+            }
+        }
+        printer.finish(started, note);
+        Ok(())
+    }
+}
+
+/// Prints rows as they arrive under a header, in columns sized by the header
+/// and the first rows (later, longer values widen their row only).
+struct Tableau {
+    names: Vec<String>,
+    widths: Option<Vec<usize>>,
+    rows: usize,
+    shown: usize,
+}
+
+impl Tableau {
+    fn new(schema: &arrow::datatypes::SchemaRef) -> Self {
+        Tableau {
+            names: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            widths: None,
+            rows: 0,
+            shown: 0,
+        }
+    }
+
+    fn line(widths: &[usize]) -> String {
+        let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(w + 2)).collect();
+        format!("+{}+", dashes.join("+"))
+    }
+
+    fn row(values: &[String], widths: &[usize]) -> String {
+        let cells: Vec<String> = values
+            .iter()
+            .zip(widths)
+            .map(|(v, w)| format!(" {v:>w$} "))
+            .collect();
+        format!("|{}|", cells.join("|"))
+    }
+
+    fn batch(&mut self, batch: &RecordBatch, limit: usize) {
+        let options = FormatOptions::default().with_null("<NULL>");
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .filter_map(|c| ArrayFormatter::try_new(c.as_ref(), &options).ok())
+            .collect();
+        let values: Vec<Vec<String>> = (0..batch.num_rows())
+            .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect())
+            .collect();
+        self.rows += values.len();
+        if self.widths.is_none() {
+            let widths: Vec<usize> = self
+                .names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    values
+                        .iter()
+                        .map(|v| v[i].chars().count())
+                        .chain([name.chars().count()])
+                        .max()
+                        .unwrap_or(1)
+                })
+                .collect();
+            println!("{}", Self::line(&widths));
+            println!("{}", Self::row(&self.names, &widths));
+            println!("{}", Self::line(&widths));
+            self.widths = Some(widths);
+        }
+        let widths = self.widths.as_ref().expect("set above");
+        for value in values {
+            if self.shown >= limit {
+                break;
+            }
+            println!("{}", Self::row(&value, widths));
+            self.shown += 1;
+        }
+        let _ = std::io::stdout().flush();
+    }
+
+    fn finish(&self, started: Instant, note: Option<&str>) {
+        match &self.widths {
+            None => println!(
+                "Empty set ({:.2} s){}",
+                started.elapsed().as_secs_f64(),
+                suffix(note)
+            ),
+            Some(widths) => {
+                println!("{}", Self::line(widths));
+                let hidden = self.rows - self.shown;
+                println!(
+                    "{} row{} in set ({:.2} s){}{}",
+                    self.rows,
+                    if self.rows == 1 { "" } else { "s" },
+                    started.elapsed().as_secs_f64(),
+                    if hidden > 0 {
+                        format!(", {hidden} not shown ('{MAX_TABLE_ROWS}')")
+                    } else {
+                        String::new()
+                    },
+                    suffix(note)
+                );
+            }
+        }
+        let _ = std::io::stdout().flush();
+    }
+}
+
+fn save(editor: &mut Editor<ShellHelper, FileHistory>, history: Option<&PathBuf>) -> Result<()> {
+    if let Some(path) = history {
+        let _ = editor.save_history(path);
+    }
+    Ok(())
+}
+
+/// One error message; a caret under the position of a SQL error.
+fn report(statement: &str, e: &Error) {
+    eprintln!("[ERROR] {e}");
+    if let Error::Sql {
+        position: Some(p), ..
+    } = e
+        && let Some(line) = statement.lines().nth(p.line.saturating_sub(1) as usize)
+    {
+        eprintln!("  {line}");
+        eprintln!("  {}^", " ".repeat(p.column.saturating_sub(1) as usize));
+    }
+}
+
+/// An aligned table of `batches` with a row count and the elapsed time.
+fn print_table(batches: &[RecordBatch], started: Instant, note: Option<&str>) {
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let Some(first) = batches.first() else {
+        println!(
+            "Empty set ({:.2} s){}",
+            started.elapsed().as_secs_f64(),
+            suffix(note)
+        );
+        return;
+    };
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::ASCII_FULL_CONDENSED);
+    table.set_header(first.schema().fields().iter().map(|f| f.name().clone()));
+    let options = FormatOptions::default().with_null("<NULL>");
+    for batch in batches {
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .filter_map(|c| ArrayFormatter::try_new(c.as_ref(), &options).ok())
+            .collect();
+        for row in 0..batch.num_rows() {
+            table.add_row(formatters.iter().map(|f| f.value(row).to_string()));
+        }
+    }
+    println!("{table}");
+    println!(
+        "{rows} row{} in set ({:.2} s){}",
+        if rows == 1 { "" } else { "s" },
+        started.elapsed().as_secs_f64(),
+        suffix(note)
+    );
+    let _ = std::io::stdout().flush();
+}
+
+fn suffix(note: Option<&str>) -> String {
+    note.map(|n| format!(", {n}")).unwrap_or_default()
+}
+
+/// Reads all of standard input as a script.
+pub fn read_stdin() -> Result<String> {
+    let mut text = String::new();
+    for line in std::io::stdin().lock().lines() {
+        text.push_str(&line.map_err(|e| Error::io("<stdin>", e))?);
+        text.push('\n');
+    }
+    Ok(text)
+}
