@@ -129,11 +129,8 @@ fn main() -> ExitCode {
     let Some(command) = cli.command else {
         return match shell(cli.execute) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                // The shell has printed the error already.
-                let _ = e;
-                ExitCode::FAILURE
-            }
+            // The shell has printed the error already.
+            Err(_) => ExitCode::FAILURE,
         };
     };
     let result = match command {
