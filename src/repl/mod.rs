@@ -255,7 +255,7 @@ impl Tableau {
     }
 
     fn batch(&mut self, batch: &RecordBatch, limit: usize) {
-        let options = FormatOptions::default().with_null("<NULL>");
+        let options = display_options();
         let formatters: Vec<ArrayFormatter> = batch
             .columns()
             .iter()
@@ -357,7 +357,7 @@ fn print_table(batches: &[RecordBatch], started: Instant, note: Option<&str>) {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::ASCII_FULL_CONDENSED);
     table.set_header(first.schema().fields().iter().map(|f| f.name().clone()));
-    let options = FormatOptions::default().with_null("<NULL>");
+    let options = display_options();
     for batch in batches {
         let formatters: Vec<ArrayFormatter> = batch
             .columns()
@@ -376,6 +376,15 @@ fn print_table(batches: &[RecordBatch], started: Instant, note: Option<&str>) {
         suffix(note)
     );
     let _ = std::io::stdout().flush();
+}
+
+/// Values as Flink's SQL client shows them: NULL as `<NULL>`, timestamps as
+/// `2020-01-01 00:00:00.000` (`TIMESTAMP_LTZ` in the session's zone).
+fn display_options() -> FormatOptions<'static> {
+    FormatOptions::default()
+        .with_null("<NULL>")
+        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.3f"))
+        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.3f"))
 }
 
 fn suffix(note: Option<&str>) -> String {
