@@ -15,7 +15,8 @@ use arrow::datatypes::{
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 
-use crate::runtime::message::MIN_WATERMARK;
+use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
+use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::{Error, Result};
 
@@ -99,20 +100,12 @@ impl Operator for WatermarkAssignerOperator {
         "WatermarkAssigner".into()
     }
 
-    fn snapshot(
-        &mut self,
-        _checkpoint: crate::runtime::message::CheckpointId,
-    ) -> Result<Option<crate::runtime::operator::OperatorSnapshot>> {
-        Ok(Some(crate::runtime::operator::OperatorSnapshot {
-            meta: serde_json::json!({ "watermark": self.current }),
-            rows: None,
-        }))
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot::with_watermark(self.current, None)))
     }
 
-    fn restore(&mut self, snapshot: crate::runtime::operator::OperatorSnapshot) -> Result<()> {
-        self.current = snapshot.meta["watermark"].as_i64().ok_or_else(|| {
-            crate::Error::State(format!("watermark state without a watermark: {}", snapshot.meta))
-        })?;
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        self.current = snapshot.watermark("WatermarkAssigner")?;
         Ok(())
     }
 

@@ -255,15 +255,7 @@ impl Tableau {
     }
 
     fn batch(&mut self, batch: &RecordBatch, limit: usize) {
-        let options = display_options();
-        let formatters: Vec<ArrayFormatter> = batch
-            .columns()
-            .iter()
-            .filter_map(|c| ArrayFormatter::try_new(c.as_ref(), &options).ok())
-            .collect();
-        let values: Vec<Vec<String>> = (0..batch.num_rows())
-            .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect())
-            .collect();
+        let values = display_rows(batch);
         self.rows += values.len();
         if self.widths.is_none() {
             let widths: Vec<usize> = self
@@ -357,15 +349,9 @@ fn print_table(batches: &[RecordBatch], started: Instant, note: Option<&str>) {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::ASCII_FULL_CONDENSED);
     table.set_header(first.schema().fields().iter().map(|f| f.name().clone()));
-    let options = display_options();
     for batch in batches {
-        let formatters: Vec<ArrayFormatter> = batch
-            .columns()
-            .iter()
-            .filter_map(|c| ArrayFormatter::try_new(c.as_ref(), &options).ok())
-            .collect();
-        for row in 0..batch.num_rows() {
-            table.add_row(formatters.iter().map(|f| f.value(row).to_string()));
+        for row in display_rows(batch) {
+            table.add_row(row);
         }
     }
     println!("{table}");
@@ -385,6 +371,19 @@ fn display_options() -> FormatOptions<'static> {
         .with_null("<NULL>")
         .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.3f"))
         .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.3f"))
+}
+
+/// Every row of `batch` as display text, column by column.
+fn display_rows(batch: &RecordBatch) -> Vec<Vec<String>> {
+    let options = display_options();
+    let formatters: Vec<ArrayFormatter> = batch
+        .columns()
+        .iter()
+        .filter_map(|c| ArrayFormatter::try_new(c.as_ref(), &options).ok())
+        .collect();
+    (0..batch.num_rows())
+        .map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect())
+        .collect()
 }
 
 fn suffix(note: Option<&str>) -> String {

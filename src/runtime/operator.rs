@@ -21,6 +21,50 @@ pub struct OperatorSnapshot {
     pub rows: Option<RecordBatch>,
 }
 
+impl OperatorSnapshot {
+    /// A snapshot of an operator whose small state is its watermark.
+    pub fn with_watermark(watermark: Timestamp, rows: Option<RecordBatch>) -> Self {
+        OperatorSnapshot {
+            meta: serde_json::json!({ "watermark": watermark }),
+            rows,
+        }
+    }
+
+    /// The watermark [`OperatorSnapshot::with_watermark`] saved; `operator` names
+    /// the operator in the error.
+    pub fn watermark(&self, operator: &str) -> Result<Timestamp> {
+        self.meta["watermark"]
+            .as_i64()
+            .ok_or_else(|| Error::State(format!("state of {operator} without a watermark: {}", self.meta)))
+    }
+
+    /// Checks that the keyed rows have the columns (names and types) the
+    /// operator expects; the error names both.
+    pub fn check_columns(
+        rows: &RecordBatch,
+        expected: &arrow::datatypes::Schema,
+        operator: &str,
+    ) -> Result<()> {
+        let found = rows.schema();
+        let same = found.fields().len() == expected.fields().len()
+            && found
+                .fields()
+                .iter()
+                .zip(expected.fields())
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        if same {
+            return Ok(());
+        }
+        let names =
+            |s: &arrow::datatypes::Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
+        Err(Error::State(format!(
+            "the checkpoint's state of {operator} has columns {:?}, the query's are {:?}",
+            names(&found),
+            names(expected)
+        )))
+    }
+}
+
 /// What an operator emits while handling one input: batches and watermarks, in order.
 #[derive(Debug, Default)]
 pub struct Output {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::prelude::SessionContext;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -80,26 +79,7 @@ fn write_csv(batch: &RecordBatch, path: &std::path::Path) {
 
 /// Rows as sorted strings, so results compare as multisets.
 fn canonical(batches: &[RecordBatch]) -> Vec<String> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut rows = Vec::new();
-    for batch in batches {
-        let formatters: Vec<ArrayFormatter> = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
-            .collect();
-        for row in 0..batch.num_rows() {
-            rows.push(
-                formatters
-                    .iter()
-                    .map(|f| f.value(row).to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            );
-        }
-    }
-    rows.sort();
-    rows
+    crate::sorted_rows(batches)
 }
 
 fn datafusion_rows(batch: &RecordBatch, sql: &str) -> Vec<String> {

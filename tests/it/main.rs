@@ -52,3 +52,29 @@ pub fn engine(parallelism: usize) -> weir::Engine {
     engine.set("table.local-time-zone", "UTC").unwrap();
     engine
 }
+
+/// Every row of `batches` as `a|b|c` text (NULL as `NULL`), sorted: results as
+/// multisets.
+pub fn sorted_rows(batches: &[arrow::record_batch::RecordBatch]) -> Vec<String> {
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters: Vec<ArrayFormatter> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|f| f.value(row).to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            );
+        }
+    }
+    rows.sort();
+    rows
+}

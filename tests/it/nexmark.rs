@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Int32Type, Int64Type, TimestampMillisecondType};
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use weir::Engine;
 use weir::connectors::nexmark::generator::{EventBatchBuilder, GeneratorConfig};
 
@@ -35,26 +34,7 @@ fn engine(parallelism: usize, events: u64, extra_options: &str) -> Engine {
 }
 
 fn rows(batches: &[RecordBatch]) -> Vec<String> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut rows = Vec::new();
-    for batch in batches {
-        let formatters: Vec<ArrayFormatter> = batch
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
-            .collect();
-        for row in 0..batch.num_rows() {
-            rows.push(
-                formatters
-                    .iter()
-                    .map(|f| f.value(row).to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            );
-        }
-    }
-    rows.sort();
-    rows
+    crate::sorted_rows(batches)
 }
 
 const ALL_FIELDS: &str = "SELECT event_type, person.id, person.name, person.emailAddress, person.creditCard,

@@ -748,40 +748,17 @@ impl Operator for WindowAggregateOperator {
         if self.spec.phase == Phase::Local {
             return Ok(None);
         }
-        Ok(Some(OperatorSnapshot {
-            meta: serde_json::json!({ "watermark": self.watermark }),
-            rows: self.state_rows()?,
-        }))
+        Ok(Some(OperatorSnapshot::with_watermark(
+            self.watermark,
+            self.state_rows()?,
+        )))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.watermark = snapshot.meta["watermark"].as_i64().ok_or_else(|| {
-            Error::State(format!(
-                "window aggregation state without a watermark: {}",
-                snapshot.meta
-            ))
-        })?;
+        let name = self.spec.describe();
+        self.watermark = snapshot.watermark(&name)?;
         if let Some(rows) = &snapshot.rows {
-            let expected = self.state_schema()?;
-            if rows.schema().fields().len() != expected.fields().len()
-                || rows
-                    .schema()
-                    .fields()
-                    .iter()
-                    .zip(expected.fields())
-                    .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
-            {
-                return Err(Error::State(format!(
-                    "the checkpoint's state of {} has columns {:?}, the query's are {:?}",
-                    self.spec.describe(),
-                    rows.schema()
-                        .fields()
-                        .iter()
-                        .map(|f| f.name())
-                        .collect::<Vec<_>>(),
-                    expected.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
-                )));
-            }
+            OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &name)?;
             self.restore_rows(rows)?;
         }
         Ok(())

@@ -492,15 +492,7 @@ impl SessionOperator {
 
     /// Reopens the sessions of state rows (this subtask's key groups).
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
-        let expected = self.state_schema()?;
-        let names: Vec<&String> = rows.schema_ref().fields().iter().map(|f| f.name()).collect();
-        let wanted: Vec<&String> = expected.fields().iter().map(|f| f.name()).collect();
-        if names != wanted {
-            return Err(Error::State(format!(
-                "the checkpoint's state of {} has columns {names:?}, the query's are {wanted:?}",
-                self.spec.describe()
-            )));
-        }
+        OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &self.spec.describe())?;
         let key_count = self.spec.key_schema.fields().len();
         let starts = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
         let ends = rows.column(2).as_primitive::<Int64Type>().values().to_vec();
@@ -551,19 +543,14 @@ impl Operator for SessionOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(OperatorSnapshot {
-            meta: serde_json::json!({ "watermark": self.watermark }),
-            rows: self.state_rows()?,
-        }))
+        Ok(Some(OperatorSnapshot::with_watermark(
+            self.watermark,
+            self.state_rows()?,
+        )))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.watermark = snapshot.meta["watermark"].as_i64().ok_or_else(|| {
-            Error::State(format!(
-                "session window state without a watermark: {}",
-                snapshot.meta
-            ))
-        })?;
+        self.watermark = snapshot.watermark(&self.spec.describe())?;
         if let Some(rows) = &snapshot.rows {
             self.restore_rows(rows)?;
         }
