@@ -8,6 +8,7 @@ mod nexmark;
 mod partitioned;
 mod recovery;
 mod repl;
+mod repl_pty;
 
 use std::path::{Path, PathBuf};
 
