@@ -325,6 +325,13 @@ impl Engine {
         self.session().catalog.view_names()
     }
 
+    /// The connector options of table `name` (`WITH (...)`), in declaration order.
+    pub fn table_options(&self, name: &str) -> Option<Vec<(String, String)>> {
+        let session = self.session();
+        let table = session.catalog.table(name)?;
+        Some(table.options.entries().to_vec())
+    }
+
     fn execute(&self, parsed: ParsedStatement) -> Result<TableResult> {
         let position = parsed.position;
         let mut session = self.session();

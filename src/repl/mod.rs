@@ -36,7 +36,7 @@ const HELP: &str = "Statements end with ';' and may span lines.
   INSERT INTO t SELECT  submit a background job
   EXPLAIN <query>       the operator graph
   SHOW TABLES | VIEWS | FUNCTIONS | JOBS
-  DESCRIBE <table>      columns, types, watermark
+  DESCRIBE <table>      columns, types, watermark, connector options
   STOP JOB '<id>'       cancel a job
   SET / SET 'k' = 'v' / RESET ['k']   settings (Flink's keys)
   SOURCE 'file.sql'     run the statements of a file
@@ -69,12 +69,15 @@ impl Shell {
 
     /// The interactive loop: line editing, history in `history`, completion.
     pub fn run_interactive(&mut self, history: Option<PathBuf>) -> Result<()> {
-        let interrupted = self.interrupted.clone();
-        // Ctrl-C while a query runs cancels it; at the prompt rustyline sees it.
-        let _ = ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst));
         let config = Config::builder().auto_add_history(false).build();
         let mut editor: Editor<ShellHelper, FileHistory> =
             Editor::with_config(config).map_err(|e| Error::Internal(format!("line editor: {e}")))?;
+        // Ctrl-C while a query runs cancels it; at the prompt the terminal is
+        // in raw mode and rustyline reads it as a key. Installed after the
+        // editor, which replaces the SIGINT handler when it is created.
+        let interrupted = self.interrupted.clone();
+        ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+            .map_err(|e| Error::Internal(format!("Ctrl-C handler: {e}")))?;
         editor.set_helper(Some(ShellHelper {
             tables: self.tables.clone(),
         }));
@@ -127,12 +130,26 @@ impl Shell {
         Ok(())
     }
 
-    /// Runs a statement typed at the prompt: errors are printed, never fatal.
+    /// Runs a statement typed at the prompt: errors are printed, never fatal;
+    /// not even a bug in the engine (a panic) ends the shell.
     fn run_statement(&mut self, statement: &str) -> Outcome {
-        match self.execute(statement) {
-            Ok(outcome) => outcome,
-            Err(e) => {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(statement)));
+        match run {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
                 report(statement, &e);
+                Outcome::Ok
+            }
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown cause");
+                report(
+                    statement,
+                    &Error::Internal(format!("the statement failed: {message}")),
+                );
                 Outcome::Ok
             }
         }
@@ -163,7 +180,29 @@ impl Shell {
             .chain(self.engine.view_names())
             .collect();
         self.print(result, started)?;
+        if matches!(
+            words.first().map(|w| w.to_ascii_uppercase()).as_deref(),
+            Some("DESCRIBE" | "DESC")
+        ) && words.len() == 2
+        {
+            self.print_options(words[1].trim_end_matches(';').trim_matches('`'));
+        }
         Ok(Outcome::Ok)
+    }
+
+    /// After `DESCRIBE <table>`: the connector options, as `SHOW CREATE TABLE`
+    /// would spell them.
+    fn print_options(&self, table: &str) {
+        let Some(options) = self.engine.table_options(table) else {
+            return;
+        };
+        println!("WITH (");
+        let last = options.len().saturating_sub(1);
+        for (i, (key, value)) in options.iter().enumerate() {
+            let comma = if i < last { "," } else { "" };
+            println!("  '{key}' = '{}'{comma}", value.replace('\'', "''"));
+        }
+        println!(")");
     }
 
     fn print(&mut self, result: TableResult, started: Instant) -> Result<()> {
@@ -222,9 +261,14 @@ impl Shell {
 }
 
 /// Prints rows as they arrive under a header, in columns sized by the header
-/// and the first rows (later, longer values widen their row only).
+/// and the first rows (later, longer values widen their row only). The first
+/// column, `op`, is the change kind as in Flink's streaming tableau: weir's
+/// queries are append-only (updating aggregates are refused when planned), so
+/// every row is an insertion, `+I`.
 struct Tableau {
     names: Vec<String>,
+    /// The widest text each column's type can produce, where bounded.
+    type_widths: Vec<usize>,
     widths: Option<Vec<usize>>,
     rows: usize,
     shown: usize,
@@ -233,7 +277,12 @@ struct Tableau {
 impl Tableau {
     fn new(schema: &arrow::datatypes::SchemaRef) -> Self {
         Tableau {
-            names: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            names: std::iter::once("op".to_string())
+                .chain(schema.fields().iter().map(|f| f.name().clone()))
+                .collect(),
+            type_widths: std::iter::once(2)
+                .chain(schema.fields().iter().map(|f| type_width(f.data_type())))
+                .collect(),
             widths: None,
             rows: 0,
             shown: 0,
@@ -255,7 +304,10 @@ impl Tableau {
     }
 
     fn batch(&mut self, batch: &RecordBatch, limit: usize) {
-        let values = display_rows(batch);
+        let values: Vec<Vec<String>> = display_rows(batch)
+            .into_iter()
+            .map(|row| std::iter::once("+I".to_string()).chain(row).collect())
+            .collect();
         self.rows += values.len();
         if self.widths.is_none() {
             let widths: Vec<usize> = self
@@ -266,7 +318,7 @@ impl Tableau {
                     values
                         .iter()
                         .map(|v| v[i].chars().count())
-                        .chain([name.chars().count()])
+                        .chain([name.chars().count(), self.type_widths[i]])
                         .max()
                         .unwrap_or(1)
                 })
@@ -315,6 +367,30 @@ impl Tableau {
     }
 }
 
+/// The widest display text of a fixed-width type (so that a streamed column
+/// stays aligned as values grow, as Flink's tableau sizes columns by type);
+/// 1 for types without a useful bound, which take the first rows' width.
+fn type_width(data_type: &arrow::datatypes::DataType) -> usize {
+    use arrow::datatypes::DataType::*;
+    match data_type {
+        Int8 => 4,
+        Int16 => 6,
+        Int32 => 11,
+        Int64 => 20,
+        UInt8 => 3,
+        UInt16 => 5,
+        UInt32 => 10,
+        UInt64 => 20,
+        Boolean => 5,
+        Date32 | Date64 => 10,
+        Timestamp(_, _) => 23,
+        Decimal128(precision, scale) | Decimal256(precision, scale) => {
+            *precision as usize + 2 + usize::from(*scale > 0)
+        }
+        _ => 1,
+    }
+}
+
 fn save(editor: &mut Editor<ShellHelper, FileHistory>, history: Option<&PathBuf>) -> Result<()> {
     if let Some(path) = history {
         let _ = editor.save_history(path);
@@ -338,7 +414,7 @@ fn report(statement: &str, e: &Error) {
 /// An aligned table of `batches` with a row count and the elapsed time.
 fn print_table(batches: &[RecordBatch], started: Instant, note: Option<&str>) {
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let Some(first) = batches.first() else {
+    let Some(first) = batches.first().filter(|_| rows > 0) else {
         println!(
             "Empty set ({:.2} s){}",
             started.elapsed().as_secs_f64(),

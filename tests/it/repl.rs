@@ -80,7 +80,7 @@ fn dash_e_runs_statements_and_the_first_error_stops_with_a_caret_and_status_1() 
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stdout.contains("| one |") && !stdout.contains("two"), "{stdout}");
+    assert!(stdout.contains(" one |") && !stdout.contains("two"), "{stdout}");
     assert!(
         stderr.contains("[ERROR] SQL error at line 1, column 8"),
         "{stderr}"
