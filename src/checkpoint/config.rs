@@ -47,9 +47,22 @@ pub const KEYS: [&str; 12] = [
     RESTART_DELAY,
 ];
 
+/// `execution.checkpointing.mode`: whether tasks align barriers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointingMode {
+    /// Barriers are aligned: a restore neither loses nor repeats a record's effect.
+    #[default]
+    ExactlyOnce,
+    /// Barriers are not aligned: no waiting, but records that arrived behind
+    /// an early barrier are in the snapshot and are replayed after a restore.
+    AtLeastOnce,
+}
+
 /// How checkpoints are taken.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointConfig {
+    /// Exactly-once (aligned) or at-least-once.
+    pub mode: CheckpointingMode,
     /// Time between the end of one trigger and the next.
     pub interval: Duration,
     /// The checkpoint directory (jobs get a subdirectory each).
@@ -121,16 +134,12 @@ impl CheckpointConfig {
         let max_concurrent = number(config, MAX_CONCURRENT, 1usize, 1)?;
         let tolerable_failures = number(config, TOLERABLE_FAILURES, 0u32, 0)?;
         let num_retained = number(config, NUM_RETAINED, 1usize, 1)?;
-        match config.get(MODE).map(|m| m.trim().to_ascii_uppercase()) {
-            None => {}
-            Some(m) if m == "EXACTLY_ONCE" => {}
-            Some(m) if m == "AT_LEAST_ONCE" => {
-                return Err(Error::sql(format!(
-                    "'{MODE}' = 'AT_LEAST_ONCE' is not supported yet; weir checkpoints exactly once"
-                )));
-            }
+        let mode = match config.get(MODE).map(|m| m.trim().to_ascii_uppercase()) {
+            None => CheckpointingMode::ExactlyOnce,
+            Some(m) if m == "EXACTLY_ONCE" => CheckpointingMode::ExactlyOnce,
+            Some(m) if m == "AT_LEAST_ONCE" => CheckpointingMode::AtLeastOnce,
             Some(m) => return Err(bad_value(MODE, &m, "EXACTLY_ONCE or AT_LEAST_ONCE")),
-        }
+        };
         let Some(interval) = config.get(INTERVAL) else {
             return Ok(None);
         };
@@ -147,6 +156,7 @@ impl CheckpointConfig {
             }
         };
         Ok(Some(CheckpointConfig {
+            mode,
             interval,
             dir,
             timeout,
@@ -241,7 +251,8 @@ mod tests {
         assert!(err.contains(INTERVAL), "{err}");
         assert!(config.set(MAX_CONCURRENT, "0").is_err());
         assert!(config.set(RESTART_STRATEGY, "exponential-backoff").is_err());
-        assert!(config.set(MODE, "AT_LEAST_ONCE").is_err());
+        assert!(config.set(MODE, "at_least_once").is_ok());
+        assert!(config.set(MODE, "AT_MOST_ONCE").is_err());
     }
 
     #[test]

@@ -12,5 +12,5 @@ pub mod driver;
 pub mod metadata;
 pub mod storage;
 
-pub use config::{CheckpointConfig, RestartStrategy};
+pub use config::{CheckpointConfig, CheckpointingMode, RestartStrategy};
 pub use metadata::{CheckpointMetadata, OperatorState, StateFile, TaskState};

@@ -249,9 +249,10 @@ pub fn build_attempt(
             }
             let input = match reader {
                 Some(reader) => TaskInput::Source(reader),
-                None => TaskInput::Channels(InputGate::new(std::mem::take(
-                    &mut receivers[vertex_index][subtask],
-                ))),
+                None => TaskInput::Channels(InputGate::with_mode(
+                    std::mem::take(&mut receivers[vertex_index][subtask]),
+                    settings.checkpoint.as_ref().map(|c| c.mode).unwrap_or_default(),
+                )),
             };
             let outputs = std::mem::take(&mut senders[vertex_index][subtask])
                 .into_iter()
