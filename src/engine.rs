@@ -489,7 +489,7 @@ impl Engine {
                 }
             },
             Statement::Describe(name) => describe(&session.catalog, &name, position),
-            Statement::StopJob(id) => {
+            Statement::StopJob { id, savepoint } => {
                 let job = session
                     .jobs
                     .iter()
@@ -508,8 +508,14 @@ impl Engine {
                             Some(position),
                         )
                     })?;
-                job.cancel();
-                Ok(TableResult::done())
+                if !savepoint {
+                    job.cancel();
+                    return Ok(TableResult::done());
+                }
+                let job = job.clone();
+                drop(session);
+                let path = job.stop_with_savepoint()?;
+                TableResult::table(&["savepoint path"], vec![vec![Some(path.display().to_string())]])
             }
             Statement::Reset { key } => {
                 match key {
@@ -717,7 +723,10 @@ impl Session {
             max_parallelism,
             batch_size: self.config.batch_size()?,
             channel_capacity: self.config.channel_capacity()?,
-            restart: RestartStrategy::from_session(&self.config, checkpoint.is_some())?,
+            restart: RestartStrategy::from_session(
+                &self.config,
+                checkpoint.as_ref().is_some_and(|c| c.interval.is_some()),
+            )?,
             checkpoint,
             restore,
             notes,

@@ -2,11 +2,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use weir::{Engine, Error, JobStatus};
+use weir::{Engine, Error, JobHandle, JobStatus};
 
 // mimalloc reuses freed memory where glibc's malloc returns every large batch
 // buffer to the kernel and faults it in again (a third of the generator's time).
@@ -169,6 +170,7 @@ fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Resu
     }
     let statements = weir::frontend::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
     let started = Instant::now();
+    let stop = StopOnSignal::install()?;
     let mut jobs = Vec::new();
     for statement in statements {
         let result = engine.sql(&statement.text).map_err(|e| {
@@ -180,6 +182,7 @@ fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Resu
                 eprintln!("[INFO] {note}");
             }
             jobs.push(job.clone());
+            stop.watch(job.clone());
             if result.schema().fields().is_empty() {
                 eprintln!("[INFO] Job {} ({}) submitted.", job.id(), job.name());
                 continue;
@@ -210,8 +213,81 @@ fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Resu
     if let Some(e) = failed {
         return Err(anyhow::Error::new(e).context("a job failed"));
     }
+    stop.finish()?;
     eprintln!("[INFO] Done in {:.3} s.", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM during `weir run`: the first stops every
+/// running job with a savepoint (its path is printed, and the run ends with
+/// status 0); a second exits at once with status 130.
+struct StopOnSignal {
+    jobs: Arc<Mutex<Vec<JobHandle>>>,
+    stopper: Arc<Mutex<Option<std::thread::JoinHandle<bool>>>>,
+}
+
+impl StopOnSignal {
+    fn install() -> anyhow::Result<Self> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let jobs: Arc<Mutex<Vec<JobHandle>>> = Arc::default();
+        let stopper: Arc<Mutex<Option<std::thread::JoinHandle<bool>>>> = Arc::default();
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .context("cannot install the SIGINT/SIGTERM handler")?;
+        let (watched, stopping) = (jobs.clone(), stopper.clone());
+        std::thread::Builder::new()
+            .name("weir-signals".into())
+            .spawn(move || {
+                let mut seen = 0;
+                for _ in signals.forever() {
+                    seen += 1;
+                    if seen > 1 {
+                        eprintln!("[WARN] Interrupted again: exiting without a savepoint.");
+                        std::process::exit(130);
+                    }
+                    eprintln!("[INFO] Stopping with a savepoint (interrupt again to exit at once)...");
+                    let jobs = watched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let handle = std::thread::spawn(move || stop_with_savepoints(&jobs));
+                    *stopping.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+                }
+            })
+            .context("cannot start the signal thread")?;
+        Ok(StopOnSignal { jobs, stopper })
+    }
+
+    fn watch(&self, job: JobHandle) {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).push(job);
+    }
+
+    /// After every job ended: waits for the savepoints a signal asked for.
+    fn finish(&self) -> anyhow::Result<()> {
+        let stopper = self.stopper.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match stopper.map(|s| s.join()) {
+            None | Some(Ok(true)) => Ok(()),
+            Some(_) => anyhow::bail!("a job could not be stopped with a savepoint and was cancelled"),
+        }
+    }
+}
+
+/// Stops each running job with a savepoint; one that cannot take one is
+/// cancelled. Whether every job got its savepoint.
+fn stop_with_savepoints(jobs: &[JobHandle]) -> bool {
+    let mut all = true;
+    for job in jobs.iter().filter(|j| j.status() == JobStatus::Running) {
+        match job.stop_with_savepoint() {
+            Ok(path) => eprintln!(
+                "[INFO] Job {} ({}) stopped with a savepoint: {}",
+                job.id(),
+                job.name(),
+                path.display()
+            ),
+            Err(e) => {
+                eprintln!("[ERROR] Job {} ({}): {e}; cancelling it.", job.id(), job.name());
+                job.cancel();
+                all = false;
+            }
+        }
+    }
+    all
 }
 
 /// The SQL shell: interactive at a terminal, else a script from `-e` or stdin.

@@ -22,6 +22,9 @@ pub const TOLERABLE_FAILURES: &str = "execution.checkpointing.tolerable-failed-c
 pub const NUM_RETAINED: &str = "execution.checkpointing.num-retained";
 /// `execution.checkpointing.mode` (`EXACTLY_ONCE`, the default).
 pub const MODE: &str = "execution.checkpointing.mode";
+/// `execution.checkpointing.savepoint-dir` (Flink 2's key): where savepoints
+/// go, `savepoint-<job name>-<n>/`; default `<checkpoint dir>/savepoints`.
+pub const SAVEPOINT_DIR: &str = "execution.checkpointing.savepoint-dir";
 /// `execution.savepoint.path`: restore from this checkpoint, savepoint or job directory.
 pub const SAVEPOINT_PATH: &str = "execution.savepoint.path";
 /// `restart-strategy.type`: `fixed-delay` (the default with checkpoints) or `none`.
@@ -32,9 +35,10 @@ pub const RESTART_ATTEMPTS: &str = "restart-strategy.fixed-delay.attempts";
 pub const RESTART_DELAY: &str = "restart-strategy.fixed-delay.delay";
 
 /// The keys this module reads, for validation at `SET`.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 13] = [
     INTERVAL,
     DIR,
+    SAVEPOINT_DIR,
     TIMEOUT,
     MIN_PAUSE,
     MAX_CONCURRENT,
@@ -63,10 +67,13 @@ pub enum CheckpointingMode {
 pub struct CheckpointConfig {
     /// Exactly-once (aligned) or at-least-once.
     pub mode: CheckpointingMode,
-    /// Time between the end of one trigger and the next.
-    pub interval: Duration,
+    /// Time between triggers of periodic checkpoints; `None`: only savepoints
+    /// (and the final checkpoint of a bounded job) are taken.
+    pub interval: Option<Duration>,
     /// The checkpoint directory (jobs get a subdirectory each).
     pub dir: PathBuf,
+    /// Where savepoints go.
+    pub savepoint_dir: PathBuf,
     /// A checkpoint not complete after this long is aborted.
     pub timeout: Duration,
     /// At least this long between the end of one checkpoint and the next trigger.
@@ -126,7 +133,10 @@ pub fn path_option(value: &str) -> PathBuf {
 }
 
 impl CheckpointConfig {
-    /// The checkpoint settings of a session; `None` when checkpointing is off.
+    /// The checkpoint settings of a session; `None` when the job cannot
+    /// snapshot at all. Periodic checkpoints need an interval and a
+    /// directory; a checkpoint or savepoint directory alone lets the job take
+    /// savepoints.
     pub fn from_session(config: &SessionConfig) -> Result<Option<Self>> {
         // Validate every key even when checkpoints are off, so a typo is caught at SET.
         let timeout = duration(config, TIMEOUT, Duration::from_secs(600))?;
@@ -140,25 +150,41 @@ impl CheckpointConfig {
             Some(m) if m == "AT_LEAST_ONCE" => CheckpointingMode::AtLeastOnce,
             Some(m) => return Err(bad_value(MODE, &m, "EXACTLY_ONCE or AT_LEAST_ONCE")),
         };
-        let Some(interval) = config.get(INTERVAL) else {
-            return Ok(None);
+        let interval = match config.get(INTERVAL) {
+            None => None,
+            Some(interval) => Some(
+                parse_duration(interval)
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| bad_value(INTERVAL, interval, "a positive duration such as '1 s'"))?,
+            ),
         };
-        let interval = parse_duration(interval)
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| bad_value(INTERVAL, interval, "a positive duration such as '1 s'"))?;
-        let dir = match config.get(DIR) {
-            Some(dir) if !dir.trim().is_empty() => path_option(dir.trim()),
-            _ => {
+        let path = |key: &str| {
+            config
+                .get(key)
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .map(path_option)
+        };
+        let (dir, savepoint_dir) = match (path(DIR), path(SAVEPOINT_DIR)) {
+            (Some(dir), savepoints) => {
+                let savepoints = savepoints.unwrap_or_else(|| dir.join("savepoints"));
+                (dir, savepoints)
+            }
+            (None, _) if interval.is_some() => {
                 return Err(Error::sql(format!(
                     "'{INTERVAL}' is set but '{DIR}' is not: say where checkpoints go, \
                      e.g. SET '{DIR}' = 'file:///tmp/checkpoints'"
                 )));
             }
+            // Savepoints only: the final checkpoint of a bounded job goes there too.
+            (None, Some(savepoints)) => (savepoints.clone(), savepoints),
+            (None, None) => return Ok(None),
         };
         Ok(Some(CheckpointConfig {
             mode,
             interval,
             dir,
+            savepoint_dir,
             timeout,
             min_pause,
             max_concurrent,
@@ -224,8 +250,9 @@ mod tests {
             (NUM_RETAINED, "3"),
         ]);
         let c = CheckpointConfig::from_session(&config).unwrap().unwrap();
-        assert_eq!(c.interval, Duration::from_millis(200));
+        assert_eq!(c.interval, Some(Duration::from_millis(200)));
         assert_eq!(c.dir, PathBuf::from("/tmp/ckpt"));
+        assert_eq!(c.savepoint_dir, PathBuf::from("/tmp/ckpt/savepoints"));
         assert_eq!(c.timeout, Duration::from_secs(600));
         assert_eq!(
             (c.max_concurrent, c.tolerable_failures, c.num_retained),
@@ -253,6 +280,22 @@ mod tests {
         assert!(config.set(RESTART_STRATEGY, "exponential-backoff").is_err());
         assert!(config.set(MODE, "at_least_once").is_ok());
         assert!(config.set(MODE, "AT_MOST_ONCE").is_err());
+    }
+
+    #[test]
+    fn a_savepoint_directory_alone_allows_savepoints_without_periodic_checkpoints() {
+        let c = CheckpointConfig::from_session(&session(&[(SAVEPOINT_DIR, "/tmp/sp")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.interval, None);
+        assert_eq!(c.savepoint_dir, PathBuf::from("/tmp/sp"));
+        let c = CheckpointConfig::from_session(&session(&[(DIR, "/tmp/ck"), (SAVEPOINT_DIR, "/tmp/sp")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (c.dir, c.savepoint_dir),
+            (PathBuf::from("/tmp/ck"), PathBuf::from("/tmp/sp"))
+        );
     }
 
     #[test]

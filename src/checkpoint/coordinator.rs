@@ -17,8 +17,8 @@ use crate::runtime::message::CheckpointId;
 /// The coordinator's timing and failure settings, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// Between triggers.
-    pub interval: u64,
+    /// Between periodic triggers; `None`: savepoints only.
+    pub interval: Option<u64>,
     /// A checkpoint older than this is aborted.
     pub timeout: u64,
     /// Between the completion of one checkpoint and the next trigger.
@@ -36,6 +36,8 @@ pub struct PendingCheckpoint<A> {
     pub id: CheckpointId,
     /// When it was triggered (ms).
     pub triggered_at: u64,
+    /// A savepoint the user asked for (not a periodic checkpoint).
+    pub savepoint: bool,
     /// Tasks that have not acknowledged yet.
     pub awaiting: BTreeSet<usize>,
     /// Acknowledgements so far, by task.
@@ -114,10 +116,12 @@ impl<A> CoordinatorState<A> {
 
     /// When the next trigger is due (ms), or `None` when none will be.
     pub fn next_trigger_at(&self) -> Option<u64> {
-        if self.stopped || self.pending.len() >= self.timing.max_concurrent {
+        let interval = self.timing.interval?;
+        let periodic = self.pending.values().filter(|p| !p.savepoint).count();
+        if self.stopped || periodic >= self.timing.max_concurrent {
             return None;
         }
-        let after_interval = self.last_trigger.unwrap_or(self.started_at) + self.timing.interval;
+        let after_interval = self.last_trigger.unwrap_or(self.started_at) + interval;
         let after_pause = self
             .last_completion
             .map_or(0, |done| done + self.timing.min_pause);
@@ -136,16 +140,35 @@ impl<A> CoordinatorState<A> {
         let id = self.next_id;
         self.next_id += 1;
         self.last_trigger = Some(now);
+        self.insert(id, now, false);
+        Some(id)
+    }
+
+    /// Triggers a savepoint at `now`, whatever the periodic schedule and
+    /// concurrency limit say; returns its id (from the checkpoints' sequence).
+    pub fn trigger_savepoint(&mut self, now: u64) -> CheckpointId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.insert(id, now, true);
+        id
+    }
+
+    fn insert(&mut self, id: CheckpointId, now: u64, savepoint: bool) {
         self.pending.insert(
             id,
             PendingCheckpoint {
                 id,
                 triggered_at: now,
+                savepoint,
                 awaiting: (0..self.tasks).collect(),
                 acks: BTreeMap::new(),
             },
         );
-        Some(id)
+    }
+
+    /// Whether pending checkpoint `id` is a savepoint.
+    pub fn is_savepoint(&self, id: CheckpointId) -> bool {
+        self.pending.get(&id).is_some_and(|p| p.savepoint)
     }
 
     /// Task `task` acknowledged checkpoint `id` with `ack`.
@@ -166,11 +189,17 @@ impl<A> CoordinatorState<A> {
 
     /// Checkpoint `id` was persisted at `now`: it is complete. Older pending
     /// checkpoints are subsumed (aborted without counting as failures); their
-    /// ids are returned so their files can be removed.
+    /// ids are returned so their files can be removed. Savepoints are never
+    /// subsumed: the user waits for each.
     pub fn completed(&mut self, id: CheckpointId, now: u64) -> Vec<CheckpointId> {
         self.last_completion = Some(now);
         self.consecutive_failures = 0;
-        let older: Vec<CheckpointId> = self.pending.range(..id).map(|(k, _)| *k).collect();
+        let older: Vec<CheckpointId> = self
+            .pending
+            .range(..id)
+            .filter(|(_, p)| !p.savepoint)
+            .map(|(k, _)| *k)
+            .collect();
         for k in &older {
             self.pending.remove(k);
         }
@@ -192,9 +221,12 @@ impl<A> CoordinatorState<A> {
     }
 
     /// Checkpoint `id` failed (expired, declined by a task, or not persisted);
-    /// it is removed. Whether the job goes on.
+    /// it is removed. Whether the job goes on: a failed savepoint is the
+    /// user's to retry and never fails the job (as in Flink).
     pub fn failed(&mut self, id: CheckpointId) -> FailureVerdict {
-        self.pending.remove(&id);
+        if self.pending.remove(&id).is_some_and(|p| p.savepoint) {
+            return FailureVerdict::Continue;
+        }
         self.consecutive_failures += 1;
         if self.consecutive_failures > self.timing.tolerable_failures {
             FailureVerdict::FailJob
@@ -218,7 +250,7 @@ mod tests {
 
     fn timing() -> Timing {
         Timing {
-            interval: 100,
+            interval: Some(100),
             timeout: 1_000,
             min_pause: 0,
             max_concurrent: 1,
@@ -321,6 +353,45 @@ mod tests {
         c.completed(2, 210);
         c.trigger_if_due(310);
         assert_eq!(c.failed(3), FailureVerdict::Continue);
+    }
+
+    #[test]
+    fn a_savepoint_is_triggered_at_once_besides_a_pending_checkpoint_and_is_never_subsumed() {
+        let mut c: CoordinatorState<()> = CoordinatorState::new(timing(), 1, 1, 0);
+        assert_eq!(c.trigger_if_due(100), Some(1));
+        assert_eq!(c.trigger_savepoint(120), 2);
+        assert!(c.is_savepoint(2) && !c.is_savepoint(1));
+        // The savepoint does not count against max-concurrent-checkpoints.
+        c.acknowledge(1, 0, ());
+        c.completed(1, 150);
+        assert_eq!(c.trigger_if_due(250), Some(3));
+        c.acknowledge(3, 0, ());
+        assert_eq!(
+            c.completed(3, 260),
+            Vec::<CheckpointId>::new(),
+            "savepoint 2 stays pending"
+        );
+        assert_eq!(c.pending_ids(), vec![2]);
+        // Its failure is not the job's.
+        assert_eq!(c.failed(2), FailureVerdict::Continue);
+        c.trigger_if_due(400);
+        assert_eq!(c.failed(4), FailureVerdict::Continue);
+    }
+
+    #[test]
+    fn without_an_interval_only_savepoints_are_taken() {
+        let mut c: CoordinatorState<()> = CoordinatorState::new(
+            Timing {
+                interval: None,
+                ..timing()
+            },
+            1,
+            1,
+            0,
+        );
+        assert_eq!(c.next_trigger_at(), None);
+        assert_eq!(c.trigger_if_due(1_000_000), None);
+        assert_eq!(c.trigger_savepoint(5), 1);
     }
 
     #[test]

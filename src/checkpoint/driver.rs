@@ -1,7 +1,15 @@
 //! The coordinator thread of a job: triggers checkpoints at the sources,
 //! collects acknowledgements, writes `_metadata`, announces completion, and
-//! cleans up. Its decisions come from [`super::coordinator`]; this is the I/O.
+//! cleans up; takes savepoints when the user asks ([`CoordinatorRequest`]).
+//! Its decisions come from [`super::coordinator`]; this is the I/O.
+//!
+//! A savepoint is a checkpoint written under the savepoint directory and never
+//! deleted by weir. Completing one does not commit sinks (as in Flink, so a
+//! failover to an older checkpoint cannot duplicate output), except when it
+//! stops the job: then sources emit nothing after its barrier, and once it is
+//! complete every task commits and ends without end-of-input processing.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,12 +19,30 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::CheckpointConfig;
 use super::coordinator::{AckOutcome, CoordinatorState, FailureVerdict, Timing};
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION, TaskState};
-use super::storage::{checkpoint_dir, clean_up, write_metadata};
+use super::storage::{checkpoint_dir, clean_up, savepoint_dir, write_metadata};
 use crate::runtime::control::{TaskControl, TaskReport};
 use crate::runtime::job::{AttemptShared, CheckpointStats};
 use crate::runtime::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::runtime::operator::wall_clock_millis;
-use crate::{Error, JobHandle};
+use crate::{Error, JobHandle, Result};
+
+/// What the user asks of a running job's coordinator.
+#[derive(Debug)]
+pub enum CoordinatorRequest {
+    /// Take a savepoint; with `stop`, end the job with it.
+    Savepoint {
+        /// Stop the job once the savepoint is complete.
+        stop: bool,
+        /// Gets the savepoint's directory, or why there is none.
+        reply: Sender<Result<PathBuf>>,
+    },
+}
+
+/// A savepoint in flight: whether it stops the job, and who waits for it.
+struct PendingSavepoint {
+    stop: bool,
+    reply: Sender<Result<PathBuf>>,
+}
 
 /// The coordinator's line to one task.
 #[derive(Debug)]
@@ -50,6 +76,8 @@ pub struct CoordinatorDriver {
     pub tasks: Vec<DriverTask>,
     /// Reports from the tasks; disconnected when every task has ended.
     pub reports: Receiver<TaskReport>,
+    /// Requests from the user (through the job handle).
+    pub requests: Receiver<CoordinatorRequest>,
     /// The id of the first checkpoint.
     pub next_id: CheckpointId,
 }
@@ -62,7 +90,7 @@ impl CoordinatorDriver {
         let millis = |d: Duration| d.as_millis() as u64;
         let mut state: CoordinatorState<Ack> = CoordinatorState::new(
             Timing {
-                interval: millis(self.config.interval),
+                interval: self.config.interval.map(millis),
                 timeout: millis(self.config.timeout),
                 min_pause: millis(self.config.min_pause),
                 max_concurrent: self.config.max_concurrent,
@@ -74,6 +102,7 @@ impl CoordinatorDriver {
         );
         let mut trigger_times: std::collections::BTreeMap<CheckpointId, (i64, Instant)> = Default::default();
         let mut finished: std::collections::BTreeMap<usize, TaskState> = Default::default();
+        let mut savepoints: BTreeMap<CheckpointId, PendingSavepoint> = BTreeMap::new();
         loop {
             if let Some(id) = state.trigger_if_due(now()) {
                 trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
@@ -82,11 +111,8 @@ impl CoordinatorDriver {
             }
             for id in state.expired(now()) {
                 trigger_times.remove(&id);
-                self.failed(
-                    &mut state,
-                    id,
-                    format!("checkpoint {id} expired before it completed"),
-                );
+                let reason = format!("checkpoint {id} expired before it completed");
+                self.failed(&mut state, &mut savepoints, id, reason);
             }
             let wake = [state.next_trigger_at(), state.next_expiry_at()]
                 .into_iter()
@@ -95,11 +121,30 @@ impl CoordinatorDriver {
                 .map_or(Duration::from_millis(100), |at| {
                     Duration::from_millis(at.saturating_sub(now()).max(1))
                 });
-            let report = match self.reports.recv_timeout(wake) {
+            let received = crossbeam_channel::select! {
+                recv(self.reports) -> report => report.map_err(|_| RecvTimeoutError::Disconnected),
+                recv(self.requests) -> request => {
+                    if let Ok(CoordinatorRequest::Savepoint { stop, reply }) = request {
+                        let id = state.trigger_savepoint(now());
+                        trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
+                        self.job.checkpoint_triggered(id);
+                        self.trigger_savepoint(id, stop);
+                        savepoints.insert(id, PendingSavepoint { stop, reply });
+                    }
+                    continue;
+                }
+                default(wake) => Err(RecvTimeoutError::Timeout),
+            };
+            let report = match received {
                 Ok(report) => report,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => {
                     // Every task has ended: checkpoints still in flight never complete.
+                    for (id, savepoint) in std::mem::take(&mut savepoints) {
+                        let _ = savepoint.reply.send(Err(Error::Execution(format!(
+                            "savepoint {id} did not complete: the job ended first"
+                        ))));
+                    }
                     if let Err(e) = clean_up(&self.job_dir, self.config.num_retained, &[]) {
                         eprintln!("[WARN] checkpoint clean-up: {e}");
                     }
@@ -122,14 +167,33 @@ impl CoordinatorDriver {
                             .remove(&checkpoint)
                             .unwrap_or((wall_clock_millis(), Instant::now()));
                         let acks: Vec<Ack> = done.acks.into_values().collect();
-                        match self.persist(checkpoint, trigger_time, triggered, &acks) {
+                        let kind = if done.savepoint {
+                            BarrierKind::Savepoint
+                        } else {
+                            BarrierKind::Checkpoint
+                        };
+                        match self.persist(checkpoint, kind, trigger_time, triggered, &acks) {
                             Ok(stats) => {
                                 for old in state.completed(checkpoint, now()) {
                                     trigger_times.remove(&old);
                                 }
+                                let dir = stats.dir.clone();
                                 self.job.checkpoint_completed(stats);
-                                for task in &self.tasks {
-                                    let _ = task.control.send(TaskControl::Complete(checkpoint));
+                                match savepoints.remove(&checkpoint) {
+                                    None => {
+                                        for task in &self.tasks {
+                                            let _ = task.control.send(TaskControl::Complete(checkpoint));
+                                        }
+                                    }
+                                    Some(savepoint) => {
+                                        if savepoint.stop {
+                                            state.stop();
+                                            for task in &self.tasks {
+                                                let _ = task.control.send(TaskControl::Stop(checkpoint));
+                                            }
+                                        }
+                                        let _ = savepoint.reply.send(Ok(dir));
+                                    }
                                 }
                                 if let Err(e) =
                                     clean_up(&self.job_dir, self.config.num_retained, &state.pending_ids())
@@ -137,7 +201,7 @@ impl CoordinatorDriver {
                                     eprintln!("[WARN] checkpoint clean-up: {e}");
                                 }
                             }
-                            Err(e) => self.failed(&mut state, checkpoint, e.to_string()),
+                            Err(e) => self.failed(&mut state, &mut savepoints, checkpoint, e.to_string()),
                         }
                     }
                 }
@@ -146,7 +210,7 @@ impl CoordinatorDriver {
                 } => {
                     if state.pending_ids().contains(&checkpoint) {
                         trigger_times.remove(&checkpoint);
-                        self.failed(&mut state, checkpoint, reason);
+                        self.failed(&mut state, &mut savepoints, checkpoint, reason);
                     }
                 }
                 TaskReport::SourceFinished { .. } => state.stop(),
@@ -164,7 +228,13 @@ impl CoordinatorDriver {
                                 blocked: Duration::ZERO,
                             })
                             .collect();
-                        match self.persist(id, wall_clock_millis(), Instant::now(), &acks) {
+                        for (id, savepoint) in std::mem::take(&mut savepoints) {
+                            let _ = savepoint.reply.send(Err(Error::Execution(format!(
+                                "savepoint {id} did not complete: the job reached the end of its input first"
+                            ))));
+                        }
+                        let kind = BarrierKind::Checkpoint;
+                        match self.persist(id, kind, wall_clock_millis(), Instant::now(), &acks) {
                             Ok(stats) => {
                                 state.completed(id, now());
                                 self.job.checkpoint_completed(stats);
@@ -184,6 +254,22 @@ impl CoordinatorDriver {
         }
     }
 
+    fn trigger_savepoint(&self, id: CheckpointId, stop: bool) {
+        let barrier = CheckpointBarrier {
+            id,
+            kind: BarrierKind::Savepoint,
+            timestamp: wall_clock_millis(),
+        };
+        for task in self.tasks.iter().filter(|t| t.is_source) {
+            let message = if stop {
+                TaskControl::TriggerStop(barrier)
+            } else {
+                TaskControl::Trigger(barrier)
+            };
+            let _ = task.control.send(message);
+        }
+    }
+
     fn trigger(&self, id: CheckpointId) {
         let barrier = CheckpointBarrier {
             id,
@@ -199,17 +285,21 @@ impl CoordinatorDriver {
     fn persist(
         &self,
         id: CheckpointId,
+        kind: BarrierKind,
         trigger_time: i64,
         triggered: Instant,
         acks: &[Ack],
     ) -> crate::Result<CheckpointStats> {
-        let dir = checkpoint_dir(&self.job_dir, id);
+        let dir = match kind {
+            BarrierKind::Checkpoint => checkpoint_dir(&self.job_dir, id),
+            BarrierKind::Savepoint => savepoint_dir(&self.config.savepoint_dir, self.job.name(), id),
+        };
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let metadata = CheckpointMetadata {
             format: FORMAT_VERSION,
             job: self.job.name().to_string(),
             checkpoint_id: id,
-            kind: BarrierKind::Checkpoint,
+            kind,
             trigger_time,
             completion_time: wall_clock_millis(),
             max_parallelism: self.max_parallelism,
@@ -225,6 +315,7 @@ impl CoordinatorDriver {
             .sum();
         Ok(CheckpointStats {
             id,
+            kind,
             dir,
             duration: triggered.elapsed(),
             state_bytes,
@@ -232,7 +323,28 @@ impl CoordinatorDriver {
         })
     }
 
-    fn failed(&self, state: &mut CoordinatorState<Ack>, id: CheckpointId, reason: String) {
+    fn failed(
+        &self,
+        state: &mut CoordinatorState<Ack>,
+        savepoints: &mut BTreeMap<CheckpointId, PendingSavepoint>,
+        id: CheckpointId,
+        reason: String,
+    ) {
+        if let Some(savepoint) = savepoints.remove(&id) {
+            let dir = savepoint_dir(&self.config.savepoint_dir, self.job.name(), id);
+            let _ = std::fs::remove_dir_all(&dir);
+            state.failed(id);
+            if savepoint.stop {
+                // The sources paused for it: the job goes on as it was.
+                for task in self.tasks.iter().filter(|t| t.is_source) {
+                    let _ = task.control.send(TaskControl::Resume);
+                }
+            }
+            let _ = savepoint
+                .reply
+                .send(Err(Error::Execution(format!("savepoint {id} failed: {reason}"))));
+            return;
+        }
         self.job.checkpoint_failed();
         let dir = checkpoint_dir(&self.job_dir, id);
         let _ = std::fs::remove_dir_all(&dir);

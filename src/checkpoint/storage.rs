@@ -3,6 +3,7 @@
 //! ```text
 //! <checkpoint dir>/<job name>/chk-<n>/_metadata                    JSON, written last, atomically
 //! <checkpoint dir>/<job name>/chk-<n>/<operator id>/<subtask>.parquet
+//! <savepoint dir>/savepoint-<job name>-<n>/...                    same layout, kept until deleted
 //! ```
 //!
 //! A checkpoint directory without `_metadata` is incomplete (in flight or
@@ -23,6 +24,11 @@ pub const METADATA: &str = "_metadata";
 /// The directory of checkpoint `id` under a job directory.
 pub fn checkpoint_dir(job_dir: &Path, id: CheckpointId) -> PathBuf {
     job_dir.join(format!("chk-{id}"))
+}
+
+/// The directory of savepoint `id` of job `job` under the savepoint directory.
+pub fn savepoint_dir(savepoint_root: &Path, job: &str, id: CheckpointId) -> PathBuf {
+    savepoint_root.join(format!("savepoint-{job}-{id}"))
 }
 
 /// The id of a `chk-<n>` directory name.

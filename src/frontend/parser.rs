@@ -64,8 +64,13 @@ pub enum Statement {
     Show(ShowWhat),
     /// `DESCRIBE name` / `DESC name`.
     Describe(String),
-    /// `STOP JOB 'id'`.
-    StopJob(String),
+    /// `STOP JOB 'id' [WITH SAVEPOINT]`.
+    StopJob {
+        /// The job's id.
+        id: String,
+        /// Take a savepoint and end the job with it.
+        savepoint: bool,
+    },
 }
 
 /// What `SHOW` lists.
@@ -251,7 +256,25 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
             if !matches!(&job.token, Token::Word(w) if w.value.eq_ignore_ascii_case("JOB")) {
                 return parser.expected("JOB after STOP", job);
             }
-            Ok(Statement::StopJob(parser.parse_literal_string()?))
+            let id = parser.parse_literal_string()?;
+            let mut savepoint = false;
+            while parser.parse_keyword(Keyword::WITH) {
+                let what = parser.next_token();
+                match &what.token {
+                    Token::Word(w) if w.value.eq_ignore_ascii_case("SAVEPOINT") && !savepoint => {
+                        savepoint = true
+                    }
+                    Token::Word(w) if w.value.eq_ignore_ascii_case("DRAIN") => {
+                        return Err(ParserError::ParserError(format!(
+                            "STOP JOB ... WITH DRAIN is not supported: weir stops with a savepoint \
+                             without draining (open windows stay in the savepoint){}",
+                            what.span.start
+                        )));
+                    }
+                    _ => return parser.expected("SAVEPOINT after WITH", what),
+                }
+            }
+            Ok(Statement::StopJob { id, savepoint })
         }
         Token::Word(w) if w.keyword == Keyword::EXPLAIN => {
             parser.next_token();

@@ -38,6 +38,7 @@ const HELP: &str = "Statements end with ';' and may span lines.
   SHOW TABLES | VIEWS | FUNCTIONS | JOBS
   DESCRIBE <table>      columns, types, watermark, connector options
   STOP JOB '<id>'       cancel a job
+  STOP JOB '<id>' WITH SAVEPOINT   stop it with a savepoint (prints its path)
   SET / SET 'k' = 'v' / RESET ['k']   settings (Flink's keys)
   SOURCE 'file.sql'     run the statements of a file
   HELP                  this text
@@ -75,8 +76,7 @@ impl Shell {
         // Ctrl-C while a query runs cancels it; at the prompt the terminal is
         // in raw mode and rustyline reads it as a key. Installed after the
         // editor, which replaces the SIGINT handler when it is created.
-        let interrupted = self.interrupted.clone();
-        ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+        signal_hook::flag::register(signal_hook::consts::SIGINT, self.interrupted.clone())
             .map_err(|e| Error::Internal(format!("Ctrl-C handler: {e}")))?;
         editor.set_helper(Some(ShellHelper {
             tables: self.tables.clone(),

@@ -6,14 +6,23 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::message::{CheckpointBarrier, CheckpointId};
+use super::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::checkpoint::TaskState;
+use crate::checkpoint::storage::{checkpoint_dir, savepoint_dir};
 
 /// From the coordinator to a task.
 #[derive(Debug, Clone)]
 pub enum TaskControl {
     /// Sources only: inject this barrier now.
     Trigger(CheckpointBarrier),
+    /// Sources only: inject this savepoint barrier now, then emit nothing
+    /// more (stop-with-savepoint: nothing may follow the savepoint).
+    TriggerStop(CheckpointBarrier),
+    /// The stop-with-savepoint `id` is complete: commit up to it and end
+    /// without end-of-input processing (windows stay open in the savepoint).
+    Stop(CheckpointId),
+    /// Sources only: the stop-with-savepoint failed; emit again.
+    Resume,
     /// The checkpoint is complete: commit.
     Complete(CheckpointId),
     /// Every task has finished and the final checkpoint (this id) is written:
@@ -76,8 +85,22 @@ pub struct TaskCheckpointing {
     pub operator_ids: Vec<String>,
     /// The job's checkpoint directory.
     pub job_dir: PathBuf,
+    /// Where savepoints go.
+    pub savepoint_root: PathBuf,
+    /// The job's name (savepoint directories carry it).
+    pub job_name: String,
     /// Messages from the coordinator.
     pub control: Receiver<TaskControl>,
     /// Reports to the coordinator.
     pub reports: Sender<TaskReport>,
+}
+
+impl TaskCheckpointing {
+    /// Where this task writes its state for `barrier`.
+    pub fn snapshot_dir(&self, barrier: &CheckpointBarrier) -> PathBuf {
+        match barrier.kind {
+            BarrierKind::Checkpoint => checkpoint_dir(&self.job_dir, barrier.id),
+            BarrierKind::Savepoint => savepoint_dir(&self.savepoint_root, &self.job_name, barrier.id),
+        }
+    }
 }

@@ -273,6 +273,12 @@ pub fn build_attempt(
                     parallelism: vertex.parallelism,
                     operator_ids: operator_ids.clone(),
                     job_dir: dir.clone(),
+                    savepoint_root: settings
+                        .checkpoint
+                        .as_ref()
+                        .map(|c| c.savepoint_dir.clone())
+                        .unwrap_or_default(),
+                    job_name: settings.name.clone(),
                     control,
                     reports: report_sender.clone(),
                 }
@@ -291,6 +297,7 @@ pub fn build_attempt(
                 cancel: cancel.clone(),
                 checkpointing,
                 writers: Vec::new(),
+                paused: false,
             });
         }
     }

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use super::deploy::{Attempt, build_attempt};
 use super::exchange::Exchange;
-use super::message::CheckpointId;
+use super::message::{BarrierKind, CheckpointId};
 use super::operator::{OperatorFactory, TaskMetrics};
 use super::source::SourceFactory;
-use crate::checkpoint::driver::CoordinatorDriver;
+use crate::checkpoint::driver::{CoordinatorDriver, CoordinatorRequest};
 use crate::checkpoint::storage::read_metadata;
 use crate::checkpoint::{CheckpointConfig, CheckpointMetadata, RestartStrategy};
 use crate::{Error, Result};
@@ -108,6 +108,8 @@ pub struct RestoredCheckpoint {
 pub struct CheckpointStats {
     /// Its id.
     pub id: CheckpointId,
+    /// A periodic checkpoint or a savepoint.
+    pub kind: BarrierKind,
     /// Its directory.
     pub dir: PathBuf,
     /// From trigger to completion.
@@ -160,6 +162,8 @@ struct JobShared {
     notes: Vec<String>,
     /// The running attempt's stop flag.
     cancel: Mutex<Arc<AtomicBool>>,
+    /// The running attempt's checkpoint coordinator, when the job can snapshot.
+    coordinator: Mutex<Option<crossbeam_channel::Sender<CoordinatorRequest>>>,
     state: Mutex<JobState>,
     done: Condvar,
     tasks: Vec<TaskInfo>,
@@ -247,6 +251,49 @@ impl JobHandle {
 
     pub(crate) fn checkpoint_failed(&self) {
         self.shared.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes a savepoint and returns its directory; the job goes on. Needs a
+    /// checkpoint or savepoint directory (`execution.checkpointing.dir` or
+    /// `execution.checkpointing.savepoint-dir`).
+    pub fn trigger_savepoint(&self) -> Result<PathBuf> {
+        self.savepoint(false)
+    }
+
+    /// Stops the job with a savepoint (Flink's stop-with-savepoint): sources
+    /// emit nothing after its barrier, and once it is complete the output
+    /// before it is committed and the job ends [`JobStatus::Finished`]
+    /// without firing open windows, so restoring the savepoint resumes the
+    /// job exactly. Returns the savepoint's directory once the job has ended.
+    pub fn stop_with_savepoint(&self) -> Result<PathBuf> {
+        let dir = self.savepoint(true)?;
+        self.wait()?;
+        Ok(dir)
+    }
+
+    fn savepoint(&self, stop: bool) -> Result<PathBuf> {
+        if self.status() != JobStatus::Running {
+            return Err(Error::Execution(format!(
+                "job {} is not running ({:?}): no savepoint",
+                self.id(),
+                self.status()
+            )));
+        }
+        let coordinator = self.shared.coordinator.lock().expect("job coordinator").clone();
+        let Some(coordinator) = coordinator else {
+            return Err(Error::Execution(format!(
+                "job {} cannot take savepoints: it was started without \
+                 'execution.checkpointing.savepoint-dir' or 'execution.checkpointing.dir'",
+                self.id()
+            )));
+        };
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        coordinator
+            .send(CoordinatorRequest::Savepoint { stop, reply })
+            .map_err(|_| Error::Execution(format!("job {} has ended: no savepoint", self.id())))?;
+        answer.recv().map_err(|_| {
+            Error::Execution(format!("job {} ended before its savepoint completed", self.id()))
+        })?
     }
 
     /// Stops the job; `wait` then returns [`JobStatus::Cancelled`].
@@ -405,6 +452,7 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
             ),
             notes: settings.notes.clone(),
             cancel: Mutex::new(first.cancel.clone()),
+            coordinator: Mutex::new(None),
             state: Mutex::new(JobState {
                 status: JobStatus::Running,
                 error: None,
@@ -485,10 +533,12 @@ fn supervise(handle: JobHandle, graph: JobGraph, settings: JobSettings, mut atte
     }
 }
 
-/// The checkpoint a restart starts from: the latest this job completed, else
-/// the one the job started from, else none.
+/// The checkpoint a restart starts from: the latest periodic checkpoint this
+/// job completed (not a savepoint: its output was not committed, as in
+/// Flink), else the one the job started from, else none.
 fn latest_checkpoint(handle: &JobHandle, settings: &JobSettings) -> Result<Option<RestoredCheckpoint>> {
-    match handle.completed_checkpoints().last() {
+    let completed = handle.completed_checkpoints();
+    match completed.iter().rev().find(|c| c.kind == BarrierKind::Checkpoint) {
         Some(stats) => Ok(Some(RestoredCheckpoint {
             metadata: read_metadata(&stats.dir)?,
             dir: stats.dir.clone(),
@@ -502,7 +552,10 @@ fn launch(handle: &JobHandle, attempt: Attempt) -> Result<Arc<AttemptShared>> {
     let shared = Arc::new(AttemptShared::new(attempt.cancel.clone(), attempt.tasks.len()));
     let max_parallelism = attempt.max_parallelism;
     if let Some(parts) = attempt.driver {
+        let (requests, requests_receiver) = crossbeam_channel::unbounded();
+        *handle.shared.coordinator.lock().expect("job coordinator") = Some(requests);
         let driver = CoordinatorDriver {
+            requests: requests_receiver,
             config: parts.config,
             job_dir: parts.job_dir,
             job: handle.clone(),

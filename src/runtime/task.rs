@@ -23,7 +23,6 @@ use super::input::{InputEvent, InputGate};
 use super::message::{CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
 use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
-use crate::checkpoint::storage::checkpoint_dir;
 use crate::checkpoint::{OperatorState, TaskState};
 use crate::state::snapshot::write_state_file;
 use crate::{Error, Result};
@@ -56,6 +55,18 @@ fn write_snapshots(
 /// How long a task waits for input before it looks at coordinator messages.
 const CONTROL_POLL: Duration = Duration::from_millis(20);
 
+/// How long a task whose upstream ended without finishing waits for a
+/// stop-with-savepoint to reach it before it reports the upstream's end as a failure.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Whether the task goes on after the coordinator's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// Stopped with a savepoint: end now, without end-of-input processing.
+    Stop,
+}
+
 /// Where a task's input comes from.
 pub enum TaskInput {
     /// The task runs a source reader.
@@ -82,6 +93,8 @@ pub struct Task {
     pub checkpointing: Option<TaskCheckpointing>,
     /// Threads writing this task's snapshots.
     pub writers: Vec<std::thread::JoinHandle<()>>,
+    /// A source that injected a stop-with-savepoint barrier emits nothing more.
+    pub paused: bool,
 }
 
 /// When a chain has processing-time operators, how often to tell them the time.
@@ -139,7 +152,13 @@ impl Task {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
             }
-            self.handle_control(Some(reader.as_mut()))?;
+            if self.handle_control(Some(reader.as_mut()))? == Flow::Stop {
+                return Ok(());
+            }
+            if self.paused {
+                std::thread::sleep(CONTROL_POLL);
+                continue;
+            }
             match reader.poll_next()? {
                 SourcePoll::Batch(batch) => {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
@@ -179,8 +198,14 @@ impl Task {
             (interval, false) => interval,
         };
         loop {
-            self.handle_control(None)?;
-            match gate.next_event_timeout(timeout)? {
+            if self.handle_control(None)? == Flow::Stop {
+                return Ok(());
+            }
+            let event = match gate.next_event_timeout(timeout) {
+                Ok(event) => event,
+                Err(e) => return self.await_stop(e),
+            };
+            match event {
                 InputEvent::Batch { input, batch } => {
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, input, batch)?;
@@ -251,7 +276,11 @@ impl Task {
                         operator.notify_checkpoint_complete(id)?;
                     }
                 }
-                Ok(TaskControl::Trigger(barrier)) => self.decline(barrier.id, "the task has finished".into()),
+                Ok(TaskControl::Trigger(barrier) | TaskControl::TriggerStop(barrier)) => {
+                    self.decline(barrier.id, "the task has finished".into())
+                }
+                Ok(TaskControl::Stop(id)) => return self.commit_all(id),
+                Ok(TaskControl::Resume) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     return self.commit_all(CheckpointId::MAX);
@@ -268,17 +297,41 @@ impl Task {
         Ok(())
     }
 
-    /// Handles what the coordinator sent: triggers (sources) and completions.
-    fn handle_control(&mut self, mut reader: Option<&mut dyn SourceReader>) -> Result<()> {
+    /// An upstream task ended without finishing (`error`): when the job is
+    /// being stopped with a savepoint, that is the upstream having stopped
+    /// first, and this task's own stop message follows; otherwise, or if
+    /// none comes, it is a failure.
+    fn await_stop(&mut self, error: Error) -> Result<()> {
+        let Some(checkpointing) = &self.checkpointing else {
+            return Err(error);
+        };
+        let control = checkpointing.control.clone();
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline && !self.cancel.load(Ordering::Relaxed) {
+            match control.recv_timeout(CONTROL_POLL) {
+                Ok(TaskControl::Stop(id)) => return self.commit_all(id),
+                Ok(TaskControl::Complete(id)) => self.commit_all(id)?,
+                Ok(_) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        Err(error)
+    }
+
+    /// Handles what the coordinator sent: triggers (sources), completions,
+    /// and the end of a stop-with-savepoint.
+    fn handle_control(&mut self, mut reader: Option<&mut dyn SourceReader>) -> Result<Flow> {
         loop {
             let Some(checkpointing) = &self.checkpointing else {
-                return Ok(());
+                return Ok(Flow::Continue);
             };
             let Ok(message) = checkpointing.control.try_recv() else {
-                return Ok(());
+                return Ok(Flow::Continue);
             };
             match message {
-                TaskControl::Trigger(barrier) => {
+                TaskControl::Trigger(barrier) | TaskControl::TriggerStop(barrier) => {
+                    let stop = matches!(message, TaskControl::TriggerStop(_));
                     let position = match reader.as_deref_mut() {
                         Some(reader) => match reader.snapshot_position() {
                             Ok(position) => Some(position),
@@ -290,12 +343,14 @@ impl Task {
                         None => None,
                     };
                     self.checkpoint(barrier, position)?;
+                    self.paused |= stop;
                 }
-                TaskControl::Complete(id) | TaskControl::JobFinished(id) => {
-                    for operator in &mut self.chain {
-                        operator.notify_checkpoint_complete(id)?;
-                    }
+                TaskControl::Complete(id) | TaskControl::JobFinished(id) => self.commit_all(id)?,
+                TaskControl::Stop(id) => {
+                    self.commit_all(id)?;
+                    return Ok(Flow::Stop);
                 }
+                TaskControl::Resume => self.paused = false,
             }
         }
     }
@@ -321,7 +376,7 @@ impl Task {
         let Some(checkpointing) = &self.checkpointing else {
             return Ok(());
         };
-        let dir = checkpoint_dir(&checkpointing.job_dir, barrier.id);
+        let dir = checkpointing.snapshot_dir(&barrier);
         let reports = checkpointing.reports.clone();
         let (task, subtask) = (checkpointing.task, checkpointing.subtask);
         let mut state = TaskState {

@@ -9,6 +9,7 @@ mod partitioned;
 mod recovery;
 mod repl;
 mod repl_pty;
+mod savepoint;
 
 use std::path::{Path, PathBuf};
 
