@@ -717,6 +717,28 @@ impl Session {
                 }
             },
         };
+        let graph = plan.to_job_graph();
+        if let Some(restored) = &restore {
+            let rescaled: Vec<String> = graph
+                .vertices
+                .iter()
+                .enumerate()
+                .filter_map(|(index, vertex)| {
+                    let old = restored.metadata.tasks.iter().find(|t| t.vertex == index)?;
+                    (old.parallelism != vertex.parallelism).then(|| {
+                        format!(
+                            "{} from {} to {}",
+                            vertex.name(),
+                            old.parallelism,
+                            vertex.parallelism
+                        )
+                    })
+                })
+                .collect();
+            if !rescaled.is_empty() {
+                notes.push(format!("rescaling {}", rescaled.join("; ")));
+            }
+        }
         let checkpoint = CheckpointConfig::from_session(&self.config)?;
         let settings = JobSettings {
             name,
@@ -731,7 +753,7 @@ impl Session {
             restore,
             notes,
         };
-        let job = job::start(plan.to_job_graph(), settings)?;
+        let job = job::start(graph, settings)?;
         self.jobs.push(job.clone());
         Ok(job)
     }

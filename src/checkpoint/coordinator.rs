@@ -100,6 +100,14 @@ impl<A> CoordinatorState<A> {
         self.stopped = true;
     }
 
+    /// A source finished: the checkpoints in flight can never complete (it
+    /// will not inject their barriers). They are aborted without counting as
+    /// failures, and no more are triggered; their ids are returned.
+    pub fn source_finished(&mut self) -> Vec<CheckpointId> {
+        self.stopped = true;
+        std::mem::take(&mut self.pending).into_keys().collect()
+    }
+
     /// Takes the next id for a checkpoint that is not triggered (the final
     /// one of a finished job); no more are triggered after it.
     pub fn take_final_id(&mut self) -> CheckpointId {
@@ -392,6 +400,28 @@ mod tests {
         assert_eq!(c.next_trigger_at(), None);
         assert_eq!(c.trigger_if_due(1_000_000), None);
         assert_eq!(c.trigger_savepoint(5), 1);
+    }
+
+    #[test]
+    fn a_finished_source_aborts_checkpoints_in_flight_without_failing_the_job() {
+        let mut c: CoordinatorState<()> = CoordinatorState::new(
+            Timing {
+                tolerable_failures: 0,
+                ..timing()
+            },
+            2,
+            1,
+            0,
+        );
+        assert_eq!(c.trigger_if_due(100), Some(1));
+        c.acknowledge(1, 0, ());
+        assert_eq!(c.source_finished(), vec![1]);
+        // The late decline of the finished source finds nothing.
+        assert!(c.pending_ids().is_empty());
+        assert!(matches!(c.acknowledge(1, 1, ()), AckOutcome::Unknown));
+        assert_eq!(c.trigger_if_due(10_000), None);
+        // The final checkpoint still gets the next id.
+        assert_eq!(c.take_final_id(), 2);
     }
 
     #[test]

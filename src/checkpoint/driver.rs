@@ -213,7 +213,19 @@ impl CoordinatorDriver {
                         self.failed(&mut state, &mut savepoints, checkpoint, reason);
                     }
                 }
-                TaskReport::SourceFinished { .. } => state.stop(),
+                TaskReport::SourceFinished { .. } => {
+                    for id in state.source_finished() {
+                        trigger_times.remove(&id);
+                        let _ = std::fs::remove_dir_all(checkpoint_dir(&self.job_dir, id));
+                        if let Some(savepoint) = savepoints.remove(&id) {
+                            let dir = savepoint_dir(&self.config.savepoint_dir, self.job.name(), id);
+                            let _ = std::fs::remove_dir_all(dir);
+                            let _ = savepoint.reply.send(Err(Error::Execution(format!(
+                                "savepoint {id} did not complete: a source reached the end of its input first"
+                            ))));
+                        }
+                    }
+                }
                 TaskReport::Finished {
                     task,
                     state: final_state,

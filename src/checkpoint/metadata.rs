@@ -51,6 +51,10 @@ pub struct TaskState {
 pub struct OperatorState {
     /// The operator's stable id (from the plan).
     pub operator_id: String,
+    /// What the operator's state is made of (its columns and their types),
+    /// checked on restore so that a changed query is refused, not misread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// Small state: watermark, pending sink files, ...
     #[serde(default)]
     pub meta: serde_json::Value,

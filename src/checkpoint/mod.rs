@@ -10,6 +10,7 @@ pub mod config;
 pub mod coordinator;
 pub mod driver;
 pub mod metadata;
+pub mod rescale;
 pub mod storage;
 
 pub use config::{CheckpointConfig, CheckpointingMode, RestartStrategy};

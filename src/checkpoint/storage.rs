@@ -240,6 +240,7 @@ mod tests {
                 parallelism: 1,
                 source: None,
                 operators: vec![OperatorState {
+                    signature: None,
                     operator_id: "0-1-WindowAggregate".into(),
                     meta: serde_json::Value::Null,
                     file: Some(StateFile {

@@ -259,92 +259,191 @@ impl SourceFactory for DatagenFactory {
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
-        let p = ctx.parallelism as u64;
-        let i = ctx.subtask as u64;
-        let rows = self.total.map(|t| if i < t { (t - i).div_ceil(p) } else { 0 });
-        let rate = self.rows_per_second / ctx.parallelism as f64;
-        let per_batch = ((rate * self.buffer_timeout.as_secs_f64()).ceil() as usize).clamp(1, ctx.batch_size);
-        Ok(Box::new(DatagenReader {
+        // One split per subtask of the job as created; a restore may hand a
+        // subtask other splits (rescaling).
+        let split = DatagenSplit::new(ctx.subtask as u64, ctx.parallelism as u64, self.total);
+        let mut reader = DatagenReader {
             schema: self.schema.clone(),
             fields: self.fields.clone(),
-            subtask: i,
-            parallelism: p,
-            rows,
-            emitted: 0,
+            total: self.total,
+            rows_per_second: self.rows_per_second,
+            buffer_timeout: self.buffer_timeout,
+            batch_size: ctx.batch_size,
+            splits: vec![split],
             resumed_from: 0,
-            rate,
-            per_batch,
+            rate: 0.0,
+            per_batch: 1,
             started: Instant::now(),
-        }))
+        };
+        reader.pace();
+        Ok(Box::new(reader))
+    }
+}
+
+/// Split `index` of `count`: the global rows `index, index + count, ...`.
+#[derive(Debug, Clone, Copy)]
+struct DatagenSplit {
+    index: u64,
+    count: u64,
+    /// Rows of the split in all, if bounded.
+    rows: Option<u64>,
+    /// Rows emitted so far: the position a checkpoint saves.
+    emitted: u64,
+}
+
+impl DatagenSplit {
+    fn new(index: u64, count: u64, total: Option<u64>) -> Self {
+        DatagenSplit {
+            index,
+            count,
+            rows: total.map(|t| if index < t { (t - index).div_ceil(count) } else { 0 }),
+            emitted: 0,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.rows.is_some_and(|rows| self.emitted >= rows)
+    }
+
+    /// The global row number of the split's next row.
+    fn next_row(&self) -> u64 {
+        self.index + self.emitted * self.count
     }
 }
 
 struct DatagenReader {
     schema: SchemaRef,
     fields: Vec<FieldGen>,
-    subtask: u64,
-    parallelism: u64,
-    /// Rows this subtask generates in all, if bounded.
-    rows: Option<u64>,
-    /// Rows emitted so far: the position a checkpoint saves.
-    emitted: u64,
-    /// `emitted` when the reader started (after a restore): the rate limit counts from here.
+    total: Option<u64>,
+    rows_per_second: f64,
+    buffer_timeout: Duration,
+    batch_size: usize,
+    /// The splits this subtask reads, merged in global row order.
+    splits: Vec<DatagenSplit>,
+    /// Rows emitted when the reader started (after a restore): the rate
+    /// limit counts from here.
     resumed_from: u64,
     rate: f64,
     per_batch: usize,
     started: Instant,
 }
 
+impl DatagenReader {
+    fn emitted(&self) -> u64 {
+        self.splits.iter().map(|s| s.emitted).sum()
+    }
+
+    /// This subtask's share of `rows-per-second` (by the splits it reads) and its batch size.
+    fn pace(&mut self) {
+        let count = self.splits.first().map_or(1, |s| s.count) as f64;
+        self.rate = self.rows_per_second * self.splits.len() as f64 / count;
+        self.per_batch =
+            ((self.rate * self.buffer_timeout.as_secs_f64()).ceil() as usize).clamp(1, self.batch_size);
+        self.resumed_from = self.emitted();
+        self.started = Instant::now();
+    }
+
+    /// The global row numbers of the next `n` rows, taking the unfinished
+    /// split with the lowest next row each time.
+    fn next_rows(&mut self, n: usize) -> Vec<u64> {
+        if let [split] = self.splits.as_mut_slice() {
+            let first = split.emitted;
+            split.emitted += n as u64;
+            return (first..first + n as u64)
+                .map(|m| split.index + m * split.count)
+                .collect();
+        }
+        let mut rows = Vec::with_capacity(n);
+        while rows.len() < n {
+            let Some(split) = self
+                .splits
+                .iter_mut()
+                .filter(|s| !s.done())
+                .min_by_key(|s| s.next_row())
+            else {
+                break;
+            };
+            rows.push(split.next_row());
+            split.emitted += 1;
+        }
+        rows
+    }
+}
+
 impl SourceReader for DatagenReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        let remaining = self.rows.map_or(u64::MAX, |r| r - self.emitted);
+        let remaining = match self.total {
+            Some(_) => self
+                .splits
+                .iter()
+                .map(|s| s.rows.map_or(0, |r| r.saturating_sub(s.emitted)))
+                .sum(),
+            None => u64::MAX,
+        };
         if remaining == 0 {
             return Ok(SourcePoll::End);
         }
+        let emitted = self.emitted();
         let allowed = self.resumed_from + (self.rate * self.started.elapsed().as_secs_f64()) as u64 + 1;
-        if allowed <= self.emitted {
-            let wait = (self.emitted - self.resumed_from + 1) as f64 / self.rate
-                - self.started.elapsed().as_secs_f64();
+        if allowed <= emitted {
+            let wait =
+                (emitted - self.resumed_from + 1) as f64 / self.rate - self.started.elapsed().as_secs_f64();
             return Ok(SourcePoll::Idle(Duration::from_secs_f64(wait.max(0.0))));
         }
-        let n = (allowed - self.emitted).min(self.per_batch as u64).min(remaining) as usize;
-        let first = self.emitted;
-        self.emitted += n as u64;
-        // Global row numbers of this batch: subtask + (first + j) * parallelism.
-        let rows = (0..n as u64).map(|j| self.subtask + (first + j) * self.parallelism);
+        let n = (allowed - emitted).min(self.per_batch as u64).min(remaining) as usize;
+        let rows = self.next_rows(n);
         let columns = self
             .schema
             .fields()
             .iter()
             .zip(&self.fields)
             .enumerate()
-            .map(|(index, (field, generator))| generate(field, generator, index as u64, rows.clone()))
+            .map(|(index, (field, generator))| generate(field, generator, index as u64, rows.iter().copied()))
             .collect::<Result<Vec<_>>>()?;
         // No columns at all when a query reads only computed columns: keep the count.
         Ok(SourcePoll::Batch(RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
         )?))
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        Ok(serde_json::json!({ "emitted": self.emitted }))
+        let splits: Vec<serde_json::Value> = self
+            .splits
+            .iter()
+            .map(|s| serde_json::json!({ "index": s.index, "count": s.count, "emitted": s.emitted }))
+            .collect();
+        Ok(serde_json::json!({ "splits": splits }))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
-        let emitted = position["emitted"]
-            .as_u64()
-            .ok_or_else(|| Error::State(format!("datagen position {position} lacks 'emitted'")))?;
-        if self.rows.is_some_and(|rows| emitted > rows) {
-            return Err(Error::State(format!(
-                "datagen position {emitted} is beyond this subtask's {} rows",
-                self.rows.unwrap_or_default()
-            )));
+        let bad = || {
+            Error::State(format!(
+                "datagen position {position} is not one this source wrote"
+            ))
+        };
+        let saved = position["splits"].as_array().ok_or_else(bad)?;
+        let mut splits = Vec::with_capacity(saved.len());
+        for split in saved {
+            let field = |name: &str| split[name].as_u64().ok_or_else(bad);
+            let (index, count) = (field("index")?, field("count")?);
+            if count == 0 || index >= count {
+                return Err(bad());
+            }
+            let mut restored = DatagenSplit::new(index, count, self.total);
+            restored.emitted = field("emitted")?;
+            if restored.rows.is_some_and(|rows| restored.emitted > rows) {
+                return Err(Error::State(format!(
+                    "datagen position {} of split {index} is beyond its {} rows",
+                    restored.emitted,
+                    restored.rows.unwrap_or_default()
+                )));
+            }
+            splits.push(restored);
         }
-        self.emitted = emitted;
-        self.resumed_from = emitted;
-        self.started = Instant::now();
+        self.splits = splits;
+        self.pace();
         Ok(())
     }
 }

@@ -29,14 +29,10 @@ impl SourceFactory for ValuesSourceFactory {
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
-        let batches = if ctx.subtask == 0 {
-            self.batches.clone()
-        } else {
-            vec![]
-        };
+        // One split, read by subtask 0.
         Ok(Box::new(ValuesReader {
-            batches: batches.into_iter(),
-            emitted: 0,
+            all: self.batches.clone(),
+            split: (ctx.subtask == 0).then_some(0),
         }))
     }
 
@@ -46,34 +42,43 @@ impl SourceFactory for ValuesSourceFactory {
 }
 
 struct ValuesReader {
-    batches: std::vec::IntoIter<RecordBatch>,
-    /// Batches emitted: the checkpointed position.
-    emitted: usize,
+    all: Vec<RecordBatch>,
+    /// Batches of the one split emitted (the checkpointed position), when
+    /// this subtask reads it.
+    split: Option<usize>,
 }
 
 impl SourceReader for ValuesReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        Ok(match self.batches.next() {
+        let Some(emitted) = self.split.as_mut() else {
+            return Ok(SourcePoll::End);
+        };
+        Ok(match self.all.get(*emitted) {
             Some(batch) => {
-                self.emitted += 1;
-                SourcePoll::Batch(batch)
+                *emitted += 1;
+                SourcePoll::Batch(batch.clone())
             }
             None => SourcePoll::End,
         })
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        Ok(serde_json::json!({ "batches": self.emitted }))
+        let splits: Vec<serde_json::Value> = self
+            .split
+            .iter()
+            .map(|n| serde_json::json!({ "index": 0, "count": 1, "batches": n }))
+            .collect();
+        Ok(serde_json::json!({ "splits": splits }))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
-        let n = position["batches"]
-            .as_u64()
-            .ok_or_else(|| Error::State(format!("values position {position} lacks 'batches'")))?;
-        for _ in 0..n {
-            self.batches.next();
-        }
-        self.emitted = n as usize;
+        let bad = || Error::State(format!("values position {position} is not one this source wrote"));
+        let splits = position["splits"].as_array().ok_or_else(bad)?;
+        self.split = match splits.as_slice() {
+            [] => None,
+            [split] => Some(split["batches"].as_u64().ok_or_else(bad)? as usize),
+            _ => return Err(bad()),
+        };
         Ok(())
     }
 }

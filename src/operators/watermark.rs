@@ -104,6 +104,13 @@ impl Operator for WatermarkAssignerOperator {
         Ok(Some(OperatorSnapshot::with_watermark(self.current, None)))
     }
 
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, "WatermarkAssigner")? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
+    }
+
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         self.current = snapshot.watermark("WatermarkAssigner")?;
         Ok(())

@@ -20,6 +20,7 @@ use super::operator::{Operator, OperatorFactory, OperatorSnapshot, TaskContext, 
 use super::source::SourceReader;
 use super::task::{Task, TaskInput};
 use crate::checkpoint::driver::DriverTask;
+use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
 use crate::checkpoint::{CheckpointConfig, TaskState};
 use crate::state::key_group::key_group_range;
 use crate::state::snapshot::read_state_file;
@@ -65,68 +66,105 @@ pub fn operator_id(vertex: usize, index: usize, factory: &dyn OperatorFactory) -
     format!("{vertex}-{index}-{kind}")
 }
 
-/// The saved state of one subtask in a checkpoint, checked against the job.
-pub fn task_state<'a>(
-    restored: &'a RestoredCheckpoint,
-    vertex: usize,
-    subtask: usize,
-    parallelism: usize,
-    name: &str,
-) -> Result<Option<&'a TaskState>> {
-    let states: Vec<&TaskState> = restored
-        .metadata
-        .tasks
-        .iter()
-        .filter(|t| t.vertex == vertex)
-        .collect();
-    if let Some(other) = states.iter().find(|t| t.parallelism != parallelism) {
-        return Err(Error::State(format!(
-            "checkpoint {} ran {name} at parallelism {}, this job at {parallelism}; \
-             restoring at another parallelism is not supported yet",
-            restored.dir.display(),
-            other.parallelism
-        )));
-    }
-    Ok(states.into_iter().find(|t| t.subtask == subtask))
-}
-
-/// Restores a source reader and the chained operators of one subtask.
+/// Restores a source reader and the chained operators of subtask
+/// `ctx.subtask` of vertex `vertex` from a checkpoint taken at this or another
+/// parallelism (see [`crate::checkpoint::rescale`]): source splits go to
+/// `split % parallelism`, keyed state by key group, other state round robin.
+#[allow(clippy::too_many_arguments)]
 pub fn restore_task(
     restored: &RestoredCheckpoint,
-    state: &TaskState,
+    vertex: usize,
+    name: &str,
+    bounded: bool,
     reader: Option<&mut Box<dyn SourceReader>>,
     chain: &mut [Box<dyn Operator>],
     operator_ids: &[String],
     ctx: &TaskContext,
 ) -> Result<()> {
-    if let (Some(reader), Some(position)) = (reader, &state.source) {
-        reader.restore_position(position).map_err(|e| {
-            Error::State(format!(
-                "checkpoint {}: source position of subtask {}: {e}",
-                restored.dir.display(),
-                ctx.subtask
-            ))
-        })?;
+    let mut old: Vec<&TaskState> = restored
+        .metadata
+        .tasks
+        .iter()
+        .filter(|t| t.vertex == vertex)
+        .collect();
+    old.sort_by_key(|t| t.subtask);
+    let Some(first) = old.first() else {
+        return Ok(());
+    };
+    let old_parallelism = first.parallelism;
+    if old.iter().any(|t| t.parallelism != old_parallelism) || old.len() != old_parallelism {
+        return Err(Error::State(format!(
+            "checkpoint {}: the saved subtasks of {name} do not form one parallelism",
+            restored.dir.display()
+        )));
+    }
+    if let Some(reader) = reader {
+        let positions: Vec<&serde_json::Value> = old.iter().filter_map(|t| t.source.as_ref()).collect();
+        if !positions.is_empty() {
+            let mine = assign_splits(&positions, ctx.subtask, ctx.parallelism, name, bounded)?;
+            reader.restore_position(&mine).map_err(|e| {
+                Error::State(format!(
+                    "checkpoint {}: source position of subtask {}: {e}",
+                    restored.dir.display(),
+                    ctx.subtask
+                ))
+            })?;
+        }
     }
     let range = key_group_range(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
-    for saved in &state.operators {
-        let Some(index) = operator_ids.iter().position(|id| *id == saved.operator_id) else {
+    let mut saved_ids: Vec<&str> = old
+        .iter()
+        .flat_map(|t| t.operators.iter().map(|o| o.operator_id.as_str()))
+        .collect();
+    saved_ids.sort();
+    saved_ids.dedup();
+    for saved_id in saved_ids {
+        let Some(index) = operator_ids.iter().position(|id| id == saved_id) else {
             return Err(Error::State(format!(
-                "checkpoint {} holds state of operator '{}', which this job does not have \
+                "checkpoint {} holds state of operator '{saved_id}', which this job does not have \
                  (its operators: {}); was the query changed?",
                 restored.dir.display(),
-                saved.operator_id,
                 operator_ids.join(", ")
             )));
         };
-        let rows = match &saved.file {
-            Some(file) => read_state_file(&restored.dir.join(&file.path), &range)?,
-            None => None,
+        let expected = chain[index].state_signature()?;
+        let saved_signature = old
+            .iter()
+            .flat_map(|t| &t.operators)
+            .find(|o| o.operator_id == saved_id)
+            .and_then(|o| o.signature.clone());
+        if let (Some(expected), Some(saved)) = (&expected, &saved_signature)
+            && expected != saved
+        {
+            return Err(Error::State(format!(
+                "checkpoint {}: the state of operator '{saved_id}' ({}) does not match this query: \
+                 saved [{saved}], the query's [{expected}]; was the query changed (keys or aggregates)?",
+                restored.dir.display(),
+                chain[index].name()
+            )));
+        }
+        let sources = if chain[index].is_keyed() {
+            keyed_sources(old_parallelism, ctx.subtask, ctx.parallelism, ctx.max_parallelism)
+        } else {
+            round_robin_sources(old_parallelism, ctx.subtask, ctx.parallelism)
         };
-        chain[index].restore(OperatorSnapshot {
-            meta: saved.meta.clone(),
-            rows,
-        })?;
+        let mut snapshots = Vec::new();
+        for task in sources.iter().map(|k| old[*k]) {
+            let Some(saved) = task.operators.iter().find(|o| o.operator_id == saved_id) else {
+                continue;
+            };
+            let rows = match &saved.file {
+                Some(file) if overlaps(&(file.key_groups.0..=file.key_groups.1), &range) => {
+                    read_state_file(&restored.dir.join(&file.path), &range)?
+                }
+                _ => None,
+            };
+            snapshots.push(OperatorSnapshot {
+                meta: saved.meta.clone(),
+                rows,
+            });
+        }
+        chain[index].restore_rescaled(snapshots)?;
     }
     Ok(())
 }
@@ -241,11 +279,17 @@ pub fn build_attempt(
                     operator.name()
                 )));
             }
-            if let Some(restored) = restore
-                && let Some(state) =
-                    task_state(restored, vertex_index, subtask, vertex.parallelism, &vertex_name)?
-            {
-                restore_task(restored, state, reader.as_mut(), &mut chain, &operator_ids, &ctx)?;
+            if let Some(restored) = restore {
+                restore_task(
+                    restored,
+                    vertex_index,
+                    &vertex_name,
+                    vertex.source.as_ref().is_some_and(|s| s.is_bounded()),
+                    reader.as_mut(),
+                    &mut chain,
+                    &operator_ids,
+                    &ctx,
+                )?;
             }
             let input = match reader {
                 Some(reader) => TaskInput::Source(reader),

@@ -38,6 +38,37 @@ impl OperatorSnapshot {
             .ok_or_else(|| Error::State(format!("state of {operator} without a watermark: {}", self.meta)))
     }
 
+    /// One snapshot from the snapshots of several subtasks, for an operator
+    /// whose small state is its watermark (rescaling): the lowest watermark,
+    /// so that no window fires early, and every row. Column mismatches are
+    /// left to the operator's own check.
+    pub fn merge_by_watermark(snapshots: Vec<OperatorSnapshot>, operator: &str) -> Result<Option<Self>> {
+        let mut watermark: Option<Timestamp> = None;
+        let mut rows = Vec::new();
+        for snapshot in snapshots {
+            let w = snapshot.watermark(operator)?;
+            watermark = Some(watermark.map_or(w, |m| m.min(w)));
+            rows.extend(snapshot.rows);
+        }
+        let Some(watermark) = watermark else {
+            return Ok(None);
+        };
+        let rows = match rows.first() {
+            None => None,
+            Some(first) if rows.len() == 1 => Some(first.clone()),
+            Some(first) => {
+                let schema = first.schema();
+                if rows.iter().any(|r| r.schema() != schema) {
+                    return Err(Error::State(format!(
+                        "the checkpoint's state files of {operator} have different columns"
+                    )));
+                }
+                Some(arrow::compute::concat_batches(&schema, &rows)?)
+            }
+        };
+        Ok(Some(OperatorSnapshot::with_watermark(watermark, rows)))
+    }
+
     /// Checks that the keyed rows have the columns (names and types) the
     /// operator expects; the error names both.
     pub fn check_columns(
@@ -155,6 +186,29 @@ pub trait Operator: Send {
             "operator {} has no state, but the checkpoint holds some for it",
             self.name()
         )))
+    }
+
+    /// What its state is made of (columns and types of its state rows), saved
+    /// with every snapshot and compared on restore: a query whose state does
+    /// not match a checkpoint's (other keys or aggregates) is refused.
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// Whether its state is keyed (rows by key group, moved by key group when
+    /// the job is rescaled) rather than per subtask (moved round robin).
+    fn is_keyed(&self) -> bool {
+        false
+    }
+
+    /// Restores the snapshots of the subtasks of the checkpoint whose state
+    /// this subtask takes over: one at the same parallelism, any number when
+    /// rescaled. By default, each in turn.
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        for snapshot in snapshots {
+            self.restore(snapshot)?;
+        }
+        Ok(())
     }
 
     /// Checkpoint `checkpoint` is complete: transactional sinks commit now.

@@ -27,28 +27,38 @@ use crate::checkpoint::{OperatorState, TaskState};
 use crate::state::snapshot::write_state_file;
 use crate::{Error, Result};
 
+/// One operator's snapshot, as a task takes it.
+struct Taken {
+    operator_id: String,
+    signature: Option<String>,
+    snapshot: OperatorSnapshot,
+}
+
 /// Writes the keyed rows of each snapshot as a Parquet file under `dir`.
-fn write_snapshots(
-    dir: &std::path::Path,
-    subtask: usize,
-    taken: Vec<(String, OperatorSnapshot)>,
-) -> Result<Vec<OperatorState>> {
+fn write_snapshots(dir: &std::path::Path, subtask: usize, taken: Vec<Taken>) -> Result<Vec<OperatorState>> {
     taken
         .into_iter()
-        .map(|(operator_id, snapshot)| {
-            let file = match snapshot.rows {
-                Some(rows) if rows.num_rows() > 0 => {
-                    let relative = format!("{operator_id}/{subtask}.parquet");
-                    Some(write_state_file(&dir.join(&relative), &relative, &rows)?)
-                }
-                _ => None,
-            };
-            Ok(OperatorState {
-                operator_id,
-                meta: snapshot.meta,
-                file,
-            })
-        })
+        .map(
+            |Taken {
+                 operator_id,
+                 signature,
+                 snapshot,
+             }| {
+                let file = match snapshot.rows {
+                    Some(rows) if rows.num_rows() > 0 => {
+                        let relative = format!("{operator_id}/{subtask}.parquet");
+                        Some(write_state_file(&dir.join(&relative), &relative, &rows)?)
+                    }
+                    _ => None,
+                };
+                Ok(OperatorState {
+                    operator_id,
+                    signature,
+                    meta: snapshot.meta,
+                    file,
+                })
+            },
+        )
         .collect()
 }
 
@@ -241,7 +251,7 @@ impl Task {
         let taken = self.take_snapshots(CheckpointId::MAX)?;
         let has_rows = taken
             .iter()
-            .any(|(_, s)| s.rows.as_ref().is_some_and(|r| r.num_rows() > 0));
+            .any(|t| t.snapshot.rows.as_ref().is_some_and(|r| r.num_rows() > 0));
         let checkpointing = self.checkpointing.as_ref().expect("checked above");
         if has_rows {
             return self.commit_all(CheckpointId::MAX);
@@ -253,9 +263,10 @@ impl Task {
             source,
             operators: taken
                 .into_iter()
-                .map(|(operator_id, snapshot)| OperatorState {
-                    operator_id,
-                    meta: snapshot.meta,
+                .map(|t| OperatorState {
+                    operator_id: t.operator_id,
+                    signature: t.signature,
+                    meta: t.snapshot.meta,
                     file: None,
                 })
                 .collect(),
@@ -421,14 +432,18 @@ impl Task {
     }
 
     /// The state every chained operator hands over for checkpoint `id`.
-    fn take_snapshots(&mut self, id: CheckpointId) -> Result<Vec<(String, OperatorSnapshot)>> {
+    fn take_snapshots(&mut self, id: CheckpointId) -> Result<Vec<Taken>> {
         let checkpointing = self.checkpointing.as_ref().ok_or_else(|| {
             Error::Internal(format!("task {} got a barrier without checkpoints", self.name))
         })?;
         let mut taken = Vec::new();
         for (operator, operator_id) in self.chain.iter_mut().zip(&checkpointing.operator_ids) {
             if let Some(snapshot) = operator.snapshot(id)? {
-                taken.push((operator_id.clone(), snapshot));
+                taken.push(Taken {
+                    operator_id: operator_id.clone(),
+                    signature: operator.state_signature()?,
+                    snapshot,
+                });
             }
         }
         Ok(taken)

@@ -73,11 +73,31 @@ pub fn window_state_schema(
     Ok(Arc::new(Schema::new(fields)))
 }
 
+/// The columns and types of a state schema, as text (an operator's state
+/// signature): `name TYPE, ...`.
+pub fn schema_signature(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Rows per Parquet row group.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 
 /// Writes `rows` to `path` (`relative` is how the checkpoint names it) and syncs it.
 pub fn write_state_file(path: &Path, relative: &str, rows: &RecordBatch) -> Result<StateFile> {
+    write_state_file_with(path, relative, rows, ROW_GROUP_ROWS)
+}
+
+fn write_state_file_with(
+    path: &Path,
+    relative: &str,
+    rows: &RecordBatch,
+    row_group_rows: usize,
+) -> Result<StateFile> {
     let key_groups = rows
         .column_by_name(KEY_GROUP_COLUMN)
         .ok_or_else(|| Error::Internal(format!("state rows lack {KEY_GROUP_COLUMN}")))?
@@ -97,7 +117,7 @@ pub fn write_state_file(path: &Path, relative: &str, rows: &RecordBatch) -> Resu
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::None)
         .set_column_statistics_enabled(ColumnPath::from(KEY_GROUP_COLUMN), EnabledStatistics::Chunk)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_row_count(Some(row_group_rows))
         .build();
     let mut writer = ArrowWriter::try_new(file, rows.schema(), Some(properties))?;
     writer.write(rows)?;
@@ -112,7 +132,40 @@ pub fn write_state_file(path: &Path, relative: &str, rows: &RecordBatch) -> Resu
     })
 }
 
-/// Reads the rows of key groups `range` from a state file; errors name the file.
+/// The row groups of a state file that may hold key groups `range`, by the
+/// `_key_group` statistics (a row group without them is kept).
+fn row_groups_overlapping(
+    metadata: &parquet::file::metadata::ParquetMetaData,
+    range: &RangeInclusive<usize>,
+) -> Vec<usize> {
+    let column = metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.name() == KEY_GROUP_COLUMN);
+    (0..metadata.num_row_groups())
+        .filter(|i| {
+            let statistics = column.and_then(|c| metadata.row_group(*i).column(c).statistics());
+            match statistics {
+                Some(parquet::file::statistics::Statistics::Int32(s)) => {
+                    match (s.min_opt(), s.max_opt()) {
+                        // UInt32 is stored as INT32: compare as unsigned.
+                        (Some(min), Some(max)) => {
+                            let (min, max) = (*min as u32 as usize, *max as u32 as usize);
+                            min <= *range.end() && *range.start() <= max
+                        }
+                        _ => true,
+                    }
+                }
+                _ => true,
+            }
+        })
+        .collect()
+}
+
+/// Reads the rows of key groups `range` from a state file, only from the row
+/// groups whose statistics overlap it; errors name the file.
 pub fn read_state_file(path: &Path, range: &RangeInclusive<usize>) -> Result<Option<RecordBatch>> {
     let corrupt = |e: &dyn std::fmt::Display| {
         Error::State(format!(
@@ -123,7 +176,11 @@ pub fn read_state_file(path: &Path, range: &RangeInclusive<usize>) -> Result<Opt
     let file = File::open(path).map_err(|e| corrupt(&e))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| corrupt(&e))?;
     let schema = builder.schema().clone();
-    let reader = builder.build().map_err(|e| corrupt(&e))?;
+    let groups = row_groups_overlapping(builder.metadata(), range);
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    let reader = builder.with_row_groups(groups).build().map_err(|e| corrupt(&e))?;
     let mut kept = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| corrupt(&e))?;
@@ -179,6 +236,37 @@ mod tests {
         let counts = back.column(1).as_primitive::<arrow::datatypes::Int64Type>();
         assert_eq!(counts.values().to_vec(), vec![50, 51]);
         assert!(read_state_file(&path, &(10..=20)).unwrap().is_none());
+    }
+
+    #[test]
+    fn only_the_row_groups_holding_the_asked_key_groups_are_read() {
+        // Key groups 0..100, two rows each, 20 rows per row group: ten row
+        // groups of ten key groups each.
+        let groups: Vec<u32> = (0..100).flat_map(|g| [g, g]).collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("count", DataType::Int64, true),
+        ]));
+        let n = groups.len() as i64;
+        let rows = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(UInt32Array::from(groups)),
+                Arc::new(Int64Array::from_iter_values(0..n)),
+            ],
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.parquet");
+        write_state_file_with(&path, "0.parquet", &rows, 20).unwrap();
+        let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+        assert_eq!(builder.metadata().num_row_groups(), 10);
+        assert_eq!(
+            row_groups_overlapping(builder.metadata(), &(25..=41)),
+            vec![2, 3, 4]
+        );
+        let back = read_state_file(&path, &(25..=41)).unwrap().unwrap();
+        assert_eq!(back.num_rows(), 2 * 17);
     }
 
     #[test]

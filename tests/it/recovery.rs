@@ -585,3 +585,83 @@ fn restoring_a_job_directory_without_a_complete_checkpoint_starts_afresh_and_say
     assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
     assert_eq!(committed_rows(&out).len(), 2800);
 }
+
+/// Like [`crash_three_times`], but each run of the job goes at the next of
+/// `parallelisms` (the last one runs to the end), restoring the previous
+/// run's latest checkpoint through key groups and source splits.
+fn crash_and_rescale(name: &str, parallelisms: &[usize], source: &str, columns: &str, query: &str) {
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let context = format!("{name} rescaled {parallelisms:?}, WEIR_TEST_SEED={seed}");
+    let clean_out = dir.path().join("clean");
+    let clean = job_file(
+        dir.path(),
+        &format!("{name}-clean"),
+        &clean_out,
+        2,
+        "",
+        source,
+        columns,
+        query,
+    );
+    assert!(
+        weir(&clean, None).status().unwrap().success(),
+        "clean run failed: {context}"
+    );
+    let expected = committed_rows(&clean_out);
+
+    let out = dir.path().join("out");
+    let job_dir = dir.path().join("checkpoints").join(name);
+    let (last, killed) = parallelisms.split_last().unwrap();
+    for (attempt, parallelism) in killed.iter().enumerate() {
+        let file = job_file(dir.path(), name, &out, *parallelism, "", source, columns, query);
+        let restore = (attempt > 0).then_some(job_dir.as_path());
+        let mut child = weir(&file, restore).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(600..1500)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let file = job_file(dir.path(), name, &out, *last, "", source, columns, query);
+    let output = weir(&file, Some(&job_dir)).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the rescaled run failed: {context}\n{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(" to {last}")),
+        "not rescaled: {context}\n{stderr}"
+    );
+    let got = committed_rows(&out);
+    assert_eq!(got.len(), expected.len(), "row count after rescaling: {context}");
+    assert!(got == expected, "rows differ after rescaling: {context}");
+}
+
+#[test]
+fn a_tumbling_aggregation_killed_and_rescaled_4_2_3_writes_exactly_the_rows_of_a_clean_run() {
+    crash_and_rescale(
+        "rescale-tumble",
+        &[4, 2, 3],
+        SEQUENCE,
+        "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
+        "SELECT id % 7, window_start, COUNT(*), SUM(id)
+         FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+         GROUP BY id % 7, window_start, window_end",
+    );
+}
+
+#[test]
+fn a_nexmark_session_of_bids_killed_and_rescaled_4_2_3_writes_exactly_the_rows_of_a_clean_run() {
+    crash_and_rescale(
+        "rescale-nexmark",
+        &[4, 2, 3],
+        &nexmark(),
+        "bidder BIGINT, ss TIMESTAMP(3), c BIGINT, m BIGINT",
+        "SELECT bidder, SESSION_START(`dateTime`, INTERVAL '2' SECOND), COUNT(*), MAX(price)
+         FROM bid GROUP BY bidder, SESSION(`dateTime`, INTERVAL '2' SECOND)",
+    );
+}

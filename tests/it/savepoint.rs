@@ -96,6 +96,79 @@ fn a_job_stopped_with_a_savepoint_and_restored_from_it_writes_exactly_the_rows_o
 }
 
 #[test]
+fn stopping_with_savepoints_and_resuming_at_4_then_2_then_3_subtasks_writes_exactly_the_rows_of_an_uninterrupted_run()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = clean_rows(dir.path());
+    let out = dir.path().join("out");
+    let mut restore = None;
+    for parallelism in [4, 2] {
+        let job = start(dir.path(), &out, parallelism, restore.as_deref());
+        std::thread::sleep(Duration::from_millis(700));
+        restore = Some(job.stop_with_savepoint().unwrap());
+    }
+    let job = start(dir.path(), &out, 3, restore.as_deref());
+    assert!(
+        job.notes().iter().any(|n| n.contains("from 2 to 3")),
+        "{:?}",
+        job.notes()
+    );
+    assert_eq!(job.wait().unwrap(), JobStatus::Finished);
+    assert_eq!(crate::part_file_lines(&out), expected);
+}
+
+#[test]
+fn a_savepoint_restored_with_another_max_parallelism_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let job = start(dir.path(), &out, 2, None);
+    std::thread::sleep(Duration::from_millis(200));
+    let savepoint = job.stop_with_savepoint().unwrap();
+    let engine = crate::engine(2);
+    engine.set("pipeline.max-parallelism", "256").unwrap();
+    engine
+        .set("execution.savepoint.path", &savepoint.display().to_string())
+        .unwrap();
+    engine.sql(SOURCE).unwrap();
+    engine
+        .sql("CREATE TABLE `out` (k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT) WITH ('connector' = 'blackhole')")
+        .unwrap();
+    let err = engine.sql(QUERY).unwrap_err().to_string();
+    assert!(err.contains("the max parallelism cannot change"), "{err}");
+}
+
+#[test]
+fn a_savepoint_restored_into_a_query_with_other_keys_or_aggregates_is_refused_naming_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let job = start(dir.path(), &out, 2, None);
+    std::thread::sleep(Duration::from_millis(300));
+    let savepoint = job.stop_with_savepoint().unwrap();
+    for changed in [
+        QUERY.replace("id % 7", "id % 5"),
+        QUERY.replace("SUM(id)", "MAX(id)"),
+    ] {
+        let engine = crate::engine(2);
+        engine
+            .set("execution.savepoint.path", &savepoint.display().to_string())
+            .unwrap();
+        engine.sql(SOURCE).unwrap();
+        engine
+            .sql("CREATE TABLE `out` (k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT) WITH ('connector' = 'blackhole')")
+            .unwrap();
+        let err = engine.sql(&changed).unwrap_err().to_string();
+        assert!(
+            err.contains("the state of operator '") && err.contains("does not match this query"),
+            "{changed}: {err}"
+        );
+        assert!(err.contains("WindowAggregate"), "names the operator: {err}");
+    }
+    // The same query restores.
+    let job = start(dir.path(), &dir.path().join("again"), 2, Some(&savepoint));
+    job.cancel();
+}
+
+#[test]
 fn savepoints_taken_while_running_leave_the_job_running_and_are_kept() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

@@ -355,7 +355,7 @@ impl PartFileWriter {
 
     /// Deletes this subtask's hidden part files that `keep` does not name
     /// (written after the restored checkpoint, by an earlier run).
-    fn discard_uncommitted(&self, keep: &[PendingFile]) -> Result<()> {
+    fn discard_uncommitted(&self, subtask: usize) -> Result<()> {
         let mut stack = vec![self.directory.clone()];
         while let Some(dir) = stack.pop() {
             let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -367,8 +367,7 @@ impl PartFileWriter {
                     continue;
                 }
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if hidden_part_subtask(&name) == Some(self.subtask) && !keep.iter().any(|k| k.hidden == path)
-                {
+                if hidden_part_subtask(&name) == Some(subtask) {
                     std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
                 }
             }
@@ -505,7 +504,7 @@ impl SinkWriter for PartFileWriter {
         let closed = std::mem::take(&mut self.pending);
         self.pre_committed.insert(checkpoint, closed);
         let recorded: Vec<&PendingFile> = self.pre_committed.values().flatten().collect();
-        Ok(serde_json::json!({ "pending": recorded }))
+        Ok(serde_json::json!({ "pending": recorded, "subtask": self.subtask }))
     }
 
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<()> {
@@ -536,7 +535,16 @@ impl SinkWriter for PartFileWriter {
         for file in &files {
             self.publish(file)?;
         }
-        self.discard_uncommitted(&[])
+        // The hidden files the saving subtask wrote after the checkpoint are
+        // not part of it; after rescaling, that may be another subtask number.
+        let subtask = match recorded.get("subtask") {
+            Some(s) => s
+                .as_u64()
+                .ok_or_else(|| Error::State(format!("file sink state {recorded}: bad subtask")))?
+                as usize,
+            None => self.subtask,
+        };
+        self.discard_uncommitted(subtask)
     }
 }
 

@@ -130,27 +130,34 @@ impl SourceFactory for FileSourceFactory {
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
-        let files: Vec<PathBuf> = self
+        // Each file is a split; subtask `s` reads the files `i % parallelism == s`.
+        let count = self.files.len() as u64;
+        let splits = self
             .files
             .iter()
-            .skip(ctx.subtask)
-            .step_by(ctx.parallelism)
-            .cloned()
+            .enumerate()
+            .filter(|(i, _)| i % ctx.parallelism == ctx.subtask)
+            .map(|(i, path)| FileSplit {
+                index: i as u64,
+                count,
+                path: path.clone(),
+                rows: 0,
+                done: false,
+            })
             .collect();
         Ok(Box::new(FileReader {
-            files: files.into_iter(),
+            all_files: self.files.clone(),
+            splits,
+            cursor: 0,
             current: None,
             layout: self.layout.clone(),
             partition_values: Vec::new(),
-            current_path: PathBuf::new(),
             format: self.format.clone(),
             field_count: self.field_count,
             projection: self.projection.clone(),
             schema: self.schema.clone(),
             batch_size: ctx.batch_size,
             metrics: ctx.metrics.clone(),
-            files_done: 0,
-            rows_in_current: 0,
             skip_rows: 0,
         }))
     }
@@ -171,24 +178,38 @@ enum OpenFile {
     },
 }
 
+/// One file of the source: its position is the rows read from it.
+#[derive(Debug, Clone)]
+struct FileSplit {
+    /// The file's index in the source's sorted file list.
+    index: u64,
+    /// The number of files when the job was created.
+    count: u64,
+    path: PathBuf,
+    /// Rows read from the file (emitted, or skipped after a restore).
+    rows: u64,
+    /// Read to its end.
+    done: bool,
+}
+
 struct FileReader {
-    files: std::vec::IntoIter<PathBuf>,
+    /// The source's files as listed now, to check a restored split against.
+    all_files: Vec<PathBuf>,
+    /// The files this subtask reads, in order: with their rows read, the
+    /// position a checkpoint saves.
+    splits: Vec<FileSplit>,
+    /// The split being read: every one before it is done.
+    cursor: usize,
     current: Option<OpenFile>,
     layout: Option<PartitionLayout>,
     /// The partition values of the open file.
     partition_values: Vec<Option<String>>,
-    current_path: PathBuf,
     format: FileFormat,
     field_count: usize,
     projection: Vec<usize>,
     schema: SchemaRef,
     batch_size: usize,
     metrics: Arc<TaskMetrics>,
-    /// Files of this subtask read to their end: with `rows_in_current`, the
-    /// position a checkpoint saves.
-    files_done: usize,
-    /// Rows returned from the open file.
-    rows_in_current: u64,
     /// Rows of the open file still to skip after a restore.
     skip_rows: u64,
 }
@@ -296,7 +317,7 @@ impl FileReader {
                     self.partition_values[*key].as_deref(),
                     field.data_type(),
                     rows,
-                    &self.current_path,
+                    &self.splits[self.cursor].path,
                 ),
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
@@ -312,17 +333,19 @@ impl SourceReader for FileReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
         loop {
             if self.current.is_none() {
-                match self.files.next() {
-                    Some(path) => {
-                        if let Some(layout) = &self.layout {
-                            self.partition_values = layout.spec.values_of(&layout.root, &path)?;
-                        }
-                        self.current = Some(self.open(&path)?);
-                        self.current_path = path;
-                        self.rows_in_current = 0;
-                    }
-                    None => return Ok(SourcePoll::End),
+                while self.splits.get(self.cursor).is_some_and(|s| s.done) {
+                    self.cursor += 1;
                 }
+                let Some(split) = self.splits.get_mut(self.cursor) else {
+                    return Ok(SourcePoll::End);
+                };
+                // Rows read before a restore are read again and skipped.
+                self.skip_rows = std::mem::take(&mut split.rows);
+                let path = split.path.clone();
+                if let Some(layout) = &self.layout {
+                    self.partition_values = layout.spec.values_of(&layout.root, &path)?;
+                }
+                self.current = Some(self.open(&path)?);
             }
             let batch_size = self.batch_size;
             let next = match self.current.as_mut().expect("opened above") {
@@ -351,18 +374,18 @@ impl SourceReader for FileReader {
                     None => None,
                 },
             };
+            let split = &mut self.splits[self.cursor];
             match next {
                 Some(batch) if batch.num_rows() > 0 => {
                     let rows = batch.num_rows() as u64;
+                    split.rows += rows;
                     if self.skip_rows >= rows {
                         // Before the restored position: read again, not emitted.
                         self.skip_rows -= rows;
-                        self.rows_in_current += rows;
                         continue;
                     }
                     let skip = std::mem::take(&mut self.skip_rows);
                     let batch = batch.slice(skip as usize, (rows - skip) as usize);
-                    self.rows_in_current += rows;
                     return Ok(SourcePoll::Batch(self.with_partition_values(batch)?));
                 }
                 Some(_) => {}
@@ -370,26 +393,36 @@ impl SourceReader for FileReader {
                     if self.skip_rows > 0 {
                         return Err(Error::State(format!(
                             "{} has fewer rows than the checkpoint read from it; was it changed?",
-                            self.current_path.display()
+                            split.path.display()
                         )));
                     }
+                    split.done = true;
                     self.current = None;
-                    self.files_done += 1;
                 }
             }
         }
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        let file = self
-            .current
-            .as_ref()
-            .map(|_| self.current_path.display().to_string());
-        Ok(serde_json::json!({
-            "files_done": self.files_done,
-            "file": file,
-            "rows": self.rows_in_current,
-        }))
+        let skip = self.skip_rows;
+        let splits: Vec<serde_json::Value> = self
+            .splits
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                // A file opened after a restore and still skipping: its position
+                // is where the checkpoint left it.
+                let rows = if i == self.cursor { s.rows + skip } else { s.rows };
+                serde_json::json!({
+                    "index": s.index,
+                    "count": s.count,
+                    "path": s.path.display().to_string(),
+                    "rows": rows,
+                    "done": s.done,
+                })
+            })
+            .collect();
+        Ok(serde_json::json!({ "splits": splits }))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
@@ -398,28 +431,31 @@ impl SourceReader for FileReader {
                 "filesystem position {position} is not one this source wrote"
             ))
         };
-        let done = position["files_done"].as_u64().ok_or_else(bad)? as usize;
-        let rows = position["rows"].as_u64().ok_or_else(bad)?;
-        if done > self.files.len() {
-            return Err(Error::State(format!(
-                "the checkpoint had read {done} files of this subtask, but it has only {} now",
-                self.files.len()
-            )));
-        }
-        if done > 0 {
-            self.files.nth(done - 1);
-        }
-        if let Some(file) = position["file"].as_str() {
-            let next = self.files.as_slice().first();
-            if next.is_none_or(|p| p.display().to_string() != file) {
+        let saved = position["splits"].as_array().ok_or_else(bad)?;
+        let mut splits = Vec::with_capacity(saved.len());
+        for split in saved {
+            let number = |name: &str| split[name].as_u64().ok_or_else(bad);
+            let index = number("index")?;
+            let path = split["path"].as_str().ok_or_else(bad)?;
+            // The file must still be there, at the same place in the listing.
+            let now = self.all_files.get(index as usize);
+            if now.is_none_or(|p| p.display().to_string() != path) {
                 return Err(Error::State(format!(
-                    "the checkpoint was reading {file}, but the next file now is {}",
-                    next.map_or("none".to_string(), |p| p.display().to_string())
+                    "the checkpoint read {path} as file {index} of the source, but that file now is {}",
+                    now.map_or("missing".to_string(), |p| p.display().to_string())
                 )));
             }
+            splits.push(FileSplit {
+                index,
+                count: number("count")?,
+                path: PathBuf::from(path),
+                rows: number("rows")?,
+                done: split["done"].as_bool().ok_or_else(bad)?,
+            });
         }
-        self.files_done = done;
-        self.skip_rows = rows;
+        self.splits = splits;
+        self.cursor = 0;
+        self.current = None;
         Ok(())
     }
 }

@@ -398,16 +398,22 @@ impl SourceReader for NexmarkReader {
             ))
         };
         let saved = position["splits"].as_array().ok_or_else(bad)?;
-        if saved.len() != self.splits.len() {
-            return Err(bad());
-        }
-        for (split, saved) in self.splits.iter_mut().zip(saved) {
+        // The splits this subtask reads from now on: its own at the same
+        // parallelism, others after rescaling (their number never changes).
+        let mut splits = Vec::with_capacity(saved.len());
+        for saved in saved {
             let field = |name: &str| saved[name].as_u64().ok_or_else(bad);
-            if field("index")? != split.index || field("count")? != split.count {
+            let split = Split {
+                index: field("index")?,
+                count: field("count")?,
+                emitted: field("emitted")?,
+            };
+            if split.count == 0 || split.index >= split.count {
                 return Err(bad());
             }
-            split.emitted = field("emitted")?;
+            splits.push(split);
         }
+        self.splits = splits;
         if let Some(i) = self.next_split() {
             let id = self.splits[i].next_id();
             self.resumed_at = Duration::from_millis(

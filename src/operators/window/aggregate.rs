@@ -34,7 +34,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{key_groups, window_state_schema};
+use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
 use crate::{Error, Result};
 
 /// Where in the two-phase scheme an aggregation runs.
@@ -752,6 +752,24 @@ impl Operator for WindowAggregateOperator {
             self.watermark,
             self.state_rows()?,
         )))
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        if self.spec.phase == Phase::Local {
+            return Ok(None);
+        }
+        Ok(Some(schema_signature(self.state_schema()?.as_ref())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        self.spec.phase != Phase::Local
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

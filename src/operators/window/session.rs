@@ -34,7 +34,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{key_groups, window_state_schema};
+use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
 use crate::{Error, Result};
 
 /// The plan of a session window aggregation.
@@ -547,6 +547,21 @@ impl Operator for SessionOperator {
             self.watermark,
             self.state_rows()?,
         )))
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(self.state_schema()?.as_ref())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
