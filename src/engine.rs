@@ -477,37 +477,82 @@ impl Engine {
                         .jobs
                         .iter()
                         .map(|job| {
+                            let metrics = job.metrics();
+                            let last = metrics.checkpoints.last().map(|c| {
+                                format!(
+                                    "{} ({} ms, {})",
+                                    c.id,
+                                    c.duration.as_millis(),
+                                    human_bytes(c.state_bytes)
+                                )
+                            });
                             vec![
                                 Some(job.id().to_string()),
                                 Some(job.name().to_string()),
-                                Some(format!("{:?}", job.status()).to_uppercase()),
-                                Some(format!("{:.1} s", job.elapsed().as_secs_f64())),
+                                Some(format!("{:?}", metrics.status).to_uppercase()),
+                                Some(format!("{:.1} s", metrics.uptime.as_secs_f64())),
+                                Some(metrics.restarts.to_string()),
+                                Some(metrics.checkpoints.len().to_string()),
+                                Some(metrics.failed_checkpoints.to_string()),
+                                last,
+                                Some(metrics.max_backpressure().to_string()),
                             ]
                         })
                         .collect();
-                    TableResult::table(&["job id", "job name", "status", "running for"], rows)
+                    TableResult::table(
+                        &[
+                            "job id",
+                            "job name",
+                            "status",
+                            "running for",
+                            "restarts",
+                            "checkpoints",
+                            "failed checkpoints",
+                            "last checkpoint",
+                            "backpressure",
+                        ],
+                        rows,
+                    )
                 }
             },
             Statement::Describe(name) => describe(&session.catalog, &name, position),
+            Statement::DescribeJob(id) => {
+                let job = find_job(&session.jobs, &id, position)?;
+                let rows = job
+                    .metrics()
+                    .tasks
+                    .into_iter()
+                    .map(|t| {
+                        vec![
+                            Some(t.name),
+                            Some(t.records_in.to_string()),
+                            Some(t.records_out.to_string()),
+                            Some(t.records_written.to_string()),
+                            Some(format!(
+                                "{} ({:.0}%)",
+                                t.backpressure_level,
+                                t.backpressure * 100.0
+                            )),
+                            t.watermark.map(format_watermark),
+                            Some(t.late_records_dropped.to_string()),
+                        ]
+                    })
+                    .collect();
+                TableResult::table(
+                    &[
+                        "task",
+                        "records in",
+                        "records out",
+                        "records written",
+                        "backpressure",
+                        "watermark",
+                        "late records dropped",
+                    ],
+                    rows,
+                )
+            }
             Statement::StopJob { id, savepoint } => {
-                let job = session
-                    .jobs
-                    .iter()
-                    .find(|j| j.id().to_string() == id.trim())
-                    .ok_or_else(|| {
-                        Error::sql_at(
-                            format!(
-                                "no job '{id}'; the jobs of this session are: {}",
-                                session
-                                    .jobs
-                                    .iter()
-                                    .map(|j| j.id().to_string())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                            Some(position),
-                        )
-                    })?;
+                let job = find_job(&session.jobs, &id, position)?;
                 if !savepoint {
                     job.cancel();
                     return Ok(TableResult::done());
@@ -586,6 +631,41 @@ impl Engine {
             }
         }
     }
+}
+
+/// The job of this session with id `id`; the error lists the others.
+fn find_job<'a>(jobs: &'a [JobHandle], id: &str, position: crate::error::Position) -> Result<&'a JobHandle> {
+    jobs.iter()
+        .find(|j| j.id().to_string() == id.trim())
+        .ok_or_else(|| {
+            Error::sql_at(
+                format!(
+                    "no job '{id}'; the jobs of this session are: {}",
+                    jobs.iter()
+                        .map(|j| j.id().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(position),
+            )
+        })
+}
+
+/// Bytes for people: `512 B`, `3.4 kB`, `12.0 MB`.
+pub fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        b if b < 1_000 => format!("{b} B"),
+        b if b < 1_000_000 => format!("{:.1} kB", b as f64 / 1e3),
+        b if b < 1_000_000_000 => format!("{:.1} MB", b as f64 / 1e6),
+        b => format!("{:.2} GB", b as f64 / 1e9),
+    }
+}
+
+/// A watermark as a UTC timestamp, as Flink's web UI shows it.
+fn format_watermark(watermark: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(watermark).map_or(watermark.to_string(), |t| {
+        t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+    })
 }
 
 /// `DESCRIBE name`: Flink's columns (name, type, null, key, extras, watermark).

@@ -40,4 +40,4 @@ pub mod state;
 
 pub use engine::{Engine, ResultStream, TableResult};
 pub use error::{Error, Result};
-pub use runtime::{JobHandle, JobStatus};
+pub use runtime::{BackpressureLevel, JobHandle, JobMetrics, JobStatus, TaskMetricsSnapshot};

@@ -49,6 +49,10 @@ enum Command {
         /// as SET 'execution.savepoint.path'.
         #[arg(long, value_name = "PATH")]
         restore: Option<PathBuf>,
+        /// Print a line of metrics per job on standard error at this interval
+        /// (e.g. 1s): records, backpressure, watermark, the last checkpoint.
+        #[arg(long, value_name = "DURATION")]
+        metrics_interval: Option<String>,
     },
     /// Run benchmarks.
     Bench {
@@ -139,7 +143,17 @@ fn main() -> ExitCode {
             file,
             settings,
             restore,
-        } => run(&file, &settings, restore.as_deref()),
+            metrics_interval,
+        } => {
+            let interval = metrics_interval
+                .map(|text| {
+                    weir::config::parse_duration(&text)
+                        .filter(|d| !d.is_zero())
+                        .with_context(|| format!("--metrics-interval: '{text}' is not a duration such as 1s"))
+                })
+                .transpose();
+            interval.and_then(|interval| run(&file, &settings, restore.as_deref(), interval))
+        }
         Command::Bench {
             benchmark: Benchmark::Nexmark(args),
         } => bench_nexmark(args),
@@ -156,7 +170,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Result<()> {
+fn run(
+    file: &Path,
+    settings: &[String],
+    restore: Option<&Path>,
+    metrics_interval: Option<std::time::Duration>,
+) -> anyhow::Result<()> {
     let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let engine = Engine::new();
     if let Some(path) = restore {
@@ -171,6 +190,21 @@ fn run(file: &Path, settings: &[String], restore: Option<&Path>) -> anyhow::Resu
     let statements = weir::frontend::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
     let started = Instant::now();
     let stop = StopOnSignal::install()?;
+    if let Some(interval) = metrics_interval {
+        let jobs = stop.jobs.clone();
+        std::thread::Builder::new()
+            .name("weir-metrics".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(interval);
+                    let jobs = jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    for job in jobs.iter().filter(|j| j.status() == JobStatus::Running) {
+                        eprintln!("[METRICS] {}", job.metrics().summary());
+                    }
+                }
+            })
+            .context("cannot start the metrics thread")?;
+    }
     let mut jobs = Vec::new();
     for statement in statements {
         let result = engine.sql(&statement.text).map_err(|e| {

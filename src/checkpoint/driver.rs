@@ -56,8 +56,12 @@ pub struct DriverTask {
 /// Acknowledgement data kept per task until the checkpoint completes.
 #[derive(Debug)]
 struct Ack {
+    task: usize,
     state: TaskState,
     blocked: Duration,
+    alignment: Duration,
+    channel_state_bytes: u64,
+    received: Instant,
 }
 
 /// The coordinator of one running job.
@@ -157,10 +161,16 @@ impl CoordinatorDriver {
                     task,
                     state: task_state,
                     blocked,
+                    alignment,
+                    channel_state_bytes,
                 } => {
                     let ack = Ack {
+                        task,
                         state: task_state,
                         blocked,
+                        alignment,
+                        channel_state_bytes,
+                        received: Instant::now(),
                     };
                     if let AckOutcome::AllAcknowledged(done) = state.acknowledge(checkpoint, task, ack) {
                         let (trigger_time, triggered) = trigger_times
@@ -233,11 +243,16 @@ impl CoordinatorDriver {
                     finished.insert(task, final_state);
                     if finished.len() == self.tasks.len() {
                         let id = state.take_final_id();
+                        let received = Instant::now();
                         let acks: Vec<Ack> = std::mem::take(&mut finished)
-                            .into_values()
-                            .map(|state| Ack {
+                            .into_iter()
+                            .map(|(task, state)| Ack {
+                                task,
                                 state,
                                 blocked: Duration::ZERO,
+                                alignment: Duration::ZERO,
+                                channel_state_bytes: 0,
+                                received,
                             })
                             .collect();
                         for (id, savepoint) in std::mem::take(&mut savepoints) {
@@ -318,20 +333,28 @@ impl CoordinatorDriver {
             tasks: acks.iter().map(|a| a.state.clone()).collect(),
         };
         write_metadata(&dir, &metadata)?;
-        let state_bytes = metadata
+        let state_bytes: u64 = metadata
             .tasks
             .iter()
             .flat_map(|t| &t.operators)
             .filter_map(|o| o.file.as_ref())
             .map(|f| f.bytes)
             .sum();
+        let channel_state_bytes: u64 = acks.iter().map(|a| a.channel_state_bytes).sum();
         Ok(CheckpointStats {
             id,
             kind,
             dir,
+            trigger_time,
             duration: triggered.elapsed(),
-            state_bytes,
+            state_bytes: state_bytes + channel_state_bytes,
+            channel_state_bytes,
             max_blocked: acks.iter().map(|a| a.blocked).max().unwrap_or_default(),
+            max_alignment: acks.iter().map(|a| a.alignment).max().unwrap_or_default(),
+            ack_delays: acks
+                .iter()
+                .map(|a| (a.task, a.received.saturating_duration_since(triggered)))
+                .collect(),
         })
     }
 

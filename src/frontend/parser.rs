@@ -64,6 +64,8 @@ pub enum Statement {
     Show(ShowWhat),
     /// `DESCRIBE name` / `DESC name`.
     Describe(String),
+    /// `DESCRIBE JOB 'id'`: the job's tasks and their metrics.
+    DescribeJob(String),
     /// `STOP JOB 'id' [WITH SAVEPOINT]`.
     StopJob {
         /// The job's id.
@@ -238,6 +240,12 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
         }
         Token::Word(w) if w.keyword == Keyword::DESCRIBE || w.keyword == Keyword::DESC => {
             parser.next_token();
+            let is_job = matches!(&parser.peek_token().token, Token::Word(w) if w.value.eq_ignore_ascii_case("JOB"))
+                && matches!(&parser.peek_nth_token(1).token, Token::SingleQuotedString(_));
+            if is_job {
+                parser.next_token();
+                return Ok(Statement::DescribeJob(parser.parse_literal_string()?));
+            }
             let name = parser.parse_object_name(false)?;
             Ok(Statement::Describe(
                 name.0

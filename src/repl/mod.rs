@@ -36,6 +36,7 @@ const HELP: &str = "Statements end with ';' and may span lines.
   INSERT INTO t SELECT  submit a background job
   EXPLAIN <query>       the operator graph
   SHOW TABLES | VIEWS | FUNCTIONS | JOBS
+  DESCRIBE JOB '<id>'   its tasks (records, backpressure, watermark) and checkpoints
   DESCRIBE <table>      columns, types, watermark, connector options
   STOP JOB '<id>'       cancel a job
   STOP JOB '<id>' WITH SAVEPOINT   stop it with a savepoint (prints its path)
@@ -180,12 +181,18 @@ impl Shell {
             .chain(self.engine.view_names())
             .collect();
         self.print(result, started)?;
-        if matches!(
+        let describe = matches!(
             words.first().map(|w| w.to_ascii_uppercase()).as_deref(),
             Some("DESCRIBE" | "DESC")
-        ) && words.len() == 2
-        {
+        );
+        if describe && words.len() == 2 {
             self.print_options(words[1].trim_end_matches(';').trim_matches('`'));
+        }
+        if describe && words.len() == 3 && words[1].eq_ignore_ascii_case("JOB") {
+            let id = words[2].trim_end_matches(';').trim_matches('\'');
+            if let Some(job) = self.engine.jobs().into_iter().find(|j| j.id().to_string() == id) {
+                print_checkpoints(&job);
+            }
         }
         Ok(Outcome::Ok)
     }
@@ -389,6 +396,55 @@ fn type_width(data_type: &arrow::datatypes::DataType) -> usize {
         }
         _ => 1,
     }
+}
+
+/// After `DESCRIBE JOB`: the job's completed checkpoints and savepoints.
+fn print_checkpoints(job: &crate::JobHandle) {
+    let metrics = job.metrics();
+    if metrics.checkpoints.is_empty() {
+        println!("No checkpoint completed ({} failed).", metrics.failed_checkpoints);
+        return;
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::ASCII_FULL_CONDENSED);
+    table.set_header([
+        "checkpoint",
+        "kind",
+        "triggered",
+        "duration",
+        "size",
+        "channel state",
+        "alignment",
+        "slowest acknowledgement",
+    ]);
+    for c in &metrics.checkpoints {
+        let slowest = c
+            .ack_delays
+            .iter()
+            .max_by_key(|(_, delay)| *delay)
+            .map(|(task, delay)| {
+                let name = metrics.tasks.get(*task).map_or("?", |t| t.name.as_str());
+                format!("{} ms ({name})", delay.as_millis())
+            })
+            .unwrap_or_default();
+        table.add_row([
+            c.id.to_string(),
+            format!("{:?}", c.kind).to_uppercase(),
+            chrono::DateTime::from_timestamp_millis(c.trigger_time)
+                .map_or(String::new(), |t| t.format("%H:%M:%S%.3f").to_string()),
+            format!("{} ms", c.duration.as_millis()),
+            crate::engine::human_bytes(c.state_bytes),
+            crate::engine::human_bytes(c.channel_state_bytes),
+            format!("{} ms", c.max_alignment.as_millis()),
+            slowest,
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "{} completed, {} failed",
+        metrics.checkpoints.len(),
+        metrics.failed_checkpoints
+    );
 }
 
 fn save(editor: &mut Editor<ShellHelper, FileHistory>, history: Option<&PathBuf>) -> Result<()> {

@@ -43,6 +43,10 @@ pub enum TaskReport {
         state: TaskState,
         /// How long its processing stopped for the snapshot.
         blocked: Duration,
+        /// From the barrier's first arrival on an input channel to its last.
+        alignment: Duration,
+        /// Bytes of in-flight records saved with the snapshot (unaligned).
+        channel_state_bytes: u64,
     },
     /// The task could not save its state: the checkpoint fails.
     Decline {

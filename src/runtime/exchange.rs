@@ -23,7 +23,7 @@ use crossbeam_channel::Sender;
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::message::Message;
-use super::operator::{SendFailure, TaskContext, TaskMetrics, send_or_cancel};
+use super::operator::{SendFailure, TaskContext, TaskMetrics, send_tracked};
 use super::task::cancelled;
 use crate::state::key_group::{hash_rows, key_group, subtask_for_key_group};
 use crate::{Error, Result};
@@ -92,13 +92,8 @@ impl ExchangeWriter {
     }
 
     fn send(&self, channel: usize, message: Message) -> Result<()> {
-        match send_or_cancel(&self.senders[channel], message, &self.cancel) {
-            Ok(blocked) => {
-                if !blocked.is_zero() {
-                    TaskMetrics::add(&self.metrics.blocked_on_output_nanos, blocked.as_nanos() as u64);
-                }
-                Ok(())
-            }
+        match send_tracked(&self.senders[channel], message, &self.cancel, Some(&self.metrics)) {
+            Ok(_) => Ok(()),
             Err(SendFailure::Disconnected) => Err(downstream_gone()),
             Err(SendFailure::Cancelled) => Err(cancelled()),
         }

@@ -28,7 +28,7 @@
 //! barrier is handed out once every open channel has delivered it.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
@@ -103,6 +103,10 @@ pub struct InputGate {
     /// Events decided but not yet handed out.
     ready: VecDeque<InputEvent>,
     mode: CheckpointingMode,
+    /// When the first barrier of the current alignment arrived.
+    alignment_started: Option<Instant>,
+    /// From the first to the last barrier of the last completed alignment.
+    last_alignment: Duration,
 }
 
 impl InputGate {
@@ -122,7 +126,15 @@ impl InputGate {
             aligning: None,
             ready: VecDeque::new(),
             mode,
+            alignment_started: None,
+            last_alignment: Duration::ZERO,
         }
+    }
+
+    /// How long the last barrier took to arrive on every channel after it
+    /// arrived on the first (Flink's alignment duration).
+    pub fn last_alignment(&self) -> Duration {
+        self.last_alignment
     }
 
     /// The task's current watermark.
@@ -192,9 +204,13 @@ impl InputGate {
                     channel.blocked = false;
                 }
                 self.aligning = Some(barrier);
+                self.alignment_started = Some(Instant::now());
             }
             Some(_) => {}
-            None => self.aligning = Some(barrier),
+            None => {
+                self.aligning = Some(barrier);
+                self.alignment_started = Some(Instant::now());
+            }
         }
         let channel = &mut self.channels[index];
         channel.barrier_received = true;
@@ -211,6 +227,10 @@ impl InputGate {
                 channel.blocked = false;
             }
             self.aligning = None;
+            self.last_alignment = self
+                .alignment_started
+                .take()
+                .map_or(Duration::ZERO, |s| s.elapsed());
             self.ready.push_back(InputEvent::Barrier(barrier));
         }
     }

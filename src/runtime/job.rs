@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use super::deploy::{Attempt, build_attempt};
 use super::exchange::Exchange;
 use super::message::{BarrierKind, CheckpointId};
+use super::metrics::{
+    BackpressureLevel, BackpressureSampler, JobMetrics, TaskMetricsSnapshot, watermark_reading,
+};
 use super::operator::{OperatorFactory, TaskMetrics};
 use super::source::SourceFactory;
 use crate::checkpoint::driver::{CoordinatorDriver, CoordinatorRequest};
@@ -112,12 +115,21 @@ pub struct CheckpointStats {
     pub kind: BarrierKind,
     /// Its directory.
     pub dir: PathBuf,
+    /// When it was triggered (ms since the epoch).
+    pub trigger_time: i64,
     /// From trigger to completion.
     pub duration: Duration,
-    /// Bytes of state files.
+    /// Bytes of state files (keyed state and channel state).
     pub state_bytes: u64,
+    /// Of those, bytes of in-flight records (unaligned checkpoints).
+    pub channel_state_bytes: u64,
     /// The longest time a task's processing stopped for its snapshot.
     pub max_blocked: Duration,
+    /// The longest barrier alignment of a task.
+    pub max_alignment: Duration,
+    /// Per task (by index in [`JobHandle::tasks`]): from the trigger to its
+    /// acknowledgement.
+    pub ack_delays: Vec<(usize, Duration)>,
 }
 
 /// The state of a job.
@@ -168,6 +180,7 @@ struct JobShared {
     done: Condvar,
     tasks: Vec<TaskInfo>,
     started: Instant,
+    backpressure: Mutex<BackpressureSampler>,
 }
 
 /// A running (or finished) job: wait for it, cancel it, read its counters.
@@ -251,6 +264,48 @@ impl JobHandle {
 
     pub(crate) fn checkpoint_failed(&self) {
         self.shared.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The job's figures now: per task (records, backpressure since the
+    /// previous call, watermark, late rows) and per completed checkpoint.
+    pub fn metrics(&self) -> JobMetrics {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let blocked: Vec<u64> = self
+            .tasks()
+            .iter()
+            .map(|t| t.metrics.blocked_nanos_now())
+            .collect();
+        let ratios = self
+            .shared
+            .backpressure
+            .lock()
+            .expect("backpressure sampler")
+            .read(Instant::now(), &blocked);
+        let tasks = self
+            .tasks()
+            .iter()
+            .zip(ratios)
+            .map(|(task, ratio)| TaskMetricsSnapshot {
+                name: task.name.clone(),
+                records_in: load(&task.metrics.records_in),
+                records_out: load(&task.metrics.records_out),
+                records_written: load(&task.metrics.records_written),
+                late_records_dropped: load(&task.metrics.late_records_dropped),
+                backpressure: ratio,
+                backpressure_level: BackpressureLevel::of(ratio),
+                watermark: watermark_reading(task.metrics.watermark.load(Ordering::Relaxed)),
+            })
+            .collect();
+        JobMetrics {
+            id: self.id(),
+            name: self.name().to_string(),
+            status: self.status(),
+            uptime: self.elapsed(),
+            restarts: self.restarts(),
+            checkpoints: self.completed_checkpoints(),
+            failed_checkpoints: self.failed_checkpoints(),
+            tasks,
+        }
     }
 
     /// Takes a savepoint and returns its directory; the job goes on. Needs a
@@ -460,6 +515,7 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
                 user_cancelled: false,
             }),
             done: Condvar::new(),
+            backpressure: Mutex::new(BackpressureSampler::new(Instant::now(), first.infos.len())),
             tasks: first.infos.clone(),
             started: Instant::now(),
         }),

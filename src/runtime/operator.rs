@@ -231,7 +231,7 @@ pub fn wall_clock_millis() -> Timestamp {
 }
 
 /// Counters a task and its operators update; read by the job handle.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TaskMetrics {
     /// Rows received by the task's first operator.
     pub records_in: AtomicU64,
@@ -243,11 +243,46 @@ pub struct TaskMetrics {
     pub late_records_dropped: AtomicU64,
     /// Input rows skipped because they could not be parsed (with `ignore-parse-errors`).
     pub parse_errors_skipped: AtomicU64,
-    /// Nanoseconds spent blocked on full output channels (backpressure).
+    /// Nanoseconds spent blocked on full output channels (backpressure),
+    /// counted when a blocked send completes.
     pub blocked_on_output_nanos: AtomicU64,
+    /// While a send is blocked: when it started ([`monotonic_nanos`]); 0 otherwise.
+    pub blocked_since: AtomicU64,
+    /// The most advanced watermark that reached an operator of the task.
+    pub watermark: std::sync::atomic::AtomicI64,
+}
+
+impl Default for TaskMetrics {
+    fn default() -> Self {
+        TaskMetrics {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            records_written: AtomicU64::new(0),
+            late_records_dropped: AtomicU64::new(0),
+            parse_errors_skipped: AtomicU64::new(0),
+            blocked_on_output_nanos: AtomicU64::new(0),
+            blocked_since: AtomicU64::new(0),
+            watermark: std::sync::atomic::AtomicI64::new(super::message::MIN_WATERMARK),
+        }
+    }
+}
+
+/// Nanoseconds on a monotonic clock shared by the process (never 0).
+pub fn monotonic_nanos() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
 impl TaskMetrics {
+    /// Time blocked on output so far, including a send blocked right now.
+    pub fn blocked_nanos_now(&self) -> u64 {
+        let done = self.blocked_on_output_nanos.load(Ordering::Relaxed);
+        match self.blocked_since.load(Ordering::Relaxed) {
+            0 => done,
+            since => done + monotonic_nanos().saturating_sub(since),
+        }
+    }
+
     /// Adds `n` to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
@@ -302,6 +337,18 @@ pub fn send_or_cancel<T>(
     message: T,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> std::result::Result<std::time::Duration, SendFailure> {
+    send_tracked(sender, message, cancel, None)
+}
+
+/// [`send_or_cancel`] that shows a blocked send in `metrics` while it lasts
+/// (so backpressure is visible even when a send never completes) and adds
+/// the time to `blocked_on_output_nanos` when it does.
+pub fn send_tracked<T>(
+    sender: &crossbeam_channel::Sender<T>,
+    message: T,
+    cancel: &std::sync::atomic::AtomicBool,
+    metrics: Option<&TaskMetrics>,
+) -> std::result::Result<std::time::Duration, SendFailure> {
     use crossbeam_channel::{SendTimeoutError, TrySendError};
     let mut message = match sender.try_send(message) {
         Ok(()) => return Ok(std::time::Duration::ZERO),
@@ -309,18 +356,32 @@ pub fn send_or_cancel<T>(
         Err(TrySendError::Full(message)) => message,
     };
     let started = std::time::Instant::now();
-    loop {
+    let since = monotonic_nanos();
+    if let Some(metrics) = metrics {
+        metrics.blocked_since.store(since, Ordering::Relaxed);
+    }
+    let result = loop {
         match sender.send_timeout(message, std::time::Duration::from_millis(50)) {
-            Ok(()) => return Ok(started.elapsed()),
-            Err(SendTimeoutError::Disconnected(_)) => return Err(SendFailure::Disconnected),
+            Ok(()) => break Ok(started.elapsed()),
+            Err(SendTimeoutError::Disconnected(_)) => break Err(SendFailure::Disconnected),
             Err(SendTimeoutError::Timeout(back)) => {
                 if cancel.load(Ordering::Relaxed) {
-                    return Err(SendFailure::Cancelled);
+                    break Err(SendFailure::Cancelled);
                 }
                 message = back;
             }
         }
+    };
+    if let Some(metrics) = metrics {
+        // Added before the mark is cleared: a reading in between counts the
+        // time twice at most, never loses it.
+        TaskMetrics::add(
+            &metrics.blocked_on_output_nanos,
+            monotonic_nanos().saturating_sub(since),
+        );
+        metrics.blocked_since.store(0, Ordering::Relaxed);
     }
+    result
 }
 
 /// Why a send did not happen.

@@ -221,7 +221,7 @@ impl Task {
                     self.push_batch(0, input, batch)?;
                 }
                 InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
-                InputEvent::Barrier(barrier) => self.checkpoint(barrier, None)?,
+                InputEvent::Barrier(barrier) => self.checkpoint(barrier, None, gate.last_alignment())?,
                 InputEvent::AbortCheckpoint(id) => self.decline(id, "a newer barrier overtook it".into()),
                 InputEvent::Idle => {}
                 InputEvent::End => break,
@@ -353,7 +353,7 @@ impl Task {
                         },
                         None => None,
                     };
-                    self.checkpoint(barrier, position)?;
+                    self.checkpoint(barrier, position, Duration::ZERO)?;
                     self.paused |= stop;
                 }
                 TaskControl::Complete(id) | TaskControl::JobFinished(id) => self.commit_all(id)?,
@@ -372,7 +372,12 @@ impl Task {
     /// thread writes the state files and reports to the coordinator (the
     /// asynchronous part). A failure to save declines the checkpoint; the task
     /// goes on.
-    fn checkpoint(&mut self, barrier: CheckpointBarrier, source: Option<serde_json::Value>) -> Result<()> {
+    fn checkpoint(
+        &mut self,
+        barrier: CheckpointBarrier,
+        source: Option<serde_json::Value>,
+        alignment: Duration,
+    ) -> Result<()> {
         let started = Instant::now();
         for index in 0..self.chain.len() {
             let mut out = Output::default();
@@ -407,6 +412,8 @@ impl Task {
                         task,
                         state,
                         blocked,
+                        alignment,
+                        channel_state_bytes: 0,
                     }
                 }
                 Err(e) => TaskReport::Decline {
@@ -504,6 +511,9 @@ impl Task {
     }
 
     fn push_watermark(&mut self, index: usize, watermark: Timestamp) -> Result<()> {
+        if watermark != MAX_WATERMARK {
+            self.metrics.watermark.fetch_max(watermark, Ordering::Relaxed);
+        }
         if index == self.chain.len() {
             for output in &mut self.outputs {
                 output.broadcast(Message::Watermark(watermark))?;

@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod differential;
 mod errors;
+mod metrics;
 mod nexmark;
 mod partitioned;
 mod recovery;
