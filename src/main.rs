@@ -59,6 +59,23 @@ enum Command {
         #[command(subcommand)]
         benchmark: Benchmark,
     },
+    /// Look into checkpoints and savepoints.
+    Checkpoint {
+        #[command(subcommand)]
+        command: CheckpointCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CheckpointCommand {
+    /// List a checkpoint's operators, subtasks, state files, sizes, key-group
+    /// ranges and source positions, and how to query each operator's state
+    /// as a table (the `checkpoint` connector).
+    Inspect {
+        /// A `chk-<n>` or savepoint directory, or a job directory (its newest
+        /// intact checkpoint).
+        path: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -160,6 +177,11 @@ fn main() -> ExitCode {
         Command::Bench {
             benchmark: Benchmark::Checkpoint(args),
         } => bench_checkpoint(args),
+        Command::Checkpoint {
+            command: CheckpointCommand::Inspect { path },
+        } => weir::checkpoint::inspect::report(&path)
+            .map(|report| print!("{report}"))
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

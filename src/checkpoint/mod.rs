@@ -9,6 +9,7 @@
 pub mod config;
 pub mod coordinator;
 pub mod driver;
+pub mod inspect;
 pub mod metadata;
 pub mod rescale;
 pub mod storage;

@@ -7,11 +7,13 @@
 //! | `nexmark`    | yes    |      | [`nexmark`]               |
 //! | `print`      |        | yes  | [`print`]                 |
 //! | `blackhole`  |        | yes  | [`blackhole`]             |
+//! | `checkpoint` | yes    |      | [`checkpoint`]            |
 //!
 //! The embedded API's results go through [`collect`], an internal sink, and
 //! constant queries (`SELECT 1`, `VALUES`) through [`values`].
 
 pub mod blackhole;
+pub mod checkpoint;
 pub mod collect;
 pub mod datagen;
 pub mod filesystem;
@@ -108,6 +110,7 @@ pub fn create_source(
         "datagen" => datagen::DatagenFactory::try_new(table, projection, schema, config),
         "filesystem" => filesystem::FileSourceFactory::try_new(table, projection, schema, config),
         "nexmark" => nexmark::NexmarkFactory::try_new(table, projection, schema, config),
+        "checkpoint" => checkpoint::create_source(table, projection, schema),
         "print" | "blackhole" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be written to",
             table.name,
@@ -127,7 +130,7 @@ pub fn create_sink(
         "filesystem" => filesystem::FileSinkFactory::try_new(table, schema, config),
         "print" => print::PrintSinkFactory::try_new(table, schema, config),
         "blackhole" => blackhole::BlackholeSinkFactory::try_new(table),
-        "datagen" | "nexmark" => Err(Error::sql(format!(
+        "datagen" | "nexmark" | "checkpoint" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be read",
             table.name,
             table.connector()?
@@ -144,13 +147,14 @@ pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
         "nexmark" => nexmark::validate(table),
         "print" => print::validate(table),
         "blackhole" => blackhole::validate(table),
+        "checkpoint" => checkpoint::validate(table),
         other => Err(unknown_connector(table, other)),
     }
 }
 
 fn unknown_connector(table: &TableDef, name: &str) -> Error {
     Error::sql(format!(
-        "table '{}': unknown connector '{name}'; available: blackhole, datagen, filesystem, nexmark, print",
+        "table '{}': unknown connector '{name}'; available: blackhole, checkpoint, datagen, filesystem, nexmark, print",
         table.name
     ))
 }

@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod differential;
 mod errors;
+mod inspect;
 mod metrics;
 mod nexmark;
 mod partitioned;

@@ -45,6 +45,8 @@ struct PartitionLayout {
 #[derive(Debug)]
 pub struct FileSourceFactory {
     table: String,
+    /// `filesystem` or `checkpoint`.
+    kind: &'static str,
     path: PathBuf,
     files: Vec<PathBuf>,
     format: FileFormat,
@@ -73,6 +75,7 @@ impl FileSourceFactory {
         let Some(spec) = PartitionSpec::from_table(table) else {
             return Ok(Arc::new(FileSourceFactory {
                 table: table.name.clone(),
+                kind: "filesystem",
                 path,
                 files,
                 format,
@@ -99,6 +102,7 @@ impl FileSourceFactory {
         let read_schema = Arc::new(in_file.project(&file_projection)?);
         Ok(Arc::new(FileSourceFactory {
             table: table.name.clone(),
+            kind: "filesystem",
             path: path.clone(),
             files,
             format,
@@ -115,11 +119,39 @@ impl FileSourceFactory {
     }
 }
 
+impl FileSourceFactory {
+    /// A source reading these Parquet files (by column name), described as
+    /// `kind` at `path`: how the `checkpoint` connector reads state files.
+    pub fn parquet_files(
+        table: &TableDef,
+        kind: &'static str,
+        path: PathBuf,
+        files: Vec<PathBuf>,
+        projection: &[usize],
+        schema: SchemaRef,
+    ) -> Arc<dyn SourceFactory> {
+        Arc::new(FileSourceFactory {
+            table: table.name.clone(),
+            kind,
+            path,
+            files,
+            format: FileFormat::Parquet {
+                compression: parquet::basic::Compression::UNCOMPRESSED,
+            },
+            field_count: table.physical_schema().fields().len(),
+            projection: projection.to_vec(),
+            schema,
+            layout: None,
+        })
+    }
+}
+
 impl SourceFactory for FileSourceFactory {
     fn describe(&self) -> String {
         format!(
-            "Source: {}[filesystem, {}, {}]",
+            "Source: {}[{}, {}, {}]",
             self.table,
+            self.kind,
             self.format.name(),
             self.path.display()
         )

@@ -1,0 +1,63 @@
+//! The `checkpoint` source: an operator's keyed state in a checkpoint or
+//! savepoint, read as a table (Flink's State Processor API, in SQL).
+//!
+//! ```sql
+//! CREATE TABLE state (`_key_group` INT, `_slice` BIGINT, ...)
+//! WITH ('connector' = 'checkpoint', 'path' = '/ckpt/job/chk-7', 'operator' = '2-0-WindowAggregate');
+//! ```
+//!
+//! `path` is a `chk-<n>` or savepoint directory, or a job directory (its
+//! newest intact checkpoint); `operator` an operator id of it. The columns are
+//! read by name from the state files; `weir checkpoint inspect` prints the
+//! statement with every column.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+
+use super::OptionSpec;
+use super::filesystem::FileSourceFactory;
+use crate::checkpoint::config::path_option;
+use crate::checkpoint::inspect::{open, state_files};
+use crate::frontend::catalog::TableDef;
+use crate::runtime::SourceFactory;
+use crate::{Error, Result};
+
+const OPTIONS: OptionSpec = OptionSpec {
+    connector: "checkpoint",
+    keys: &["path", "operator"],
+    prefixes: &[],
+    required: &["path", "operator"],
+};
+
+/// Checks the table's options.
+pub fn validate(table: &TableDef) -> Result<()> {
+    OPTIONS.validate(table, &[], &[])
+}
+
+/// The source of the state of `operator` in the checkpoint at `path`.
+pub fn create_source(
+    table: &TableDef,
+    projection: &[usize],
+    schema: SchemaRef,
+) -> Result<Arc<dyn SourceFactory>> {
+    validate(table)?;
+    let option = |key: &str| {
+        table
+            .option(key)
+            .ok_or_else(|| Error::sql(format!("table '{}' has no '{key}' option", table.name)))
+    };
+    let path: PathBuf = path_option(option("path")?);
+    let operator = option("operator")?;
+    let (dir, metadata) = open(&path)?;
+    let files = state_files(&dir, &metadata, operator)?;
+    Ok(FileSourceFactory::parquet_files(
+        table,
+        "checkpoint",
+        dir.join(operator),
+        files,
+        projection,
+        schema,
+    ))
+}
