@@ -2,6 +2,7 @@
 
 pub mod checkpoint;
 pub mod nexmark;
+pub mod slow;
 
 use std::path::{Path, PathBuf};
 

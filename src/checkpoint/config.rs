@@ -20,6 +20,12 @@ pub const MAX_CONCURRENT: &str = "execution.checkpointing.max-concurrent-checkpo
 pub const TOLERABLE_FAILURES: &str = "execution.checkpointing.tolerable-failed-checkpoints";
 /// `execution.checkpointing.num-retained` (default 1).
 pub const NUM_RETAINED: &str = "execution.checkpointing.num-retained";
+/// `execution.checkpointing.unaligned.enabled` (default false): barriers
+/// overtake the data in front of them, which is saved as channel state.
+pub const UNALIGNED: &str = "execution.checkpointing.unaligned.enabled";
+/// `execution.checkpointing.aligned-checkpoint-timeout` (default 0): with
+/// unaligned checkpoints, align first and switch to unaligned after this long.
+pub const ALIGNED_TIMEOUT: &str = "execution.checkpointing.aligned-checkpoint-timeout";
 /// `execution.checkpointing.mode` (`EXACTLY_ONCE`, the default).
 pub const MODE: &str = "execution.checkpointing.mode";
 /// `execution.checkpointing.savepoint-dir` (Flink 2's key): where savepoints
@@ -35,8 +41,10 @@ pub const RESTART_ATTEMPTS: &str = "restart-strategy.fixed-delay.attempts";
 pub const RESTART_DELAY: &str = "restart-strategy.fixed-delay.delay";
 
 /// The keys this module reads, for validation at `SET`.
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 15] = [
     INTERVAL,
+    UNALIGNED,
+    ALIGNED_TIMEOUT,
     DIR,
     SAVEPOINT_DIR,
     TIMEOUT,
@@ -67,6 +75,11 @@ pub enum CheckpointingMode {
 pub struct CheckpointConfig {
     /// Exactly-once (aligned) or at-least-once.
     pub mode: CheckpointingMode,
+    /// Unaligned checkpoints (exactly-once): barriers overtake data.
+    pub unaligned: bool,
+    /// With `unaligned`: align first, and switch to unaligned when the
+    /// alignment has taken this long (zero: unaligned at once).
+    pub aligned_timeout: Duration,
     /// Time between triggers of periodic checkpoints; `None`: only savepoints
     /// (and the final checkpoint of a bounded job) are taken.
     pub interval: Option<Duration>,
@@ -150,6 +163,18 @@ impl CheckpointConfig {
             Some(m) if m == "AT_LEAST_ONCE" => CheckpointingMode::AtLeastOnce,
             Some(m) => return Err(bad_value(MODE, &m, "EXACTLY_ONCE or AT_LEAST_ONCE")),
         };
+        let unaligned = match config.get(UNALIGNED).map(|v| v.trim().to_ascii_lowercase()) {
+            None => false,
+            Some(v) if v == "true" => true,
+            Some(v) if v == "false" => false,
+            Some(v) => return Err(bad_value(UNALIGNED, &v, "true or false")),
+        };
+        if unaligned && mode == CheckpointingMode::AtLeastOnce {
+            return Err(Error::sql(format!(
+                "'{UNALIGNED}' needs '{MODE}' = 'EXACTLY_ONCE' (at-least-once checkpoints are never aligned)"
+            )));
+        }
+        let aligned_timeout = duration(config, ALIGNED_TIMEOUT, Duration::ZERO)?;
         let interval = match config.get(INTERVAL) {
             None => None,
             Some(interval) => Some(
@@ -182,6 +207,8 @@ impl CheckpointConfig {
         };
         Ok(Some(CheckpointConfig {
             mode,
+            unaligned,
+            aligned_timeout,
             interval,
             dir,
             savepoint_dir,
@@ -280,6 +307,11 @@ mod tests {
         assert!(config.set(RESTART_STRATEGY, "exponential-backoff").is_err());
         assert!(config.set(MODE, "at_least_once").is_ok());
         assert!(config.set(MODE, "AT_MOST_ONCE").is_err());
+        assert!(config.set(UNALIGNED, "yes").is_err());
+        assert!(config.set(UNALIGNED, "true").is_err(), "not with at-least-once");
+        config.set(MODE, "EXACTLY_ONCE").unwrap();
+        assert!(config.set(UNALIGNED, "true").is_ok());
+        assert!(config.set(ALIGNED_TIMEOUT, "30 s").is_ok());
     }
 
     #[test]

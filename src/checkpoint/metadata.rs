@@ -44,6 +44,36 @@ pub struct TaskState {
     /// The state of each chained operator that has some.
     #[serde(default)]
     pub operators: Vec<OperatorState>,
+    /// Unaligned checkpoints: records in flight at the snapshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channel_state: Vec<ChannelStateFile>,
+}
+
+/// In-flight records of one subtask at an unaligned checkpoint, as Parquet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStateFile {
+    /// `input`: records received after the snapshot that precede the
+    /// barrier (processed first on restore); `output`: records the task had
+    /// queued for an exchange (sent first on restore).
+    pub side: ChannelSide,
+    /// The logical input, or the output exchange, by index.
+    pub index: usize,
+    /// The path, relative to the checkpoint directory.
+    pub path: String,
+    /// Rows.
+    pub rows: u64,
+    /// Size in bytes, checked on restore.
+    pub bytes: u64,
+}
+
+/// Which side of a task channel state belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelSide {
+    /// Input channels.
+    Input,
+    /// Output queues.
+    Output,
 }
 
 /// The state of one operator of one subtask.

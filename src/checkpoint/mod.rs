@@ -15,4 +15,4 @@ pub mod rescale;
 pub mod storage;
 
 pub use config::{CheckpointConfig, CheckpointingMode, RestartStrategy};
-pub use metadata::{CheckpointMetadata, OperatorState, StateFile, TaskState};
+pub use metadata::{ChannelSide, ChannelStateFile, CheckpointMetadata, OperatorState, StateFile, TaskState};

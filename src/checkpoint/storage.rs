@@ -84,17 +84,20 @@ pub fn read_metadata(dir: &Path) -> Result<CheckpointMetadata> {
 /// Checks that every state file a checkpoint names exists with its recorded size.
 pub fn verify(dir: &Path, metadata: &CheckpointMetadata) -> Result<()> {
     for task in &metadata.tasks {
-        for operator in &task.operators {
-            let Some(file) = &operator.file else { continue };
-            let path = dir.join(&file.path);
+        let files = task
+            .operators
+            .iter()
+            .filter_map(|o| o.file.as_ref().map(|f| (&f.path, f.bytes)))
+            .chain(task.channel_state.iter().map(|c| (&c.path, c.bytes)));
+        for (path, recorded) in files {
+            let path = dir.join(path);
             let size = std::fs::metadata(&path)
                 .map_err(|e| Error::State(format!("checkpoint state file {}: {e}", path.display())))?
                 .len();
-            if size != file.bytes {
+            if size != recorded {
                 return Err(Error::State(format!(
-                    "checkpoint state file {} has {size} bytes, the checkpoint recorded {}",
-                    path.display(),
-                    file.bytes
+                    "checkpoint state file {} has {size} bytes, the checkpoint recorded {recorded}",
+                    path.display()
                 )));
             }
         }
@@ -235,6 +238,7 @@ mod tests {
             completion_time: 0,
             max_parallelism: 128,
             tasks: vec![TaskState {
+                channel_state: Vec::new(),
                 vertex: 0,
                 subtask: 0,
                 parallelism: 1,

@@ -9,21 +9,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crossbeam_channel::{Receiver, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::control::{TaskCheckpointing, TaskControl, TaskReport};
-use super::exchange::{Exchange, ExchangeWriter};
+use super::exchange::{Exchange, ExchangeWriter, PriorityBarrier};
 use super::input::{InputChannel, InputGate};
 use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
 use super::message::Message;
 use super::operator::{Operator, OperatorFactory, OperatorSnapshot, TaskContext, TaskMetrics};
 use super::source::SourceReader;
-use super::task::{Task, TaskInput};
+use super::task::{Replay, Task, TaskInput};
 use crate::checkpoint::driver::DriverTask;
 use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
-use crate::checkpoint::{CheckpointConfig, TaskState};
+use crate::checkpoint::{ChannelSide, CheckpointConfig, TaskState};
 use crate::state::key_group::key_group_range;
-use crate::state::snapshot::read_state_file;
+use crate::state::snapshot::{read_batches, read_state_file};
 use crate::{Error, Result};
 
 /// What the checkpoint coordinator of an attempt needs.
@@ -80,7 +80,7 @@ pub fn restore_task(
     chain: &mut [Box<dyn Operator>],
     operator_ids: &[String],
     ctx: &TaskContext,
-) -> Result<()> {
+) -> Result<Vec<Replay>> {
     let mut old: Vec<&TaskState> = restored
         .metadata
         .tasks
@@ -89,7 +89,7 @@ pub fn restore_task(
         .collect();
     old.sort_by_key(|t| t.subtask);
     let Some(first) = old.first() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let old_parallelism = first.parallelism;
     if old.iter().any(|t| t.parallelism != old_parallelism) || old.len() != old_parallelism {
@@ -98,6 +98,7 @@ pub fn restore_task(
             restored.dir.display()
         )));
     }
+    let replay = channel_state(restored, &old, ctx, name)?;
     if let Some(reader) = reader {
         let positions: Vec<&serde_json::Value> = old.iter().filter_map(|t| t.source.as_ref()).collect();
         if !positions.is_empty() {
@@ -166,7 +167,50 @@ pub fn restore_task(
         }
         chain[index].restore_rescaled(snapshots)?;
     }
-    Ok(())
+    Ok(replay)
+}
+
+/// The in-flight records an unaligned checkpoint saved for this subtask, to
+/// replay first. Only at the checkpoint's parallelism: records cannot be
+/// given back to the right subtasks of another one.
+fn channel_state(
+    restored: &RestoredCheckpoint,
+    old: &[&TaskState],
+    ctx: &TaskContext,
+    name: &str,
+) -> Result<Vec<Replay>> {
+    if old.iter().all(|t| t.channel_state.is_empty()) {
+        return Ok(Vec::new());
+    }
+    if old.len() != ctx.parallelism {
+        return Err(Error::State(format!(
+            "checkpoint {} is unaligned and holds in-flight records of {name}, which cannot be \
+             restored at another parallelism ({} then, {} now); restore it at {}, or take a savepoint \
+             (always aligned) and rescale from that",
+            restored.dir.display(),
+            old.len(),
+            ctx.parallelism,
+            old.len()
+        )));
+    }
+    let mut replay = Vec::new();
+    for file in &old[ctx.subtask].channel_state {
+        for batch in read_batches(&restored.dir.join(&file.path))? {
+            replay.push(match file.side {
+                ChannelSide::Output => Replay::Output {
+                    writer: file.index,
+                    batch,
+                },
+                ChannelSide::Input => Replay::Input {
+                    input: file.index,
+                    batch,
+                },
+            });
+        }
+    }
+    // Queued output goes out before the input is processed.
+    replay.sort_by_key(|r| matches!(r, Replay::Input { .. }));
+    Ok(replay)
 }
 
 /// Builds every subtask of `graph`, restored from `restore` when given;
@@ -180,8 +224,10 @@ pub fn build_attempt(
     let cancel = Arc::new(AtomicBool::new(false));
     // Channels: for each edge, senders per upstream subtask and receivers per
     // downstream subtask.
-    // For each vertex and subtask: (edge index, one sender per target channel).
-    type EdgeSenders = Vec<(usize, Vec<crossbeam_channel::Sender<Message>>)>;
+    // For each vertex and subtask: (edge index, one sender per target
+    // channel, and with unaligned checkpoints a barrier lane beside each).
+    type EdgeSenders = Vec<(usize, Vec<Sender<Message>>, Vec<Sender<PriorityBarrier>>)>;
+    let unaligned = settings.checkpoint.as_ref().is_some_and(|c| c.unaligned);
     let mut senders: Vec<Vec<EdgeSenders>> = graph
         .vertices
         .iter()
@@ -214,12 +260,22 @@ pub fn build_attempt(
         };
         for (i, j) in pairs {
             let (tx, rx) = bounded(settings.channel_capacity);
+            let lane = unaligned.then(crossbeam_channel::unbounded::<PriorityBarrier>);
             let slot = &mut senders[edge.from][i];
-            match slot.iter_mut().find(|(e, _)| *e == edge_index) {
-                Some((_, list)) => list.push(tx),
-                None => slot.push((edge_index, vec![tx])),
+            let index = match slot.iter().position(|(e, _, _)| *e == edge_index) {
+                Some(index) => index,
+                None => {
+                    slot.push((edge_index, Vec::new(), Vec::new()));
+                    slot.len() - 1
+                }
+            };
+            slot[index].1.push(tx);
+            let mut channel = InputChannel::new(rx, edge.to_input);
+            if let Some((lane_tx, lane_rx)) = lane {
+                slot[index].2.push(lane_tx);
+                channel = channel.with_priority_lane(lane_rx);
             }
-            receivers[edge.to][j].push(InputChannel::new(rx, edge.to_input));
+            receivers[edge.to][j].push(channel);
         }
     }
 
@@ -279,8 +335,9 @@ pub fn build_attempt(
                     operator.name()
                 )));
             }
+            let mut replay = Vec::new();
             if let Some(restored) = restore {
-                restore_task(
+                replay = restore_task(
                     restored,
                     vertex_index,
                     &vertex_name,
@@ -293,15 +350,24 @@ pub fn build_attempt(
             }
             let input = match reader {
                 Some(reader) => TaskInput::Source(reader),
-                None => TaskInput::Channels(InputGate::with_mode(
-                    std::mem::take(&mut receivers[vertex_index][subtask]),
-                    settings.checkpoint.as_ref().map(|c| c.mode).unwrap_or_default(),
+                None => TaskInput::Channels(Box::new(
+                    InputGate::with_mode(
+                        std::mem::take(&mut receivers[vertex_index][subtask]),
+                        settings.checkpoint.as_ref().map(|c| c.mode).unwrap_or_default(),
+                    )
+                    .with_aligned_timeout(
+                        settings
+                            .checkpoint
+                            .as_ref()
+                            .map(|c| c.aligned_timeout)
+                            .unwrap_or_default(),
+                    ),
                 )),
             };
             let outputs = std::mem::take(&mut senders[vertex_index][subtask])
                 .into_iter()
-                .map(|(edge_index, txs)| {
-                    ExchangeWriter::new(graph.edges[edge_index].exchange.clone(), txs, &ctx)
+                .map(|(edge_index, txs, lanes)| {
+                    ExchangeWriter::new(graph.edges[edge_index].exchange.clone(), txs, lanes, &ctx)
                 })
                 .collect();
             let checkpointing = job_dir.as_ref().map(|dir| {
@@ -342,6 +408,8 @@ pub fn build_attempt(
                 checkpointing,
                 writers: Vec::new(),
                 paused: false,
+                replay,
+                pending_snapshot: None,
             });
         }
     }

@@ -10,19 +10,22 @@
 //! ```
 //!
 //! Watermarks, barriers and end-of-stream go to every channel of the writer.
-//! Every channel is bounded: a full channel blocks the sender (backpressure), and
-//! the time spent blocked is counted.
+//! Every channel is bounded: a full channel holds the sender's task back
+//! (backpressure), and the time spent waiting is counted. With unaligned
+//! checkpoints each channel has a barrier lane beside it, so that a barrier
+//! overtakes the data in front of it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Sender, TrySendError};
 use datafusion_physical_expr::PhysicalExpr;
 
-use super::message::Message;
+use super::message::{CheckpointBarrier, Message};
 use super::operator::{SendFailure, TaskContext, TaskMetrics, send_tracked};
 use super::task::cancelled;
 use crate::state::key_group::{hash_rows, key_group, subtask_for_key_group};
@@ -59,10 +62,32 @@ impl Exchange {
     }
 }
 
+/// A barrier sent ahead of the data (unaligned checkpoints), with the number
+/// of messages the sender had put on the data channel before it: those are
+/// before the checkpoint, later ones after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriorityBarrier {
+    /// The barrier.
+    pub barrier: CheckpointBarrier,
+    /// Messages sent on the channel before the barrier.
+    pub sequence: u64,
+}
+
 /// The sending side of one exchange, owned by one upstream subtask.
+///
+/// Messages are queued first and put on the channels by [`ExchangeWriter::flush`]:
+/// processing an input never blocks half-way, so a task whose outputs are
+/// full can still take a checkpoint (the queued messages are then saved as
+/// its output channel state).
 pub struct ExchangeWriter {
     exchange: Exchange,
     senders: Vec<Sender<Message>>,
+    /// Unaligned checkpoints: one barrier lane next to each channel.
+    priority: Vec<Sender<PriorityBarrier>>,
+    /// Messages queued, not yet on their channel, in order.
+    pending: VecDeque<(usize, Message)>,
+    /// Messages put on each channel so far.
+    sent: Vec<u64>,
     /// For forward exchanges: this subtask's index, which picks the one channel used.
     next_rebalance: usize,
     max_parallelism: usize,
@@ -78,12 +103,22 @@ pub fn downstream_gone() -> Error {
 }
 
 impl ExchangeWriter {
-    /// A writer over `senders`, one per downstream subtask (one for Forward and Single).
-    pub fn new(exchange: Exchange, senders: Vec<Sender<Message>>, ctx: &TaskContext) -> Self {
+    /// A writer over `senders`, one per downstream subtask (one for Forward
+    /// and Single), with a barrier lane next to each for unaligned checkpoints
+    /// (`priority`: empty otherwise).
+    pub fn new(
+        exchange: Exchange,
+        senders: Vec<Sender<Message>>,
+        priority: Vec<Sender<PriorityBarrier>>,
+        ctx: &TaskContext,
+    ) -> Self {
         ExchangeWriter {
             exchange,
             next_rebalance: ctx.subtask % senders.len().max(1),
+            sent: vec![0; senders.len()],
             senders,
+            priority,
+            pending: VecDeque::new(),
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
             cancel: ctx.cancel.clone(),
@@ -91,12 +126,77 @@ impl ExchangeWriter {
         }
     }
 
-    fn send(&self, channel: usize, message: Message) -> Result<()> {
-        match send_tracked(&self.senders[channel], message, &self.cancel, Some(&self.metrics)) {
-            Ok(_) => Ok(()),
-            Err(SendFailure::Disconnected) => Err(downstream_gone()),
-            Err(SendFailure::Cancelled) => Err(cancelled()),
+    fn send(&mut self, channel: usize, message: Message) -> Result<()> {
+        self.pending.push_back((channel, message));
+        Ok(())
+    }
+
+    /// Puts queued messages on their channels until one is full; true when
+    /// none is left.
+    pub fn flush(&mut self) -> Result<bool> {
+        while let Some((channel, message)) = self.pending.pop_front() {
+            match self.senders[channel].try_send(message) {
+                Ok(()) => self.sent[channel] += 1,
+                Err(TrySendError::Full(message)) => {
+                    self.pending.push_front((channel, message));
+                    return Ok(false);
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(downstream_gone()),
+            }
         }
+        Ok(true)
+    }
+
+    /// Puts every queued message on its channel, waiting for room (the
+    /// time blocked counts as backpressure).
+    pub fn flush_blocking(&mut self) -> Result<()> {
+        while !self.flush()? {
+            let (channel, message) = self.pending.pop_front().expect("not flushed");
+            match send_tracked(&self.senders[channel], message, &self.cancel, Some(&self.metrics)) {
+                Ok(_) => self.sent[channel] += 1,
+                Err(SendFailure::Disconnected) => return Err(downstream_gone()),
+                Err(SendFailure::Cancelled) => return Err(cancelled()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The channel the next queued message waits for, if any.
+    pub fn waiting_on(&self) -> Option<&Sender<Message>> {
+        self.pending.front().map(|(channel, _)| &self.senders[*channel])
+    }
+
+    /// Whether messages are queued.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The batches queued and not yet sent: at an unaligned checkpoint, the
+    /// task's output channel state.
+    pub fn pending_batches(&self) -> Vec<RecordBatch> {
+        self.pending
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Message::Batch(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Sends `barrier` on every barrier lane, ahead of the queued messages
+    /// and of what the channels hold.
+    pub fn send_priority_barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        for (channel, lane) in self.priority.iter().enumerate() {
+            let sequence = self.sent[channel];
+            lane.send(PriorityBarrier { barrier, sequence })
+                .map_err(|_| downstream_gone())?;
+        }
+        Ok(())
+    }
+
+    /// Whether barriers go on lanes of their own (unaligned checkpoints).
+    pub fn has_priority_lanes(&self) -> bool {
+        !self.priority.is_empty()
     }
 
     /// Sends a batch according to the exchange.

@@ -32,7 +32,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 
-use super::message::{CheckpointBarrier, CheckpointId, MAX_WATERMARK, MIN_WATERMARK, Message, Timestamp};
+use arrow::record_batch::RecordBatch;
+
+use super::exchange::PriorityBarrier;
+use super::message::{
+    BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, MIN_WATERMARK, Message, Timestamp,
+};
 use crate::checkpoint::CheckpointingMode;
 use crate::{Error, Result};
 
@@ -57,6 +62,15 @@ pub enum InputEvent {
     /// A newer barrier overtook the alignment of checkpoint `n` (an upstream
     /// task dropped it): the task declines `n`.
     AbortCheckpoint(CheckpointId),
+    /// Unaligned: every channel has delivered what precedes checkpoint
+    /// `id`'s barrier; `records` arrived after the snapshot but belong before
+    /// it (by logical input), and are saved as the task's channel state.
+    ChannelState {
+        /// The checkpoint.
+        id: CheckpointId,
+        /// The in-flight records.
+        records: Vec<(usize, arrow::record_batch::RecordBatch)>,
+    },
 }
 
 /// One input channel of a task.
@@ -65,12 +79,21 @@ pub struct InputChannel {
     pub receiver: Receiver<Message>,
     /// The logical input it feeds.
     pub input: usize,
+    /// Unaligned checkpoints: barriers that overtake the channel's data.
+    lane: Option<Receiver<PriorityBarrier>>,
     watermark: Timestamp,
     ended: bool,
     /// Barrier of the current alignment received.
     barrier_received: bool,
     /// Not read until the alignment completes (exactly-once only).
     blocked: bool,
+    /// Messages received so far (the sender numbers them the same way).
+    received: u64,
+    /// Unaligned: the current checkpoint's barrier follows this many messages.
+    barrier_after: Option<u64>,
+    /// Unaligned, while aligning: a message from after the barrier, held
+    /// until the snapshot.
+    held: Option<Message>,
 }
 
 impl InputChannel {
@@ -79,11 +102,26 @@ impl InputChannel {
         InputChannel {
             receiver,
             input,
+            lane: None,
             watermark: MIN_WATERMARK,
             ended: false,
             barrier_received: false,
             blocked: false,
+            received: 0,
+            barrier_after: None,
+            held: None,
         }
+    }
+
+    /// With a barrier lane beside the channel (unaligned checkpoints).
+    pub fn with_priority_lane(mut self, lane: Receiver<PriorityBarrier>) -> Self {
+        self.lane = Some(lane);
+        self
+    }
+
+    /// Unaligned: every message before the current barrier has been received.
+    fn caught_up(&self) -> bool {
+        self.ended || self.barrier_after.is_some_and(|after| self.received >= after)
     }
 }
 
@@ -91,6 +129,18 @@ impl InputChannel {
 /// upstream task's own error is the root cause.
 pub fn upstream_gone() -> Error {
     Error::Execution("an upstream task stopped".into())
+}
+
+/// An unaligned checkpoint in progress at this task.
+struct UnalignedCheckpoint {
+    barrier: CheckpointBarrier,
+    started: Instant,
+    /// Align until then; `None`: never switch (savepoints are aligned).
+    deadline: Option<Instant>,
+    /// The snapshot was taken: records from before a channel's barrier that
+    /// arrive now are not in it, and are saved as channel state.
+    snapshot_taken: bool,
+    recorded: Vec<(usize, RecordBatch)>,
 }
 
 /// Merges the input channels of one subtask.
@@ -107,6 +157,11 @@ pub struct InputGate {
     alignment_started: Option<Instant>,
     /// From the first to the last barrier of the last completed alignment.
     last_alignment: Duration,
+    /// Barriers come on lanes of their own (unaligned checkpoints).
+    lanes: bool,
+    /// Unaligned: align this long before switching.
+    aligned_timeout: Duration,
+    unaligned: Option<UnalignedCheckpoint>,
 }
 
 impl InputGate {
@@ -119,6 +174,7 @@ impl InputGate {
     /// A gate over `channels` handling barriers as `mode` says.
     pub fn with_mode(channels: Vec<InputChannel>, mode: CheckpointingMode) -> Self {
         let open = channels.len();
+        let lanes = channels.iter().any(|c| c.lane.is_some());
         InputGate {
             channels,
             watermark: MIN_WATERMARK,
@@ -128,11 +184,23 @@ impl InputGate {
             mode,
             alignment_started: None,
             last_alignment: Duration::ZERO,
+            lanes,
+            aligned_timeout: Duration::ZERO,
+            unaligned: None,
         }
     }
 
+    /// Unaligned checkpoints (the channels have barrier lanes): align for at
+    /// most `aligned_timeout`, then take the snapshot and save the records
+    /// still before their barriers as channel state.
+    pub fn with_aligned_timeout(mut self, aligned_timeout: Duration) -> Self {
+        self.aligned_timeout = aligned_timeout;
+        self
+    }
+
     /// How long the last barrier took to arrive on every channel after it
-    /// arrived on the first (Flink's alignment duration).
+    /// arrived on the first (Flink's alignment duration); unaligned, until
+    /// the snapshot was taken.
     pub fn last_alignment(&self) -> Duration {
         self.last_alignment
     }
@@ -140,6 +208,37 @@ impl InputGate {
     /// The task's current watermark.
     pub fn watermark(&self) -> Timestamp {
         self.watermark
+    }
+
+    /// Whether barriers come on lanes of their own (unaligned checkpoints).
+    pub fn has_lanes(&self) -> bool {
+        self.lanes
+    }
+
+    /// The barrier lanes, for a task waiting on its outputs to wake up when
+    /// a barrier arrives.
+    pub fn lanes(&self) -> impl Iterator<Item = &Receiver<PriorityBarrier>> {
+        self.channels.iter().filter_map(|c| c.lane.as_ref())
+    }
+
+    /// Takes what arrived on the barrier lanes without reading data; returns
+    /// the events that must be handled now (a snapshot to take, a checkpoint
+    /// to abort), leaving data events queued.
+    pub fn poll_barriers(&mut self) -> Vec<InputEvent> {
+        if !self.lanes {
+            return Vec::new();
+        }
+        self.poll_lanes();
+        self.check_deadline();
+        let mut urgent = Vec::new();
+        // Only events before the first data event may be handed out early.
+        while matches!(
+            self.ready.front(),
+            Some(InputEvent::Barrier(_) | InputEvent::AbortCheckpoint(_) | InputEvent::ChannelState { .. })
+        ) {
+            urgent.extend(self.ready.pop_front());
+        }
+        urgent
     }
 
     /// Blocks for the next event.
@@ -150,47 +249,218 @@ impl InputGate {
     /// Waits at most `timeout` (or forever) for the next event.
     pub fn next_event_timeout(&mut self, timeout: Option<Duration>) -> Result<InputEvent> {
         loop {
+            if self.lanes {
+                self.poll_lanes();
+                self.check_deadline();
+            }
             if let Some(event) = self.ready.pop_front() {
                 return Ok(event);
             }
             if self.open == 0 {
                 return Ok(InputEvent::End);
             }
-            let Some((index, message)) = self.receive(timeout)? else {
-                return Ok(InputEvent::Idle);
+            // Wake up for an alignment deadline too.
+            let deadline = self
+                .unaligned
+                .as_ref()
+                .filter(|u| !u.snapshot_taken)
+                .and_then(|u| u.deadline);
+            let wait = match (timeout, deadline) {
+                (t, None) => t,
+                (None, Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+                (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(Instant::now()))),
             };
-            match message {
-                Message::Batch(batch) => {
-                    return Ok(InputEvent::Batch {
-                        input: self.channels[index].input,
-                        batch,
-                    });
-                }
-                Message::Watermark(wm) => {
-                    let channel = &mut self.channels[index];
-                    channel.watermark = channel.watermark.max(wm);
-                    if let Some(wm) = self.advance() {
-                        return Ok(InputEvent::Watermark(wm));
+            match self.receive(wait)? {
+                Received::Data(index, message) => {
+                    if self.lanes {
+                        self.channels[index].received += 1;
+                        self.poll_lanes();
+                        self.on_sequenced(index, message);
+                    } else {
+                        self.deliver(index, message);
                     }
                 }
-                Message::EndOfStream => {
-                    let channel = &mut self.channels[index];
-                    channel.ended = true;
-                    channel.barrier_received = false;
-                    channel.blocked = false;
-                    channel.watermark = MAX_WATERMARK;
-                    self.open -= 1;
-                    if self.open > 0
-                        && let Some(wm) = self.advance()
-                    {
-                        self.ready.push_back(InputEvent::Watermark(wm));
+                Received::Lane => {}
+                Received::Timeout => {
+                    self.check_deadline();
+                    if self.ready.is_empty() && timeout.is_some() {
+                        return Ok(InputEvent::Idle);
                     }
-                    // An ended channel counts as aligned.
-                    self.complete_alignment_if_done();
                 }
-                Message::Barrier(barrier) => self.on_barrier(index, barrier),
             }
         }
+    }
+
+    /// Handles a message as its channel's next: batches, watermarks,
+    /// end-of-stream and (aligned) barriers.
+    fn deliver(&mut self, index: usize, message: Message) {
+        match message {
+            Message::Batch(batch) => self.ready.push_back(InputEvent::Batch {
+                input: self.channels[index].input,
+                batch,
+            }),
+            Message::Watermark(wm) => {
+                let channel = &mut self.channels[index];
+                channel.watermark = channel.watermark.max(wm);
+                if let Some(wm) = self.advance() {
+                    self.ready.push_back(InputEvent::Watermark(wm));
+                }
+            }
+            Message::EndOfStream => {
+                let channel = &mut self.channels[index];
+                channel.ended = true;
+                channel.barrier_received = false;
+                channel.blocked = false;
+                channel.watermark = MAX_WATERMARK;
+                self.open -= 1;
+                if self.open > 0
+                    && let Some(wm) = self.advance()
+                {
+                    self.ready.push_back(InputEvent::Watermark(wm));
+                }
+                // An ended channel counts as aligned.
+                self.complete_alignment_if_done();
+                self.complete_unaligned_if_done();
+            }
+            Message::Barrier(barrier) => self.on_barrier(index, barrier),
+        }
+    }
+
+    /// Takes the barriers that arrived on the lanes.
+    fn poll_lanes(&mut self) {
+        for index in 0..self.channels.len() {
+            while let Some(Ok(barrier)) = self.channels[index].lane.as_ref().map(|l| l.try_recv()) {
+                self.on_priority_barrier(index, barrier);
+            }
+        }
+    }
+
+    /// Unaligned: barrier `priority` overtook the data of channel `index`.
+    fn on_priority_barrier(&mut self, index: usize, priority: PriorityBarrier) {
+        let barrier = priority.barrier;
+        match &self.unaligned {
+            Some(current) if barrier.id < current.barrier.id => return, // stale: aborted
+            Some(current) if barrier.id > current.barrier.id => {
+                // Channel `index` never sent the current barrier: that checkpoint is dead.
+                let dead = current.barrier.id;
+                self.ready.push_back(InputEvent::AbortCheckpoint(dead));
+                self.unaligned = None;
+                for i in 0..self.channels.len() {
+                    self.channels[i].barrier_after = None;
+                    self.channels[i].blocked = false;
+                    if let Some(held) = self.channels[i].held.take() {
+                        self.deliver(i, held);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if self.unaligned.is_none() {
+            let now = Instant::now();
+            // Savepoints are always aligned, as in Flink.
+            let deadline = match barrier.kind {
+                BarrierKind::Savepoint => None,
+                BarrierKind::Checkpoint => Some(now + self.aligned_timeout),
+            };
+            self.unaligned = Some(UnalignedCheckpoint {
+                barrier,
+                started: now,
+                deadline,
+                snapshot_taken: false,
+                recorded: Vec::new(),
+            });
+        }
+        let channel = &mut self.channels[index];
+        channel.barrier_after = Some(priority.sequence);
+        if channel.caught_up() && !self.unaligned.as_ref().is_some_and(|u| u.snapshot_taken) {
+            channel.blocked = true;
+        }
+        self.check_deadline();
+        self.complete_unaligned_if_done();
+    }
+
+    /// Unaligned: message `message` was received on channel `index`, its
+    /// barrier (if known) already taken from the lane.
+    fn on_sequenced(&mut self, index: usize, message: Message) {
+        let Some(checkpoint) = &mut self.unaligned else {
+            return self.deliver(index, message);
+        };
+        let channel = &mut self.channels[index];
+        let before_barrier = channel
+            .barrier_after
+            .is_none_or(|after| channel.received <= after);
+        if checkpoint.snapshot_taken {
+            if before_barrier && let Message::Batch(batch) = &message {
+                checkpoint.recorded.push((channel.input, batch.clone()));
+            }
+            self.deliver(index, message);
+            self.complete_unaligned_if_done();
+            return;
+        }
+        // Aligning: what follows the barrier waits for the snapshot.
+        if !before_barrier {
+            channel.held = Some(message);
+            channel.blocked = true;
+        } else {
+            if channel.caught_up() {
+                channel.blocked = true;
+            }
+            self.deliver(index, message);
+        }
+        self.complete_unaligned_if_done();
+    }
+
+    /// Unaligned, aligning: past the deadline, take the snapshot now.
+    fn check_deadline(&mut self) {
+        let due = self
+            .unaligned
+            .as_ref()
+            .is_some_and(|u| !u.snapshot_taken && u.deadline.is_some_and(|d| Instant::now() >= d));
+        if due {
+            self.take_unaligned_snapshot();
+            self.complete_unaligned_if_done();
+        }
+    }
+
+    /// Hands out the barrier (snapshot now), reads every channel again, and
+    /// releases the held messages (after the barrier: not recorded).
+    fn take_unaligned_snapshot(&mut self) {
+        let Some(checkpoint) = &mut self.unaligned else {
+            return;
+        };
+        checkpoint.snapshot_taken = true;
+        self.last_alignment = checkpoint.started.elapsed();
+        self.ready.push_back(InputEvent::Barrier(checkpoint.barrier));
+        for i in 0..self.channels.len() {
+            self.channels[i].blocked = false;
+            if let Some(held) = self.channels[i].held.take() {
+                self.deliver(i, held);
+            }
+        }
+    }
+
+    /// Unaligned: once every channel has delivered what precedes its barrier,
+    /// the snapshot is taken (if aligning) and the channel state is complete.
+    fn complete_unaligned_if_done(&mut self) {
+        let Some(checkpoint) = &self.unaligned else { return };
+        let all = self.channels.iter().all(|c| c.caught_up());
+        if !checkpoint.snapshot_taken && all {
+            self.take_unaligned_snapshot();
+        }
+        if !all {
+            return;
+        }
+        let Some(checkpoint) = self.unaligned.take() else {
+            return;
+        };
+        for channel in &mut self.channels {
+            channel.barrier_after = None;
+            channel.blocked = false;
+        }
+        self.ready.push_back(InputEvent::ChannelState {
+            id: checkpoint.barrier.id,
+            records: checkpoint.recorded,
+        });
     }
 
     fn on_barrier(&mut self, index: usize, barrier: CheckpointBarrier) {
@@ -250,19 +520,26 @@ impl InputGate {
         })
     }
 
-    /// Receives from any open channel; `None` when the timeout passed first.
-    fn receive(&mut self, timeout: Option<Duration>) -> Result<Option<(usize, Message)>> {
+    /// Receives from any open channel, or wakes when a barrier lane has
+    /// something, or when the timeout passes.
+    fn receive(&mut self, timeout: Option<Duration>) -> Result<Received> {
         let open: Vec<usize> = (0..self.channels.len())
             .filter(|i| !self.channels[*i].ended && !self.channels[*i].blocked)
             .collect();
-        if open.len() == 1 {
+        let lanes: Vec<usize> = (0..self.channels.len())
+            .filter(|i| !self.channels[*i].ended && self.channels[*i].lane.is_some())
+            .collect();
+        if open.len() == 1 && lanes.is_empty() {
             let i = open[0];
             let receiver = &self.channels[i].receiver;
             return match timeout {
-                None => receiver.recv().map(|m| Some((i, m))).map_err(|_| upstream_gone()),
+                None => receiver
+                    .recv()
+                    .map(|m| Received::Data(i, m))
+                    .map_err(|_| upstream_gone()),
                 Some(t) => match receiver.recv_timeout(t) {
-                    Ok(m) => Ok(Some((i, m))),
-                    Err(RecvTimeoutError::Timeout) => Ok(None),
+                    Ok(m) => Ok(Received::Data(i, m)),
+                    Err(RecvTimeoutError::Timeout) => Ok(Received::Timeout),
                     Err(RecvTimeoutError::Disconnected) => Err(upstream_gone()),
                 },
             };
@@ -271,24 +548,40 @@ impl InputGate {
         for i in &open {
             select.recv(&self.channels[*i].receiver);
         }
-        let operation = match timeout {
-            None => select.select(),
-            Some(t) => match select.select_timeout(t) {
-                Ok(operation) => operation,
-                Err(_) => return Ok(None),
+        for i in &lanes {
+            select.recv(self.channels[*i].lane.as_ref().expect("filtered"));
+        }
+        let index = match timeout {
+            None => select.ready(),
+            Some(t) => match select.ready_timeout(t) {
+                Ok(index) => index,
+                Err(_) => return Ok(Received::Timeout),
             },
         };
-        let i = open[operation.index()];
-        operation
-            .recv(&self.channels[i].receiver)
-            .map(|m| Some((i, m)))
-            .map_err(|_| upstream_gone())
+        if index >= open.len() {
+            return Ok(Received::Lane);
+        }
+        let i = open[index];
+        match self.channels[i].receiver.try_recv() {
+            Ok(m) => Ok(Received::Data(i, m)),
+            Err(crossbeam_channel::TryRecvError::Empty) => Ok(Received::Lane),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => Err(upstream_gone()),
+        }
     }
+}
+
+/// What [`InputGate::receive`] got.
+enum Received {
+    /// A message from channel `.0`.
+    Data(usize, Message),
+    /// A barrier lane has something (or a wake-up without data).
+    Lane,
+    /// Nothing within the timeout.
+    Timeout,
 }
 
 #[cfg(test)]
 mod tests {
-    use arrow::record_batch::RecordBatch;
     use crossbeam_channel::bounded;
 
     use super::*;
@@ -520,5 +813,149 @@ mod tests {
         drop(tx);
         let mut gate = InputGate::new(vec![InputChannel::new(rx, 0)]);
         assert!(gate.next_event().is_err());
+    }
+
+    fn lane_barrier(id: CheckpointId, kind: BarrierKind, sequence: u64) -> PriorityBarrier {
+        PriorityBarrier {
+            barrier: CheckpointBarrier {
+                id,
+                kind,
+                timestamp: 0,
+            },
+            sequence,
+        }
+    }
+
+    /// Two channels with barrier lanes: channel 0 holds 2, 4 (its barrier
+    /// after 1 message), channel 1 holds 1, 3, 5 (its barrier after 2). The
+    /// events as text, and the records saved as channel state.
+    fn unaligned_run(kind: BarrierKind, aligned_timeout: Duration) -> (Vec<String>, Vec<i64>) {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (lane0_tx, lane0) = crossbeam_channel::unbounded();
+        let (lane1_tx, lane1) = crossbeam_channel::unbounded();
+        for m in [batch(&[2]), batch(&[4]), Message::EndOfStream] {
+            tx0.send(m).unwrap();
+        }
+        for m in [batch(&[1]), batch(&[3]), batch(&[5]), Message::EndOfStream] {
+            tx1.send(m).unwrap();
+        }
+        // The barriers overtake everything queued.
+        lane0_tx.send(lane_barrier(1, kind, 1)).unwrap();
+        lane1_tx.send(lane_barrier(1, kind, 2)).unwrap();
+        let mut gate = InputGate::with_mode(
+            vec![
+                InputChannel::new(rx0, 0).with_priority_lane(lane0),
+                InputChannel::new(rx1, 0).with_priority_lane(lane1),
+            ],
+            CheckpointingMode::ExactlyOnce,
+        )
+        .with_aligned_timeout(aligned_timeout);
+        let (mut events, mut recorded) = (vec![], vec![]);
+        loop {
+            match gate.next_event().unwrap() {
+                InputEvent::Batch { batch, .. } => events.push(format!("{}", sum_of(&batch))),
+                InputEvent::Barrier(b) => events.push(format!("barrier {}", b.id)),
+                InputEvent::ChannelState { id, records } => {
+                    events.push(format!("state {id}"));
+                    recorded.extend(records.iter().map(|(_, b)| sum_of(b)));
+                }
+                InputEvent::End => return (events, recorded),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn unaligned_snapshots_at_the_first_barrier_and_saves_the_records_it_overtook() {
+        let (events, mut recorded) = unaligned_run(BarrierKind::Checkpoint, Duration::ZERO);
+        // The snapshot comes before any record: 2 (channel 0) and 1, 3
+        // (channel 1) precede their barriers, so they are the channel state.
+        assert_eq!(events[0], "barrier 1", "{events:?}");
+        recorded.sort();
+        assert_eq!(recorded, vec![1, 2, 3]);
+        let state_at = events.iter().position(|e| e == "state 1").unwrap();
+        let mut before_state: Vec<&String> = events[1..state_at].iter().collect();
+        before_state.sort();
+        // Everything is still processed, each record once.
+        let mut all: Vec<&String> = events.iter().filter(|e| e.parse::<i64>().is_ok()).collect();
+        all.sort();
+        assert_eq!(all, vec!["1", "2", "3", "4", "5"], "{events:?}");
+        assert!(before_state.len() >= 3, "{events:?}");
+    }
+
+    #[test]
+    fn unaligned_with_an_alignment_timeout_aligns_first_and_saves_nothing_when_in_time() {
+        let (events, recorded) = unaligned_run(BarrierKind::Checkpoint, Duration::from_secs(60));
+        assert!(recorded.is_empty());
+        let at = events.iter().position(|e| e == "barrier 1").unwrap();
+        let mut before: Vec<&str> = events[..at].iter().map(String::as_str).collect();
+        before.sort();
+        // Exactly what precedes the barriers, then the rest.
+        assert_eq!(before, vec!["1", "2", "3"], "{events:?}");
+        assert_eq!(events[at + 1], "state 1");
+    }
+
+    #[test]
+    fn a_savepoint_through_barrier_lanes_is_aligned() {
+        let (events, recorded) = unaligned_run(BarrierKind::Savepoint, Duration::ZERO);
+        assert!(recorded.is_empty());
+        let at = events.iter().position(|e| e == "barrier 1").unwrap();
+        assert_eq!(at, 3, "{events:?}");
+    }
+
+    #[test]
+    fn the_alignment_timeout_switches_to_unaligned_and_saves_what_is_still_before_the_barrier() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (lane0_tx, lane0) = crossbeam_channel::unbounded();
+        let (_lane1_tx, lane1) = crossbeam_channel::unbounded();
+        tx0.send(batch(&[2])).unwrap();
+        tx0.send(batch(&[4])).unwrap();
+        lane0_tx
+            .send(lane_barrier(1, BarrierKind::Checkpoint, 1))
+            .unwrap();
+        let mut gate = InputGate::with_mode(
+            vec![
+                InputChannel::new(rx0, 0).with_priority_lane(lane0),
+                InputChannel::new(rx1, 0).with_priority_lane(lane1),
+            ],
+            CheckpointingMode::ExactlyOnce,
+        )
+        .with_aligned_timeout(Duration::from_millis(50));
+        let mut events = vec![];
+        let started = Instant::now();
+        // Channel 1 is silent: after 50 ms the gate stops waiting for it.
+        while started.elapsed() < Duration::from_millis(500) {
+            match gate.next_event_timeout(Some(Duration::from_millis(10))).unwrap() {
+                InputEvent::Batch { batch, .. } => events.push(format!("{}", sum_of(&batch))),
+                InputEvent::Barrier(_) => {
+                    events.push("barrier".to_string());
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(events, vec!["2", "barrier"]);
+        assert!(gate.last_alignment() >= Duration::from_millis(50));
+        // Channel 1's records before its barrier (after 1 message) are saved.
+        tx1.send(batch(&[7])).unwrap();
+        _lane1_tx
+            .send(lane_barrier(1, BarrierKind::Checkpoint, 1))
+            .unwrap();
+        tx1.send(batch(&[9])).unwrap();
+        let mut recorded = None;
+        let mut seen = vec![];
+        while recorded.is_none() {
+            match gate.next_event().unwrap() {
+                InputEvent::Batch { batch, .. } => seen.push(sum_of(&batch)),
+                InputEvent::ChannelState { records, .. } => {
+                    recorded = Some(records.iter().map(|(_, b)| sum_of(b)).collect::<Vec<_>>())
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(recorded.unwrap(), vec![7]);
+        assert!(seen.contains(&4) && seen.contains(&7), "{seen:?}");
     }
 }

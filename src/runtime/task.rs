@@ -20,11 +20,13 @@ use arrow::record_batch::RecordBatch;
 use super::control::{TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::ExchangeWriter;
 use super::input::{InputEvent, InputGate};
-use super::message::{CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
-use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
+use super::message::{BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
+use super::operator::{
+    Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, monotonic_nanos, wall_clock_millis,
+};
 use super::source::{SourcePoll, SourceReader};
-use crate::checkpoint::{OperatorState, TaskState};
-use crate::state::snapshot::write_state_file;
+use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, TaskState};
+use crate::state::snapshot::{write_batches, write_state_file};
 use crate::{Error, Result};
 
 /// One operator's snapshot, as a task takes it.
@@ -82,7 +84,7 @@ pub enum TaskInput {
     /// The task runs a source reader.
     Source(Box<dyn SourceReader>),
     /// The task reads channels from upstream tasks.
-    Channels(InputGate),
+    Channels(Box<InputGate>),
 }
 
 /// One subtask, ready to run.
@@ -105,6 +107,75 @@ pub struct Task {
     pub writers: Vec<std::thread::JoinHandle<()>>,
     /// A source that injected a stop-with-savepoint barrier emits nothing more.
     pub paused: bool,
+    /// Channel state of an unaligned checkpoint to replay before anything else.
+    pub replay: Vec<Replay>,
+    /// Unaligned: a snapshot taken, waiting for its input channel state.
+    pub pending_snapshot: Option<PendingSnapshot>,
+}
+
+/// In-flight data restored from an unaligned checkpoint.
+#[derive(Debug)]
+pub enum Replay {
+    /// Records the task had queued for output exchange `writer`.
+    Output {
+        /// The exchange, by index.
+        writer: usize,
+        /// The records.
+        batch: RecordBatch,
+    },
+    /// Records that had reached logical input `input` but were not in the snapshot.
+    Input {
+        /// The logical input.
+        input: usize,
+        /// The records.
+        batch: RecordBatch,
+    },
+}
+
+/// The synchronous part of a checkpoint, until it is written.
+pub struct PendingSnapshot {
+    barrier: CheckpointBarrier,
+    source: Option<serde_json::Value>,
+    taken: Result<Vec<Taken>>,
+    /// Unaligned: batches queued per output exchange.
+    outputs: Vec<(usize, Vec<RecordBatch>)>,
+    blocked: Duration,
+    alignment: Duration,
+}
+
+/// Writes the channel state of an unaligned checkpoint: one Parquet file per
+/// logical input and per output exchange that had records in flight.
+fn write_channel_state(
+    dir: &std::path::Path,
+    vertex: usize,
+    subtask: usize,
+    inputs: Vec<(usize, RecordBatch)>,
+    outputs: Vec<(usize, Vec<RecordBatch>)>,
+) -> Result<Vec<ChannelStateFile>> {
+    let mut grouped: std::collections::BTreeMap<(usize, usize), Vec<RecordBatch>> = Default::default();
+    for (input, batch) in inputs {
+        grouped.entry((0, input)).or_default().push(batch);
+    }
+    for (writer, batches) in outputs {
+        grouped.entry((1, writer)).or_default().extend(batches);
+    }
+    let mut files = Vec::new();
+    for ((side, index), batches) in grouped {
+        let (side, name) = match side {
+            0 => (ChannelSide::Input, "input"),
+            _ => (ChannelSide::Output, "output"),
+        };
+        let relative = format!("channel-state/{vertex}-{subtask}-{name}-{index}.parquet");
+        let (rows, bytes) = write_batches(&dir.join(&relative), &batches)?;
+        files.push(ChannelStateFile {
+            side,
+            index,
+            path: relative,
+            rows,
+            bytes,
+        });
+    }
+    Ok(files)
 }
 
 /// When a chain has processing-time operators, how often to tell them the time.
@@ -151,18 +222,21 @@ impl Task {
     pub fn run(mut self) -> Result<()> {
         match self.input.take() {
             Some(TaskInput::Source(reader)) => self.run_source(reader),
-            Some(TaskInput::Channels(gate)) => self.run_channels(gate),
+            Some(TaskInput::Channels(gate)) => self.run_channels(*gate),
             None => Err(Error::Internal(format!("task {} has no input", self.name))),
         }
     }
 
     fn run_source(&mut self, mut reader: Box<dyn SourceReader>) -> Result<()> {
         let mut clock = ProcessingClock::new(&self.chain);
+        self.replay()?;
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
             }
-            if self.handle_control(Some(reader.as_mut()))? == Flow::Stop {
+            if self.drain(None, Some(reader.as_mut()))? == Flow::Stop
+                || self.handle_control(Some(reader.as_mut()))? == Flow::Stop
+            {
                 return Ok(());
             }
             if self.paused {
@@ -207,8 +281,10 @@ impl Task {
             (None, true) => Some(CONTROL_POLL),
             (interval, false) => interval,
         };
+        self.replay()?;
+        let lanes = gate.has_lanes();
         loop {
-            if self.handle_control(None)? == Flow::Stop {
+            if self.drain(Some(&mut gate), None)? == Flow::Stop || self.handle_control(None)? == Flow::Stop {
                 return Ok(());
             }
             let event = match gate.next_event_timeout(timeout) {
@@ -221,8 +297,11 @@ impl Task {
                     self.push_batch(0, input, batch)?;
                 }
                 InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
-                InputEvent::Barrier(barrier) => self.checkpoint(barrier, None, gate.last_alignment())?,
-                InputEvent::AbortCheckpoint(id) => self.decline(id, "a newer barrier overtook it".into()),
+                event @ (InputEvent::Barrier(_)
+                | InputEvent::AbortCheckpoint(_)
+                | InputEvent::ChannelState { .. }) => {
+                    self.on_checkpoint_event(event, gate.last_alignment(), lanes)?
+                }
                 InputEvent::Idle => {}
                 InputEvent::End => break,
             }
@@ -261,6 +340,7 @@ impl Task {
             subtask: checkpointing.subtask,
             parallelism: checkpointing.parallelism,
             source,
+            channel_state: Vec::new(),
             operators: taken
                 .into_iter()
                 .map(|t| OperatorState {
@@ -332,7 +412,7 @@ impl Task {
 
     /// Handles what the coordinator sent: triggers (sources), completions,
     /// and the end of a stop-with-savepoint.
-    fn handle_control(&mut self, mut reader: Option<&mut dyn SourceReader>) -> Result<Flow> {
+    fn handle_control(&mut self, mut reader: Option<&mut (dyn SourceReader + 'static)>) -> Result<Flow> {
         loop {
             let Some(checkpointing) = &self.checkpointing else {
                 return Ok(Flow::Continue);
@@ -353,7 +433,7 @@ impl Task {
                         },
                         None => None,
                     };
-                    self.checkpoint(barrier, position, Duration::ZERO)?;
+                    self.checkpoint(barrier, position, Duration::ZERO, false)?;
                     self.paused |= stop;
                 }
                 TaskControl::Complete(id) | TaskControl::JobFinished(id) => self.commit_all(id)?,
@@ -377,6 +457,7 @@ impl Task {
         barrier: CheckpointBarrier,
         source: Option<serde_json::Value>,
         alignment: Duration,
+        defer: bool,
     ) -> Result<()> {
         let started = Instant::now();
         for index in 0..self.chain.len() {
@@ -385,35 +466,114 @@ impl Task {
             self.forward(index + 1, out)?;
         }
         let taken = self.take_snapshots(barrier.id);
-        let blocked = started.elapsed();
-        for output in &mut self.outputs {
-            output.broadcast(Message::Barrier(barrier))?;
+        let mut outputs = Vec::new();
+        for (index, output) in self.outputs.iter_mut().enumerate() {
+            if !output.has_priority_lanes() {
+                output.broadcast(Message::Barrier(barrier))?;
+                continue;
+            }
+            if barrier.kind == BarrierKind::Savepoint {
+                // Savepoints are aligned: what is queued goes out first.
+                output.flush_blocking()?;
+            } else {
+                // Unaligned: the barrier overtakes what is queued, which is
+                // saved with the snapshot and sent again after a restore.
+                let pending = output.pending_batches();
+                if !pending.is_empty() {
+                    outputs.push((index, pending));
+                }
+            }
+            output.send_priority_barrier(barrier)?;
         }
+        let snapshot = PendingSnapshot {
+            barrier,
+            source,
+            taken,
+            outputs,
+            blocked: started.elapsed(),
+            alignment,
+        };
+        if defer {
+            // Unaligned: acknowledged once the input channel state is complete.
+            self.pending_snapshot = Some(snapshot);
+            return Ok(());
+        }
+        self.write_snapshot(snapshot, Vec::new())
+    }
+
+    /// Unaligned: the records that were in flight before checkpoint `id`'s
+    /// barriers are all in; the snapshot can be written.
+    fn channel_state_complete(&mut self, id: CheckpointId, records: Vec<(usize, RecordBatch)>) -> Result<()> {
+        match self.pending_snapshot.take() {
+            Some(snapshot) if snapshot.barrier.id == id => self.write_snapshot(snapshot, records),
+            other => {
+                self.pending_snapshot = other;
+                Ok(())
+            }
+        }
+    }
+
+    /// Handles a checkpoint event of the input gate.
+    fn on_checkpoint_event(&mut self, event: InputEvent, alignment: Duration, lanes: bool) -> Result<()> {
+        match event {
+            InputEvent::Barrier(barrier) => self.checkpoint(barrier, None, alignment, lanes),
+            InputEvent::AbortCheckpoint(id) => {
+                if self.pending_snapshot.as_ref().is_some_and(|s| s.barrier.id == id) {
+                    self.pending_snapshot = None;
+                }
+                self.decline(id, "a newer barrier overtook it".into());
+                Ok(())
+            }
+            InputEvent::ChannelState { id, records } => self.channel_state_complete(id, records),
+            _ => Ok(()),
+        }
+    }
+
+    /// The asynchronous part of a checkpoint: a helper thread writes the
+    /// state files (keyed state, and channel state when unaligned) and
+    /// reports to the coordinator.
+    fn write_snapshot(&mut self, snapshot: PendingSnapshot, inputs: Vec<(usize, RecordBatch)>) -> Result<()> {
         let Some(checkpointing) = &self.checkpointing else {
             return Ok(());
         };
+        let PendingSnapshot {
+            barrier,
+            source,
+            taken,
+            outputs,
+            blocked,
+            alignment,
+        } = snapshot;
         let dir = checkpointing.snapshot_dir(&barrier);
         let reports = checkpointing.reports.clone();
-        let (task, subtask) = (checkpointing.task, checkpointing.subtask);
+        let (task, subtask, vertex) = (checkpointing.task, checkpointing.subtask, checkpointing.vertex);
         let mut state = TaskState {
-            vertex: checkpointing.vertex,
+            vertex,
             subtask,
             parallelism: checkpointing.parallelism,
             source,
             operators: Vec::new(),
+            channel_state: Vec::new(),
         };
         let name = self.name.clone();
         let write = move || {
-            let report = match taken.and_then(|taken| write_snapshots(&dir, subtask, taken)) {
-                Ok(operators) => {
+            let written = taken.and_then(|taken| {
+                let operators = write_snapshots(&dir, subtask, taken)?;
+                let channels = write_channel_state(&dir, vertex, subtask, inputs, outputs)?;
+                Ok((operators, channels))
+            });
+            let report = match written {
+                Ok((operators, channels)) => {
                     state.operators = operators;
+                    let channel_state_bytes = channels.iter().map(|c| c.bytes).sum();
+                    state.channel_state = channels;
                     TaskReport::Acknowledge {
                         checkpoint: barrier.id,
                         task,
                         state,
                         blocked,
                         alignment,
-                        channel_state_bytes: 0,
+                        channel_state_bytes,
                     }
                 }
                 Err(e) => TaskReport::Decline {
@@ -434,6 +594,98 @@ impl Task {
             return Err(Error::Execution(format!(
                 "could not start a snapshot writer: {e}"
             )));
+        }
+        Ok(())
+    }
+
+    /// Puts the queued output on the channels. While a channel is full the
+    /// task waits, but still takes coordinator messages and (unaligned)
+    /// barriers that overtook its input, so a backpressured task checkpoints
+    /// at once. The time waited counts as backpressure.
+    fn drain(
+        &mut self,
+        mut gate: Option<&mut InputGate>,
+        mut reader: Option<&mut (dyn SourceReader + 'static)>,
+    ) -> Result<Flow> {
+        let mut since = None;
+        let result = 'drain: loop {
+            let mut done = true;
+            for output in &mut self.outputs {
+                match output.flush() {
+                    Ok(flushed) => done &= flushed,
+                    Err(e) => break 'drain Err(e),
+                }
+            }
+            if done {
+                break Ok(Flow::Continue);
+            }
+            if self.cancel.load(Ordering::Relaxed) {
+                break Err(cancelled());
+            }
+            since.get_or_insert_with(|| {
+                let now = monotonic_nanos();
+                self.metrics.blocked_since.store(now, Ordering::Relaxed);
+                now
+            });
+            {
+                let mut select = crossbeam_channel::Select::new();
+                for output in &self.outputs {
+                    if let Some(sender) = output.waiting_on() {
+                        select.send(sender);
+                    }
+                }
+                if let Some(checkpointing) = &self.checkpointing {
+                    select.recv(&checkpointing.control);
+                }
+                if let Some(gate) = gate.as_deref() {
+                    for lane in gate.lanes() {
+                        select.recv(lane);
+                    }
+                }
+                let _ = select.ready_timeout(CONTROL_POLL);
+            }
+            match self.handle_control(reader.as_deref_mut()) {
+                Ok(Flow::Stop) => break Ok(Flow::Stop),
+                Ok(Flow::Continue) => {}
+                Err(e) => break Err(e),
+            }
+            if let Some(gate) = gate.as_deref_mut() {
+                for event in gate.poll_barriers() {
+                    if let Err(e) = self.on_checkpoint_event(event, gate.last_alignment(), true) {
+                        break 'drain Err(e);
+                    }
+                }
+            }
+        };
+        if let Some(since) = since {
+            TaskMetrics::add(
+                &self.metrics.blocked_on_output_nanos,
+                monotonic_nanos().saturating_sub(since),
+            );
+            self.metrics.blocked_since.store(0, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// After a restore from an unaligned checkpoint: the output that was
+    /// queued goes out first, then the input that was in flight is processed.
+    fn replay(&mut self) -> Result<()> {
+        for replay in std::mem::take(&mut self.replay) {
+            match replay {
+                Replay::Output { writer, batch } => match self.outputs.get_mut(writer) {
+                    Some(output) => output.send_batch(batch)?,
+                    None => {
+                        return Err(Error::State(format!(
+                            "task {}: channel state for output {writer}, which it does not have",
+                            self.name
+                        )));
+                    }
+                },
+                Replay::Input { input, batch } => {
+                    TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
+                    self.push_batch(0, input, batch)?;
+                }
+            }
         }
         Ok(())
     }
@@ -490,6 +742,7 @@ impl Task {
         }
         for output in &mut self.outputs {
             output.broadcast(Message::EndOfStream)?;
+            output.flush_blocking()?;
         }
         Ok(())
     }

@@ -164,6 +164,47 @@ fn row_groups_overlapping(
         .collect()
 }
 
+/// Writes `batches` (of one schema) to a Parquet file at `path` and syncs
+/// it: channel state. Returns (rows, bytes).
+pub fn write_batches(path: &Path, batches: &[RecordBatch]) -> Result<(u64, u64)> {
+    let Some(first) = batches.first() else {
+        return Err(Error::Internal(format!("no batches for {}", path.display())));
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let file = File::create(path).map_err(|e| Error::io(path, e))?;
+    let properties = WriterProperties::builder()
+        .set_compression(Compression::UNCOMPRESSED)
+        .build();
+    let mut writer = ArrowWriter::try_new(file, first.schema(), Some(properties))?;
+    let mut rows = 0;
+    for batch in batches {
+        writer.write(batch)?;
+        rows += batch.num_rows() as u64;
+    }
+    let file = writer.into_inner()?;
+    file.sync_all().map_err(|e| Error::io(path, e))?;
+    let bytes = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok((rows, bytes))
+}
+
+/// Reads every batch of a channel-state file; errors name the file.
+pub fn read_batches(path: &Path) -> Result<Vec<RecordBatch>> {
+    let corrupt = |e: &dyn std::fmt::Display| {
+        Error::State(format!(
+            "cannot read checkpoint channel state {}: {e}",
+            path.display()
+        ))
+    };
+    let file = File::open(path).map_err(|e| corrupt(&e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| corrupt(&e))?
+        .build()
+        .map_err(|e| corrupt(&e))?;
+    reader.map(|b| b.map_err(|e| corrupt(&e))).collect()
+}
+
 /// Reads the rows of key groups `range` from a state file, only from the row
 /// groups whose statistics overlap it; errors name the file.
 pub fn read_state_file(path: &Path, range: &RangeInclusive<usize>) -> Result<Option<RecordBatch>> {

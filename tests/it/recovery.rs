@@ -152,8 +152,16 @@ fn crash_three_times(
     (expected, committed_rows(&out), context)
 }
 
-fn crash_three_times_then_finish(name: &str, parallelism: usize, source: &str, columns: &str, query: &str) {
-    let (expected, got, context) = crash_three_times(name, parallelism, "", source, columns, query);
+/// Unaligned checkpoints with at most a few milliseconds of alignment first.
+const UNALIGNED: &str = "SET 'execution.checkpointing.unaligned.enabled' = 'true';";
+
+/// Each crash test runs aligned at parallelism 1 and 4, and unaligned at 4.
+const MODES: [(usize, &str); 3] = [(1, ""), (4, ""), (4, UNALIGNED)];
+
+fn crash_three_times_then_finish(name: &str, mode: (usize, &str), source: &str, columns: &str, query: &str) {
+    let (parallelism, settings) = mode;
+    let (expected, got, context) = crash_three_times(name, parallelism, settings, source, columns, query);
+    let context = format!("{context} {settings}");
     assert_eq!(got.len(), expected.len(), "row count after crashes: {context}");
     assert!(got == expected, "rows differ after crashes: {context}");
 }
@@ -200,11 +208,11 @@ fn at_least_once_mode_killed_three_times_loses_nothing() {
 }
 
 #[test]
-fn a_tumbling_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    for parallelism in [1, 4] {
+fn a_tumbling_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run_aligned_or_not() {
+    for mode in MODES {
         crash_three_times_then_finish(
             "tumble",
-            parallelism,
+            mode,
             SEQUENCE,
             "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
             "SELECT id % 7, window_start, COUNT(*), SUM(id)
@@ -215,11 +223,11 @@ fn a_tumbling_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_
 }
 
 #[test]
-fn a_hopping_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    for parallelism in [1, 4] {
+fn a_hopping_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run_aligned_or_not() {
+    for mode in MODES {
         crash_three_times_then_finish(
             "hop",
-            parallelism,
+            mode,
             SEQUENCE,
             "k BIGINT, we TIMESTAMP(3), c BIGINT, m BIGINT",
             "SELECT id % 5, window_end, COUNT(*), MAX(id)
@@ -230,11 +238,11 @@ fn a_hopping_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_r
 }
 
 #[test]
-fn a_session_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    for parallelism in [1, 4] {
+fn a_session_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run_aligned_or_not() {
+    for mode in MODES {
         crash_three_times_then_finish(
             "session",
-            parallelism,
+            mode,
             SEQUENCE,
             "k BIGINT, ss TIMESTAMP(3), se TIMESTAMP(3), c BIGINT, s BIGINT",
             // Every third 10 s of ids is missing: sessions (gap 5 s) close as time goes on.
@@ -247,11 +255,11 @@ fn a_session_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_r
 }
 
 #[test]
-fn a_filter_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    for parallelism in [1, 4] {
+fn a_filter_killed_three_times_writes_exactly_the_rows_of_a_clean_run_aligned_or_not() {
+    for mode in MODES {
         crash_three_times_then_finish(
             "filter",
-            parallelism,
+            mode,
             SEQUENCE,
             "id BIGINT, ts TIMESTAMP(3)",
             "SELECT id, CAST(ts AS TIMESTAMP(3)) FROM seq WHERE id % 3 = 0",
@@ -260,11 +268,11 @@ fn a_filter_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
 }
 
 #[test]
-fn a_nexmark_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    for parallelism in [1, 4] {
+fn a_nexmark_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run_aligned_or_not() {
+    for mode in MODES {
         crash_three_times_then_finish(
             "nexmark",
-            parallelism,
+            mode,
             &nexmark(),
             "auction BIGINT, we TIMESTAMP(3), c BIGINT, m BIGINT",
             "SELECT auction, window_end, COUNT(*), MAX(price)
@@ -664,4 +672,124 @@ fn a_nexmark_session_of_bids_killed_and_rescaled_4_2_3_writes_exactly_the_rows_o
         "SELECT bidder, SESSION_START(`dateTime`, INTERVAL '2' SECOND), COUNT(*), MAX(price)
          FROM bid GROUP BY bidder, SESSION(`dateTime`, INTERVAL '2' SECOND)",
     );
+}
+
+/// A session aggregation made slow by `weir_slow` (20 µs a row, in the
+/// aggregation subtasks): its sources are backpressured. With `armed`, the
+/// `chaos` UDF panics at those ids; with `settings`, checkpoints as they say.
+fn run_backpressured(out: &Path, armed: Vec<i64>, settings: &[(&str, &str)]) -> weir::JobHandle {
+    let engine = crate::engine(2);
+    engine.register_udf(datafusion_expr::ScalarUDF::from(Chaos {
+        signature: datafusion_expr::Signature::exact(
+            vec![arrow::datatypes::DataType::Int64],
+            datafusion_expr::Volatility::Volatile,
+        ),
+        armed: std::sync::Arc::new(std::sync::Mutex::new(armed.into_iter().collect())),
+    }));
+    engine.register_udf(weir::bench::slow::Slow::udf(Duration::from_micros(20)));
+    let name = out.file_name().unwrap().to_string_lossy().into_owned();
+    engine.set("pipeline.name", &name).unwrap();
+    engine.set("restart-strategy.fixed-delay.delay", "50 ms").unwrap();
+    for (key, value) in settings {
+        engine.set(key, value).unwrap();
+    }
+    let script = format!(
+        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '200000',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '199999');
+         CREATE VIEW checked AS SELECT chaos(id) AS id, ts FROM seq;
+         CREATE TABLE `out` (k BIGINT, ss TIMESTAMP(3), c BIGINT, s BIGINT)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+         INSERT INTO `out` SELECT id % 11, SESSION_START(ts, INTERVAL '5' SECOND), COUNT(*), SUM(weir_slow(id))
+         FROM checked WHERE (id / 1000) % 3 <> 0
+         GROUP BY id % 11, SESSION(ts, INTERVAL '5' SECOND)",
+        out.display()
+    );
+    engine.sql(&script).unwrap().job().unwrap().clone()
+}
+
+#[test]
+fn unaligned_checkpoints_under_backpressure_save_in_flight_records_and_restarts_keep_exactly_once_output() {
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let armed: Vec<i64> = (0..2).map(|_| rng.random_range(40_000..180_000)).collect();
+    let context = format!("failures at ids {armed:?}, WEIR_TEST_SEED={seed}");
+    let clean_out = dir.path().join("clean");
+    let clean = run_backpressured(&clean_out, vec![], &[]);
+    assert_eq!(clean.wait().unwrap(), weir::JobStatus::Finished);
+    let expected = committed_rows(&clean_out);
+    assert!(!expected.is_empty());
+
+    let out = dir.path().join("unaligned");
+    let checkpoints = dir.path().join("checkpoints").display().to_string();
+    let job = run_backpressured(
+        &out,
+        armed,
+        &[
+            ("execution.checkpointing.interval", "100 ms"),
+            ("execution.checkpointing.dir", &checkpoints),
+            ("execution.checkpointing.unaligned.enabled", "true"),
+        ],
+    );
+    assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished, "{context}");
+    assert!(job.restarts() >= 1, "{context}");
+    let metrics = job.metrics();
+    assert!(
+        metrics.checkpoints.iter().any(|c| c.channel_state_bytes > 0),
+        "no checkpoint saved in-flight records: {:?}; {context}",
+        metrics.checkpoints
+    );
+    let got = committed_rows(&out);
+    assert_eq!(got.len(), expected.len(), "row count: {context}");
+    assert!(got == expected, "rows differ: {context}");
+}
+
+#[test]
+fn restoring_an_unaligned_checkpoint_replays_its_in_flight_records_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean_out = dir.path().join("clean");
+    let clean = run_backpressured(&clean_out, vec![], &[]);
+    assert_eq!(clean.wait().unwrap(), weir::JobStatus::Finished);
+    let expected = committed_rows(&clean_out);
+
+    let out = dir.path().join("restored");
+    let checkpoints = dir.path().join("checkpoints").display().to_string();
+    let settings = [
+        ("execution.checkpointing.interval", "100 ms"),
+        ("execution.checkpointing.dir", checkpoints.as_str()),
+        ("execution.checkpointing.unaligned.enabled", "true"),
+        ("execution.checkpointing.num-retained", "1000"),
+    ];
+    let job = run_backpressured(&out, vec![], &settings);
+    // Wait for a checkpoint that holds in-flight records, then stop the job.
+    let with_channel_state = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let metrics = job.metrics();
+        if let Some(c) = metrics.checkpoints.iter().find(|c| c.channel_state_bytes > 0) {
+            break c.dir.clone();
+        }
+        assert_eq!(
+            metrics.status,
+            weir::JobStatus::Running,
+            "finished before an unaligned checkpoint"
+        );
+    };
+    job.cancel();
+    let _ = job.wait();
+    let metadata = std::fs::read_to_string(with_channel_state.join("_metadata")).unwrap();
+    assert!(metadata.contains("channel_state"), "{metadata}");
+
+    let restore = with_channel_state.display().to_string();
+    let mut settings = settings.to_vec();
+    settings.push(("execution.savepoint.path", restore.as_str()));
+    let resumed = run_backpressured(&out, vec![], &settings);
+    assert_eq!(resumed.wait().unwrap(), weir::JobStatus::Finished);
+    let got = committed_rows(&out);
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "rows differ after restoring {restore}");
 }
