@@ -799,12 +799,17 @@ impl Session {
         };
         let graph = plan.to_job_graph();
         if let Some(restored) = &restore {
+            let uids = crate::runtime::deploy::operator_uids(&graph);
             let rescaled: Vec<String> = graph
                 .vertices
                 .iter()
-                .enumerate()
-                .filter_map(|(index, vertex)| {
-                    let old = restored.metadata.tasks.iter().find(|t| t.vertex == index)?;
+                .zip(&uids)
+                .filter_map(|(vertex, (source, operators))| {
+                    let holds = |t: &&crate::checkpoint::TaskState| {
+                        t.source_id.as_ref().is_some_and(|s| Some(s) == source.as_ref())
+                            || t.operators.iter().any(|o| operators.contains(&o.operator_id))
+                    };
+                    let old = restored.metadata.tasks.iter().find(holds)?;
                     (old.parallelism != vertex.parallelism).then(|| {
                         format!(
                             "{} from {} to {}",

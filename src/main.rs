@@ -90,6 +90,57 @@ enum Benchmark {
     /// without them, checkpoint duration (median, p99), state size, time tasks
     /// are blocked by snapshots, and recovery time after SIGKILL.
     Checkpoint(CheckpointArgs),
+    /// Aligned against unaligned checkpoints under heavy backpressure: a
+    /// session aggregation slowed by a sleep per row, each mode run for a
+    /// fixed time, alternately; throughput, checkpoint duration, alignment
+    /// time and channel-state size.
+    Backpressure(BackpressureArgs),
+    /// Restore time as state grows (keys in one-hour windows), at the
+    /// savepoint's parallelism and at another one.
+    Restore(RestoreArgs),
+}
+
+/// The options of `weir bench backpressure`.
+#[derive(clap::Args)]
+struct BackpressureArgs {
+    /// How long each run lasts.
+    #[arg(long, default_value = "10s")]
+    run_time: String,
+    /// Runs of each mode, alternating; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Parallelism of every operator.
+    #[arg(long, default_value_t = 2)]
+    parallelism: usize,
+    /// Checkpoint interval.
+    #[arg(long, default_value = "1s")]
+    interval: String,
+    /// Sleep per row in the aggregation, in microseconds.
+    #[arg(long, default_value_t = 20)]
+    slow_us: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// The options of `weir bench restore`.
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// State sizes in keys, comma-separated.
+    #[arg(long, default_value = "100000,1000000,10000000")]
+    keys: String,
+    /// Parallelism of the job that takes the savepoint.
+    #[arg(long, default_value_t = 2)]
+    parallelism: usize,
+    /// Parallelism of the rescaled restore.
+    #[arg(long, default_value_t = 1)]
+    rescaled: usize,
+    /// Restores of each kind; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// The options of `weir bench checkpoint`.
@@ -177,6 +228,12 @@ fn main() -> ExitCode {
         Command::Bench {
             benchmark: Benchmark::Checkpoint(args),
         } => bench_checkpoint(args),
+        Command::Bench {
+            benchmark: Benchmark::Backpressure(args),
+        } => bench_backpressure(args),
+        Command::Bench {
+            benchmark: Benchmark::Restore(args),
+        } => bench_restore(args),
         Command::Checkpoint {
             command: CheckpointCommand::Inspect { path },
         } => weir::checkpoint::inspect::report(&path)
@@ -412,6 +469,102 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
+}
+
+fn duration_arg(name: &str, text: &str) -> anyhow::Result<std::time::Duration> {
+    weir::config::parse_duration(text)
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("--{name}: '{text}' is not a duration such as 1s"))
+}
+
+fn write_json(path: Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        std::fs::write(&path, serde_json::to_string_pretty(value)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn bench_backpressure(args: BackpressureArgs) -> anyhow::Result<()> {
+    use weir::bench::backpressure::{BackpressureBenchOptions, run};
+    anyhow::ensure!(args.parallelism > 0, "--parallelism must be positive");
+    let options = BackpressureBenchOptions {
+        run_time: duration_arg("run-time", &args.run_time)?,
+        runs: args.runs,
+        parallelism: args.parallelism,
+        interval: duration_arg("interval", &args.interval)?,
+        slow_per_row: std::time::Duration::from_micros(args.slow_us),
+    };
+    let r = run(&options)?;
+    println!(
+        "Backpressure: session aggregation slowed by {} µs a row, parallelism {}, checkpoints every {} ms, \
+         {} runs of {:.0} s per mode (medians; duration and alignment over all checkpoints)",
+        r.slow_per_row_us, r.parallelism, r.interval_ms, r.runs, r.run_seconds
+    );
+    println!(
+        "{:<10} {:>12} {:>12} {:>18} {:>18} {:>15} {:>7}",
+        "mode", "rows/s", "checkpoints", "duration med/p99", "alignment med/p99", "channel state", "failed"
+    );
+    for m in [&r.aligned, &r.unaligned] {
+        println!(
+            "{:<10} {:>12.0} {:>12} {:>8.0}/{:>6.0} ms {:>8.0}/{:>6.0} ms {:>12.1} kB {:>7}",
+            m.mode,
+            m.rows_per_second,
+            m.checkpoints,
+            m.duration_median_ms,
+            m.duration_p99_ms,
+            m.alignment_median_ms,
+            m.alignment_p99_ms,
+            m.channel_state_median_bytes / 1e3,
+            m.failed
+        );
+    }
+    write_json(args.json, &r)
+}
+
+fn bench_restore(args: RestoreArgs) -> anyhow::Result<()> {
+    use weir::bench::restore::{RestoreBenchOptions, run};
+    anyhow::ensure!(
+        args.parallelism > 0 && args.rescaled > 0,
+        "--parallelism and --rescaled must be positive"
+    );
+    let keys = args
+        .keys
+        .split(',')
+        .map(|k| {
+            k.trim()
+                .parse::<u64>()
+                .with_context(|| format!("--keys: '{k}' is not a number"))
+        })
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    let options = RestoreBenchOptions {
+        keys,
+        parallelism: args.parallelism,
+        rescaled: args.rescaled,
+        runs: args.runs,
+    };
+    let r = run(&options)?;
+    println!(
+        "Restore from a savepoint taken at parallelism {} (median of {} restores each)",
+        r.parallelism, r.runs
+    );
+    println!(
+        "{:>12} {:>12} {:>16} {:>16}",
+        "keys",
+        "state MB",
+        format!("at {} (ms)", r.parallelism),
+        format!("at {} (ms)", r.rescaled)
+    );
+    for s in &r.sizes {
+        println!(
+            "{:>12} {:>12.1} {:>16.0} {:>16.0}",
+            s.keys,
+            s.state_bytes as f64 / 1e6,
+            s.same_parallelism_ms,
+            s.rescaled_ms
+        );
+    }
+    write_json(args.json, &r)
 }
 
 fn bench_nexmark(args: NexmarkArgs) -> anyhow::Result<()> {

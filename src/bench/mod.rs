@@ -1,7 +1,9 @@
 //! Benchmarks run by `weir bench`: the Nexmark queries, and checkpointing.
 
+pub mod backpressure;
 pub mod checkpoint;
 pub mod nexmark;
+pub mod restore;
 pub mod slow;
 
 use std::path::{Path, PathBuf};

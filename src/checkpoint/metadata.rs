@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 use crate::runtime::message::{BarrierKind, CheckpointId};
 
 /// The version of the layout below; a reader refuses other versions.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: operator ids from the plan (`<kind>-<n>`), sources named.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A complete checkpoint: written last, atomically, so its presence means
 /// every file it names was written.
@@ -38,6 +39,9 @@ pub struct TaskState {
     pub subtask: usize,
     /// The vertex's parallelism.
     pub parallelism: usize,
+    /// The source's stable id, for a source subtask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_id: Option<String>,
     /// The source reader's position, for a source subtask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<serde_json::Value>,

@@ -239,6 +239,7 @@ mod tests {
             max_parallelism: 128,
             tasks: vec![TaskState {
                 channel_state: Vec::new(),
+                source_id: None,
                 vertex: 0,
                 subtask: 0,
                 parallelism: 1,

@@ -87,6 +87,8 @@ pub struct TaskCheckpointing {
     pub parallelism: usize,
     /// Stable ids of the chained operators.
     pub operator_ids: Vec<String>,
+    /// The stable id of the source at the head of the chain, if any.
+    pub source_id: Option<String>,
     /// The job's checkpoint directory.
     pub job_dir: PathBuf,
     /// Where savepoints go.

@@ -16,7 +16,7 @@ use super::exchange::{Exchange, ExchangeWriter, PriorityBarrier};
 use super::input::{InputChannel, InputGate};
 use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
 use super::message::Message;
-use super::operator::{Operator, OperatorFactory, OperatorSnapshot, TaskContext, TaskMetrics};
+use super::operator::{Operator, OperatorSnapshot, TaskContext, TaskMetrics};
 use super::source::SourceReader;
 use super::task::{Replay, Task, TaskInput};
 use crate::checkpoint::driver::DriverTask;
@@ -52,10 +52,10 @@ pub struct Attempt {
     pub max_parallelism: usize,
 }
 
-/// The stable id of the operator at `index` in the chain of `vertex`:
-/// `<vertex>-<index>-<kind>`, checked against a checkpoint on restore.
-pub fn operator_id(vertex: usize, index: usize, factory: &dyn OperatorFactory) -> String {
-    let description = factory.describe();
+/// What an operator is, for its id: `WindowAggregate` for a
+/// `GlobalWindowAggregate(...)` too (the phases of an aggregation keep the
+/// same state, and parallelism 1 plans a single phase).
+fn operator_kind(description: &str) -> String {
     let kind: String = description
         .split(['(', '[', ':'])
         .next()
@@ -63,13 +63,94 @@ pub fn operator_id(vertex: usize, index: usize, factory: &dyn OperatorFactory) -
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect();
-    format!("{vertex}-{index}-{kind}")
+    kind.strip_prefix("Global").unwrap_or(&kind).to_string()
+}
+
+/// Stable ids of a job's sources and operators, from the plan (Flink's
+/// `uid`): `<kind>-<n>`, the n-th operator of that kind in plan order, so
+/// that they do not depend on how operators are chained into vertices (which
+/// changes with the parallelism). Per vertex: the source's id, if any, and
+/// one id per chained operator.
+pub fn operator_uids(graph: &JobGraph) -> Vec<(Option<String>, Vec<String>)> {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    let mut next = |kind: String| {
+        let n = seen.entry(kind.clone()).or_default();
+        *n += 1;
+        format!("{kind}-{}", *n - 1)
+    };
+    graph
+        .vertices
+        .iter()
+        .map(|vertex| {
+            let source = vertex.source.as_ref().map(|_| next("Source".to_string()));
+            let operators = vertex
+                .operators
+                .iter()
+                .map(|factory| next(operator_kind(&factory.describe())))
+                .collect();
+            (source, operators)
+        })
+        .collect()
+}
+
+/// Checks that every piece of state in the checkpoint has an owner in the
+/// job (Flink refuses savepoint state it cannot map, rather than drop it).
+fn check_every_state_is_claimed(
+    restored: &RestoredCheckpoint,
+    uids: &[(Option<String>, Vec<String>)],
+) -> Result<()> {
+    let known: std::collections::HashSet<&str> = uids
+        .iter()
+        .flat_map(|(source, operators)| source.iter().chain(operators).map(String::as_str))
+        .collect();
+    for task in &restored.metadata.tasks {
+        let ids = task
+            .source_id
+            .iter()
+            .chain(task.operators.iter().map(|o| &o.operator_id));
+        for id in ids {
+            if !known.contains(id.as_str()) {
+                let mut all: Vec<&str> = known.iter().copied().collect();
+                all.sort();
+                return Err(Error::State(format!(
+                    "checkpoint {} holds state of operator '{id}', which this job does not have \
+                     (its operators: {}); was the query changed?",
+                    restored.dir.display(),
+                    all.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The saved subtasks holding state of operator (or source) `id`, by subtask,
+/// checked to form one parallelism.
+fn saved_subtasks<'a>(
+    restored: &'a RestoredCheckpoint,
+    id: &str,
+    holds: impl Fn(&TaskState) -> bool,
+) -> Result<Vec<&'a TaskState>> {
+    let mut old: Vec<&TaskState> = restored.metadata.tasks.iter().filter(|t| holds(t)).collect();
+    old.sort_by_key(|t| t.subtask);
+    if let Some(first) = old.first()
+        && (old.iter().any(|t| t.parallelism != first.parallelism)
+            || old.iter().enumerate().any(|(i, t)| t.subtask != i)
+            || old.len() != first.parallelism)
+    {
+        return Err(Error::State(format!(
+            "checkpoint {}: the saved subtasks of '{id}' do not form one parallelism",
+            restored.dir.display()
+        )));
+    }
+    Ok(old)
 }
 
 /// Restores a source reader and the chained operators of subtask
 /// `ctx.subtask` of vertex `vertex` from a checkpoint taken at this or another
-/// parallelism (see [`crate::checkpoint::rescale`]): source splits go to
-/// `split % parallelism`, keyed state by key group, other state round robin.
+/// parallelism (see [`crate::checkpoint::rescale`]): state is found by
+/// operator id, source splits go to `split % parallelism`, keyed state by key
+/// group, other state round robin.
 #[allow(clippy::too_many_arguments)]
 pub fn restore_task(
     restored: &RestoredCheckpoint,
@@ -78,28 +159,19 @@ pub fn restore_task(
     bounded: bool,
     reader: Option<&mut Box<dyn SourceReader>>,
     chain: &mut [Box<dyn Operator>],
-    operator_ids: &[String],
+    uids: &(Option<String>, Vec<String>),
     ctx: &TaskContext,
 ) -> Result<Vec<Replay>> {
-    let mut old: Vec<&TaskState> = restored
+    let (source_uid, operator_uids) = uids;
+    let same_vertex: Vec<&TaskState> = restored
         .metadata
         .tasks
         .iter()
         .filter(|t| t.vertex == vertex)
         .collect();
-    old.sort_by_key(|t| t.subtask);
-    let Some(first) = old.first() else {
-        return Ok(Vec::new());
-    };
-    let old_parallelism = first.parallelism;
-    if old.iter().any(|t| t.parallelism != old_parallelism) || old.len() != old_parallelism {
-        return Err(Error::State(format!(
-            "checkpoint {}: the saved subtasks of {name} do not form one parallelism",
-            restored.dir.display()
-        )));
-    }
-    let replay = channel_state(restored, &old, ctx, name)?;
-    if let Some(reader) = reader {
+    let replay = channel_state(restored, &same_vertex, ctx, name)?;
+    if let (Some(reader), Some(uid)) = (reader, source_uid) {
+        let old = saved_subtasks(restored, uid, |t| t.source_id.as_deref() == Some(uid.as_str()))?;
         let positions: Vec<&serde_json::Value> = old.iter().filter_map(|t| t.source.as_ref()).collect();
         if !positions.is_empty() {
             let mine = assign_splits(&positions, ctx.subtask, ctx.parallelism, name, bounded)?;
@@ -113,32 +185,20 @@ pub fn restore_task(
         }
     }
     let range = key_group_range(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
-    let mut saved_ids: Vec<&str> = old
-        .iter()
-        .flat_map(|t| t.operators.iter().map(|o| o.operator_id.as_str()))
-        .collect();
-    saved_ids.sort();
-    saved_ids.dedup();
-    for saved_id in saved_ids {
-        let Some(index) = operator_ids.iter().position(|id| id == saved_id) else {
-            return Err(Error::State(format!(
-                "checkpoint {} holds state of operator '{saved_id}', which this job does not have \
-                 (its operators: {}); was the query changed?",
-                restored.dir.display(),
-                operator_ids.join(", ")
-            )));
-        };
+    for (index, uid) in operator_uids.iter().enumerate() {
+        let old = saved_subtasks(restored, uid, |t| {
+            t.operators.iter().any(|o| &o.operator_id == uid)
+        })?;
+        let Some(first) = old.first() else { continue };
+        let old_parallelism = first.parallelism;
+        let saved = |t: &'_ TaskState| t.operators.iter().find(|o| &o.operator_id == uid).cloned();
         let expected = chain[index].state_signature()?;
-        let saved_signature = old
-            .iter()
-            .flat_map(|t| &t.operators)
-            .find(|o| o.operator_id == saved_id)
-            .and_then(|o| o.signature.clone());
+        let saved_signature = old.iter().find_map(|t| saved(t)).and_then(|o| o.signature);
         if let (Some(expected), Some(saved)) = (&expected, &saved_signature)
             && expected != saved
         {
             return Err(Error::State(format!(
-                "checkpoint {}: the state of operator '{saved_id}' ({}) does not match this query: \
+                "checkpoint {}: the state of operator '{uid}' ({}) does not match this query: \
                  saved [{saved}], the query's [{expected}]; was the query changed (keys or aggregates)?",
                 restored.dir.display(),
                 chain[index].name()
@@ -151,9 +211,7 @@ pub fn restore_task(
         };
         let mut snapshots = Vec::new();
         for task in sources.iter().map(|k| old[*k]) {
-            let Some(saved) = task.operators.iter().find(|o| o.operator_id == saved_id) else {
-                continue;
-            };
+            let Some(saved) = saved(task) else { continue };
             let rows = match &saved.file {
                 Some(file) if overlaps(&(file.key_groups.0..=file.key_groups.1), &range) => {
                     read_state_file(&restored.dir.join(&file.path), &range)?
@@ -279,6 +337,10 @@ pub fn build_attempt(
         }
     }
 
+    let uids = operator_uids(graph);
+    if let Some(restored) = restore {
+        check_every_state_is_claimed(restored, &uids)?;
+    }
     let job_dir = settings.checkpoint.as_ref().map(|c| c.dir.join(&settings.name));
     if let Some(dir) = &job_dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -297,12 +359,8 @@ pub fn build_attempt(
                 source.describe()
             )));
         }
-        let operator_ids: Vec<String> = vertex
-            .operators
-            .iter()
-            .enumerate()
-            .map(|(index, factory)| operator_id(vertex_index, index, factory.as_ref()))
-            .collect();
+        let vertex_uids = &uids[vertex_index];
+        let operator_ids = vertex_uids.1.clone();
         for subtask in 0..vertex.parallelism {
             let metrics = metrics
                 .get(tasks.len())
@@ -344,7 +402,7 @@ pub fn build_attempt(
                     vertex.source.as_ref().is_some_and(|s| s.is_bounded()),
                     reader.as_mut(),
                     &mut chain,
-                    &operator_ids,
+                    vertex_uids,
                     &ctx,
                 )?;
             }
@@ -382,6 +440,7 @@ pub fn build_attempt(
                     subtask,
                     parallelism: vertex.parallelism,
                     operator_ids: operator_ids.clone(),
+                    source_id: vertex_uids.0.clone(),
                     job_dir: dir.clone(),
                     savepoint_root: settings
                         .checkpoint

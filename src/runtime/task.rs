@@ -336,6 +336,7 @@ impl Task {
             return self.commit_all(CheckpointId::MAX);
         }
         let state = TaskState {
+            source_id: checkpointing.source_id.clone(),
             vertex: checkpointing.vertex,
             subtask: checkpointing.subtask,
             parallelism: checkpointing.parallelism,
@@ -548,6 +549,7 @@ impl Task {
         let reports = checkpointing.reports.clone();
         let (task, subtask, vertex) = (checkpointing.task, checkpointing.subtask, checkpointing.vertex);
         let mut state = TaskState {
+            source_id: checkpointing.source_id.clone(),
             vertex,
             subtask,
             parallelism: checkpointing.parallelism,

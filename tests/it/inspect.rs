@@ -62,7 +62,7 @@ fn inspect_lists_operators_and_its_create_table_reads_the_state_which_with_the_o
         "{report}"
     );
     assert!(
-        report.contains("GlobalWindowAggregate") && report.contains("0..=63"),
+        report.contains("WindowAggregate-0") && report.contains("0..=63"),
         "{report}"
     );
     // The source's position: rows emitted per split.

@@ -160,3 +160,38 @@ fn a_slow_sink_shows_high_backpressure_in_weir_run_metrics_lines() {
         "{lines:#?}"
     );
 }
+
+#[test]
+fn the_backpressure_benchmark_runs_both_modes_and_unaligned_keeps_in_flight_records() {
+    let options = weir::bench::backpressure::BackpressureBenchOptions {
+        run_time: Duration::from_millis(1500),
+        runs: 1,
+        parallelism: 2,
+        interval: Duration::from_millis(200),
+        slow_per_row: Duration::from_micros(20),
+    };
+    let r = weir::bench::backpressure::run(&options).unwrap();
+    assert_eq!(
+        (r.aligned.mode.as_str(), r.unaligned.mode.as_str()),
+        ("aligned", "unaligned")
+    );
+    assert!(r.aligned.rows_per_second > 0.0 && r.unaligned.rows_per_second > 0.0);
+    assert!(r.unaligned.checkpoints > 0, "{r:?}");
+    assert_eq!(r.aligned.channel_state_median_bytes, 0.0, "{r:?}");
+    assert!(r.unaligned.channel_state_median_bytes > 0.0, "{r:?}");
+}
+
+#[test]
+fn the_restore_benchmark_restores_at_both_parallelisms() {
+    let options = weir::bench::restore::RestoreBenchOptions {
+        keys: vec![1000],
+        parallelism: 2,
+        rescaled: 3,
+        runs: 1,
+    };
+    let r = weir::bench::restore::run(&options).unwrap();
+    assert_eq!(r.sizes.len(), 1);
+    let size = &r.sizes[0];
+    assert!(size.state_bytes > 0, "{r:?}");
+    assert!(size.same_parallelism_ms > 0.0 && size.rescaled_ms > 0.0, "{r:?}");
+}

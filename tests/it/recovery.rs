@@ -152,6 +152,32 @@ fn crash_three_times(
     (expected, committed_rows(&out), context)
 }
 
+/// A few rows only one side has, for failure messages.
+fn row_difference(expected: &[String], got: &[String]) -> String {
+    let (mut missing, mut extra) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < expected.len() || j < got.len() {
+        match (expected.get(i), got.get(j)) {
+            (Some(e), Some(g)) if e == g => (i, j) = (i + 1, j + 1),
+            (Some(e), Some(g)) if e < g => (missing.push(e), i += 1).1,
+            (Some(_), Some(g)) => (extra.push(g), j += 1).1,
+            (Some(e), None) => (missing.push(e), i += 1).1,
+            (None, Some(g)) => (extra.push(g), j += 1).1,
+            (None, None) => break,
+        }
+    }
+    if missing.is_empty() && extra.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nmissing ({}): {:?}\nextra ({}): {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)],
+        extra.len(),
+        &extra[..extra.len().min(5)]
+    )
+}
+
 /// Unaligned checkpoints with at most a few milliseconds of alignment first.
 const UNALIGNED: &str = "SET 'execution.checkpointing.unaligned.enabled' = 'true';";
 
@@ -161,7 +187,7 @@ const MODES: [(usize, &str); 3] = [(1, ""), (4, ""), (4, UNALIGNED)];
 fn crash_three_times_then_finish(name: &str, mode: (usize, &str), source: &str, columns: &str, query: &str) {
     let (parallelism, settings) = mode;
     let (expected, got, context) = crash_three_times(name, parallelism, settings, source, columns, query);
-    let context = format!("{context} {settings}");
+    let context = format!("{context} {settings}{}", row_difference(&expected, &got));
     assert_eq!(got.len(), expected.len(), "row count after crashes: {context}");
     assert!(got == expected, "rows differ after crashes: {context}");
 }

@@ -96,15 +96,17 @@ fn a_job_stopped_with_a_savepoint_and_restored_from_it_writes_exactly_the_rows_o
 }
 
 #[test]
-fn stopping_with_savepoints_and_resuming_at_4_then_2_then_3_subtasks_writes_exactly_the_rows_of_an_uninterrupted_run()
+fn stopping_with_savepoints_and_resuming_at_4_then_1_then_2_then_3_subtasks_writes_exactly_the_rows_of_an_uninterrupted_run()
  {
+    // At parallelism 1 the aggregation is chained into the source's vertex
+    // and planned in one phase: state is found by operator id, not vertex.
     let dir = tempfile::tempdir().unwrap();
     let expected = clean_rows(dir.path());
     let out = dir.path().join("out");
     let mut restore = None;
-    for parallelism in [4, 2] {
+    for parallelism in [4, 1, 2] {
         let job = start(dir.path(), &out, parallelism, restore.as_deref());
-        std::thread::sleep(Duration::from_millis(700));
+        std::thread::sleep(Duration::from_millis(500));
         restore = Some(job.stop_with_savepoint().unwrap());
     }
     let job = start(dir.path(), &out, 3, restore.as_deref());
@@ -166,6 +168,30 @@ fn a_savepoint_restored_into_a_query_with_other_keys_or_aggregates_is_refused_na
     // The same query restores.
     let job = start(dir.path(), &dir.path().join("again"), 2, Some(&savepoint));
     job.cancel();
+}
+
+#[test]
+fn a_savepoint_whose_state_the_query_has_no_operator_for_is_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = start(dir.path(), &dir.path().join("out"), 2, None);
+    std::thread::sleep(Duration::from_millis(300));
+    let savepoint = job.stop_with_savepoint().unwrap();
+    let engine = crate::engine(2);
+    engine
+        .set("execution.savepoint.path", &savepoint.display().to_string())
+        .unwrap();
+    engine.sql(SOURCE).unwrap();
+    engine
+        .sql("CREATE TABLE `out` (k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT) WITH ('connector' = 'blackhole')")
+        .unwrap();
+    let err = engine
+        .sql("INSERT INTO `out` SELECT id AS k, CAST(ts AS TIMESTAMP(3)) AS ws, 1 AS c, id AS s FROM seq")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'WindowAggregate-0', which this job does not have"),
+        "{err}"
+    );
 }
 
 #[test]
