@@ -811,6 +811,30 @@ fn restoring_an_unaligned_checkpoint_replays_its_in_flight_records_exactly_once(
     assert!(metadata.contains("channel_state"), "{metadata}");
 
     let restore = with_channel_state.display().to_string();
+    // In-flight records cannot be handed to the subtasks of another parallelism.
+    let rescaled = crate::engine(3);
+    rescaled.register_udf(weir::bench::slow::Slow::udf(Duration::from_micros(20)));
+    rescaled.set("execution.savepoint.path", &restore).unwrap();
+    rescaled.set("pipeline.name", "restored").unwrap();
+    rescaled
+        .sql(
+            "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+             WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence',
+                   'fields.id.start' = '0', 'fields.id.end' = '199999')",
+        )
+        .unwrap();
+    rescaled
+        .sql("CREATE TABLE sink (k BIGINT, ss TIMESTAMP(3), c BIGINT, s BIGINT) WITH ('connector' = 'blackhole')")
+        .unwrap();
+    let err = rescaled
+        .sql(
+            "INSERT INTO sink SELECT id % 11, SESSION_START(ts, INTERVAL '5' SECOND), COUNT(*), SUM(weir_slow(id))
+             FROM seq WHERE (id / 1000) % 3 <> 0 GROUP BY id % 11, SESSION(ts, INTERVAL '5' SECOND)",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot be restored at another parallelism"), "{err}");
     let mut settings = settings.to_vec();
     settings.push(("execution.savepoint.path", restore.as_str()));
     let resumed = run_backpressured(&out, vec![], &settings);
