@@ -3,7 +3,7 @@
 //!
 //! ```sql
 //! CREATE TABLE state (`_key_group` INT, `_slice` BIGINT, ...)
-//! WITH ('connector' = 'checkpoint', 'path' = '/ckpt/job/chk-7', 'operator' = '2-0-WindowAggregate');
+//! WITH ('connector' = 'checkpoint', 'path' = '/ckpt/job/chk-7', 'operator' = 'WindowAggregate-0');
 //! ```
 //!
 //! `path` is a `chk-<n>` or savepoint directory, or a job directory (its
