@@ -20,7 +20,21 @@ const QUERY: &str = "INSERT INTO `out` SELECT id % 7, window_start, COUNT(*), SU
 /// Starts the job at `parallelism` writing into `out`, with savepoints (and
 /// nothing else) under `dir`, restored from `restore` if given.
 fn start(dir: &Path, out: &Path, parallelism: usize, restore: Option<&Path>) -> weir::JobHandle {
+    start_with(dir, out, parallelism, restore, &[])
+}
+
+/// [`start`] with more settings.
+fn start_with(
+    dir: &Path,
+    out: &Path,
+    parallelism: usize,
+    restore: Option<&Path>,
+    settings: &[(&str, &str)],
+) -> weir::JobHandle {
     let engine = crate::engine(parallelism);
+    for (key, value) in settings {
+        engine.set(key, value).unwrap();
+    }
     engine.set("pipeline.name", "sp").unwrap();
     engine
         .set(
@@ -192,6 +206,30 @@ fn a_savepoint_whose_state_the_query_has_no_operator_for_is_refused_not_dropped(
         err.contains("'WindowAggregate-0', which this job does not have"),
         "{err}"
     );
+}
+
+#[test]
+fn with_unaligned_checkpoints_a_savepoint_is_aligned_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = clean_rows(dir.path());
+    let out = dir.path().join("out");
+    let checkpoints = dir.path().join("checkpoints").display().to_string();
+    let settings = [
+        ("execution.checkpointing.interval", "100 ms"),
+        ("execution.checkpointing.dir", checkpoints.as_str()),
+        ("execution.checkpointing.unaligned.enabled", "true"),
+    ];
+    let job = start_with(dir.path(), &out, 2, None, &settings);
+    std::thread::sleep(Duration::from_millis(800));
+    let savepoint = job.stop_with_savepoint().unwrap();
+    let metadata = std::fs::read_to_string(savepoint.join("_metadata")).unwrap();
+    assert!(
+        !metadata.contains("channel_state"),
+        "savepoints hold no in-flight records"
+    );
+    let resumed = start_with(dir.path(), &out, 3, Some(&savepoint), &settings);
+    assert_eq!(resumed.wait().unwrap(), JobStatus::Finished);
+    assert_eq!(crate::part_file_lines(&out), expected);
 }
 
 #[test]
