@@ -24,6 +24,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use super::{OptionSpec, parse_option};
 use crate::config::{SessionConfig, parse_duration};
 use crate::frontend::catalog::TableDef;
+use crate::runtime::source::CountedSplit;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
 use crate::{Error, Result};
 
@@ -409,34 +410,23 @@ impl SourceReader for DatagenReader {
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        let splits: Vec<serde_json::Value> = self
-            .splits
-            .iter()
-            .map(|s| serde_json::json!({ "index": s.index, "count": s.count, "emitted": s.emitted }))
-            .collect();
-        Ok(serde_json::json!({ "splits": splits }))
+        Ok(CountedSplit::position(self.splits.iter().map(|s| CountedSplit {
+            index: s.index,
+            count: s.count,
+            emitted: s.emitted,
+        })))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
-        let bad = || {
-            Error::State(format!(
-                "datagen position {position} is not one this source wrote"
-            ))
-        };
-        let saved = position["splits"].as_array().ok_or_else(bad)?;
-        let mut splits = Vec::with_capacity(saved.len());
-        for split in saved {
-            let field = |name: &str| split[name].as_u64().ok_or_else(bad);
-            let (index, count) = (field("index")?, field("count")?);
-            if count == 0 || index >= count {
-                return Err(bad());
-            }
-            let mut restored = DatagenSplit::new(index, count, self.total);
-            restored.emitted = field("emitted")?;
+        let mut splits = Vec::new();
+        for saved in CountedSplit::parse(position, "datagen")? {
+            let mut restored = DatagenSplit::new(saved.index, saved.count, self.total);
+            restored.emitted = saved.emitted;
             if restored.rows.is_some_and(|rows| restored.emitted > rows) {
                 return Err(Error::State(format!(
-                    "datagen position {} of split {index} is beyond its {} rows",
+                    "datagen position {} of split {} is beyond its {} rows",
                     restored.emitted,
+                    saved.index,
                     restored.rows.unwrap_or_default()
                 )));
             }

@@ -34,6 +34,56 @@ pub trait SourceReader: Send {
     }
 }
 
+/// A split whose position is a count of rows emitted: split `index` of
+/// `count` (the number fixed when the job was created). Datagen and nexmark
+/// positions are lists of these (`{"splits": [{"index", "count", "emitted"}]}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountedSplit {
+    /// Which split.
+    pub index: u64,
+    /// How many splits the source has.
+    pub count: u64,
+    /// Rows emitted from it.
+    pub emitted: u64,
+}
+
+impl CountedSplit {
+    /// A position of these splits.
+    pub fn position(splits: impl IntoIterator<Item = CountedSplit>) -> serde_json::Value {
+        let splits: Vec<serde_json::Value> = splits
+            .into_iter()
+            .map(|s| serde_json::json!({ "index": s.index, "count": s.count, "emitted": s.emitted }))
+            .collect();
+        serde_json::json!({ "splits": splits })
+    }
+
+    /// The splits of a position [`CountedSplit::position`] wrote; `source`
+    /// names the source in the error.
+    pub fn parse(position: &serde_json::Value, source: &str) -> Result<Vec<CountedSplit>> {
+        let bad = || {
+            Error::State(format!(
+                "{source} position {position} is not one this source wrote"
+            ))
+        };
+        let saved = position["splits"].as_array().ok_or_else(bad)?;
+        saved
+            .iter()
+            .map(|split| {
+                let field = |name: &str| split[name].as_u64().ok_or_else(bad);
+                let split = CountedSplit {
+                    index: field("index")?,
+                    count: field("count")?,
+                    emitted: field("emitted")?,
+                };
+                if split.count == 0 || split.index >= split.count {
+                    return Err(bad());
+                }
+                Ok(split)
+            })
+            .collect()
+    }
+}
+
 /// Creates the reader of each source subtask; implemented by connectors.
 pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     /// A one-line description for EXPLAIN.

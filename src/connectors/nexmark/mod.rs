@@ -31,6 +31,7 @@ use super::{OptionSpec, parse_bool_option, parse_option};
 use crate::config::SessionConfig;
 use crate::frontend::catalog::TableDef;
 use crate::frontend::types::flink_type_name;
+use crate::runtime::source::CountedSplit;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
 use crate::{Error, Result};
 
@@ -383,36 +384,24 @@ impl SourceReader for NexmarkReader {
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        let splits: Vec<serde_json::Value> = self
-            .splits
-            .iter()
-            .map(|s| serde_json::json!({ "index": s.index, "count": s.count, "emitted": s.emitted }))
-            .collect();
-        Ok(serde_json::json!({ "splits": splits }))
+        Ok(CountedSplit::position(self.splits.iter().map(|s| CountedSplit {
+            index: s.index,
+            count: s.count,
+            emitted: s.emitted,
+        })))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
-        let bad = || {
-            Error::State(format!(
-                "nexmark position {position} does not match this source's splits"
-            ))
-        };
-        let saved = position["splits"].as_array().ok_or_else(bad)?;
         // The splits this subtask reads from now on: its own at the same
         // parallelism, others after rescaling (their number never changes).
-        let mut splits = Vec::with_capacity(saved.len());
-        for saved in saved {
-            let field = |name: &str| saved[name].as_u64().ok_or_else(bad);
-            let split = Split {
-                index: field("index")?,
-                count: field("count")?,
-                emitted: field("emitted")?,
-            };
-            if split.count == 0 || split.index >= split.count {
-                return Err(bad());
-            }
-            splits.push(split);
-        }
+        let splits: Vec<Split> = CountedSplit::parse(position, "nexmark")?
+            .into_iter()
+            .map(|s| Split {
+                index: s.index,
+                count: s.count,
+                emitted: s.emitted,
+            })
+            .collect();
         self.splits = splits;
         if let Some(i) = self.next_split() {
             let id = self.splits[i].next_id();
