@@ -161,6 +161,10 @@ struct CheckpointArgs {
     /// Checkpoint interval.
     #[arg(long, default_value = "1s")]
     interval: String,
+    /// Take unaligned checkpoints (the job is not backpressured: this
+    /// measures what unaligned mode costs when it is not needed).
+    #[arg(long)]
+    unaligned: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -436,11 +440,12 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         parallelism: args.parallelism,
         interval,
         runs: args.runs,
+        unaligned: args.unaligned,
     };
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
     let r = run(&options, &weir)?;
     println!(
-        "Checkpoints, {} rows, {} keys, 1-hour tumbling windows, parallelism {}, interval {} ms, median of {} runs\n\
+        "{} checkpoints, {} rows, {} keys, 1-hour tumbling windows, parallelism {}, interval {} ms, median of {} runs\n\
          throughput without checkpoints  {:.2}M rows/s\n\
          throughput with checkpoints     {:.2}M rows/s  (overhead {:.1}%)\n\
          checkpoints                     {}\n\
@@ -448,6 +453,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
          largest state                   {:.1} MB\n\
          tasks blocked by snapshot       {:.0} ms (median of the longest per checkpoint)\n\
          recovery after SIGKILL          {:.0} ms to restore {} state rows and run",
+        if args.unaligned { "Unaligned" } else { "Aligned" },
         r.rows,
         r.keys,
         r.parallelism,

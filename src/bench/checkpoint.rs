@@ -33,6 +33,8 @@ pub struct CheckpointBenchOptions {
     pub interval: Duration,
     /// Runs of each kind, interleaved; medians are reported.
     pub runs: usize,
+    /// Unaligned checkpoints instead of aligned ones.
+    pub unaligned: bool,
 }
 
 /// The figures.
@@ -46,6 +48,8 @@ pub struct CheckpointBenchResult {
     pub parallelism: usize,
     /// Checkpoint interval, ms.
     pub interval_ms: u64,
+    /// Unaligned checkpoints.
+    pub unaligned: bool,
     /// Runs of each kind.
     pub runs: usize,
     /// Median rows/s without checkpoints.
@@ -107,6 +111,10 @@ fn run_in_process(
             &format!("{} ms", options.interval.as_millis()),
         )?;
         engine.set("execution.checkpointing.dir", &dir.display().to_string())?;
+        engine.set(
+            "execution.checkpointing.unaligned.enabled",
+            &options.unaligned.to_string(),
+        )?;
         engine.set("pipeline.name", "checkpoint-bench")?;
     }
     let started = Instant::now();
@@ -236,6 +244,7 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
         keys: options.keys,
         parallelism: options.parallelism,
         interval_ms: options.interval.as_millis() as u64,
+        unaligned: options.unaligned,
         plain_rows_per_second: plain,
         checkpointed_rows_per_second: checkpointed,
         overhead: 1.0 - checkpointed / plain,
