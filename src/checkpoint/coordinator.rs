@@ -125,8 +125,11 @@ impl<A> CoordinatorState<A> {
     /// When the next trigger is due (ms), or `None` when none will be.
     pub fn next_trigger_at(&self) -> Option<u64> {
         let interval = self.timing.interval?;
-        let periodic = self.pending.values().filter(|p| !p.savepoint).count();
-        if self.stopped || periodic >= self.timing.max_concurrent {
+        // No periodic checkpoint while a savepoint is taken.
+        if self.stopped
+            || self.pending.len() >= self.timing.max_concurrent
+            || self.pending.values().any(|p| p.savepoint)
+        {
             return None;
         }
         let after_interval = self.last_trigger.unwrap_or(self.started_at) + interval;
@@ -153,12 +156,23 @@ impl<A> CoordinatorState<A> {
     }
 
     /// Triggers a savepoint at `now`, whatever the periodic schedule and
-    /// concurrency limit say; returns its id (from the checkpoints' sequence).
-    pub fn trigger_savepoint(&mut self, now: u64) -> CheckpointId {
+    /// concurrency limit say; returns its id (from the checkpoints' sequence)
+    /// and the periodic checkpoints in flight, which it aborts without
+    /// counting them as failures (its barriers overtake theirs).
+    pub fn trigger_savepoint(&mut self, now: u64) -> (CheckpointId, Vec<CheckpointId>) {
+        let aborted: Vec<CheckpointId> = self
+            .pending
+            .values()
+            .filter(|p| !p.savepoint)
+            .map(|p| p.id)
+            .collect();
+        for id in &aborted {
+            self.pending.remove(id);
+        }
         let id = self.next_id;
         self.next_id += 1;
         self.insert(id, now, true);
-        id
+        (id, aborted)
     }
 
     fn insert(&mut self, id: CheckpointId, now: u64, savepoint: bool) {
@@ -364,26 +378,24 @@ mod tests {
     }
 
     #[test]
-    fn a_savepoint_is_triggered_at_once_besides_a_pending_checkpoint_and_is_never_subsumed() {
+    fn a_savepoint_aborts_the_checkpoint_in_flight_and_holds_back_periodic_ones_until_done() {
         let mut c: CoordinatorState<()> = CoordinatorState::new(timing(), 1, 1, 0);
         assert_eq!(c.trigger_if_due(100), Some(1));
-        assert_eq!(c.trigger_savepoint(120), 2);
-        assert!(c.is_savepoint(2) && !c.is_savepoint(1));
-        // The savepoint does not count against max-concurrent-checkpoints.
-        c.acknowledge(1, 0, ());
-        c.completed(1, 150);
-        assert_eq!(c.trigger_if_due(250), Some(3));
-        c.acknowledge(3, 0, ());
-        assert_eq!(
-            c.completed(3, 260),
-            Vec::<CheckpointId>::new(),
-            "savepoint 2 stays pending"
+        assert_eq!(c.trigger_savepoint(120), (2, vec![1]));
+        assert!(c.is_savepoint(2));
+        assert!(
+            matches!(c.acknowledge(1, 0, ()), AckOutcome::Unknown),
+            "1 was aborted"
         );
-        assert_eq!(c.pending_ids(), vec![2]);
-        // Its failure is not the job's.
-        assert_eq!(c.failed(2), FailureVerdict::Continue);
-        c.trigger_if_due(400);
-        assert_eq!(c.failed(4), FailureVerdict::Continue);
+        assert_eq!(c.trigger_if_due(10_000), None, "not while the savepoint is taken");
+        assert!(matches!(c.acknowledge(2, 0, ()), AckOutcome::AllAcknowledged(_)));
+        c.completed(2, 10_010);
+        assert_eq!(c.trigger_if_due(10_010), Some(3));
+        // A savepoint's failure is not the job's.
+        let (id, _) = c.trigger_savepoint(10_020);
+        assert_eq!(c.failed(id), FailureVerdict::Continue);
+        c.trigger_if_due(20_000);
+        assert_eq!(c.failed(5), FailureVerdict::Continue);
     }
 
     #[test]
@@ -399,7 +411,7 @@ mod tests {
         );
         assert_eq!(c.next_trigger_at(), None);
         assert_eq!(c.trigger_if_due(1_000_000), None);
-        assert_eq!(c.trigger_savepoint(5), 1);
+        assert_eq!(c.trigger_savepoint(5), (1, vec![]));
     }
 
     #[test]

@@ -129,7 +129,11 @@ impl CoordinatorDriver {
                 recv(self.reports) -> report => report.map_err(|_| RecvTimeoutError::Disconnected),
                 recv(self.requests) -> request => {
                     if let Ok(CoordinatorRequest::Savepoint { stop, reply }) = request {
-                        let id = state.trigger_savepoint(now());
+                        let (id, aborted) = state.trigger_savepoint(now());
+                        for old in aborted {
+                            trigger_times.remove(&old);
+                            let _ = std::fs::remove_dir_all(checkpoint_dir(&self.job_dir, old));
+                        }
                         trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
                         self.job.checkpoint_triggered(id);
                         self.trigger_savepoint(id, stop);

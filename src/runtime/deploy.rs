@@ -468,7 +468,7 @@ pub fn build_attempt(
                 writers: Vec::new(),
                 paused: false,
                 replay,
-                pending_snapshot: None,
+                pending_snapshots: Vec::new(),
             });
         }
     }

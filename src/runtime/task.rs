@@ -109,8 +109,8 @@ pub struct Task {
     pub paused: bool,
     /// Channel state of an unaligned checkpoint to replay before anything else.
     pub replay: Vec<Replay>,
-    /// Unaligned: a snapshot taken, waiting for its input channel state.
-    pub pending_snapshot: Option<PendingSnapshot>,
+    /// Unaligned: snapshots taken, each waiting for its input channel state.
+    pub pending_snapshots: Vec<PendingSnapshot>,
 }
 
 /// In-flight data restored from an unaligned checkpoint.
@@ -496,7 +496,7 @@ impl Task {
         };
         if defer {
             // Unaligned: acknowledged once the input channel state is complete.
-            self.pending_snapshot = Some(snapshot);
+            self.pending_snapshots.push(snapshot);
             return Ok(());
         }
         self.write_snapshot(snapshot, Vec::new())
@@ -505,12 +505,12 @@ impl Task {
     /// Unaligned: the records that were in flight before checkpoint `id`'s
     /// barriers are all in; the snapshot can be written.
     fn channel_state_complete(&mut self, id: CheckpointId, records: Vec<(usize, RecordBatch)>) -> Result<()> {
-        match self.pending_snapshot.take() {
-            Some(snapshot) if snapshot.barrier.id == id => self.write_snapshot(snapshot, records),
-            other => {
-                self.pending_snapshot = other;
-                Ok(())
+        match self.pending_snapshots.iter().position(|s| s.barrier.id == id) {
+            Some(index) => {
+                let snapshot = self.pending_snapshots.remove(index);
+                self.write_snapshot(snapshot, records)
             }
+            None => Ok(()),
         }
     }
 
@@ -519,9 +519,7 @@ impl Task {
         match event {
             InputEvent::Barrier(barrier) => self.checkpoint(barrier, None, alignment, lanes),
             InputEvent::AbortCheckpoint(id) => {
-                if self.pending_snapshot.as_ref().is_some_and(|s| s.barrier.id == id) {
-                    self.pending_snapshot = None;
-                }
+                self.pending_snapshots.retain(|s| s.barrier.id != id);
                 self.decline(id, "a newer barrier overtook it".into());
                 Ok(())
             }
