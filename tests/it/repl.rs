@@ -144,3 +144,31 @@ fn source_runs_a_file_and_show_functions_lists_flink_builtins() {
         );
     }
 }
+
+#[test]
+fn describe_job_lists_the_tasks_and_the_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = with_stdin(&format!(
+        "SET 'execution.checkpointing.interval' = '50 ms';
+         SET 'execution.checkpointing.dir' = '{}';
+         CREATE TABLE endless (id BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = '1000');
+         CREATE TABLE sink (id BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO sink SELECT id FROM endless;
+         DESCRIBE JOB '1';
+         STOP JOB '1';",
+        dir.path().display()
+    ));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("| task")
+            && stdout.contains("| backpressure")
+            && stdout.contains("Sink: sink[blackhole] (1/1)"),
+        "{stdout}"
+    );
+    // Right after submission no checkpoint may have completed yet; either way
+    // the shell says what there is.
+    assert!(
+        stdout.contains("No checkpoint completed") || stdout.contains("| checkpoint"),
+        "{stdout}"
+    );
+}
