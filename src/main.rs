@@ -218,11 +218,7 @@ fn main() -> ExitCode {
             metrics_interval,
         } => {
             let interval = metrics_interval
-                .map(|text| {
-                    weir::config::parse_duration(&text)
-                        .filter(|d| !d.is_zero())
-                        .with_context(|| format!("--metrics-interval: '{text}' is not a duration such as 1s"))
-                })
+                .map(|text| duration_arg("metrics-interval", &text))
                 .transpose();
             interval.and_then(|interval| run(&file, &settings, restore.as_deref(), interval))
         }
@@ -426,9 +422,7 @@ fn shell(execute: Option<String>) -> weir::Result<()> {
 
 fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
     use weir::bench::checkpoint::{CheckpointBenchOptions, run};
-    let interval = weir::config::parse_duration(&args.interval)
-        .filter(|d| !d.is_zero())
-        .with_context(|| format!("--interval: '{}' is not a duration such as 1s", args.interval))?;
+    let interval = duration_arg("interval", &args.interval)?;
     anyhow::ensure!(args.parallelism > 0, "--parallelism must be positive");
     anyhow::ensure!(
         args.keys > 0 && args.rows > 0,
@@ -470,11 +464,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         r.recovery_ms,
         r.recovery_state_rows
     );
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&r)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(())
+    write_json(args.json, &r)
 }
 
 fn duration_arg(name: &str, text: &str) -> anyhow::Result<std::time::Duration> {
@@ -585,16 +575,9 @@ fn bench_nexmark(args: NexmarkArgs) -> anyhow::Result<()> {
         json,
         output_dir,
     } = args;
-    let checkpoint_interval = match checkpoint_interval {
-        None => None,
-        Some(text) => Some(
-            weir::config::parse_duration(&text)
-                .filter(|d| !d.is_zero())
-                .with_context(|| {
-                    format!("--checkpoint-interval: '{text}' is not a duration such as 1s or 500ms")
-                })?,
-        ),
-    };
+    let checkpoint_interval = checkpoint_interval
+        .map(|text| duration_arg("checkpoint-interval", &text))
+        .transpose()?;
     anyhow::ensure!(parallelism > 0, "--parallelism must be positive");
     anyhow::ensure!(events > 0, "--events must be positive");
     let queries: Vec<String> = if queries == "all" {
@@ -685,11 +668,7 @@ fn bench_nexmark(args: NexmarkArgs) -> anyhow::Result<()> {
     for line in not_run {
         println!("{line}");
     }
-    if let Some(path) = json {
-        std::fs::write(&path, serde_json::to_string_pretty(&results)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(())
+    write_json(json, &results)
 }
 
 fn print_result(result: weir::TableResult) -> anyhow::Result<()> {

@@ -76,8 +76,19 @@ pub struct CheckpointBenchResult {
 
 /// The job: `keys` keys, one row per millisecond of event time, 1-hour tumbling windows.
 fn job_sql(rows: u64, keys: u64, rows_per_second: u64) -> String {
+    windowed_job_sql(rows, 1, keys, rows_per_second)
+}
+
+/// The benchmarks' job: ids `0..rows` (`rows_per_ms` per millisecond of event
+/// time) counted and summed per key (`id % keys`) in 1-hour tumbling
+/// windows, into a blackhole.
+pub(crate) fn windowed_job_sql(rows: u64, rows_per_ms: u64, keys: u64, rows_per_second: u64) -> String {
+    let millis = match rows_per_ms {
+        1 => "id".to_string(),
+        n => format!("id / {n}"),
+    };
     format!(
-        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id, 3),
+        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ({millis}, 3),
            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
          WITH ('connector' = 'datagen', 'rows-per-second' = '{rows_per_second}',
                'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '{}');

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::ScratchDir;
+use super::checkpoint::windowed_job_sql;
 use crate::{Engine, Error, JobStatus, Result};
 
 /// What to measure.
@@ -73,17 +74,10 @@ fn engine(
     Ok(engine)
 }
 
+/// The job, 1000 rows per millisecond of event time: an hour's window
+/// holds every key long before it closes.
 fn job_sql(keys: u64) -> String {
-    format!(
-        "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id / 1000, 3),
-           WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
-         WITH ('connector' = 'datagen', 'rows-per-second' = '1000000000',
-               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '9000000000000');
-         CREATE TABLE sink (k BIGINT, c BIGINT, s BIGINT) WITH ('connector' = 'blackhole');
-         INSERT INTO sink SELECT id % {keys}, COUNT(*), SUM(id)
-         FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '1' HOUR))
-         GROUP BY id % {keys}, window_start, window_end"
-    )
+    windowed_job_sql(9_000_000_000_001, 1000, keys, 1_000_000_000)
 }
 
 /// Takes a savepoint of the job holding every one of `keys` keys.

@@ -262,7 +262,14 @@ impl SourceFactory for DatagenFactory {
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         // One split per subtask of the job as created; a restore may hand a
         // subtask other splits (rescaling).
-        let split = DatagenSplit::new(ctx.subtask as u64, ctx.parallelism as u64, self.total);
+        let split = DatagenSplit::new(
+            CountedSplit {
+                index: ctx.subtask as u64,
+                count: ctx.parallelism as u64,
+                emitted: 0,
+            },
+            self.total,
+        );
         let mut reader = DatagenReader {
             schema: self.schema.clone(),
             fields: self.fields.clone(),
@@ -281,34 +288,25 @@ impl SourceFactory for DatagenFactory {
     }
 }
 
-/// Split `index` of `count`: the global rows `index, index + count, ...`.
+/// A split (the global rows `index, index + count, ...`) and how many rows
+/// it has in all, if bounded.
 #[derive(Debug, Clone, Copy)]
 struct DatagenSplit {
-    index: u64,
-    count: u64,
-    /// Rows of the split in all, if bounded.
+    split: CountedSplit,
     rows: Option<u64>,
-    /// Rows emitted so far: the position a checkpoint saves.
-    emitted: u64,
 }
 
 impl DatagenSplit {
-    fn new(index: u64, count: u64, total: Option<u64>) -> Self {
+    fn new(split: CountedSplit, total: Option<u64>) -> Self {
+        let CountedSplit { index, count, .. } = split;
         DatagenSplit {
-            index,
-            count,
+            split,
             rows: total.map(|t| if index < t { (t - index).div_ceil(count) } else { 0 }),
-            emitted: 0,
         }
     }
 
     fn done(&self) -> bool {
-        self.rows.is_some_and(|rows| self.emitted >= rows)
-    }
-
-    /// The global row number of the split's next row.
-    fn next_row(&self) -> u64 {
-        self.index + self.emitted * self.count
+        self.rows.is_some_and(|rows| self.split.emitted >= rows)
     }
 }
 
@@ -331,12 +329,12 @@ struct DatagenReader {
 
 impl DatagenReader {
     fn emitted(&self) -> u64 {
-        self.splits.iter().map(|s| s.emitted).sum()
+        self.splits.iter().map(|s| s.split.emitted).sum()
     }
 
     /// This subtask's share of `rows-per-second` (by the splits it reads) and its batch size.
     fn pace(&mut self) {
-        let count = self.splits.first().map_or(1, |s| s.count) as f64;
+        let count = self.splits.first().map_or(1, |s| s.split.count) as f64;
         self.rate = self.rows_per_second * self.splits.len() as f64 / count;
         self.per_batch =
             ((self.rate * self.buffer_timeout.as_secs_f64()).ceil() as usize).clamp(1, self.batch_size);
@@ -347,7 +345,7 @@ impl DatagenReader {
     /// The global row numbers of the next `n` rows, taking the unfinished
     /// split with the lowest next row each time.
     fn next_rows(&mut self, n: usize) -> Vec<u64> {
-        if let [split] = self.splits.as_mut_slice() {
+        if let [DatagenSplit { split, .. }] = self.splits.as_mut_slice() {
             let first = split.emitted;
             split.emitted += n as u64;
             return (first..first + n as u64)
@@ -360,12 +358,12 @@ impl DatagenReader {
                 .splits
                 .iter_mut()
                 .filter(|s| !s.done())
-                .min_by_key(|s| s.next_row())
+                .min_by_key(|s| s.split.next())
             else {
                 break;
             };
-            rows.push(split.next_row());
-            split.emitted += 1;
+            rows.push(split.split.next());
+            split.split.emitted += 1;
         }
         rows
     }
@@ -377,7 +375,7 @@ impl SourceReader for DatagenReader {
             Some(_) => self
                 .splits
                 .iter()
-                .map(|s| s.rows.map_or(0, |r| r.saturating_sub(s.emitted)))
+                .map(|s| s.rows.map_or(0, |r| r.saturating_sub(s.split.emitted)))
                 .sum(),
             None => u64::MAX,
         };
@@ -410,22 +408,17 @@ impl SourceReader for DatagenReader {
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        Ok(CountedSplit::position(self.splits.iter().map(|s| CountedSplit {
-            index: s.index,
-            count: s.count,
-            emitted: s.emitted,
-        })))
+        Ok(CountedSplit::position(self.splits.iter().map(|s| s.split)))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
         let mut splits = Vec::new();
         for saved in CountedSplit::parse(position, "datagen")? {
-            let mut restored = DatagenSplit::new(saved.index, saved.count, self.total);
-            restored.emitted = saved.emitted;
-            if restored.rows.is_some_and(|rows| restored.emitted > rows) {
+            let restored = DatagenSplit::new(saved, self.total);
+            if restored.rows.is_some_and(|rows| saved.emitted > rows) {
                 return Err(Error::State(format!(
                     "datagen position {} of split {} is beyond its {} rows",
-                    restored.emitted,
+                    saved.emitted,
                     saved.index,
                     restored.rows.unwrap_or_default()
                 )));

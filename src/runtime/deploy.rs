@@ -21,7 +21,7 @@ use super::source::SourceReader;
 use super::task::{Replay, Task, TaskInput};
 use crate::checkpoint::driver::DriverTask;
 use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
-use crate::checkpoint::{ChannelSide, CheckpointConfig, TaskState};
+use crate::checkpoint::{ChannelSide, CheckpointConfig, OperatorState, TaskState};
 use crate::state::key_group::key_group_range;
 use crate::state::snapshot::{read_batches, read_state_file};
 use crate::{Error, Result};
@@ -146,6 +146,11 @@ fn saved_subtasks<'a>(
     Ok(old)
 }
 
+/// What subtask `task` saved of operator `uid`.
+fn operator_state<'a>(task: &'a TaskState, uid: &str) -> Option<&'a OperatorState> {
+    task.operators.iter().find(|o| o.operator_id == uid)
+}
+
 /// Restores a source reader and the chained operators of subtask
 /// `ctx.subtask` of vertex `vertex` from a checkpoint taken at this or another
 /// parallelism (see [`crate::checkpoint::rescale`]): state is found by
@@ -186,14 +191,15 @@ pub fn restore_task(
     }
     let range = key_group_range(ctx.subtask, ctx.parallelism, ctx.max_parallelism);
     for (index, uid) in operator_uids.iter().enumerate() {
-        let old = saved_subtasks(restored, uid, |t| {
-            t.operators.iter().any(|o| &o.operator_id == uid)
-        })?;
+        let old = saved_subtasks(restored, uid, |t| operator_state(t, uid).is_some())?;
         let Some(first) = old.first() else { continue };
         let old_parallelism = first.parallelism;
-        let saved = |t: &'_ TaskState| t.operators.iter().find(|o| &o.operator_id == uid).cloned();
+
         let expected = chain[index].state_signature()?;
-        let saved_signature = old.iter().find_map(|t| saved(t)).and_then(|o| o.signature);
+        let saved_signature = old
+            .iter()
+            .find_map(|t| operator_state(t, uid))
+            .and_then(|o| o.signature.clone());
         if let (Some(expected), Some(saved)) = (&expected, &saved_signature)
             && expected != saved
         {
@@ -211,7 +217,9 @@ pub fn restore_task(
         };
         let mut snapshots = Vec::new();
         for task in sources.iter().map(|k| old[*k]) {
-            let Some(saved) = saved(task) else { continue };
+            let Some(saved) = operator_state(task, uid) else {
+                continue;
+            };
             let rows = match &saved.file {
                 Some(file) if overlaps(&(file.key_groups.0..=file.key_groups.1), &range) => {
                     read_state_file(&restored.dir.join(&file.path), &range)?
@@ -465,7 +473,6 @@ pub fn build_attempt(
                 metrics,
                 cancel: cancel.clone(),
                 checkpointing,
-                writers: Vec::new(),
                 paused: false,
                 replay,
                 pending_snapshots: Vec::new(),

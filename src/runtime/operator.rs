@@ -283,6 +283,25 @@ impl TaskMetrics {
         }
     }
 
+    /// The task starts waiting on a full output: shown as blocked from now.
+    /// Returns the start, for [`TaskMetrics::unblocked`].
+    pub fn blocked(&self) -> u64 {
+        let since = monotonic_nanos();
+        self.blocked_since.store(since, Ordering::Relaxed);
+        since
+    }
+
+    /// The wait that began at `since` ended: its time counts as blocked.
+    pub fn unblocked(&self, since: u64) {
+        // Added before the mark is cleared: a reading in between counts the
+        // time twice at most, never loses it.
+        Self::add(
+            &self.blocked_on_output_nanos,
+            monotonic_nanos().saturating_sub(since),
+        );
+        self.blocked_since.store(0, Ordering::Relaxed);
+    }
+
     /// Adds `n` to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
@@ -356,10 +375,7 @@ pub fn send_tracked<T>(
         Err(TrySendError::Full(message)) => message,
     };
     let started = std::time::Instant::now();
-    let since = monotonic_nanos();
-    if let Some(metrics) = metrics {
-        metrics.blocked_since.store(since, Ordering::Relaxed);
-    }
+    let since = metrics.map(TaskMetrics::blocked);
     let result = loop {
         match sender.send_timeout(message, std::time::Duration::from_millis(50)) {
             Ok(()) => break Ok(started.elapsed()),
@@ -372,14 +388,8 @@ pub fn send_tracked<T>(
             }
         }
     };
-    if let Some(metrics) = metrics {
-        // Added before the mark is cleared: a reading in between counts the
-        // time twice at most, never loses it.
-        TaskMetrics::add(
-            &metrics.blocked_on_output_nanos,
-            monotonic_nanos().saturating_sub(since),
-        );
-        metrics.blocked_since.store(0, Ordering::Relaxed);
+    if let (Some(metrics), Some(since)) = (metrics, since) {
+        metrics.unblocked(since);
     }
     result
 }

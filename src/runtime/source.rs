@@ -48,6 +48,12 @@ pub struct CountedSplit {
 }
 
 impl CountedSplit {
+    /// The global number of the split's next row: rows `index, index +
+    /// count, ...` belong to it.
+    pub fn next(&self) -> u64 {
+        self.index + self.emitted * self.count
+    }
+
     /// A position of these splits.
     pub fn position(splits: impl IntoIterator<Item = CountedSplit>) -> serde_json::Value {
         let splits: Vec<serde_json::Value> = splits

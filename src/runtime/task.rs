@@ -21,9 +21,7 @@ use super::control::{TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::ExchangeWriter;
 use super::input::{InputEvent, InputGate};
 use super::message::{BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
-use super::operator::{
-    Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, monotonic_nanos, wall_clock_millis,
-};
+use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
 use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, TaskState};
 use crate::state::snapshot::{write_batches, write_state_file};
@@ -103,8 +101,6 @@ pub struct Task {
     pub cancel: Arc<AtomicBool>,
     /// The task's checkpoint wiring, when checkpoints are on.
     pub checkpointing: Option<TaskCheckpointing>,
-    /// Threads writing this task's snapshots.
-    pub writers: Vec<std::thread::JoinHandle<()>>,
     /// A source that injected a stop-with-savepoint barrier emits nothing more.
     pub paused: bool,
     /// Channel state of an unaligned checkpoint to replay before anything else.
@@ -322,10 +318,6 @@ impl Task {
     fn report_finished(&mut self, source: Option<serde_json::Value>) -> Result<()> {
         if self.checkpointing.is_none() {
             return Ok(());
-        }
-        // Earlier snapshots are written before the final state is reported.
-        for writer in self.writers.drain(..) {
-            let _ = writer.join();
         }
         let taken = self.take_snapshots(CheckpointId::MAX)?;
         let has_rows = taken
@@ -622,11 +614,7 @@ impl Task {
             if self.cancel.load(Ordering::Relaxed) {
                 break Err(cancelled());
             }
-            since.get_or_insert_with(|| {
-                let now = monotonic_nanos();
-                self.metrics.blocked_since.store(now, Ordering::Relaxed);
-                now
-            });
+            since.get_or_insert_with(|| self.metrics.blocked());
             {
                 let mut select = crossbeam_channel::Select::new();
                 for output in &self.outputs {
@@ -658,11 +646,7 @@ impl Task {
             }
         };
         if let Some(since) = since {
-            TaskMetrics::add(
-                &self.metrics.blocked_on_output_nanos,
-                monotonic_nanos().saturating_sub(since),
-            );
-            self.metrics.blocked_since.store(0, Ordering::Relaxed);
+            self.metrics.unblocked(since);
         }
         result
     }

@@ -280,9 +280,9 @@ impl SourceFactory for NexmarkFactory {
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         let splits = self.splits.unwrap_or(ctx.parallelism);
-        let owned: Vec<Split> = (0..splits)
+        let owned: Vec<CountedSplit> = (0..splits)
             .filter(|k| k % ctx.parallelism == ctx.subtask)
-            .map(|k| Split {
+            .map(|k| CountedSplit {
                 index: k as u64,
                 count: splits as u64,
                 emitted: 0,
@@ -303,29 +303,12 @@ impl SourceFactory for NexmarkFactory {
     }
 }
 
-/// One split: ids `index, index + count, ...`; `emitted` is its position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Split {
-    /// Which split (0-based).
-    pub index: u64,
-    /// How many splits the job has.
-    pub count: u64,
-    /// Events emitted so far: the split's checkpointed offset.
-    pub emitted: u64,
-}
-
-impl Split {
-    /// The id of the split's next event.
-    pub fn next_id(&self) -> u64 {
-        self.index + self.emitted * self.count
-    }
-}
-
 struct NexmarkReader {
     config: Arc<GeneratorConfig>,
     builder: EventBatchBuilder,
     events: Option<u64>,
-    splits: Vec<Split>,
+    /// Event ids `index, index + count, ...` per split; `emitted` is its position.
+    splits: Vec<CountedSplit>,
     projection: Vec<usize>,
     schema: SchemaRef,
     batch_size: usize,
@@ -342,8 +325,8 @@ impl NexmarkReader {
         self.splits
             .iter()
             .enumerate()
-            .filter(|(_, s)| self.events.is_none_or(|n| s.next_id() < n))
-            .min_by_key(|(_, s)| s.next_id())
+            .filter(|(_, s)| self.events.is_none_or(|n| s.next() < n))
+            .min_by_key(|(_, s)| s.next())
             .map(|(i, _)| i)
     }
 }
@@ -353,7 +336,7 @@ impl SourceReader for NexmarkReader {
         let mut rows = 0;
         while rows < self.batch_size {
             let Some(i) = self.next_split() else { break };
-            let id = self.splits[i].next_id();
+            let id = self.splits[i].next();
             if self.rate_limited {
                 // Emit an event no earlier than its event time, counted from the start.
                 let due = Duration::from_millis(
@@ -384,27 +367,15 @@ impl SourceReader for NexmarkReader {
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        Ok(CountedSplit::position(self.splits.iter().map(|s| CountedSplit {
-            index: s.index,
-            count: s.count,
-            emitted: s.emitted,
-        })))
+        Ok(CountedSplit::position(self.splits.iter().copied()))
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
         // The splits this subtask reads from now on: its own at the same
         // parallelism, others after rescaling (their number never changes).
-        let splits: Vec<Split> = CountedSplit::parse(position, "nexmark")?
-            .into_iter()
-            .map(|s| Split {
-                index: s.index,
-                count: s.count,
-                emitted: s.emitted,
-            })
-            .collect();
-        self.splits = splits;
+        self.splits = CountedSplit::parse(position, "nexmark")?;
         if let Some(i) = self.next_split() {
-            let id = self.splits[i].next_id();
+            let id = self.splits[i].next();
             self.resumed_at = Duration::from_millis(
                 (self.config.event_time_ms(id) - self.config.base_time_ms).max(0) as u64,
             );
