@@ -1,14 +1,12 @@
-//! Differential test: weir's streaming window aggregates against DataFusion's
-//! batch GROUP BY over the same rows, with the window start computed by an
-//! expression. Random keys, out-of-order timestamps within the watermark bound
-//! (so no row is late), parallelism 1, 2 and 4; results equal as multisets.
+//! Differential test: weir's streaming window aggregates against a model, a
+//! plain batch GROUP BY over the same rows written here without any engine
+//! code (each row put in its windows by arithmetic, sessions by sorting).
+//! Random keys, out-of-order timestamps within the watermark bound (so no row
+//! is late), parallelism 1, 2 and 4; results equal as multisets.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
-use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::prelude::SessionContext;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use weir::Engine;
@@ -16,83 +14,48 @@ use weir::Engine;
 const DELAY_MS: i64 = 3_000;
 const BASE_MS: i64 = 1_700_000_000_000;
 
-/// Random rows: ids in order, timestamps advancing with jitter below the delay.
-fn generate(seed: u64, rows: usize, keys: i64) -> RecordBatch {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut clock = BASE_MS;
-    let (mut k, mut price, mut bidder, mut ts) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..rows {
-        clock += rng.random_range(0..40);
-        k.push(rng.random_range(0..keys));
-        price.push(rng.random_range(1..10_000));
-        bidder.push(rng.random_range(0..50));
-        ts.push(clock - rng.random_range(0..DELAY_MS));
-    }
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("price", DataType::Int64, false),
-        Field::new("bidder", DataType::Int64, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
-    ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(k)),
-            Arc::new(Int64Array::from(price)),
-            Arc::new(Int64Array::from(bidder)),
-            Arc::new(TimestampMillisecondArray::from(ts)),
-        ],
-    )
-    .unwrap()
+/// One generated row: `k`, `price`, `bidder` and `ts` in epoch milliseconds.
+#[derive(Clone, Copy)]
+struct Row {
+    k: i64,
+    price: i64,
+    bidder: i64,
+    ts: i64,
 }
 
-fn write_csv(batch: &RecordBatch, path: &std::path::Path) {
+/// Random rows: timestamps advance with jitter below the watermark delay.
+fn generate(seed: u64, rows: usize, keys: i64) -> Vec<Row> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut clock = BASE_MS;
+    (0..rows)
+        .map(|_| {
+            clock += rng.random_range(0..40);
+            Row {
+                k: rng.random_range(0..keys),
+                price: rng.random_range(1..10_000),
+                bidder: rng.random_range(0..50),
+                ts: clock - rng.random_range(0..DELAY_MS),
+            }
+        })
+        .collect()
+}
+
+fn write_csv(rows: &[Row], path: &std::path::Path) {
     let mut text = String::new();
-    let ts = batch
-        .column(3)
-        .as_any()
-        .downcast_ref::<TimestampMillisecondArray>()
-        .unwrap();
-    for row in 0..batch.num_rows() {
-        let value = |c: usize| {
-            batch
-                .column(c)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .value(row)
-        };
-        let t = chrono::DateTime::from_timestamp_millis(ts.value(row))
+    for row in rows {
+        let t = chrono::DateTime::from_timestamp_millis(row.ts)
             .unwrap()
             .naive_utc();
         let _ = writeln!(
             text,
             "{},{},{},{}",
-            value(0),
-            value(1),
-            value(2),
+            row.k,
+            row.price,
+            row.bidder,
             t.format("%Y-%m-%d %H:%M:%S%.3f")
         );
     }
     std::fs::write(path, text).unwrap();
-}
-
-/// Rows as sorted strings, so results compare as multisets.
-fn canonical(batches: &[RecordBatch]) -> Vec<String> {
-    crate::sorted_rows(batches)
-}
-
-fn datafusion_rows(batch: &RecordBatch, sql: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let ctx = SessionContext::new();
-        ctx.register_batch("t", batch.clone()).unwrap();
-        let df = ctx.sql(sql).await.unwrap();
-        canonical(&df.collect().await.unwrap())
-    })
 }
 
 fn weir_rows(csv: &std::path::Path, parallelism: usize, sql: &str) -> Vec<String> {
@@ -111,116 +74,160 @@ fn weir_rows(csv: &std::path::Path, parallelism: usize, sql: &str) -> Vec<String
             csv.display()
         ))
         .unwrap();
-    canonical(&engine.sql(sql).unwrap().collect().unwrap())
+    crate::sorted_rows(&engine.sql(sql).unwrap().collect().unwrap())
 }
 
-/// Window start in milliseconds of a row, for a grid of `step` ms.
-fn floor(step: i64) -> String {
-    format!("(CAST(ts AS BIGINT) - CAST(ts AS BIGINT) % {step})")
+/// The aggregates every case selects, in this order.
+const AGGREGATES: &str = "COUNT(*), SUM(price), MIN(price), MAX(bidder), COUNT(DISTINCT bidder)";
+
+/// `AGGREGATES` over one group's rows, as `|`-separated text.
+fn aggregate(rows: &[Row]) -> String {
+    let distinct: BTreeSet<i64> = rows.iter().map(|r| r.bidder).collect();
+    format!(
+        "{}|{}|{}|{}|{}",
+        rows.len(),
+        rows.iter().map(|r| r.price).sum::<i64>(),
+        rows.iter().map(|r| r.price).min().unwrap(),
+        rows.iter().map(|r| r.bidder).max().unwrap(),
+        distinct.len()
+    )
+}
+
+/// The model's result: each row is put into the groups `windows` gives it
+/// (leading columns as text), then each group is aggregated.
+fn model(rows: &[Row], windows: impl Fn(&Row) -> Vec<String>) -> Vec<String> {
+    let mut groups: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    for row in rows {
+        for group in windows(row) {
+            groups.entry(group).or_default().push(*row);
+        }
+    }
+    let mut out: Vec<String> = groups
+        .iter()
+        .map(|(group, rows)| format!("{group}|{}", aggregate(rows)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Start of the window of `size` ms that holds `ts`.
+fn floor(ts: i64, size: i64) -> i64 {
+    ts - ts.rem_euclid(size)
+}
+
+/// Session windows per key with `gap` ms: sorted by time, a row opens a new
+/// session when it comes at least `gap` after the previous row of its key.
+fn sessions(rows: &[Row], gap: i64) -> Vec<String> {
+    let mut by_key: BTreeMap<i64, Vec<Row>> = BTreeMap::new();
+    for row in rows {
+        by_key.entry(row.k).or_default().push(*row);
+    }
+    let mut out = Vec::new();
+    for (k, mut rows) in by_key {
+        rows.sort_by_key(|r| r.ts);
+        let mut start = 0;
+        for i in 1..=rows.len() {
+            if i == rows.len() || rows[i].ts - rows[i - 1].ts >= gap {
+                let session = &rows[start..i];
+                let (first, last) = (session[0].ts, session[i - start - 1].ts);
+                out.push(format!("{k}|{first}|{}|{}", last + gap, aggregate(session)));
+                start = i;
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 struct Case {
     name: &'static str,
     weir: String,
-    datafusion: String,
+    model: fn(&[Row]) -> Vec<String>,
 }
 
 fn cases() -> Vec<Case> {
-    let aggregates = "COUNT(*), SUM(price), MIN(price), MAX(bidder), COUNT(DISTINCT bidder)";
-    // HOP 2 s / 6 s: a row is in the 3 windows starting at floor(ts, 2 s) - j * 2 s.
-    let hop_start = format!("{} - j * 2000", floor(2000));
-    // CUMULATE 1 s / 4 s: windows [cycle, cycle + i * 1 s) for i with cycle + i * 1 s > ts.
-    let cycle = floor(4000);
     vec![
         Case {
             name: "tumble with keys",
             weir: format!(
-                "SELECT k, CAST(window_start AS BIGINT), {aggregates}
+                "SELECT k, CAST(window_start AS BIGINT), {AGGREGATES}
                  FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '5' SECOND))
                  GROUP BY k, window_start, window_end"
             ),
-            datafusion: format!(
-                "SELECT k, {} AS ws, {aggregates} FROM t GROUP BY k, ws",
-                floor(5000)
-            ),
+            model: |rows| model(rows, |r| vec![format!("{}|{}", r.k, floor(r.ts, 5000))]),
         },
         Case {
             name: "tumble without keys",
             weir: format!(
-                "SELECT CAST(window_end AS BIGINT), {aggregates}
+                "SELECT CAST(window_end AS BIGINT), {AGGREGATES}
                  FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '3' SECOND))
                  GROUP BY window_start, window_end"
             ),
-            datafusion: format!(
-                "SELECT {} + 3000 AS we, {aggregates} FROM t GROUP BY we",
-                floor(3000)
-            ),
+            model: |rows| model(rows, |r| vec![(floor(r.ts, 3000) + 3000).to_string()]),
         },
         Case {
             name: "hop with keys and a filter",
             weir: format!(
-                "SELECT k % 7, CAST(window_start AS BIGINT), {aggregates}
+                "SELECT k % 7, CAST(window_start AS BIGINT), {AGGREGATES}
                  FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND))
                  WHERE price > 2000
                  GROUP BY k % 7, window_start, window_end"
             ),
-            datafusion: format!(
-                "SELECT k % 7 AS kk, {hop_start} AS ws, {aggregates}
-                 FROM t CROSS JOIN (VALUES (0), (1), (2)) AS o(j)
-                 WHERE price > 2000
-                 GROUP BY kk, ws"
-            ),
+            // Slide 2 s, size 6 s: a row is in the 3 windows starting at
+            // floor(ts, 2 s) - j * 2 s.
+            model: |rows| {
+                let kept: Vec<Row> = rows.iter().copied().filter(|r| r.price > 2000).collect();
+                model(&kept, |r| {
+                    (0..3)
+                        .map(|j| format!("{}|{}", r.k % 7, floor(r.ts, 2000) - j * 2000))
+                        .collect()
+                })
+            },
         },
         Case {
             name: "cumulate with keys",
             weir: format!(
-                "SELECT k, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), {aggregates}
+                "SELECT k, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), {AGGREGATES}
                  FROM TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '4' SECOND))
                  GROUP BY k, window_start, window_end"
             ),
-            datafusion: format!(
-                "SELECT k, {cycle} AS ws, {cycle} + i * 1000 AS we, {aggregates}
-                 FROM t CROSS JOIN (VALUES (1), (2), (3), (4)) AS o(i)
-                 WHERE {cycle} + i * 1000 > CAST(ts AS BIGINT)
-                 GROUP BY k, ws, we"
-            ),
+            // Step 1 s, size 4 s: windows [cycle, cycle + i * 1 s) that end after ts.
+            model: |rows| {
+                model(rows, |r| {
+                    let cycle = floor(r.ts, 4000);
+                    (1..=4)
+                        .map(|i| cycle + i * 1000)
+                        .filter(|end| *end > r.ts)
+                        .map(|end| format!("{}|{cycle}|{end}", r.k))
+                        .collect()
+                })
+            },
         },
         Case {
             name: "session per key",
             weir: format!(
-                "SELECT k, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), {aggregates}
+                "SELECT k, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), {AGGREGATES}
                  FROM TABLE(SESSION(TABLE t PARTITION BY k, DESCRIPTOR(ts), INTERVAL '10' SECOND))
                  GROUP BY k, window_start, window_end"
             ),
-            // Sorted by time, a row starts a new session when it is at least the gap
-            // after the previous row of its key.
-            datafusion: format!(
-                "SELECT k, MIN(CAST(ts AS BIGINT)) AS ws, MAX(CAST(ts AS BIGINT)) + 10000 AS we, {aggregates}
-                 FROM (SELECT *, SUM(fresh) OVER (PARTITION BY k ORDER BY ts, price, bidder
-                                                  ROWS UNBOUNDED PRECEDING) AS session
-                       FROM (SELECT *, CASE WHEN CAST(ts AS BIGINT) - LAG(CAST(ts AS BIGINT))
-                                          OVER (PARTITION BY k ORDER BY ts, price, bidder) < 10000
-                                        THEN 0 ELSE 1 END AS fresh
-                             FROM t))
-                 GROUP BY k, session"
-            ),
+            model: |rows| sessions(rows, 10_000),
         },
     ]
 }
 
 #[test]
-fn window_aggregates_equal_batch_group_by_at_every_parallelism() {
+fn window_aggregates_equal_a_batch_model_at_every_parallelism() {
     let seed: u64 = std::env::var("WEIR_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("rows.csv");
-    let batch = generate(seed, 20_000, 300);
-    write_csv(&batch, &csv);
+    let rows = generate(seed, 20_000, 300);
+    write_csv(&rows, &csv);
     for case in cases() {
-        let expected = datafusion_rows(&batch, &case.datafusion);
-        assert!(!expected.is_empty(), "{}: DataFusion returned no rows", case.name);
+        let expected = (case.model)(&rows);
+        assert!(!expected.is_empty(), "{}: the model gave no rows", case.name);
         for parallelism in [1, 2, 4] {
             let actual = weir_rows(&csv, parallelism, &case.weir);
             if actual != expected {
