@@ -32,6 +32,8 @@ pub mod connectors;
 pub mod engine;
 pub mod error;
 pub mod frontend;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod operators;
 pub mod plan;
 pub mod repl;

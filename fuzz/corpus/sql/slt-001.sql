@@ -1,0 +1,1 @@
+CREATE TABLE st (a BIGINT) WITH ('connector' = 'checkpoint', 'path' = '/nonexistent')

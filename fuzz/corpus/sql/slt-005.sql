@@ -1,0 +1,1 @@
+CREATE TABLE sink (a BIGINT) WITH ('connector' = 'blackhole')

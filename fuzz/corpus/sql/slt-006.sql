@@ -1,0 +1,1 @@
+INSERT INTO st SELECT a FROM (VALUES (1)) AS t(a)

@@ -1,0 +1,3 @@
+SELECT COUNT(*), MIN(id), MAX(id)
+FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '10' SECOND))
+GROUP BY window_start, window_end

@@ -1,0 +1,1 @@
+SELECT * FROM in_csv

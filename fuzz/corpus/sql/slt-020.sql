@@ -1,0 +1,1 @@
+SELECT ts, price, ratio FROM in_json

@@ -1,0 +1,1 @@
+INSERT INTO out_parquet SELECT auction, price, ts FROM bids

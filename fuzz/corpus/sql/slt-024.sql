@@ -1,0 +1,1 @@
+SELECT auction, price FROM in_parquet WHERE price >= 260

@@ -1,0 +1,2 @@
+CREATE TABLE strict (id BIGINT, name STRING)
+WITH ('connector' = 'filesystem', 'path' = 'sql/data/messy.csv', 'format' = 'csv')

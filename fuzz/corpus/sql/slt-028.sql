@@ -1,0 +1,1 @@
+INSERT INTO out_one SELECT auction, price FROM bids

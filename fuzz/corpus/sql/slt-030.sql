@@ -1,0 +1,1 @@
+SELECT auction, price FROM in_one WHERE auction = 3

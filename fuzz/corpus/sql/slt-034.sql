@@ -1,0 +1,1 @@
+SELECT auction, price, EXTRACT(SECOND FROM ts) FROM one_minute WHERE price > 250

@@ -1,0 +1,1 @@
+SELECT price FROM default_partition

@@ -1,0 +1,1 @@
+SELECT * FROM wrongly_partitioned

@@ -1,0 +1,1 @@
+CREATE TABLE nope (a BIGINT) PARTITIONED BY (day) WITH ('connector' = 'blackhole')

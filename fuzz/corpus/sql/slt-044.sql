@@ -1,0 +1,1 @@
+SELECT id, doubled, ts FROM t

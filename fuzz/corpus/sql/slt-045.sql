@@ -1,0 +1,1 @@
+CREATE TABLE IF NOT EXISTS t (x INT) WITH ('connector' = 'blackhole')

@@ -1,0 +1,1 @@
+SELECT ident, p FROM cheap

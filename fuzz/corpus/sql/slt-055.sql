@@ -1,0 +1,1 @@
+SET 'pipeline.name' = 'my job'

@@ -1,0 +1,1 @@
+CREATE TABLE other (a INT) WITH ('connector' = 'blackhole')

@@ -1,0 +1,1 @@
+SET 'execution.checkpointing.unaligned.enabled' = 'maybe'

@@ -1,0 +1,1 @@
+CREATE TABLE t (a BIGINT,, b INT)

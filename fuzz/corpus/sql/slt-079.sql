@@ -1,0 +1,1 @@
+SELECT priec FROM bids

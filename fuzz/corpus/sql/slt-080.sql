@@ -1,0 +1,1 @@
+CREATE TABLE k (x INT) WITH ('connector' = 'kafka2')

@@ -1,0 +1,1 @@
+CREATE TABLE f (x INT) WITH ('connector' = 'filesystem', 'format' = 'csv')

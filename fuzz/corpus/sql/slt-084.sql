@@ -1,0 +1,1 @@
+CREATE TABLE w (x INT, WATERMARK FOR nope AS nope) WITH ('connector' = 'blackhole')

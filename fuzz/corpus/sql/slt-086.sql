@@ -1,0 +1,1 @@
+SELECT ts * 2 FROM bids

@@ -1,0 +1,1 @@
+SELECT auction, COUNT(*) FROM bids GROUP BY auction

@@ -1,0 +1,1 @@
+CREATE TABLE t2 (x BIGNUM) WITH ('connector' = 'blackhole')

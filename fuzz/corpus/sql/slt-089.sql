@@ -1,0 +1,2 @@
+CREATE TABLE missing (x INT) WITH ('connector' = 'filesystem', 'path' = 'sql/data/missing.csv', 'format' = 'csv');
+SELECT * FROM missing

@@ -1,0 +1,1 @@
+CREATE VIEW B AS SELECT *, PROCTIME() as p_time FROM bid

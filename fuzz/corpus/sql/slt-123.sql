@@ -1,0 +1,1 @@
+CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar'

@@ -1,0 +1,3 @@
+SELECT id FROM nums WHERE id < 3
+UNION ALL
+SELECT id * 10 FROM nums WHERE id > 2

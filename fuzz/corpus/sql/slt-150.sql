@@ -1,0 +1,1 @@
+CREATE TABLE out (auction BIGINT, c BIGINT) WITH ('connector' = 'blackhole')

@@ -1,0 +1,1 @@
+SELECT REGEXP_EXTRACT('abc', '(?<=a)b')

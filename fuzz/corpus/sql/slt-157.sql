@@ -1,0 +1,1 @@
+SELECT id, DATE_FORMAT(ts, 'ss.SSS'), DATE_FORMAT(ts, 'ss') FROM millis

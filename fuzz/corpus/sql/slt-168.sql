@@ -1,0 +1,1 @@
+SET 'weir.batch-size' = '1'

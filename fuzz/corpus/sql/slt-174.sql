@@ -1,0 +1,1 @@
+SET 'table.local-time-zone' = 'GMT-05:00'

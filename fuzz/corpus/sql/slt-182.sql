@@ -1,0 +1,3 @@
+SELECT price, window_start
+FROM TABLE(HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '5' SECOND, INTERVAL '10' SECOND))
+WHERE auction = 3

@@ -1,0 +1,2 @@
+SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(price), INTERVAL '10' SECOND))
+GROUP BY window_start, window_end
