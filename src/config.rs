@@ -22,6 +22,9 @@ pub const OPERATOR_CHAINING: &str = "pipeline.operator-chaining.enabled";
 pub const AGG_PHASE_STRATEGY: &str = "table.optimizer.agg-phase-strategy";
 /// `execution.buffer-timeout`: how long a source may hold a partial batch.
 pub const BUFFER_TIMEOUT: &str = "execution.buffer-timeout";
+/// `table.exec.source.idle-timeout`: a source subtask without data for this
+/// long turns idle and stops holding back the watermark (0: never).
+pub const SOURCE_IDLE_TIMEOUT: &str = "table.exec.source.idle-timeout";
 /// `weir.batch-size`: rows per batch that sources aim for.
 pub const BATCH_SIZE: &str = "weir.batch-size";
 /// `weir.channel-capacity`: batches a channel holds before the sender blocks.
@@ -87,6 +90,7 @@ impl SessionConfig {
             OPERATOR_CHAINING => self.operator_chaining().map(drop),
             AGG_PHASE_STRATEGY => self.agg_phase_strategy().map(drop),
             BUFFER_TIMEOUT => self.buffer_timeout().map(drop),
+            SOURCE_IDLE_TIMEOUT => self.source_idle_timeout().map(drop),
             BATCH_SIZE => self.batch_size().map(drop),
             CHANNEL_CAPACITY => self.channel_capacity().map(drop),
             key if crate::checkpoint::config::KEYS.contains(&key) => {
@@ -177,6 +181,22 @@ impl SessionConfig {
             Some(v) => {
                 parse_duration(v).ok_or_else(|| bad_value(BUFFER_TIMEOUT, v, "a duration such as '10 ms'"))
             }
+        }
+    }
+
+    /// `table.exec.source.idle-timeout` (default 0: sources never turn idle).
+    pub fn source_idle_timeout(&self) -> Result<Option<Duration>> {
+        match self.get(SOURCE_IDLE_TIMEOUT) {
+            None => Ok(None),
+            Some(v) => match parse_duration(v) {
+                Some(d) if d.is_zero() => Ok(None),
+                Some(d) => Ok(Some(d)),
+                None => Err(bad_value(
+                    SOURCE_IDLE_TIMEOUT,
+                    v,
+                    "a duration such as '5 s' (0 turns it off)",
+                )),
+            },
         }
     }
 

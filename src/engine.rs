@@ -757,10 +757,11 @@ impl Session {
         let mut notes = Vec::new();
         let restore = match self.config.get(checkpoint::config::SAVEPOINT_PATH) {
             None => None,
-            Some(path) => match resolve_restore(&checkpoint::config::path_option(path))? {
+            Some(path) => match resolve_restore(&checkpoint::config::path_option(path), &name)? {
                 RestorePoint::Checkpoint {
                     dir,
                     metadata,
+                    chosen,
                     skipped,
                 } => {
                     notes.extend(
@@ -776,11 +777,7 @@ impl Session {
                             metadata.max_parallelism
                         )));
                     }
-                    notes.push(format!(
-                        "restoring checkpoint {} from {}",
-                        metadata.checkpoint_id,
-                        dir.display()
-                    ));
+                    notes.push(format!("restoring {chosen}"));
                     Some(RestoredCheckpoint {
                         dir,
                         metadata: *metadata,
@@ -825,11 +822,20 @@ impl Session {
             }
         }
         let checkpoint = CheckpointConfig::from_session(&self.config)?;
+        let job_id = crate::runtime::job_id::JobId::new();
+        if let Some(config) = &checkpoint {
+            notes.push(format!(
+                "job id {job_id}: checkpoints go to {}",
+                checkpoint::storage::run_dir(&config.dir, &name, &job_id).display()
+            ));
+        }
         let settings = JobSettings {
             name,
+            job_id,
             max_parallelism,
             batch_size: self.config.batch_size()?,
             channel_capacity: self.config.channel_capacity()?,
+            source_idle_timeout: self.config.source_idle_timeout()?,
             restart: RestartStrategy::from_session(
                 &self.config,
                 checkpoint.as_ref().is_some_and(|c| c.interval.is_some()),

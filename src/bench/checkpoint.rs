@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::ScratchDir;
-use crate::checkpoint::storage::{list_checkpoints, read_metadata};
+use crate::checkpoint::storage::{checkpoints_under, read_metadata};
 use crate::{Engine, Error, JobStatus, Result};
 
 /// What to measure.
@@ -172,14 +172,13 @@ fn recovery(weir: &Path, options: &CheckpointBenchOptions, scratch: &Path) -> Re
         .map_err(|e| Error::io(weir, e))?;
     let deadline = Instant::now() + Duration::from_secs(120);
     let rows = loop {
-        let complete: Vec<u64> = list_checkpoints(&job_dir)?
+        let newest = checkpoints_under(&job_dir, "recovery")?
             .into_iter()
-            .filter(|c| c.1)
-            .map(|c| c.0)
-            .collect();
+            .filter(|c| c.2)
+            .max_by_key(|c| c.1);
         let mut held = 0;
-        if let Some(id) = complete.last() {
-            let metadata = read_metadata(&job_dir.join(format!("chk-{id}")))?;
+        if let Some((dir, _, _)) = newest {
+            let metadata = read_metadata(&dir)?;
             held = metadata
                 .tasks
                 .iter()

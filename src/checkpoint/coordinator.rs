@@ -9,6 +9,13 @@
 //!                        │                                          (subsumes older pending)
 //!                        └── timeout / decline ──► aborted (counts toward tolerable failures)
 //! ```
+//!
+//! Checkpoints go on after tasks finish, as in Flink 2 (FLIP-147): a
+//! finished task gets no barriers any more, so the coordinator asks it
+//! directly and it acknowledges with its final state; its downstream tasks
+//! count its ended channels as aligned. Once every task has finished, a
+//! final checkpoint is due at once; its completion ends the job (tasks
+//! commit their last output only then).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,6 +45,8 @@ pub struct PendingCheckpoint<A> {
     pub triggered_at: u64,
     /// A savepoint the user asked for (not a periodic checkpoint).
     pub savepoint: bool,
+    /// Triggered when every task had finished: its completion ends the job.
+    pub is_final: bool,
     /// Tasks that have not acknowledged yet.
     pub awaiting: BTreeSet<usize>,
     /// Acknowledgements so far, by task.
@@ -76,6 +85,8 @@ pub struct CoordinatorState<A> {
     consecutive_failures: u32,
     started_at: u64,
     stopped: bool,
+    /// Tasks that have processed all their input (and wait for checkpoints).
+    finished: BTreeSet<usize>,
 }
 
 impl<A> CoordinatorState<A> {
@@ -92,29 +103,35 @@ impl<A> CoordinatorState<A> {
             consecutive_failures: 0,
             started_at: now,
             stopped: false,
+            finished: BTreeSet::new(),
         }
     }
 
-    /// No more checkpoints (a source has finished, or the job is ending).
+    /// No more checkpoints (the job is ending).
     pub fn stop(&mut self) {
         self.stopped = true;
     }
 
-    /// A source finished: the checkpoints in flight can never complete (it
-    /// will not inject their barriers). They are aborted without counting as
-    /// failures, and no more are triggered; their ids are returned.
-    pub fn source_finished(&mut self) -> Vec<CheckpointId> {
-        self.stopped = true;
-        std::mem::take(&mut self.pending).into_keys().collect()
+    /// Task `task` processed all its input. It gets no barriers from now on:
+    /// the checkpoints in flight that still await it are returned, for the
+    /// caller to ask it directly (as every later one).
+    pub fn task_finished(&mut self, task: usize) -> Vec<CheckpointId> {
+        self.finished.insert(task);
+        self.pending
+            .values()
+            .filter(|p| p.awaiting.contains(&task))
+            .map(|p| p.id)
+            .collect()
     }
 
-    /// Takes the next id for a checkpoint that is not triggered (the final
-    /// one of a finished job); no more are triggered after it.
-    pub fn take_final_id(&mut self) -> CheckpointId {
-        self.stopped = true;
-        let id = self.next_id;
-        self.next_id += 1;
-        id
+    /// Whether task `task` has finished.
+    pub fn is_finished(&self, task: usize) -> bool {
+        self.finished.contains(&task)
+    }
+
+    /// Whether every task has finished: the final checkpoint is due.
+    pub fn all_finished(&self) -> bool {
+        self.finished.len() == self.tasks
     }
 
     /// Checkpoints in flight.
@@ -123,8 +140,9 @@ impl<A> CoordinatorState<A> {
     }
 
     /// When the next trigger is due (ms), or `None` when none will be.
+    /// Once every task has finished, the final checkpoint is due at once,
+    /// with or without an interval.
     pub fn next_trigger_at(&self) -> Option<u64> {
-        let interval = self.timing.interval?;
         // No periodic checkpoint while a savepoint is taken.
         if self.stopped
             || self.pending.len() >= self.timing.max_concurrent
@@ -132,6 +150,10 @@ impl<A> CoordinatorState<A> {
         {
             return None;
         }
+        if self.all_finished() {
+            return Some(0);
+        }
+        let interval = self.timing.interval?;
         let after_interval = self.last_trigger.unwrap_or(self.started_at) + interval;
         let after_pause = self
             .last_completion
@@ -176,12 +198,14 @@ impl<A> CoordinatorState<A> {
     }
 
     fn insert(&mut self, id: CheckpointId, now: u64, savepoint: bool) {
+        let is_final = !savepoint && self.all_finished();
         self.pending.insert(
             id,
             PendingCheckpoint {
                 id,
                 triggered_at: now,
                 savepoint,
+                is_final,
                 awaiting: (0..self.tasks).collect(),
                 acks: BTreeMap::new(),
             },
@@ -415,25 +439,71 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_source_aborts_checkpoints_in_flight_without_failing_the_job() {
+    fn a_finished_task_is_asked_directly_for_the_checkpoints_that_await_it() {
+        let mut c: CoordinatorState<()> = CoordinatorState::new(timing(), 2, 1, 0);
+        assert_eq!(c.trigger_if_due(100), Some(1));
+        c.acknowledge(1, 0, ());
+        // Task 0 acknowledged 1 before finishing: only task 1's finish is asked for it.
+        assert_eq!(c.task_finished(0), Vec::<CheckpointId>::new());
+        assert_eq!(c.task_finished(1), vec![1]);
+        assert!(c.is_finished(1));
+        assert!(matches!(c.acknowledge(1, 1, ()), AckOutcome::AllAcknowledged(p) if !p.is_final));
+    }
+
+    #[test]
+    fn checkpoints_go_on_while_some_tasks_have_finished() {
+        let mut c: CoordinatorState<()> = CoordinatorState::new(timing(), 3, 1, 0);
+        c.task_finished(2);
+        assert_eq!(c.trigger_if_due(100), Some(1));
+        for task in 0..3 {
+            c.acknowledge(1, task, ());
+        }
+        c.completed(1, 110);
+        assert_eq!(c.trigger_if_due(150), None, "the interval still holds");
+        assert_eq!(c.trigger_if_due(210), Some(2));
+    }
+
+    #[test]
+    fn once_every_task_has_finished_the_final_checkpoint_is_due_at_once_even_without_an_interval() {
+        let mut c: CoordinatorState<()> = CoordinatorState::new(
+            Timing {
+                interval: None,
+                tolerable_failures: 1,
+                ..timing()
+            },
+            2,
+            4,
+            0,
+        );
+        c.task_finished(0);
+        assert_eq!(c.next_trigger_at(), None);
+        c.task_finished(1);
+        assert!(c.all_finished());
+        assert_eq!(c.trigger_if_due(7), Some(4));
+        // A failed final checkpoint (within the tolerance) is taken again.
+        assert_eq!(c.failed(4), FailureVerdict::Continue);
+        assert_eq!(c.trigger_if_due(8), Some(5));
+        c.acknowledge(5, 0, ());
+        match c.acknowledge(5, 1, ()) {
+            AckOutcome::AllAcknowledged(p) => assert!(p.is_final),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_final_checkpoint_failing_beyond_the_tolerance_fails_the_job() {
         let mut c: CoordinatorState<()> = CoordinatorState::new(
             Timing {
                 tolerable_failures: 0,
                 ..timing()
             },
-            2,
+            1,
             1,
             0,
         );
-        assert_eq!(c.trigger_if_due(100), Some(1));
-        c.acknowledge(1, 0, ());
-        assert_eq!(c.source_finished(), vec![1]);
-        // The late decline of the finished source finds nothing.
-        assert!(c.pending_ids().is_empty());
-        assert!(matches!(c.acknowledge(1, 1, ()), AckOutcome::Unknown));
-        assert_eq!(c.trigger_if_due(10_000), None);
-        // The final checkpoint still gets the next id.
-        assert_eq!(c.take_final_id(), 2);
+        c.task_finished(0);
+        assert_eq!(c.trigger_if_due(0), Some(1));
+        assert_eq!(c.failed(1), FailureVerdict::FailJob);
     }
 
     #[test]

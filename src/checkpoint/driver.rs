@@ -1,13 +1,24 @@
-//! The coordinator thread of a job: triggers checkpoints at the sources,
-//! collects acknowledgements, writes `_metadata`, announces completion, and
-//! cleans up; takes savepoints when the user asks ([`CoordinatorRequest`]).
-//! Its decisions come from [`super::coordinator`]; this is the I/O.
+//! The coordinator thread of a job attempt: triggers checkpoints, collects
+//! acknowledgements, writes `_metadata`, announces completion, and cleans
+//! up; takes savepoints when the user asks ([`CoordinatorRequest`]). Its
+//! decisions come from [`super::coordinator`]; this is the I/O. It reports
+//! to its job through [`CoordinatorEvents`] and knows nothing else of it.
+//!
+//! Running sources are triggered and inject barriers; tasks that have
+//! finished get no barriers any more and are asked directly (FLIP-147).
+//! When every task has finished, the final checkpoint is taken; its
+//! completion ([`TaskControl::JobFinished`]) lets tasks commit their last
+//! output and end. If it fails, nothing is committed.
 //!
 //! A savepoint is a checkpoint written under the savepoint directory and never
 //! deleted by weir. Completing one does not commit sinks (as in Flink, so a
 //! failover to an older checkpoint cannot duplicate output), except when it
 //! stops the job: then sources emit nothing after its barrier, and once it is
 //! complete every task commits and ends without end-of-input processing.
+//!
+//! Once its attempt is over (failed or cancelled) the coordinator triggers,
+//! persists and commits nothing more; it ends when every task and snapshot
+//! writer of the attempt has, so the next attempt starts after it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,14 +28,15 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::CheckpointConfig;
-use super::coordinator::{AckOutcome, CoordinatorState, FailureVerdict, Timing};
+use super::coordinator::{AckOutcome, CoordinatorState, FailureVerdict, PendingCheckpoint, Timing};
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION, TaskState};
+use super::stats::CheckpointStats;
 use super::storage::{checkpoint_dir, clean_up, savepoint_dir, write_metadata};
-use crate::runtime::control::{TaskControl, TaskReport};
-use crate::runtime::job::{AttemptShared, CheckpointStats};
+use crate::runtime::control::{SnapshotFence, TaskControl, TaskReport, failpoint};
+use crate::runtime::job_id::JobId;
 use crate::runtime::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::runtime::operator::wall_clock_millis;
-use crate::{Error, JobHandle, Result};
+use crate::{Error, Result};
 
 /// What the user asks of a running job's coordinator.
 #[derive(Debug)]
@@ -36,6 +48,19 @@ pub enum CoordinatorRequest {
         /// Gets the savepoint's directory, or why there is none.
         reply: Sender<Result<PathBuf>>,
     },
+}
+
+/// How the coordinator tells its job what happened.
+pub trait CoordinatorEvents: Send + Sync {
+    /// Checkpoint `id` was triggered.
+    fn triggered(&self, id: CheckpointId);
+    /// A checkpoint (or savepoint) is complete.
+    fn completed(&self, stats: CheckpointStats);
+    /// A periodic checkpoint failed, within the tolerance.
+    fn checkpoint_failed(&self);
+    /// The attempt must fail: too many failed checkpoints, or the
+    /// coordinator itself failed.
+    fn fail_attempt(&self, error: Error);
 }
 
 /// A savepoint in flight: whether it stops the job, and who waits for it.
@@ -64,235 +89,257 @@ struct Ack {
     received: Instant,
 }
 
-/// The coordinator of one running job.
+/// The coordinator of one attempt of a job.
 pub struct CoordinatorDriver {
     /// Settings.
     pub config: CheckpointConfig,
-    /// `<checkpoint dir>/<job name>`.
-    pub job_dir: PathBuf,
-    /// The job, to report to.
-    pub job: JobHandle,
-    /// The running attempt, to fail when checkpoints fail too often.
-    pub attempt: Arc<AttemptShared>,
+    /// The run's directory, `<checkpoint dir>/<job name>/<job id>`.
+    pub run_dir: PathBuf,
+    /// The job's name.
+    pub job_name: String,
+    /// The run's id.
+    pub job_id: JobId,
+    /// Where to report.
+    pub events: Arc<dyn CoordinatorEvents>,
+    /// Shared with the attempt's snapshot writers.
+    pub fence: Arc<SnapshotFence>,
     /// Key groups of the job.
     pub max_parallelism: usize,
     /// Every task, by task index.
     pub tasks: Vec<DriverTask>,
-    /// Reports from the tasks; disconnected when every task has ended.
+    /// Reports from the tasks; disconnected when every task and snapshot
+    /// writer has ended.
     pub reports: Receiver<TaskReport>,
     /// Requests from the user (through the job handle).
     pub requests: Receiver<CoordinatorRequest>,
     /// The id of the first checkpoint.
     pub next_id: CheckpointId,
+    /// The attempt, 0 first.
+    pub attempt: u32,
+}
+
+/// What the coordinator tracks while it runs.
+struct Running {
+    state: CoordinatorState<Ack>,
+    /// Per checkpoint in flight: its barrier, and when it was triggered.
+    triggered: BTreeMap<CheckpointId, (CheckpointBarrier, Instant)>,
+    savepoints: BTreeMap<CheckpointId, PendingSavepoint>,
+    origin: Instant,
+}
+
+impl Running {
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
 }
 
 impl CoordinatorDriver {
-    /// Runs until every task has ended.
+    /// Runs until every task (and snapshot writer) of the attempt has ended.
     pub fn run(self) {
-        let origin = Instant::now();
-        let now = || origin.elapsed().as_millis() as u64;
         let millis = |d: Duration| d.as_millis() as u64;
-        let mut state: CoordinatorState<Ack> = CoordinatorState::new(
-            Timing {
-                interval: self.config.interval.map(millis),
-                timeout: millis(self.config.timeout),
-                min_pause: millis(self.config.min_pause),
-                max_concurrent: self.config.max_concurrent,
-                tolerable_failures: self.config.tolerable_failures,
-            },
-            self.tasks.len(),
-            self.next_id,
-            now(),
-        );
-        let mut trigger_times: std::collections::BTreeMap<CheckpointId, (i64, Instant)> = Default::default();
-        let mut finished: std::collections::BTreeMap<usize, TaskState> = Default::default();
-        let mut savepoints: BTreeMap<CheckpointId, PendingSavepoint> = BTreeMap::new();
+        let origin = Instant::now();
+        let mut run = Running {
+            state: CoordinatorState::new(
+                Timing {
+                    interval: self.config.interval.map(millis),
+                    timeout: millis(self.config.timeout),
+                    min_pause: millis(self.config.min_pause),
+                    max_concurrent: self.config.max_concurrent,
+                    tolerable_failures: self.config.tolerable_failures,
+                },
+                self.tasks.len(),
+                self.next_id,
+                0,
+            ),
+            triggered: BTreeMap::new(),
+            savepoints: BTreeMap::new(),
+            origin,
+        };
         loop {
-            if let Some(id) = state.trigger_if_due(now()) {
-                trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
-                self.job.checkpoint_triggered(id);
-                self.trigger(id);
+            fail::fail_point!(&failpoint("coordinator-loop", &self.job_name));
+            if self.fence.attempt_over() {
+                self.attempt_over(&mut run);
+            } else {
+                if let Some(id) = run.state.trigger_if_due(run.now()) {
+                    self.trigger(&mut run, id, BarrierKind::Checkpoint, false);
+                }
+                for id in run.state.expired(run.now()) {
+                    let reason = format!("checkpoint {id} expired before it completed");
+                    self.failed(&mut run, id, reason);
+                }
             }
-            for id in state.expired(now()) {
-                trigger_times.remove(&id);
-                let reason = format!("checkpoint {id} expired before it completed");
-                self.failed(&mut state, &mut savepoints, id, reason);
-            }
-            let wake = [state.next_trigger_at(), state.next_expiry_at()]
+            let wake = [run.state.next_trigger_at(), run.state.next_expiry_at()]
                 .into_iter()
                 .flatten()
                 .min()
                 .map_or(Duration::from_millis(100), |at| {
-                    Duration::from_millis(at.saturating_sub(now()).max(1))
+                    Duration::from_millis(at.saturating_sub(run.now()).clamp(1, 100))
                 });
             let received = crossbeam_channel::select! {
                 recv(self.reports) -> report => report.map_err(|_| RecvTimeoutError::Disconnected),
                 recv(self.requests) -> request => {
                     if let Ok(CoordinatorRequest::Savepoint { stop, reply }) = request {
-                        let (id, aborted) = state.trigger_savepoint(now());
-                        for old in aborted {
-                            trigger_times.remove(&old);
-                            let _ = std::fs::remove_dir_all(checkpoint_dir(&self.job_dir, old));
-                        }
-                        trigger_times.insert(id, (wall_clock_millis(), Instant::now()));
-                        self.job.checkpoint_triggered(id);
-                        self.trigger_savepoint(id, stop);
-                        savepoints.insert(id, PendingSavepoint { stop, reply });
+                        self.savepoint(&mut run, stop, reply);
                     }
                     continue;
                 }
                 default(wake) => Err(RecvTimeoutError::Timeout),
             };
-            let report = match received {
-                Ok(report) => report,
-                Err(RecvTimeoutError::Timeout) => continue,
+            match received {
+                Ok(report) => self.on_report(&mut run, report),
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    // Every task has ended: checkpoints still in flight never complete.
-                    for (id, savepoint) in std::mem::take(&mut savepoints) {
+                    // Every task has ended: checkpoints in flight never complete.
+                    for (id, savepoint) in std::mem::take(&mut run.savepoints) {
                         let _ = savepoint.reply.send(Err(Error::Execution(format!(
                             "savepoint {id} did not complete: the job ended first"
                         ))));
                     }
-                    if let Err(e) = clean_up(&self.job_dir, self.config.num_retained, &[]) {
+                    if let Err(e) = clean_up(&self.run_dir, self.config.num_retained, &[]) {
                         eprintln!("[WARN] checkpoint clean-up: {e}");
                     }
                     return;
                 }
-            };
-            match report {
-                TaskReport::Acknowledge {
-                    checkpoint,
+            }
+        }
+    }
+
+    /// The attempt failed or was cancelled: abort everything in flight.
+    fn attempt_over(&self, run: &mut Running) {
+        run.state.stop();
+        for id in run.state.pending_ids() {
+            self.fence.abort(id);
+            run.state.failed(id);
+            run.triggered.remove(&id);
+        }
+        for (id, savepoint) in std::mem::take(&mut run.savepoints) {
+            let _ = savepoint.reply.send(Err(Error::Execution(format!(
+                "savepoint {id} did not complete: the job failed or was cancelled"
+            ))));
+        }
+    }
+
+    fn on_report(&self, run: &mut Running, report: TaskReport) {
+        match report {
+            TaskReport::Acknowledge {
+                checkpoint,
+                task,
+                state,
+                blocked,
+                alignment,
+                channel_state_bytes,
+            } => {
+                let ack = Ack {
                     task,
-                    state: task_state,
+                    state,
                     blocked,
                     alignment,
                     channel_state_bytes,
-                } => {
-                    let ack = Ack {
-                        task,
-                        state: task_state,
-                        blocked,
-                        alignment,
-                        channel_state_bytes,
-                        received: Instant::now(),
-                    };
-                    if let AckOutcome::AllAcknowledged(done) = state.acknowledge(checkpoint, task, ack) {
-                        let (trigger_time, triggered) = trigger_times
-                            .remove(&checkpoint)
-                            .unwrap_or((wall_clock_millis(), Instant::now()));
-                        let acks: Vec<Ack> = done.acks.into_values().collect();
-                        let kind = if done.savepoint {
-                            BarrierKind::Savepoint
-                        } else {
-                            BarrierKind::Checkpoint
-                        };
-                        match self.persist(checkpoint, kind, trigger_time, triggered, &acks) {
-                            Ok(stats) => {
-                                for old in state.completed(checkpoint, now()) {
-                                    trigger_times.remove(&old);
-                                }
-                                let dir = stats.dir.clone();
-                                self.job.checkpoint_completed(stats);
-                                match savepoints.remove(&checkpoint) {
-                                    None => {
-                                        for task in &self.tasks {
-                                            let _ = task.control.send(TaskControl::Complete(checkpoint));
-                                        }
-                                    }
-                                    Some(savepoint) => {
-                                        if savepoint.stop {
-                                            state.stop();
-                                            for task in &self.tasks {
-                                                let _ = task.control.send(TaskControl::Stop(checkpoint));
-                                            }
-                                        }
-                                        let _ = savepoint.reply.send(Ok(dir));
-                                    }
-                                }
-                                if let Err(e) =
-                                    clean_up(&self.job_dir, self.config.num_retained, &state.pending_ids())
-                                {
-                                    eprintln!("[WARN] checkpoint clean-up: {e}");
-                                }
-                            }
-                            Err(e) => self.failed(&mut state, &mut savepoints, checkpoint, e.to_string()),
-                        }
-                    }
+                    received: Instant::now(),
+                };
+                if let AckOutcome::AllAcknowledged(done) = run.state.acknowledge(checkpoint, task, ack)
+                    && !self.fence.attempt_over()
+                {
+                    self.complete(run, done);
                 }
-                TaskReport::Decline {
-                    checkpoint, reason, ..
-                } => {
-                    if state.pending_ids().contains(&checkpoint) {
-                        trigger_times.remove(&checkpoint);
-                        self.failed(&mut state, &mut savepoints, checkpoint, reason);
-                    }
+            }
+            TaskReport::Decline {
+                checkpoint, reason, ..
+            } => {
+                if run.state.pending_ids().contains(&checkpoint) {
+                    self.failed(run, checkpoint, reason);
                 }
-                TaskReport::SourceFinished { .. } => {
-                    for id in state.source_finished() {
-                        trigger_times.remove(&id);
-                        let _ = std::fs::remove_dir_all(checkpoint_dir(&self.job_dir, id));
-                        if let Some(savepoint) = savepoints.remove(&id) {
-                            let dir = savepoint_dir(&self.config.savepoint_dir, self.job.name(), id);
-                            let _ = std::fs::remove_dir_all(dir);
-                            let _ = savepoint.reply.send(Err(Error::Execution(format!(
-                                "savepoint {id} did not complete: a source reached the end of its input first"
-                            ))));
-                        }
-                    }
-                }
-                TaskReport::Finished {
-                    task,
-                    state: final_state,
-                } => {
-                    finished.insert(task, final_state);
-                    if finished.len() == self.tasks.len() {
-                        let id = state.take_final_id();
-                        let received = Instant::now();
-                        let acks: Vec<Ack> = std::mem::take(&mut finished)
-                            .into_iter()
-                            .map(|(task, state)| Ack {
-                                task,
-                                state,
-                                blocked: Duration::ZERO,
-                                alignment: Duration::ZERO,
-                                channel_state_bytes: 0,
-                                received,
-                            })
-                            .collect();
-                        for (id, savepoint) in std::mem::take(&mut savepoints) {
-                            let _ = savepoint.reply.send(Err(Error::Execution(format!(
-                                "savepoint {id} did not complete: the job reached the end of its input first"
-                            ))));
-                        }
-                        let kind = BarrierKind::Checkpoint;
-                        match self.persist(id, kind, wall_clock_millis(), Instant::now(), &acks) {
-                            Ok(stats) => {
-                                state.completed(id, now());
-                                self.job.checkpoint_completed(stats);
-                            }
-                            // The output is committed all the same: the job is done.
-                            Err(e) => eprintln!("[WARN] the final checkpoint {id} failed: {e}"),
-                        }
-                        if let Err(e) = clean_up(&self.job_dir, self.config.num_retained, &[]) {
-                            eprintln!("[WARN] checkpoint clean-up: {e}");
-                        }
-                        for task in &self.tasks {
-                            let _ = task.control.send(TaskControl::JobFinished(id));
-                        }
+            }
+            TaskReport::Finished { task } => {
+                for id in run.state.task_finished(task) {
+                    if let Some((barrier, _)) = run.triggered.get(&id) {
+                        let _ = self.tasks[task].control.send(TaskControl::Trigger(*barrier));
                     }
                 }
             }
         }
     }
 
-    fn trigger_savepoint(&self, id: CheckpointId, stop: bool) {
+    /// Every task acknowledged: persist, then announce.
+    fn complete(&self, run: &mut Running, done: PendingCheckpoint<Ack>) {
+        let id = done.id;
+        let (barrier, triggered) = run.triggered.remove(&id).unwrap_or((
+            CheckpointBarrier {
+                id,
+                kind: BarrierKind::Checkpoint,
+                timestamp: wall_clock_millis(),
+            },
+            Instant::now(),
+        ));
+        let acks: Vec<Ack> = done.acks.into_values().collect();
+        let stats = match self.persist(&barrier, triggered, &acks) {
+            Ok(stats) => stats,
+            Err(e) => return self.failed(run, id, e.to_string()),
+        };
+        for old in run.state.completed(id, run.now()) {
+            run.triggered.remove(&old);
+            self.fence.abort(old);
+        }
+        let dir = stats.dir.clone();
+        self.events.completed(stats);
+        match run.savepoints.remove(&id) {
+            None if done.is_final => {
+                run.state.stop();
+                self.broadcast(TaskControl::JobFinished(id));
+            }
+            None => self.broadcast(TaskControl::Complete(id)),
+            Some(savepoint) => {
+                if savepoint.stop {
+                    run.state.stop();
+                    self.broadcast(TaskControl::Stop(id));
+                }
+                let _ = savepoint.reply.send(Ok(dir));
+            }
+        }
+        if let Err(e) = clean_up(&self.run_dir, self.config.num_retained, &run.state.pending_ids()) {
+            eprintln!("[WARN] checkpoint clean-up: {e}");
+        }
+    }
+
+    fn broadcast(&self, message: TaskControl) {
+        for task in &self.tasks {
+            let _ = task.control.send(message.clone());
+        }
+    }
+
+    fn savepoint(&self, run: &mut Running, stop: bool, reply: Sender<Result<PathBuf>>) {
+        if run.state.all_finished() || self.fence.attempt_over() {
+            let _ = reply.send(Err(Error::Execution(
+                "no savepoint: the job has reached the end of its input, or is ending".into(),
+            )));
+            return;
+        }
+        let (id, aborted) = run.state.trigger_savepoint(run.now());
+        for old in aborted {
+            run.triggered.remove(&old);
+            self.fence.abort(old);
+            let _ = std::fs::remove_dir_all(checkpoint_dir(&self.run_dir, old));
+        }
+        self.trigger(run, id, BarrierKind::Savepoint, stop);
+        run.savepoints.insert(id, PendingSavepoint { stop, reply });
+    }
+
+    /// Sends checkpoint `id`'s trigger to the running sources (a stopping
+    /// savepoint pauses them) and to every finished task.
+    fn trigger(&self, run: &mut Running, id: CheckpointId, kind: BarrierKind, stop: bool) {
         let barrier = CheckpointBarrier {
             id,
-            kind: BarrierKind::Savepoint,
+            kind,
             timestamp: wall_clock_millis(),
         };
-        for task in self.tasks.iter().filter(|t| t.is_source) {
-            let message = if stop {
+        run.triggered.insert(id, (barrier, Instant::now()));
+        self.events.triggered(id);
+        for (index, task) in self.tasks.iter().enumerate() {
+            let message = if run.state.is_finished(index) {
+                TaskControl::Trigger(barrier)
+            } else if !task.is_source {
+                continue;
+            } else if stop {
                 TaskControl::TriggerStop(barrier)
             } else {
                 TaskControl::Trigger(barrier)
@@ -301,37 +348,31 @@ impl CoordinatorDriver {
         }
     }
 
-    fn trigger(&self, id: CheckpointId) {
-        let barrier = CheckpointBarrier {
-            id,
-            kind: BarrierKind::Checkpoint,
-            timestamp: wall_clock_millis(),
-        };
-        for task in self.tasks.iter().filter(|t| t.is_source) {
-            let _ = task.control.send(TaskControl::Trigger(barrier));
-        }
-    }
-
     /// Writes `_metadata`: the checkpoint is complete once it is there.
     fn persist(
         &self,
-        id: CheckpointId,
-        kind: BarrierKind,
-        trigger_time: i64,
+        barrier: &CheckpointBarrier,
         triggered: Instant,
         acks: &[Ack],
-    ) -> crate::Result<CheckpointStats> {
-        let dir = match kind {
-            BarrierKind::Checkpoint => checkpoint_dir(&self.job_dir, id),
-            BarrierKind::Savepoint => savepoint_dir(&self.config.savepoint_dir, self.job.name(), id),
+    ) -> Result<CheckpointStats> {
+        fail::fail_point!(&failpoint("checkpoint-persist", &self.job_name), |_| {
+            Err(Error::Execution("failpoint checkpoint-persist".into()))
+        });
+        let id = barrier.id;
+        let dir = match barrier.kind {
+            BarrierKind::Checkpoint => checkpoint_dir(&self.run_dir, id),
+            BarrierKind::Savepoint => {
+                savepoint_dir(&self.config.savepoint_dir, &self.job_name, &self.job_id, id)
+            }
         };
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let metadata = CheckpointMetadata {
             format: FORMAT_VERSION,
-            job: self.job.name().to_string(),
+            job: self.job_name.clone(),
+            job_id: Some(self.job_id.to_string()),
             checkpoint_id: id,
-            kind,
-            trigger_time,
+            kind: barrier.kind,
+            trigger_time: barrier.timestamp,
             completion_time: wall_clock_millis(),
             max_parallelism: self.max_parallelism,
             tasks: acks.iter().map(|a| a.state.clone()).collect(),
@@ -347,9 +388,10 @@ impl CoordinatorDriver {
         let channel_state_bytes: u64 = acks.iter().map(|a| a.channel_state_bytes).sum();
         Ok(CheckpointStats {
             id,
-            kind,
+            attempt: self.attempt,
+            kind: barrier.kind,
             dir,
-            trigger_time,
+            trigger_time: barrier.timestamp,
             duration: triggered.elapsed(),
             state_bytes: state_bytes + channel_state_bytes,
             channel_state_bytes,
@@ -362,17 +404,15 @@ impl CoordinatorDriver {
         })
     }
 
-    fn failed(
-        &self,
-        state: &mut CoordinatorState<Ack>,
-        savepoints: &mut BTreeMap<CheckpointId, PendingSavepoint>,
-        id: CheckpointId,
-        reason: String,
-    ) {
-        if let Some(savepoint) = savepoints.remove(&id) {
-            let dir = savepoint_dir(&self.config.savepoint_dir, self.job.name(), id);
+    /// Checkpoint `id` failed: its writers stop, its files go, and the job
+    /// goes on or fails as the tolerance says.
+    fn failed(&self, run: &mut Running, id: CheckpointId, reason: String) {
+        self.fence.abort(id);
+        run.triggered.remove(&id);
+        if let Some(savepoint) = run.savepoints.remove(&id) {
+            let dir = savepoint_dir(&self.config.savepoint_dir, &self.job_name, &self.job_id, id);
             let _ = std::fs::remove_dir_all(&dir);
-            state.failed(id);
+            run.state.failed(id);
             if savepoint.stop {
                 // The sources paused for it: the job goes on as it was.
                 for task in self.tasks.iter().filter(|t| t.is_source) {
@@ -384,11 +424,10 @@ impl CoordinatorDriver {
                 .send(Err(Error::Execution(format!("savepoint {id} failed: {reason}"))));
             return;
         }
-        self.job.checkpoint_failed();
-        let dir = checkpoint_dir(&self.job_dir, id);
-        let _ = std::fs::remove_dir_all(&dir);
-        if state.failed(id) == FailureVerdict::FailJob {
-            self.attempt.fail(Error::Execution(format!(
+        let _ = std::fs::remove_dir_all(checkpoint_dir(&self.run_dir, id));
+        self.events.checkpoint_failed();
+        if run.state.failed(id) == FailureVerdict::FailJob {
+            self.events.fail_attempt(Error::Execution(format!(
                 "checkpoint {id} failed ({reason}), and that exceeds \
                  'execution.checkpointing.tolerable-failed-checkpoints' = {}",
                 self.config.tolerable_failures

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// A checkpoint found from a path: a `chk-<n>` or savepoint directory, or a
 /// job directory (its newest intact checkpoint).
 pub fn open(path: &Path) -> Result<(PathBuf, CheckpointMetadata)> {
-    match resolve_restore(path)? {
+    match resolve_restore(path, "")? {
         RestorePoint::Checkpoint { dir, metadata, .. } => Ok((dir, *metadata)),
         RestorePoint::Nothing { .. } => Err(Error::State(format!(
             "{} holds no complete checkpoint",

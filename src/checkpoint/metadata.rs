@@ -16,6 +16,10 @@ pub struct CheckpointMetadata {
     pub format: u32,
     /// The job's name.
     pub job: String,
+    /// The id of the run that took it (absent in checkpoints of weir before
+    /// job ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
     /// The checkpoint's id.
     pub checkpoint_id: CheckpointId,
     /// Checkpoint or savepoint.

@@ -12,7 +12,9 @@ pub mod driver;
 pub mod inspect;
 pub mod metadata;
 pub mod rescale;
+pub mod stats;
 pub mod storage;
 
 pub use config::{CheckpointConfig, CheckpointingMode, RestartStrategy};
 pub use metadata::{ChannelSide, ChannelStateFile, CheckpointMetadata, OperatorState, StateFile, TaskState};
+pub use stats::CheckpointStats;

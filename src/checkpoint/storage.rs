@@ -1,34 +1,44 @@
 //! Where checkpoints live on disk, and the file operations on them.
 //!
 //! ```text
-//! <checkpoint dir>/<job name>/chk-<n>/_metadata                    JSON, written last, atomically
-//! <checkpoint dir>/<job name>/chk-<n>/<operator id>/<subtask>.parquet
-//! <savepoint dir>/savepoint-<job name>-<n>/...                    same layout, kept until deleted
+//! <checkpoint dir>/<job name>/<job id>/chk-<n>/_metadata           JSON, written last, atomically
+//! <checkpoint dir>/<job name>/<job id>/chk-<n>/<operator id>/<subtask>.parquet
+//! <savepoint dir>/savepoint-<job name>-<short job id>-<n>/...     same layout, kept until deleted
 //! ```
 //!
-//! A checkpoint directory without `_metadata` is incomplete (in flight or
-//! aborted). Which directories to delete is decided by [`to_delete`], a plain
-//! function; this module does the I/O.
+//! Every run of a job has a job id of its own (as in Flink), so a rerun or a
+//! second job with the same name never touches another run's checkpoints. A
+//! checkpoint directory without `_metadata` is incomplete (in flight or
+//! aborted). Which directories to delete is decided by [`to_delete`], and
+//! which checkpoint a restore path means by [`choose`]: plain functions;
+//! this module does the I/O.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION};
+use crate::runtime::job_id::JobId;
 use crate::runtime::message::CheckpointId;
 use crate::{Error, Result};
 
 /// The metadata file's name.
 pub const METADATA: &str = "_metadata";
 
-/// The directory of checkpoint `id` under a job directory.
-pub fn checkpoint_dir(job_dir: &Path, id: CheckpointId) -> PathBuf {
-    job_dir.join(format!("chk-{id}"))
+/// The directory of one run of job `job`: `<checkpoint dir>/<job>/<job id>`.
+pub fn run_dir(checkpoint_root: &Path, job: &str, job_id: &JobId) -> PathBuf {
+    checkpoint_root.join(job).join(job_id.as_str())
 }
 
-/// The directory of savepoint `id` of job `job` under the savepoint directory.
-pub fn savepoint_dir(savepoint_root: &Path, job: &str, id: CheckpointId) -> PathBuf {
-    savepoint_root.join(format!("savepoint-{job}-{id}"))
+/// The directory of checkpoint `id` under a run directory.
+pub fn checkpoint_dir(run_dir: &Path, id: CheckpointId) -> PathBuf {
+    run_dir.join(format!("chk-{id}"))
+}
+
+/// The directory of savepoint `id` of a run of job `job` under the savepoint
+/// directory.
+pub fn savepoint_dir(savepoint_root: &Path, job: &str, job_id: &JobId, id: CheckpointId) -> PathBuf {
+    savepoint_root.join(format!("savepoint-{job}-{}-{id}", job_id.short()))
 }
 
 /// The id of a `chk-<n>` directory name.
@@ -158,6 +168,8 @@ pub enum RestorePoint {
         dir: PathBuf,
         /// Its metadata.
         metadata: Box<CheckpointMetadata>,
+        /// How it was chosen, for the user: among how many, from which run.
+        chosen: String,
         /// Newer checkpoints that were skipped as damaged, with why.
         skipped: Vec<String>,
     },
@@ -168,9 +180,84 @@ pub enum RestorePoint {
     },
 }
 
-/// Resolves a restore path: a checkpoint directory (it must be intact), or a
-/// job directory (its newest intact checkpoint; none means starting afresh).
-pub fn resolve_restore(path: &Path) -> Result<RestorePoint> {
+/// A complete checkpoint found under a restore path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its id.
+    pub id: CheckpointId,
+    /// When it completed (ms since the epoch), from its metadata.
+    pub completion_time: i64,
+}
+
+/// The order in which a restore path's complete checkpoints are tried: the
+/// most recently completed first (whatever run wrote it), then the highest
+/// id. Ids alone would mislead: a rerun starts counting again.
+pub fn choose(mut candidates: Vec<Candidate>) -> Vec<Candidate> {
+    candidates.sort_by_key(|c| std::cmp::Reverse((c.completion_time, c.id)));
+    candidates
+}
+
+/// The `chk-<n>` directories right under `dir` (complete or not).
+fn checkpoints_in(dir: &Path) -> Result<Vec<(PathBuf, CheckpointId, bool)>> {
+    Ok(list_checkpoints(dir)?
+        .into_iter()
+        .map(|(id, complete)| (checkpoint_dir(dir, id), id, complete))
+        .collect())
+}
+
+/// The directories right under `dir`.
+fn subdirectories(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        if path.is_dir() {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The checkpoints (directory, id, whether complete) a restore path holds:
+/// a run directory's own, else those
+/// of every run in a job directory, else (a checkpoint root) those of job
+/// `job`'s runs.
+pub fn checkpoints_under(path: &Path, job: &str) -> Result<Vec<(PathBuf, CheckpointId, bool)>> {
+    let here = checkpoints_in(path)?;
+    if !here.is_empty() {
+        return Ok(here);
+    }
+    let runs = |dir: &Path| -> Result<Vec<(PathBuf, CheckpointId, bool)>> {
+        let mut all = Vec::new();
+        for run in subdirectories(dir)? {
+            all.extend(checkpoints_in(&run)?);
+        }
+        Ok(all)
+    };
+    let in_runs = runs(path)?;
+    if !in_runs.is_empty() {
+        return Ok(in_runs);
+    }
+    let named = path.join(job);
+    if named.is_dir() {
+        return runs(&named);
+    }
+    Ok(Vec::new())
+}
+
+/// Resolves a restore path for job `job`: a checkpoint or savepoint
+/// directory (it must be intact); or a run directory, a job directory (all
+/// its runs) or the checkpoint directory itself (the runs of `job`): the
+/// most recently completed intact checkpoint there. None means starting
+/// afresh.
+pub fn resolve_restore(path: &Path, job: &str) -> Result<RestorePoint> {
     if !path.exists() {
         return Err(Error::State(format!(
             "restore path {} does not exist",
@@ -189,18 +276,44 @@ pub fn resolve_restore(path: &Path) -> Result<RestorePoint> {
         let metadata = read_metadata(path)?;
         verify(path, &metadata)?;
         return Ok(RestorePoint::Checkpoint {
+            chosen: format!("checkpoint {} from {}", metadata.checkpoint_id, path.display()),
             dir: path.to_path_buf(),
             metadata: Box::new(metadata),
             skipped: vec![],
         });
     }
     let mut skipped = Vec::new();
-    for (id, _) in list_checkpoints(path)?.into_iter().rev() {
-        let dir = checkpoint_dir(path, id);
-        match read_metadata(&dir).and_then(|m| verify(&dir, &m).map(|()| m)) {
+    let mut candidates = Vec::new();
+    for (dir, id, complete) in checkpoints_under(path, job)? {
+        if !complete {
+            continue;
+        }
+        match read_metadata(&dir) {
+            Ok(metadata) => candidates.push(Candidate {
+                dir,
+                id,
+                completion_time: metadata.completion_time,
+            }),
+            Err(e) => skipped.push(e.to_string()),
+        }
+    }
+    let runs: std::collections::BTreeSet<&Path> = candidates.iter().filter_map(|c| c.dir.parent()).collect();
+    let among = format!(
+        "the most recently completed of {} complete checkpoint(s) in {} run(s) under {}",
+        candidates.len(),
+        runs.len(),
+        path.display()
+    );
+    for candidate in choose(candidates.clone()) {
+        match read_metadata(&candidate.dir).and_then(|m| verify(&candidate.dir, &m).map(|()| m)) {
             Ok(metadata) => {
                 return Ok(RestorePoint::Checkpoint {
-                    dir,
+                    chosen: format!(
+                        "checkpoint {} from {}, {among}",
+                        metadata.checkpoint_id,
+                        candidate.dir.display()
+                    ),
+                    dir: candidate.dir,
                     metadata: Box::new(metadata),
                     skipped,
                 });
@@ -232,6 +345,7 @@ mod tests {
         let metadata = CheckpointMetadata {
             format: FORMAT_VERSION,
             job: "j".into(),
+            job_id: None,
             checkpoint_id: 7,
             kind: crate::runtime::message::BarrierKind::Checkpoint,
             trigger_time: 0,
@@ -261,10 +375,38 @@ mod tests {
         assert_eq!(read_metadata(&dir).unwrap(), metadata);
         let err = verify(&dir, &metadata).unwrap_err().to_string();
         assert!(err.contains("0-1-WindowAggregate/0.parquet"), "{err}");
-        match resolve_restore(job.path()).unwrap() {
+        match resolve_restore(job.path(), "j").unwrap() {
             RestorePoint::Nothing { skipped } => assert!(skipped[0].contains("0.parquet"), "{skipped:?}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_restore_chooses_the_most_recently_completed_checkpoint_not_the_highest_id() {
+        let candidate = |run: &str, id, completion_time| Candidate {
+            dir: PathBuf::from(run).join(format!("chk-{id}")),
+            id,
+            completion_time,
+        };
+        // The first run ended at chk-15; a rerun got to chk-4 before a crash.
+        let order = choose(vec![candidate("first", 15, 1_000), candidate("rerun", 4, 2_000)]);
+        assert_eq!(order[0].dir, PathBuf::from("rerun/chk-4"));
+        // Same completion time: the higher id.
+        let order = choose(vec![candidate("r", 3, 5), candidate("r", 4, 5)]);
+        assert_eq!(order[0].id, 4);
+    }
+
+    #[test]
+    fn savepoint_and_run_directories_name_the_job_id() {
+        let id = JobId::parse("0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(
+            run_dir(Path::new("/c"), "job", &id),
+            PathBuf::from("/c/job/0123456789abcdef0123456789abcdef")
+        );
+        assert_eq!(
+            savepoint_dir(Path::new("/s"), "job", &id, 7),
+            PathBuf::from("/s/savepoint-job-cdef0123-7")
+        );
     }
 
     #[test]

@@ -282,6 +282,7 @@ impl SourceFactory for DatagenFactory {
             rate: 0.0,
             per_batch: 1,
             started: Instant::now(),
+            anchor_ms: ctx.job_id.started_millis(),
         };
         reader.pace();
         Ok(Box::new(reader))
@@ -325,6 +326,9 @@ struct DatagenReader {
     rate: f64,
     per_batch: usize,
     started: Instant,
+    /// "Now" for random times and dates: when the run began, kept in the
+    /// position so that a restored run replays the same values.
+    anchor_ms: i64,
 }
 
 impl DatagenReader {
@@ -397,7 +401,15 @@ impl SourceReader for DatagenReader {
             .iter()
             .zip(&self.fields)
             .enumerate()
-            .map(|(index, (field, generator))| generate(field, generator, index as u64, rows.iter().copied()))
+            .map(|(index, (field, generator))| {
+                generate(
+                    field,
+                    generator,
+                    index as u64,
+                    rows.iter().copied(),
+                    self.anchor_ms,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         // No columns at all when a query reads only computed columns: keep the count.
         Ok(SourcePoll::Batch(RecordBatch::try_new_with_options(
@@ -408,10 +420,23 @@ impl SourceReader for DatagenReader {
     }
 
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        Ok(CountedSplit::position(self.splits.iter().map(|s| s.split)))
+        let mut position = CountedSplit::position(self.splits.iter().map(|s| s.split));
+        // Each split carries the anchor, so that it survives rescaling.
+        if let Some(splits) = position["splits"].as_array_mut() {
+            for split in splits {
+                split["anchor"] = self.anchor_ms.into();
+            }
+        }
+        Ok(position)
     }
 
     fn restore_position(&mut self, position: &serde_json::Value) -> Result<()> {
+        if let Some(anchor) = position["splits"]
+            .as_array()
+            .and_then(|splits| splits.iter().find_map(|s| s["anchor"].as_i64()))
+        {
+            self.anchor_ms = anchor;
+        }
         let mut splits = Vec::new();
         for saved in CountedSplit::parse(position, "datagen")? {
             let restored = DatagenSplit::new(saved, self.total);
@@ -453,11 +478,14 @@ fn int_in(field: u64, row: u64, min: i64, max: i64) -> i64 {
     (min as i128 + (random_u64(field, row) as u128 % span) as i128) as i64
 }
 
+/// The values of column `index` for global rows `rows`; random times count
+/// back from `anchor_ms` (the run's start), so replays give the same rows.
 fn generate(
     field: &Field,
     generator: &FieldGen,
     index: u64,
     rows: impl Iterator<Item = u64> + Clone,
+    anchor_ms: i64,
 ) -> Result<ArrayRef> {
     let data_type = field.data_type();
     match generator {
@@ -568,7 +596,7 @@ fn generate(
                     Arc::new(b.finish())
                 }
                 DataType::Date32 => {
-                    let today = (chrono::Utc::now().timestamp() / 86_400) as i32;
+                    let today = anchor_ms.div_euclid(86_400_000) as i32;
                     let past_days = (*max_past_ms / 86_400_000).max(0);
                     Arc::new(
                         rows.map(|r| valid(r).then(|| today - int_in(index, r, 0, past_days) as i32))
@@ -576,8 +604,9 @@ fn generate(
                     )
                 }
                 DataType::Timestamp(unit, zone) => {
-                    // As in Flink: the current time minus a random amount up to max-past.
-                    let now = chrono::Utc::now().timestamp_millis();
+                    // As in Flink: the current time (the run's start) minus a
+                    // random amount up to max-past.
+                    let now = anchor_ms;
                     let values = rows.map(|r| valid(r).then(|| now - int_in(index, r, 0, *max_past_ms)));
                     let per_ms: i64 = match unit {
                         TimeUnit::Second => 0,

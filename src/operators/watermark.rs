@@ -28,8 +28,10 @@ use crate::{Error, Result};
 pub fn to_epoch_millis(array: &dyn Array) -> Result<Int64Array> {
     let (values, nulls, per_ms) = match array.data_type() {
         DataType::Timestamp(TimeUnit::Second, _) => {
+            // Saturating: seconds beyond ±292 million years clamp to the
+            // extremes rather than wrap (or panic).
             let a = array.as_primitive::<TimestampSecondType>();
-            return Ok(a.unary(|v| v * 1000));
+            return Ok(a.unary(|v| v.saturating_mul(1000)));
         }
         DataType::Timestamp(TimeUnit::Millisecond, _) => {
             let a = array.as_primitive::<TimestampMillisecondType>();
@@ -163,5 +165,10 @@ mod tests {
         assert_eq!(to_epoch_millis(&shanghai).unwrap().values(), &[0, 1_500]);
         let micros = TimestampMicrosecondArray::from(vec![-1, 2_500]);
         assert_eq!(to_epoch_millis(&micros).unwrap().values(), &[-1, 2]);
+        let seconds = arrow::array::TimestampSecondArray::from(vec![i64::MAX, i64::MIN, 3]);
+        assert_eq!(
+            to_epoch_millis(&seconds).unwrap().values(),
+            &[i64::MAX, i64::MIN, 3_000]
+        );
     }
 }

@@ -1,11 +1,16 @@
-//! Messages between the checkpoint coordinator and tasks, and a task's
-//! checkpoint wiring.
+//! Messages between the checkpoint coordinator and tasks, a task's
+//! checkpoint wiring, and the fence that keeps an attempt's snapshot writers
+//! from writing once their checkpoint or attempt is over.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::job_id::JobId;
 use super::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::checkpoint::TaskState;
 use crate::checkpoint::storage::{checkpoint_dir, savepoint_dir};
@@ -13,9 +18,10 @@ use crate::checkpoint::storage::{checkpoint_dir, savepoint_dir};
 /// From the coordinator to a task.
 #[derive(Debug, Clone)]
 pub enum TaskControl {
-    /// Sources only: inject this barrier now.
+    /// Running sources and finished tasks (which get no barriers any more):
+    /// snapshot now; a source injects the barrier.
     Trigger(CheckpointBarrier),
-    /// Sources only: inject this savepoint barrier now, then emit nothing
+    /// Running sources: inject this savepoint barrier now, then emit nothing
     /// more (stop-with-savepoint: nothing may follow the savepoint).
     TriggerStop(CheckpointBarrier),
     /// The stop-with-savepoint `id` is complete: commit up to it and end
@@ -25,8 +31,8 @@ pub enum TaskControl {
     Resume,
     /// The checkpoint is complete: commit.
     Complete(CheckpointId),
-    /// Every task has finished and the final checkpoint (this id) is written:
-    /// commit everything and end.
+    /// Every task has finished and the final checkpoint (this id) is
+    /// complete: commit up to it and end.
     JobFinished(CheckpointId),
 }
 
@@ -57,20 +63,12 @@ pub enum TaskReport {
         /// Why.
         reason: String,
     },
-    /// A source task reached the end of its input: no more checkpoints can complete.
-    SourceFinished {
-        /// The task.
-        task: usize,
-    },
-    /// The task processed all its input and committed its output; this is its
-    /// final state (sources at their end). When every task has finished, the
-    /// coordinator writes it as a final checkpoint, so restoring the finished
-    /// job replays nothing.
+    /// The task processed all its input and sent end-of-stream downstream.
+    /// It gets no barriers from now on: the coordinator asks it directly
+    /// ([`TaskControl::Trigger`]) and it acknowledges with its final state.
     Finished {
         /// The task.
         task: usize,
-        /// Its final state.
-        state: TaskState,
     },
 }
 
@@ -89,12 +87,16 @@ pub struct TaskCheckpointing {
     pub operator_ids: Vec<String>,
     /// The stable id of the source at the head of the chain, if any.
     pub source_id: Option<String>,
-    /// The job's checkpoint directory.
-    pub job_dir: PathBuf,
+    /// The run's checkpoint directory (`<dir>/<job name>/<job id>`).
+    pub run_dir: PathBuf,
     /// Where savepoints go.
     pub savepoint_root: PathBuf,
     /// The job's name (savepoint directories carry it).
     pub job_name: String,
+    /// The run's id (savepoint directories carry it).
+    pub job_id: JobId,
+    /// Stops snapshot writers of aborted checkpoints and ended attempts.
+    pub fence: Arc<SnapshotFence>,
     /// Messages from the coordinator.
     pub control: Receiver<TaskControl>,
     /// Reports to the coordinator.
@@ -105,8 +107,59 @@ impl TaskCheckpointing {
     /// Where this task writes its state for `barrier`.
     pub fn snapshot_dir(&self, barrier: &CheckpointBarrier) -> PathBuf {
         match barrier.kind {
-            BarrierKind::Checkpoint => checkpoint_dir(&self.job_dir, barrier.id),
-            BarrierKind::Savepoint => savepoint_dir(&self.savepoint_root, &self.job_name, barrier.id),
+            BarrierKind::Checkpoint => checkpoint_dir(&self.run_dir, barrier.id),
+            BarrierKind::Savepoint => {
+                savepoint_dir(&self.savepoint_root, &self.job_name, &self.job_id, barrier.id)
+            }
         }
     }
+}
+
+/// Whether snapshot writers may still write: not once their attempt has
+/// ended (the next attempt may be restoring already), nor for a checkpoint
+/// the coordinator aborted (it deleted, or is deleting, the directory).
+#[derive(Debug)]
+pub struct SnapshotFence {
+    attempt_over: Arc<AtomicBool>,
+    aborted: Mutex<BTreeSet<CheckpointId>>,
+}
+
+impl SnapshotFence {
+    /// A fence for the attempt whose stop flag is `attempt_over`.
+    pub fn new(attempt_over: Arc<AtomicBool>) -> Self {
+        SnapshotFence {
+            attempt_over,
+            aborted: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The coordinator gave up checkpoint `id`.
+    pub fn abort(&self, id: CheckpointId) {
+        self.aborted.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+    }
+
+    /// Whether the attempt has ended (failed or cancelled).
+    pub fn attempt_over(&self) -> bool {
+        self.attempt_over.load(Ordering::SeqCst)
+    }
+
+    /// Whether a writer of checkpoint `id` may go on.
+    pub fn is_live(&self, id: CheckpointId) -> bool {
+        !self.attempt_over()
+            && !self
+                .aborted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&id)
+    }
+}
+
+/// The name of failpoint `point` for job `job`: `<point>/<job>`.
+/// Failpoints (the `fail` crate) are global to a process; named per job,
+/// each test arms one for its own job alone. They are in the snapshot
+/// writers (`snapshot-write`: `return` declines the checkpoint, `sleep(ms)`
+/// delays the write), the coordinator's loop (`coordinator-loop`) and its
+/// `_metadata` write (`checkpoint-persist`).
+pub fn failpoint(point: &str, job: &str) -> String {
+    format!("{point}/{job}")
 }

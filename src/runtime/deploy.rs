@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
-use super::control::{TaskCheckpointing, TaskControl, TaskReport};
+use super::control::{SnapshotFence, TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::{Exchange, ExchangeWriter, PriorityBarrier};
 use super::input::{InputChannel, InputGate};
 use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
@@ -21,6 +21,7 @@ use super::source::SourceReader;
 use super::task::{Replay, Task, TaskInput};
 use crate::checkpoint::driver::DriverTask;
 use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
+use crate::checkpoint::storage::run_dir;
 use crate::checkpoint::{ChannelSide, CheckpointConfig, OperatorState, TaskState};
 use crate::state::key_group::key_group_range;
 use crate::state::snapshot::{read_batches, read_state_file};
@@ -30,8 +31,10 @@ use crate::{Error, Result};
 pub struct DriverParts {
     /// Settings.
     pub config: CheckpointConfig,
-    /// `<checkpoint dir>/<job name>`.
-    pub job_dir: PathBuf,
+    /// `<checkpoint dir>/<job name>/<job id>`.
+    pub run_dir: PathBuf,
+    /// Shared with the attempt's snapshot writers.
+    pub fence: Arc<SnapshotFence>,
     /// One line per task.
     pub tasks: Vec<DriverTask>,
     /// Reports from the tasks.
@@ -50,6 +53,8 @@ pub struct Attempt {
     pub cancel: Arc<AtomicBool>,
     /// Key groups of the job.
     pub max_parallelism: usize,
+    /// Which attempt, 0 first.
+    pub number: u32,
 }
 
 /// What an operator is, for its id: `WindowAggregate` for a
@@ -279,15 +284,18 @@ fn channel_state(
     Ok(replay)
 }
 
-/// Builds every subtask of `graph`, restored from `restore` when given;
-/// `metrics` are reused (by task index) so counters add up across attempts.
+/// Builds every subtask of attempt `attempt` (0 first) of `graph`, restored
+/// from `restore` when given; `metrics` are reused (by task index) so
+/// counters add up across attempts.
 pub fn build_attempt(
     graph: &JobGraph,
     settings: &JobSettings,
     restore: Option<&RestoredCheckpoint>,
     metrics: &[Arc<TaskMetrics>],
+    attempt: u32,
 ) -> Result<Attempt> {
     let cancel = Arc::new(AtomicBool::new(false));
+    let fence = Arc::new(SnapshotFence::new(cancel.clone()));
     // Channels: for each edge, senders per upstream subtask and receivers per
     // downstream subtask.
     // For each vertex and subtask: (edge index, one sender per target
@@ -349,7 +357,10 @@ pub fn build_attempt(
     if let Some(restored) = restore {
         check_every_state_is_claimed(restored, &uids)?;
     }
-    let job_dir = settings.checkpoint.as_ref().map(|c| c.dir.join(&settings.name));
+    let job_dir = settings
+        .checkpoint
+        .as_ref()
+        .map(|c| run_dir(&c.dir, &settings.name, &settings.job_id));
     if let Some(dir) = &job_dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
@@ -382,6 +393,8 @@ pub fn build_attempt(
                 metrics: metrics.clone(),
                 cancel: cancel.clone(),
                 checkpointing: settings.checkpoint.is_some(),
+                job_id: settings.job_id.clone(),
+                attempt,
             };
             let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
             let mut reader = match &vertex.source {
@@ -449,7 +462,9 @@ pub fn build_attempt(
                     parallelism: vertex.parallelism,
                     operator_ids: operator_ids.clone(),
                     source_id: vertex_uids.0.clone(),
-                    job_dir: dir.clone(),
+                    run_dir: dir.clone(),
+                    fence: fence.clone(),
+                    job_id: settings.job_id.clone(),
                     savepoint_root: settings
                         .checkpoint
                         .as_ref()
@@ -476,14 +491,17 @@ pub fn build_attempt(
                 paused: false,
                 replay,
                 pending_snapshots: Vec::new(),
+                last_snapshot: None,
+                idle_timeout: settings.source_idle_timeout,
             });
         }
     }
     drop(report_sender);
     let driver = match (&settings.checkpoint, job_dir) {
-        (Some(config), Some(job_dir)) => Some(DriverParts {
+        (Some(config), Some(run_dir)) => Some(DriverParts {
             config: config.clone(),
-            job_dir,
+            run_dir,
+            fence,
             tasks: driver_tasks,
             reports: report_receiver,
         }),
@@ -495,5 +513,6 @@ pub fn build_attempt(
         driver,
         cancel,
         max_parallelism: settings.max_parallelism,
+        number: attempt,
     })
 }

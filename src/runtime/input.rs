@@ -37,6 +37,7 @@ use arrow::record_batch::RecordBatch;
 use super::exchange::PriorityBarrier;
 use super::message::{
     BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, MIN_WATERMARK, Message, Timestamp,
+    WatermarkStatus,
 };
 use crate::checkpoint::CheckpointingMode;
 use crate::{Error, Result};
@@ -53,6 +54,9 @@ pub enum InputEvent {
     },
     /// The task's watermark advanced.
     Watermark(Timestamp),
+    /// Every open channel turned idle (the task's output is idle), or one
+    /// turned active again.
+    WatermarkStatus(WatermarkStatus),
     /// Every channel has ended.
     End,
     /// Nothing arrived within the timeout.
@@ -83,6 +87,12 @@ pub struct InputChannel {
     lane: Option<Receiver<PriorityBarrier>>,
     watermark: Timestamp,
     ended: bool,
+    /// Idle: its watermark is left out of the minimum.
+    idle: bool,
+    /// Active again but behind the task's watermark: left out until it
+    /// catches up (as Flink's watermark valve does), so that it holds back
+    /// nothing.
+    catching_up: bool,
     /// Barrier of the current alignment received.
     barrier_received: bool,
     /// Not read until the alignment completes (exactly-once only).
@@ -109,6 +119,8 @@ impl InputChannel {
             lane: None,
             watermark: MIN_WATERMARK,
             ended: false,
+            idle: false,
+            catching_up: false,
             barrier_received: false,
             blocked: false,
             received: 0,
@@ -170,6 +182,8 @@ pub struct InputGate {
     /// A received message is not classified yet: a checkpoint cannot be
     /// completed before it is (it may belong in the channel state).
     in_hand: bool,
+    /// Every open channel is idle, and the task said so downstream.
+    idle: bool,
 }
 
 impl InputGate {
@@ -196,6 +210,7 @@ impl InputGate {
             aligned_timeout: Duration::ZERO,
             unaligned: None,
             in_hand: false,
+            idle: false,
         }
     }
 
@@ -310,10 +325,15 @@ impl InputGate {
     /// end-of-stream and (aligned) barriers.
     fn deliver(&mut self, index: usize, message: Message) {
         match message {
-            Message::Batch(batch) => self.ready.push_back(InputEvent::Batch {
-                input: self.channels[index].input,
-                batch,
-            }),
+            Message::Batch(batch) => {
+                if self.channels[index].idle {
+                    self.set_status(index, WatermarkStatus::Active);
+                }
+                self.ready.push_back(InputEvent::Batch {
+                    input: self.channels[index].input,
+                    batch,
+                })
+            }
             Message::Watermark(wm) => {
                 let channel = &mut self.channels[index];
                 channel.watermark = channel.watermark.max(wm);
@@ -321,6 +341,7 @@ impl InputGate {
                     self.ready.push_back(InputEvent::Watermark(wm));
                 }
             }
+            Message::WatermarkStatus(status) => self.set_status(index, status),
             Message::EndOfStream => {
                 let channel = &mut self.channels[index];
                 channel.ended = true;
@@ -576,15 +597,44 @@ impl InputGate {
         }
     }
 
-    /// Recomputes the minimum watermark; returns it when it advanced.
+    /// Channel `index` turned idle or active: the watermark may advance
+    /// without it, and the task's own status may change.
+    fn set_status(&mut self, index: usize, status: WatermarkStatus) {
+        let task_watermark = self.watermark;
+        let channel = &mut self.channels[index];
+        channel.idle = status == WatermarkStatus::Idle;
+        channel.catching_up = !channel.idle && channel.watermark < task_watermark;
+        if let Some(wm) = self.advance() {
+            self.ready.push_back(InputEvent::Watermark(wm));
+        }
+        let all_idle = self.channels.iter().filter(|c| !c.ended).all(|c| c.idle);
+        if all_idle != self.idle && self.open > 0 {
+            self.idle = all_idle;
+            self.ready.push_back(InputEvent::WatermarkStatus(if all_idle {
+                WatermarkStatus::Idle
+            } else {
+                WatermarkStatus::Active
+            }));
+        }
+    }
+
+    /// Recomputes the minimum watermark over the channels that count (open,
+    /// active, caught up); returns it when it advanced.
     fn advance(&mut self) -> Option<Timestamp> {
-        let min = self
+        let current = self.watermark;
+        for channel in &mut self.channels {
+            channel.catching_up &= channel.watermark < current;
+        }
+        let counted = self
             .channels
             .iter()
-            .filter(|c| !c.ended)
-            .map(|c| c.watermark)
-            .min()
-            .unwrap_or(MAX_WATERMARK);
+            .filter(|c| !c.ended && !c.idle && !c.catching_up);
+        let min = match counted.map(|c| c.watermark).min() {
+            Some(min) => min,
+            // Every open channel idle: the watermark stays where it is.
+            None if self.channels.iter().any(|c| !c.ended) => return None,
+            None => MAX_WATERMARK,
+        };
         (min > self.watermark).then(|| {
             self.watermark = min;
             min
@@ -672,6 +722,7 @@ mod tests {
             match gate.next_event().unwrap() {
                 InputEvent::Batch { .. } => out.push("batch".to_string()),
                 InputEvent::Watermark(wm) => out.push(format!("wm {wm}")),
+                InputEvent::WatermarkStatus(status) => out.push(format!("{status:?}").to_lowercase()),
                 InputEvent::End => {
                     out.push("end".to_string());
                     return out;
@@ -703,6 +754,60 @@ mod tests {
         assert_eq!(*wms.last().unwrap(), 30);
         assert!(wms.iter().all(|w| *w <= 30));
         assert_eq!(out.last().unwrap(), "end");
+    }
+
+    #[test]
+    fn an_idle_channel_holds_back_nothing_until_it_is_active_and_caught_up() {
+        let (tx0, rx0) = bounded(32);
+        let (tx1, rx1) = bounded(32);
+        let mut gate = InputGate::new(vec![InputChannel::new(rx0, 0), InputChannel::new(rx1, 0)]);
+        let mut step = |sends: Vec<(usize, Message)>| {
+            for (channel, message) in sends {
+                [&tx0, &tx1][channel].send(message).unwrap();
+            }
+            let mut out = vec![];
+            while let Ok(event) = gate.next_event_timeout(Some(std::time::Duration::from_millis(20))) {
+                match event {
+                    InputEvent::Idle => break,
+                    InputEvent::Watermark(wm) => out.push(format!("wm {wm}")),
+                    InputEvent::WatermarkStatus(status) => out.push(format!("{status:?}").to_lowercase()),
+                    InputEvent::Batch { .. } => out.push("batch".into()),
+                    _ => {}
+                }
+            }
+            out
+        };
+        assert_eq!(
+            step(vec![(0, Message::Watermark(10)), (1, Message::Watermark(5))]),
+            ["wm 5"]
+        );
+        // Channel 1 turns idle: channel 0 alone decides.
+        assert_eq!(
+            step(vec![(1, Message::WatermarkStatus(WatermarkStatus::Idle))]),
+            ["wm 10"]
+        );
+        assert_eq!(step(vec![(0, Message::Watermark(20))]), ["wm 20"]);
+        // Both idle: the task is idle, and its watermark stays.
+        assert_eq!(
+            step(vec![(0, Message::WatermarkStatus(WatermarkStatus::Idle))]),
+            ["idle"]
+        );
+        // Channel 1 comes back behind (at 7): active, but it holds back nothing...
+        assert_eq!(
+            step(vec![
+                (1, Message::WatermarkStatus(WatermarkStatus::Active)),
+                (1, Message::Watermark(7))
+            ]),
+            ["active"]
+        );
+        assert_eq!(step(vec![(1, Message::Watermark(30))]), ["wm 30"]);
+        // ...and once caught up it counts: channel 0 (idle) no longer does.
+        assert_eq!(step(vec![(1, Message::Watermark(25))]), Vec::<String>::new());
+        assert_eq!(step(vec![(1, Message::Watermark(40))]), ["wm 40"]);
+        // Rows on an idle channel make it active.
+        assert_eq!(step(vec![(0, batch(&[1]))]), ["batch"]);
+        assert_eq!(step(vec![(0, Message::Watermark(50))]), Vec::<String>::new());
+        assert_eq!(step(vec![(1, Message::Watermark(60))]), ["wm 50"]);
     }
 
     fn batch(values: &[i64]) -> Message {

@@ -20,13 +20,15 @@ use std::time::{Duration, Instant};
 
 use super::deploy::{Attempt, build_attempt};
 use super::exchange::Exchange;
+use super::job_id::JobId;
 use super::message::{BarrierKind, CheckpointId};
 use super::metrics::{
     BackpressureLevel, BackpressureSampler, JobMetrics, TaskMetricsSnapshot, watermark_reading,
 };
 use super::operator::{OperatorFactory, TaskMetrics};
 use super::source::SourceFactory;
-use crate::checkpoint::driver::{CoordinatorDriver, CoordinatorRequest};
+pub use crate::checkpoint::CheckpointStats;
+use crate::checkpoint::driver::{CoordinatorDriver, CoordinatorEvents, CoordinatorRequest};
 use crate::checkpoint::storage::read_metadata;
 use crate::checkpoint::{CheckpointConfig, CheckpointMetadata, RestartStrategy};
 use crate::{Error, Result};
@@ -81,12 +83,16 @@ pub struct JobGraph {
 pub struct JobSettings {
     /// The job's name.
     pub name: String,
+    /// This run's id: its checkpoints go to `<checkpoint dir>/<name>/<id>/`.
+    pub job_id: JobId,
     /// Number of key groups.
     pub max_parallelism: usize,
     /// Rows per batch sources aim for.
     pub batch_size: usize,
     /// Batches a channel holds.
     pub channel_capacity: usize,
+    /// A source subtask without data for this long turns idle.
+    pub source_idle_timeout: Option<Duration>,
     /// Checkpoint settings, when checkpoints are on.
     pub checkpoint: Option<CheckpointConfig>,
     /// The checkpoint to start from.
@@ -104,32 +110,6 @@ pub struct RestoredCheckpoint {
     pub dir: PathBuf,
     /// Its metadata.
     pub metadata: CheckpointMetadata,
-}
-
-/// Figures of one completed checkpoint.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CheckpointStats {
-    /// Its id.
-    pub id: CheckpointId,
-    /// A periodic checkpoint or a savepoint.
-    pub kind: BarrierKind,
-    /// Its directory.
-    pub dir: PathBuf,
-    /// When it was triggered (ms since the epoch).
-    pub trigger_time: i64,
-    /// From trigger to completion.
-    pub duration: Duration,
-    /// Bytes of state files (keyed state and channel state).
-    pub state_bytes: u64,
-    /// Of those, bytes of in-flight records (unaligned checkpoints).
-    pub channel_state_bytes: u64,
-    /// The longest time a task's processing stopped for its snapshot.
-    pub max_blocked: Duration,
-    /// The longest barrier alignment of a task.
-    pub max_alignment: Duration,
-    /// Per task (by index in [`JobHandle::tasks`]): from the trigger to its
-    /// acknowledgement.
-    pub ack_delays: Vec<(usize, Duration)>,
 }
 
 /// The state of a job.
@@ -166,6 +146,7 @@ struct JobState {
 struct JobShared {
     id: u64,
     name: String,
+    job_id: JobId,
     checkpoints: Mutex<Vec<CheckpointStats>>,
     failed_checkpoints: AtomicU64,
     restarts: AtomicU64,
@@ -202,6 +183,7 @@ fn is_secondary(e: &Error) -> bool {
     matches!(e, Error::Execution(m) if m == "an upstream task stopped"
         || m == "a downstream task stopped"
         || m == "the job was cancelled")
+        || e.to_string() == super::task::coordinator_gone().to_string()
 }
 
 impl JobHandle {
@@ -213,6 +195,12 @@ impl JobHandle {
     /// The job's name.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// This run's id, unique across processes (Flink's job id); its
+    /// checkpoints are under `<checkpoint dir>/<name>/<job id>/`.
+    pub fn job_id(&self) -> &JobId {
+        &self.shared.job_id
     }
 
     /// The current state.
@@ -486,16 +474,24 @@ impl AttemptShared {
         }
         state.error.take().or_else(|| state.secondary.take())
     }
+
+    /// An error recorded after [`AttemptShared::wait`] returned (by the
+    /// coordinator, which ends after the tasks).
+    fn late_error(&self) -> Option<Error> {
+        let mut state = self.state.lock().expect("attempt state");
+        state.error.take().or_else(|| state.secondary.take())
+    }
 }
 
 /// Starts a job: builds and launches its first attempt; a supervisor thread
 /// restarts it as the restart strategy says.
 pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
-    let first = build_attempt(&graph, &settings, settings.restore.as_ref(), &[])?;
+    let first = build_attempt(&graph, &settings, settings.restore.as_ref(), &[], 0)?;
     let handle = JobHandle {
         shared: Arc::new(JobShared {
             id: NEXT_JOB_ID.fetch_add(1, Ordering::Relaxed),
             name: settings.name.clone(),
+            job_id: settings.job_id.clone(),
             checkpoints: Mutex::new(Vec::new()),
             failed_checkpoints: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
@@ -534,10 +530,16 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
 }
 
 /// Waits for each attempt, restarting failed ones while the strategy allows.
-fn supervise(handle: JobHandle, graph: JobGraph, settings: JobSettings, mut attempt: Arc<AttemptShared>) {
+/// An attempt is over when its tasks and its coordinator (which outlives
+/// its snapshot writers) have ended: only then does the next one start.
+fn supervise(handle: JobHandle, graph: JobGraph, settings: JobSettings, mut attempt: Launched) {
     let mut restarts = 0u32;
     loop {
-        let Some(error) = attempt.wait() else {
+        let outcome = attempt.shared.wait();
+        if let Some(coordinator) = attempt.coordinator.take() {
+            let _ = coordinator.join();
+        }
+        let Some(error) = outcome.or_else(|| attempt.shared.late_error()) else {
             return handle.end(None);
         };
         let (attempts, delay) = match settings.restart {
@@ -577,7 +579,7 @@ fn supervise(handle: JobHandle, graph: JobGraph, settings: JobSettings, mut atte
             Err(e) => return handle.end(Some(e)),
         };
         let metrics: Vec<Arc<TaskMetrics>> = handle.tasks().iter().map(|t| t.metrics.clone()).collect();
-        let next = match build_attempt(&graph, &settings, restore.as_ref(), &metrics) {
+        let next = match build_attempt(&graph, &settings, restore.as_ref(), &metrics, restarts) {
             Ok(next) => next,
             Err(e) => return handle.end(Some(e)),
         };
@@ -603,28 +605,75 @@ fn latest_checkpoint(handle: &JobHandle, settings: &JobSettings) -> Result<Optio
     }
 }
 
-/// Starts the threads of an attempt (and its checkpoint coordinator).
-fn launch(handle: &JobHandle, attempt: Attempt) -> Result<Arc<AttemptShared>> {
+/// A running attempt: how it ends, and its coordinator thread.
+struct Launched {
+    shared: Arc<AttemptShared>,
+    coordinator: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The coordinator's reports, to the job and its running attempt.
+struct AttemptEvents {
+    job: JobHandle,
+    attempt: Arc<AttemptShared>,
+}
+
+impl CoordinatorEvents for AttemptEvents {
+    fn triggered(&self, id: CheckpointId) {
+        self.job.checkpoint_triggered(id);
+    }
+
+    fn completed(&self, stats: CheckpointStats) {
+        self.job.checkpoint_completed(stats);
+    }
+
+    fn checkpoint_failed(&self) {
+        self.job.checkpoint_failed();
+    }
+
+    fn fail_attempt(&self, error: Error) {
+        self.attempt.fail(error);
+    }
+}
+
+/// Starts the threads of an attempt (and its checkpoint coordinator). A
+/// panic in the coordinator fails the attempt.
+fn launch(handle: &JobHandle, attempt: Attempt) -> Result<Launched> {
     let shared = Arc::new(AttemptShared::new(attempt.cancel.clone(), attempt.tasks.len()));
     let max_parallelism = attempt.max_parallelism;
+    let mut coordinator = None;
     if let Some(parts) = attempt.driver {
         let (requests, requests_receiver) = crossbeam_channel::unbounded();
         *handle.shared.coordinator.lock().expect("job coordinator") = Some(requests);
+        let events = Arc::new(AttemptEvents {
+            job: handle.clone(),
+            attempt: shared.clone(),
+        });
         let driver = CoordinatorDriver {
             requests: requests_receiver,
             config: parts.config,
-            job_dir: parts.job_dir,
-            job: handle.clone(),
-            attempt: shared.clone(),
+            run_dir: parts.run_dir,
+            job_name: handle.name().to_string(),
+            job_id: handle.job_id().clone(),
+            events: events.clone(),
+            fence: parts.fence,
             max_parallelism,
             tasks: parts.tasks,
             reports: parts.reports,
             next_id: handle.shared.next_checkpoint.load(Ordering::SeqCst),
+            attempt: attempt.number,
         };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("weir-{}-coordinator", handle.id()))
-            .spawn(move || driver.run())
+            .spawn(move || {
+                if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run())) {
+                    events.fail_attempt(Error::Execution(format!(
+                        "the checkpoint coordinator panicked: {}",
+                        panic_message(panic.as_ref())
+                    )));
+                }
+            })
             .map_err(|e| Error::Execution(format!("could not start the checkpoint coordinator: {e}")))?;
+        coordinator = Some(thread);
     }
     for (index, task) in attempt.tasks.into_iter().enumerate() {
         let attempt_shared = shared.clone();
@@ -633,12 +682,10 @@ fn launch(handle: &JobHandle, attempt: Attempt) -> Result<Arc<AttemptShared>> {
             let name = task.name.clone();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()))
                 .unwrap_or_else(|panic| {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err(Error::Execution(format!("task {name} panicked: {message}")))
+                    Err(Error::Execution(format!(
+                        "task {name} panicked: {}",
+                        panic_message(panic.as_ref())
+                    )))
                 });
             attempt_shared.task_ended(result);
         });
@@ -647,5 +694,14 @@ fn launch(handle: &JobHandle, attempt: Attempt) -> Result<Arc<AttemptShared>> {
             shared.task_ended(Ok(()));
         }
     }
-    Ok(shared)
+    Ok(Launched { shared, coordinator })
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }

@@ -34,6 +34,18 @@ pub struct CheckpointBarrier {
     pub timestamp: i64,
 }
 
+/// Whether a channel's watermark counts (Flink's `WatermarkStatus`): a source
+/// that had no data for `table.exec.source.idle-timeout` turns idle, so that
+/// it stops holding back the watermark downstream, and active again before
+/// its next rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatermarkStatus {
+    /// The channel's watermark is left out of the minimum.
+    Idle,
+    /// The channel's watermark counts again (once it has caught up).
+    Active,
+}
+
 /// Everything that travels on a channel between two subtasks.
 ///
 /// Order on a channel is never changed: a barrier never overtakes data, and
@@ -44,6 +56,8 @@ pub enum Message {
     Batch(RecordBatch),
     /// Event time on this channel has reached this point.
     Watermark(Timestamp),
+    /// The channel turned idle or active.
+    WatermarkStatus(WatermarkStatus),
     /// A checkpoint barrier.
     Barrier(CheckpointBarrier),
     /// The bounded input of this channel is done.

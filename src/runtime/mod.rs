@@ -5,6 +5,7 @@ pub mod deploy;
 pub mod exchange;
 pub mod input;
 pub mod job;
+pub mod job_id;
 pub mod message;
 pub mod metrics;
 pub mod operator;

@@ -326,6 +326,10 @@ pub struct TaskContext {
     pub cancel: Arc<std::sync::atomic::AtomicBool>,
     /// True when the job takes checkpoints (sinks then commit at checkpoints).
     pub checkpointing: bool,
+    /// The run's id (sinks name their in-progress files by it).
+    pub job_id: super::job_id::JobId,
+    /// The attempt, 0 first, counting restarts after failures.
+    pub attempt: u32,
 }
 
 impl TaskContext {
@@ -339,6 +343,8 @@ impl TaskContext {
             metrics: Arc::new(TaskMetrics::default()),
             cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             checkpointing: false,
+            job_id: super::job_id::JobId::new(),
+            attempt: 0,
         }
     }
 

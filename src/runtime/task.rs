@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 
-use super::control::{TaskCheckpointing, TaskControl, TaskReport};
+use super::control::{TaskCheckpointing, TaskControl, TaskReport, failpoint};
 use super::exchange::ExchangeWriter;
 use super::input::{InputEvent, InputGate};
-use super::message::{BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp};
+use super::message::{
+    BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp, WatermarkStatus,
+};
 use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
 use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, TaskState};
@@ -34,8 +36,19 @@ struct Taken {
     snapshot: OperatorSnapshot,
 }
 
-/// Writes the keyed rows of each snapshot as a Parquet file under `dir`.
-fn write_snapshots(dir: &std::path::Path, subtask: usize, taken: Vec<Taken>) -> Result<Vec<OperatorState>> {
+/// The error of a snapshot writer whose checkpoint (or attempt) is over.
+fn no_longer_live() -> Error {
+    Error::Execution("the checkpoint was aborted while its state was written".into())
+}
+
+/// Writes the keyed rows of each snapshot as a Parquet file under `dir`,
+/// while `live` says the checkpoint goes on.
+fn write_snapshots(
+    dir: &std::path::Path,
+    subtask: usize,
+    taken: Vec<Taken>,
+    live: &dyn Fn() -> bool,
+) -> Result<Vec<OperatorState>> {
     taken
         .into_iter()
         .map(
@@ -46,6 +59,9 @@ fn write_snapshots(dir: &std::path::Path, subtask: usize, taken: Vec<Taken>) -> 
              }| {
                 let file = match snapshot.rows {
                     Some(rows) if rows.num_rows() > 0 => {
+                        if !live() {
+                            return Err(no_longer_live());
+                        }
                         let relative = format!("{operator_id}/{subtask}.parquet");
                         Some(write_state_file(&dir.join(&relative), &relative, &rows)?)
                     }
@@ -107,6 +123,11 @@ pub struct Task {
     pub replay: Vec<Replay>,
     /// Unaligned: snapshots taken, each waiting for its input channel state.
     pub pending_snapshots: Vec<PendingSnapshot>,
+    /// The last checkpoint the task snapshotted (a finished task ignores
+    /// triggers for it and older ones).
+    pub last_snapshot: Option<CheckpointId>,
+    /// Sources: without data for this long, the task's output turns idle.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// In-flight data restored from an unaligned checkpoint.
@@ -147,6 +168,7 @@ fn write_channel_state(
     subtask: usize,
     inputs: Vec<(usize, RecordBatch)>,
     outputs: Vec<(usize, Vec<RecordBatch>)>,
+    live: &dyn Fn() -> bool,
 ) -> Result<Vec<ChannelStateFile>> {
     let mut grouped: std::collections::BTreeMap<(usize, usize), Vec<RecordBatch>> = Default::default();
     for (input, batch) in inputs {
@@ -161,6 +183,9 @@ fn write_channel_state(
             0 => (ChannelSide::Input, "input"),
             _ => (ChannelSide::Output, "output"),
         };
+        if !live() {
+            return Err(no_longer_live());
+        }
         let relative = format!("channel-state/{vertex}-{subtask}-{name}-{index}.parquet");
         let (rows, bytes) = write_batches(&dir.join(&relative), &batches)?;
         files.push(ChannelStateFile {
@@ -208,6 +233,15 @@ impl ProcessingClock {
     }
 }
 
+/// The error of a finished task whose coordinator ended before the final
+/// checkpoint: its last output is not committed. A consequence (of the
+/// coordinator's failure), never a job's root cause.
+pub fn coordinator_gone() -> Error {
+    Error::Execution(
+        "the checkpoint coordinator ended before the final checkpoint: nothing more was committed".into(),
+    )
+}
+
 /// The error of a task that stopped because the job was cancelled.
 pub fn cancelled() -> Error {
     Error::Execution("the job was cancelled".into())
@@ -226,6 +260,8 @@ impl Task {
     fn run_source(&mut self, mut reader: Box<dyn SourceReader>) -> Result<()> {
         let mut clock = ProcessingClock::new(&self.chain);
         self.replay()?;
+        // `table.exec.source.idle-timeout`: whether the output is idle now.
+        let (mut last_data, mut idle) = (Instant::now(), false);
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
@@ -241,6 +277,11 @@ impl Task {
             }
             match reader.poll_next()? {
                 SourcePoll::Batch(batch) => {
+                    last_data = Instant::now();
+                    if idle {
+                        idle = false;
+                        self.broadcast(Message::WatermarkStatus(WatermarkStatus::Active))?;
+                    }
                     TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
                     self.push_batch(0, 0, batch)?;
                 }
@@ -248,6 +289,17 @@ impl Task {
                     let mut limit = clock.interval().unwrap_or(Duration::from_millis(50));
                     if self.checkpointing.is_some() {
                         limit = limit.min(CONTROL_POLL);
+                    }
+                    if let Some(timeout) = self.idle_timeout
+                        && !idle
+                    {
+                        match timeout.checked_sub(last_data.elapsed()) {
+                            Some(left) if !left.is_zero() => limit = limit.min(left),
+                            _ => {
+                                idle = true;
+                                self.broadcast(Message::WatermarkStatus(WatermarkStatus::Idle))?;
+                            }
+                        }
                     }
                     std::thread::sleep(wait.min(limit))
                 }
@@ -257,17 +309,8 @@ impl Task {
                 self.tick()?;
             }
         }
-        if let Some(checkpointing) = &self.checkpointing {
-            let _ = checkpointing.reports.send(TaskReport::SourceFinished {
-                task: checkpointing.task,
-            });
-        }
         self.end()?;
-        let position = match self.checkpointing {
-            Some(_) => Some(reader.snapshot_position()?),
-            None => None,
-        };
-        self.report_finished(position)
+        self.finished(Some(reader))
     }
 
     fn run_channels(&mut self, mut gate: InputGate) -> Result<()> {
@@ -293,6 +336,7 @@ impl Task {
                     self.push_batch(0, input, batch)?;
                 }
                 InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
+                InputEvent::WatermarkStatus(status) => self.broadcast(Message::WatermarkStatus(status))?,
                 event @ (InputEvent::Barrier(_)
                 | InputEvent::AbortCheckpoint(_)
                 | InputEvent::ChannelState { .. }) => {
@@ -306,69 +350,56 @@ impl Task {
             }
         }
         self.end()?;
-        self.report_finished(None)
+        self.finished(None)
     }
 
-    /// After the end of input: the task's final state goes to the coordinator
-    /// for the final checkpoint, and the task waits until that checkpoint is
-    /// complete to commit its last output (as Flink's final checkpoint does):
-    /// a crash before it leaves nothing half-committed. Operators hold no keyed
-    /// state any more (every window has fired); if one does, there is no final
-    /// checkpoint and the task commits at once.
-    fn report_finished(&mut self, source: Option<serde_json::Value>) -> Result<()> {
-        if self.checkpointing.is_none() {
+    /// After the end of input (FLIP-147): the task tells the coordinator it
+    /// has finished and stays until the job's final checkpoint. It gets no
+    /// barriers any more, so the coordinator asks it directly for each
+    /// checkpoint; it snapshots its final state (a source its position at
+    /// the end) and commits as checkpoints complete. It commits its last
+    /// output only when a checkpoint that holds it is complete, never when the
+    /// coordinator is gone.
+    fn finished(&mut self, mut reader: Option<Box<dyn SourceReader>>) -> Result<()> {
+        let Some(checkpointing) = &self.checkpointing else {
             return Ok(());
-        }
-        let taken = self.take_snapshots(CheckpointId::MAX)?;
-        let has_rows = taken
-            .iter()
-            .any(|t| t.snapshot.rows.as_ref().is_some_and(|r| r.num_rows() > 0));
-        let checkpointing = self.checkpointing.as_ref().expect("checked above");
-        if has_rows {
-            return self.commit_all(CheckpointId::MAX);
-        }
-        let state = TaskState {
-            source_id: checkpointing.source_id.clone(),
-            vertex: checkpointing.vertex,
-            subtask: checkpointing.subtask,
-            parallelism: checkpointing.parallelism,
-            source,
-            channel_state: Vec::new(),
-            operators: taken
-                .into_iter()
-                .map(|t| OperatorState {
-                    operator_id: t.operator_id,
-                    signature: t.signature,
-                    meta: t.snapshot.meta,
-                    file: None,
-                })
-                .collect(),
         };
         let _ = checkpointing.reports.send(TaskReport::Finished {
             task: checkpointing.task,
-            state,
         });
+        let control = checkpointing.control.clone();
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
             }
-            let checkpointing = self.checkpointing.as_ref().expect("checked above");
-            match checkpointing.control.recv_timeout(CONTROL_POLL) {
-                Ok(TaskControl::JobFinished(_)) => return self.commit_all(CheckpointId::MAX),
-                Ok(TaskControl::Complete(id)) => {
-                    for operator in &mut self.chain {
-                        operator.notify_checkpoint_complete(id)?;
-                    }
-                }
+            match control.recv_timeout(CONTROL_POLL) {
                 Ok(TaskControl::Trigger(barrier) | TaskControl::TriggerStop(barrier)) => {
-                    self.decline(barrier.id, "the task has finished".into())
+                    if self.last_snapshot.is_some_and(|last| barrier.id <= last) {
+                        continue;
+                    }
+                    let position = match reader.as_deref_mut().map(|r| r.snapshot_position()) {
+                        Some(Err(e)) => {
+                            self.decline(barrier.id, e.to_string());
+                            continue;
+                        }
+                        position => position.transpose()?,
+                    };
+                    self.last_snapshot = Some(barrier.id);
+                    let snapshot = PendingSnapshot {
+                        barrier,
+                        source: position,
+                        taken: self.take_snapshots(barrier.id),
+                        outputs: Vec::new(),
+                        blocked: Duration::ZERO,
+                        alignment: Duration::ZERO,
+                    };
+                    self.write_snapshot(snapshot, Vec::new())?;
                 }
-                Ok(TaskControl::Stop(id)) => return self.commit_all(id),
+                Ok(TaskControl::Complete(id)) => self.commit_all(id)?,
+                Ok(TaskControl::JobFinished(id) | TaskControl::Stop(id)) => return self.commit_all(id),
                 Ok(TaskControl::Resume) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return self.commit_all(CheckpointId::MAX);
-                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(coordinator_gone()),
             }
         }
     }
@@ -453,6 +484,7 @@ impl Task {
         defer: bool,
     ) -> Result<()> {
         let started = Instant::now();
+        self.last_snapshot = Some(barrier.id);
         for index in 0..self.chain.len() {
             let mut out = Output::default();
             self.chain[index].prepare_snapshot(&mut out)?;
@@ -548,12 +580,35 @@ impl Task {
             channel_state: Vec::new(),
         };
         let name = self.name.clone();
+        let job_name = checkpointing.job_name.clone();
+        let fence = checkpointing.fence.clone();
         let write = move || {
+            let injected = (|| {
+                fail::fail_point!(&failpoint("snapshot-write", &job_name), |_| Some(
+                    Error::Execution("failpoint snapshot-write".into())
+                ));
+                None
+            })();
             let written = taken.and_then(|taken| {
-                let operators = write_snapshots(&dir, subtask, taken)?;
-                let channels = write_channel_state(&dir, vertex, subtask, inputs, outputs)?;
+                if let Some(e) = injected {
+                    return Err(e);
+                }
+                let live = || fence.is_live(barrier.id);
+                let operators = write_snapshots(&dir, subtask, taken, &live)?;
+                let channels = write_channel_state(&dir, vertex, subtask, inputs, outputs, &live)?;
                 Ok((operators, channels))
             });
+            if !fence.is_live(barrier.id) {
+                // Aborted, or the attempt is over: what was written goes, and
+                // nothing is reported (the next attempt may be restoring).
+                if let Ok((operators, channels)) = &written {
+                    let files = operators.iter().filter_map(|o| o.file.as_ref().map(|f| &f.path));
+                    for path in files.chain(channels.iter().map(|c| &c.path)) {
+                        let _ = std::fs::remove_file(dir.join(path));
+                    }
+                }
+                return;
+            }
             let report = match written {
                 Ok((operators, channels)) => {
                     state.operators = operators;
@@ -727,6 +782,15 @@ impl Task {
         for output in &mut self.outputs {
             output.broadcast(Message::EndOfStream)?;
             output.flush_blocking()?;
+        }
+        Ok(())
+    }
+
+    /// Sends `message` on every output channel, past the operators (a
+    /// watermark status: operators see only watermarks).
+    fn broadcast(&mut self, message: Message) -> Result<()> {
+        for output in &mut self.outputs {
+            output.broadcast(message.clone())?;
         }
         Ok(())
     }

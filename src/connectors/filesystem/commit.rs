@@ -9,9 +9,14 @@
 //! the input every partition written is committed. Data arriving later reopens
 //! a partition, which is then committed again (Flink does the same).
 //!
-//! Until checkpoints exist (issue #4), part files close by the rolling policy,
-//! when the watermark passes their partition's time (`partition-time`), and at
-//! the end of the input; with checkpoints they will also close at each one.
+//! Part files close by the rolling policy, when the watermark passes their
+//! partition's time (`partition-time`), at the end of the input, and (two
+//! phase) at each checkpoint, becoming visible when it completes. The
+//! partitions not yet committed are part of every checkpoint
+//! ([`PartitionCommitter::snapshot`]), so a restore commits them when their
+//! trigger holds and never misses a `_SUCCESS`; one written after the
+//! restored checkpoint may be written again (the same empty file, as in
+//! Flink).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -107,6 +112,17 @@ impl CommitPolicy {
                 .to_string(),
         }))
     }
+}
+
+/// A partition not yet committed, as a checkpoint records it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedPartition {
+    /// Its directory under the table's (`dt=x/hm=y`).
+    pub name: String,
+    /// Its time in epoch ms (`partition-time` trigger only).
+    pub time: Option<i64>,
+    /// When it was first written since its last commit (wall clock, ms).
+    pub created: i64,
 }
 
 /// A partition written since its last commit.
@@ -210,6 +226,34 @@ impl PartitionCommitter {
         state.finished[subtask] = false;
         for partition in state.pending.values_mut() {
             partition.writers.remove(&subtask);
+        }
+    }
+
+    /// The partitions not yet committed, for a checkpoint.
+    pub fn snapshot(&self) -> Vec<SavedPartition> {
+        self.lock()
+            .pending
+            .iter()
+            .map(|(name, p)| SavedPartition {
+                name: name.clone(),
+                time: p.time,
+                created: p.created,
+            })
+            .collect()
+    }
+
+    /// Adds the partitions a checkpoint had not committed yet (the union of
+    /// what the restored subtasks saved); they commit when their trigger
+    /// holds and no restored file in them is still hidden.
+    pub fn restore(&self, saved: Vec<SavedPartition>) {
+        let mut state = self.lock();
+        for partition in saved {
+            let pending = state.pending.entry(partition.name).or_insert(PendingPartition {
+                time: partition.time,
+                created: partition.created,
+                writers: BTreeSet::new(),
+            });
+            pending.created = pending.created.min(partition.created);
         }
     }
 
@@ -393,6 +437,35 @@ mod tests {
         assert!(!should_close(Some(60_000), 1_000, 61_000));
         assert!(should_close(Some(60_000), 1_000, 61_001));
         assert!(!should_close(None, 0, i64::MAX));
+    }
+
+    #[test]
+    fn uncommitted_partitions_survive_a_snapshot_and_restore_and_then_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = CommitPolicy {
+            trigger: CommitTrigger::ProcessTime,
+            delay: 1_000,
+            success_file: "_SUCCESS".into(),
+        };
+        let spec = PartitionSpec {
+            keys: vec!["dt".into()],
+            default_name: "__DEFAULT_PARTITION__".into(),
+        };
+        let before = PartitionCommitter::new(dir.path().to_path_buf(), spec.clone(), policy.clone());
+        before.register(0, 1);
+        before.opened(0, "dt=a", 5_000).unwrap();
+        let saved = before.snapshot();
+        assert_eq!(saved.len(), 1);
+        // The process dies before the partition's commit; a new one restores.
+        let after = PartitionCommitter::new(dir.path().to_path_buf(), spec, policy);
+        after.register(0, 1);
+        after.restore(saved);
+        std::fs::create_dir_all(dir.path().join("dt=a")).unwrap();
+        after.tick(5_500).unwrap();
+        assert!(!dir.path().join("dt=a/_SUCCESS").exists(), "the delay holds");
+        after.tick(6_001).unwrap();
+        assert!(dir.path().join("dt=a/_SUCCESS").exists());
+        assert!(after.snapshot().is_empty());
     }
 
     #[test]

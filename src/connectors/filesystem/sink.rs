@@ -1,7 +1,7 @@
 //! The filesystem sink: part files per subtask, hidden until complete.
 //!
-//! A part file is written as `.part-<uuid>-<subtask>-<n>.inprogress.<uuid>` and
-//! renamed to `part-<uuid>-<subtask>-<n>` when it is complete (the first uuid
+//! A part file is written as `.part-<uuid>-<subtask>-<n>.inprogress.<job id>-<attempt>`
+//! and renamed to `part-<uuid>-<subtask>-<n>` when it is complete (the uuid
 //! is new for every writer, so a restarted attempt never reuses a name): when it reaches
 //! `sink.rolling-policy.file-size` or `sink.rolling-policy.rollover-interval`, or
 //! at the end of input. Readers (weir's own source included) skip hidden files.
@@ -13,8 +13,10 @@
 //! *pending*; the checkpoint records the pending files, and when it is
 //! complete they are renamed to their visible names. A restore renames the
 //! files its checkpoint recorded (again, harmlessly, if already done) and
-//! deletes every other hidden part file of the subtask. The end of a bounded
-//! input makes everything visible at once.
+//! deletes the other hidden part files that the checkpoint's subtask wrote
+//! in that job run (and this subtask in this run's earlier attempts): never
+//! a file of another job writing into the same directory. After the end of
+//! a bounded input, the next checkpoint commits everything.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -29,7 +31,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
-use super::commit::{CommitPolicy, PartitionCommitter, should_close};
+use super::commit::{CommitPolicy, PartitionCommitter, SavedPartition, should_close};
 use super::partition::PartitionSpec;
 use super::{FileFormat, table_path};
 use crate::config::{SessionConfig, parse_duration};
@@ -135,8 +137,10 @@ pub struct FileSinkFactory {
 }
 
 impl FileSinkFactory {
-    /// The sink of `table`; creates the output directory now, so an unwritable
-    /// location fails the statement.
+    /// The sink of `table`. Planning touches no file (EXPLAIN has no side
+    /// effects); the output directory is created, and checked to be
+    /// writable, when the job's writers are (so that still fails the
+    /// statement, before any task runs).
     pub fn try_new(
         table: &TableDef,
         schema: SchemaRef,
@@ -144,10 +148,6 @@ impl FileSinkFactory {
     ) -> Result<Arc<dyn SinkFactory>> {
         let format = FileFormat::from_table(table)?;
         let directory = table_path(table)?;
-        std::fs::create_dir_all(&directory).map_err(|e| Error::io(&directory, e))?;
-        let probe = directory.join(format!(".weir-write-probe-{}", random_uuid()));
-        File::create(&probe).map_err(|e| Error::io(&directory, e))?;
-        let _ = std::fs::remove_file(&probe);
         let partitioning = match PartitionSpec::from_table(table) {
             None => None,
             Some(spec) => {
@@ -200,6 +200,11 @@ impl SinkFactory for FileSinkFactory {
     }
 
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
+        let directory = &self.directory;
+        std::fs::create_dir_all(directory).map_err(|e| Error::io(directory, e))?;
+        let probe = directory.join(format!(".weir-write-probe-{}", random_uuid()));
+        File::create(&probe).map_err(|e| Error::io(directory, e))?;
+        let _ = std::fs::remove_file(&probe);
         if let Some(committer) = self.partitioning.as_ref().and_then(|p| p.committer.as_ref()) {
             committer.register(ctx.subtask, ctx.parallelism);
         }
@@ -207,6 +212,8 @@ impl SinkFactory for FileSinkFactory {
             directory: self.directory.clone(),
             prefix: format!("part-{}-{}-", random_uuid(), ctx.subtask),
             subtask: ctx.subtask,
+            job_id: ctx.job_id.to_string(),
+            attempt: ctx.attempt,
             format: self.format.clone(),
             schema: self.schema.clone(),
             policy: self.policy,
@@ -241,6 +248,9 @@ struct PartFileWriter {
     directory: PathBuf,
     prefix: String,
     subtask: usize,
+    /// The run writing (hidden files carry it, so a restore deletes only its own).
+    job_id: String,
+    attempt: u32,
     format: FileFormat,
     schema: SchemaRef,
     policy: RollingPolicy,
@@ -283,7 +293,7 @@ impl PartFileWriter {
             std::fs::create_dir_all(&directory).map_err(|e| Error::io(&directory, e))?;
         }
         let visible = directory.join(&name);
-        let in_progress = directory.join(format!(".{name}.inprogress.{}", random_uuid()));
+        let in_progress = directory.join(format!(".{name}.inprogress.{}-{}", self.job_id, self.attempt));
         let file = File::create(&in_progress).map_err(|e| Error::io(&in_progress, e))?;
         let encoder = match &self.format {
             FileFormat::Parquet { compression } => {
@@ -338,6 +348,15 @@ impl PartFileWriter {
 
     /// Makes a complete file visible (idempotent) and tells the partition committer.
     fn publish(&self, file: &PendingFile) -> Result<()> {
+        self.make_visible(file)?;
+        if let Some(committer) = self.committer() {
+            committer.closed(self.subtask, &file.partition, wall_clock_millis())?;
+        }
+        Ok(())
+    }
+
+    /// Renames a complete file to its visible name, unless that was done.
+    fn make_visible(&self, file: &PendingFile) -> Result<()> {
         if file.hidden.exists() {
             commit(&file.hidden, &file.visible)?;
         } else if !file.visible.exists() {
@@ -347,15 +366,12 @@ impl PartFileWriter {
                 file.visible.display()
             )));
         }
-        if let Some(committer) = self.committer() {
-            committer.closed(self.subtask, &file.partition, wall_clock_millis())?;
-        }
         Ok(())
     }
 
-    /// Deletes this subtask's hidden part files that `keep` does not name
-    /// (written after the restored checkpoint, by an earlier run).
-    fn discard_uncommitted(&self, subtask: usize) -> Result<()> {
+    /// Deletes the hidden part files that `owners` (job id, subtask) wrote:
+    /// what they wrote after the restored checkpoint.
+    fn discard_uncommitted(&self, owners: &[(&str, usize)]) -> Result<()> {
         let mut stack = vec![self.directory.clone()];
         while let Some(dir) = stack.pop() {
             let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -367,7 +383,7 @@ impl PartFileWriter {
                     continue;
                 }
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if hidden_part_subtask(&name) == Some(subtask) {
+                if hidden_part(&name).is_some_and(|owner| owners.contains(&owner)) {
                     std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
                 }
             }
@@ -426,14 +442,16 @@ fn commit(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to).map_err(|e| Error::io(to, e))
 }
 
-/// The subtask of a hidden part file `.part-<uuid>-<subtask>-<n>.inprogress.<uuid>`.
-fn hidden_part_subtask(name: &str) -> Option<usize> {
+/// The job id and subtask of a hidden part file
+/// `.part-<uuid>-<subtask>-<n>.inprogress.<job id>-<attempt>`.
+fn hidden_part(name: &str) -> Option<(&str, usize)> {
     let rest = name.strip_prefix(".part-")?;
-    if !rest.contains(".inprogress.") {
-        return None;
-    }
-    let rest = rest.get(37..)?; // the uuid and its dash
-    rest.split('-').next()?.parse().ok()
+    let (part, writer) = rest.split_once(".inprogress.")?;
+    let subtask = part.get(37..)?.split('-').next()?.parse().ok()?; // after the uuid and its dash
+    let (job, attempt) = writer.split_once('-')?;
+    let job = crate::runtime::job_id::JobId::parse(job)?;
+    attempt.parse::<u32>().ok()?;
+    Some((&writer[..job.as_str().len()], subtask))
 }
 
 impl SinkWriter for PartFileWriter {
@@ -504,7 +522,16 @@ impl SinkWriter for PartFileWriter {
         let closed = std::mem::take(&mut self.pending);
         self.pre_committed.insert(checkpoint, closed);
         let recorded: Vec<&PendingFile> = self.pre_committed.values().flatten().collect();
-        Ok(serde_json::json!({ "pending": recorded, "subtask": self.subtask }))
+        let partitions = self
+            .committer()
+            .map(PartitionCommitter::snapshot)
+            .unwrap_or_default();
+        Ok(serde_json::json!({
+            "pending": recorded,
+            "subtask": self.subtask,
+            "job": self.job_id,
+            "partitions": partitions,
+        }))
     }
 
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<()> {
@@ -532,11 +559,19 @@ impl SinkWriter for PartFileWriter {
                 .map_err(|e| Error::State(format!("file sink state {recorded}: {e}")))?,
             None => Vec::new(),
         };
+        if let (Some(committer), Some(saved)) = (self.committer(), recorded.get("partitions")) {
+            let saved: Vec<SavedPartition> = serde_json::from_value(saved.clone())
+                .map_err(|e| Error::State(format!("file sink state {recorded}: partitions: {e}")))?;
+            committer.restore(saved);
+        }
+        // Partitions commit later (at a tick, watermark or the end), once
+        // every restored subtask has made its files visible.
         for file in &files {
-            self.publish(file)?;
+            self.make_visible(file)?;
         }
         // The hidden files the saving subtask wrote after the checkpoint are
-        // not part of it; after rescaling, that may be another subtask number.
+        // not part of it (after rescaling, that may be another subtask
+        // number), nor are those of this run's earlier attempts.
         let subtask = match recorded.get("subtask") {
             Some(s) => s
                 .as_u64()
@@ -544,7 +579,11 @@ impl SinkWriter for PartFileWriter {
                 as usize,
             None => self.subtask,
         };
-        self.discard_uncommitted(subtask)
+        let mut owners = vec![(self.job_id.as_str(), self.subtask)];
+        if let Some(job) = recorded.get("job").and_then(|j| j.as_str()) {
+            owners.push((job, subtask));
+        }
+        self.discard_uncommitted(&owners)
     }
 }
 
@@ -561,12 +600,18 @@ mod tests {
     }
 
     #[test]
-    fn hidden_part_files_name_their_subtask() {
+    fn hidden_part_files_name_their_job_and_subtask() {
         let uuid = random_uuid();
-        let name = format!(".part-{uuid}-3-17.inprogress.{}", random_uuid());
-        assert_eq!(hidden_part_subtask(&name), Some(3));
-        assert_eq!(hidden_part_subtask(&format!("part-{uuid}-3-17")), None);
-        assert_eq!(hidden_part_subtask(".weir-write-probe-x"), None);
+        let job = crate::runtime::job_id::JobId::new();
+        let name = format!(".part-{uuid}-3-17.inprogress.{job}-2");
+        assert_eq!(hidden_part(&name), Some((job.as_str(), 3)));
+        assert_eq!(hidden_part(&format!("part-{uuid}-3-17")), None);
+        assert_eq!(hidden_part(".weir-write-probe-x"), None);
+        // Another writer's naming (no job id) is never taken for ours.
+        assert_eq!(
+            hidden_part(&format!(".part-{uuid}-3-17.inprogress.{}", random_uuid())),
+            None
+        );
     }
 
     #[test]
