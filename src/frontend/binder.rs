@@ -156,6 +156,7 @@ impl Binder {
         }
         if let Some(source) = &mut insert.source {
             Self::prepare_query(source)?;
+            self.assign_rows_by_position(&target, &insert.columns, source)?;
         }
         let binder = Binder {
             insert_target: Some(target),
@@ -171,6 +172,81 @@ impl Binder {
             .sql_statement_to_plan(ast::Statement::Insert(insert))
             .map_err(bind_error)?;
         binder.optimize(plan)
+    }
+
+    /// Flink assigns a `ROW` value to a `ROW` column by position, whatever
+    /// its fields are called (`ROW(id, 'x')` into `ROW<a BIGINT, b STRING>`);
+    /// DataFusion's cast matches struct fields by name. So the source's
+    /// struct columns whose names differ from the target's are rebuilt with
+    /// the target's names: `SELECT named_struct('a', c0['EXPR$0'], ...) FROM
+    /// (source) AS __weir_insert(c0, ...)`. Anything else is left to the
+    /// usual INSERT planning (and its errors).
+    fn assign_rows_by_position(
+        &self,
+        target: &str,
+        columns: &[ast::ObjectName],
+        source: &mut Box<ast::Query>,
+    ) -> Result<()> {
+        let Some(table) = self.catalog.table(target) else {
+            return Ok(());
+        };
+        let physical = table.physical_schema();
+        let targets: Vec<DataType> = if columns.is_empty() {
+            physical.fields().iter().map(|f| f.data_type().clone()).collect()
+        } else {
+            let found: Option<Vec<DataType>> = columns
+                .iter()
+                .map(|c| {
+                    let name = c.0.last()?.as_ident()?.value.clone();
+                    physical
+                        .field_with_name(&name)
+                        .ok()
+                        .map(|f| f.data_type().clone())
+                })
+                .collect();
+            let Some(found) = found else { return Ok(()) };
+            found
+        };
+        if !targets.iter().any(|t| matches!(t, DataType::Struct(_))) {
+            return Ok(());
+        }
+        let bound = self.bind_query((**source).clone())?;
+        let fields = bound.schema().fields();
+        if fields.len() != targets.len() {
+            return Ok(());
+        }
+        let mut renamed = false;
+        let items: Vec<String> = fields
+            .iter()
+            .zip(&targets)
+            .enumerate()
+            .map(|(i, (field, to))| {
+                let column = format!("`__weir_insert`.`c{i}`");
+                match struct_by_position(&column, field.data_type(), to) {
+                    Some(rebuilt) => {
+                        renamed = true;
+                        rebuilt
+                    }
+                    None => column,
+                }
+            })
+            .collect();
+        if !renamed {
+            return Ok(());
+        }
+        let aliases: Vec<String> = (0..fields.len()).map(|i| format!("c{i}")).collect();
+        let text = format!(
+            "SELECT {} FROM ({source}) AS __weir_insert({})",
+            items.join(", "),
+            aliases.join(", ")
+        );
+        let dialect = super::dialect::FlinkDialect;
+        let rewritten = sqlparser::parser::Parser::new(&dialect)
+            .try_with_sql(&text)
+            .and_then(|mut p| p.parse_query())
+            .map_err(|e| Error::Internal(format!("positional ROW assignment: {e}: {text}")))?;
+        *source = rewritten;
+        Ok(())
     }
 
     /// Binds `SELECT exprs FROM table` (the table's full or physical columns) and
@@ -406,4 +482,34 @@ impl ContextProvider for Binder {
     fn udwf_names(&self) -> Vec<String> {
         vec![]
     }
+}
+
+/// `expr` (of struct type `from`) rebuilt with the field names of struct
+/// type `to`, by position and recursively; `None` when nothing needs renaming.
+fn struct_by_position(expr: &str, from: &DataType, to: &DataType) -> Option<String> {
+    let (DataType::Struct(from), DataType::Struct(to)) = (from, to) else {
+        return None;
+    };
+    if from.len() != to.len() {
+        return None;
+    }
+    let quote = |name: &str| name.replace('\'', "''");
+    let mut renamed = false;
+    let pairs: Vec<String> = from
+        .iter()
+        .zip(to.iter())
+        .map(|(f, t)| {
+            let field = format!("{expr}['{}']", quote(f.name()));
+            let value = match struct_by_position(&field, f.data_type(), t.data_type()) {
+                Some(inner) => {
+                    renamed = true;
+                    inner
+                }
+                None => field,
+            };
+            renamed |= f.name() != t.name();
+            format!("'{}', {value}", quote(t.name()))
+        })
+        .collect();
+    renamed.then(|| format!("named_struct({})", pairs.join(", ")))
 }

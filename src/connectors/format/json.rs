@@ -8,8 +8,10 @@
 use std::io::BufRead;
 
 use arrow::array::Array;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, FieldRef, SchemaRef};
+use arrow::error::ArrowError;
 use arrow::json::reader::{Decoder, ReaderBuilder};
+use arrow::json::writer::{Encoder, EncoderFactory, EncoderOptions, NullableEncoder};
 use arrow::record_batch::RecordBatch;
 
 use super::text::{TextStyle, format_column};
@@ -162,43 +164,74 @@ impl<R: BufRead> JsonBatchReader<R> {
     }
 }
 
-/// Writes batches as JSON lines, as Flink does.
+/// Writes batches as JSON lines, as Flink does: arrow-json's writer (nested
+/// `ROW`, `ARRAY` and `MAP` values as JSON objects and arrays), with
+/// Flink's text for times, dates, timestamps, bytes and decimals, doubles as
+/// Java prints them, and `NaN`/`Infinity` as strings (as Jackson writes
+/// them; bare, they would not be JSON).
 pub fn write_json_lines(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|c| format_column(c, TextStyle::Format))
-        .collect::<Result<Vec<_>>>()?;
-    let schema = batch.schema();
-    let names: Vec<String> = schema
-        .fields()
-        .iter()
-        .map(|f| serde_json::to_string(f.name()).expect("a string serializes"))
-        .collect();
-    let raw: Vec<bool> = schema
-        .fields()
-        .iter()
-        .map(|f| f.data_type().is_numeric() || f.data_type() == &DataType::Boolean)
-        .collect();
-    for row in 0..batch.num_rows() {
-        out.push(b'{');
-        for (c, column) in columns.iter().enumerate() {
-            if c > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(names[c].as_bytes());
-            out.push(b':');
-            match &column[row] {
-                None => out.extend_from_slice(b"null"),
-                Some(v) if raw[c] => out.extend_from_slice(v.as_bytes()),
-                Some(v) => {
-                    out.extend_from_slice(serde_json::to_string(v).expect("a string serializes").as_bytes())
-                }
-            }
-        }
-        out.extend_from_slice(b"}\n");
-    }
+    let mut writer = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .with_encoder_factory(std::sync::Arc::new(FlinkJsonEncoders))
+        .build::<_, arrow::json::writer::LineDelimited>(out);
+    writer.write(batch)?;
+    writer.finish()?;
     Ok(())
+}
+
+/// The encoders where Flink's JSON differs from arrow-json's defaults.
+#[derive(Debug)]
+struct FlinkJsonEncoders;
+
+/// A column's values as weir's text formatting gives them: bare (numbers)
+/// or quoted (JSON strings).
+struct TextEncoder {
+    values: Vec<Option<String>>,
+    quoted: bool,
+}
+
+impl Encoder for TextEncoder {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let text = self.values[idx].as_deref().unwrap_or_default();
+        let number = text
+            .bytes()
+            .next()
+            .is_some_and(|b| b == b'-' || b.is_ascii_digit())
+            && text.bytes().last().is_some_and(|b| b.is_ascii_digit());
+        if self.quoted || !number {
+            out.extend_from_slice(
+                serde_json::to_string(text)
+                    .expect("a string serializes")
+                    .as_bytes(),
+            );
+        } else {
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+}
+
+impl EncoderFactory for FlinkJsonEncoders {
+    fn make_default_encoder<'a>(
+        &self,
+        _field: &'a FieldRef,
+        array: &'a dyn Array,
+        _options: &'a EncoderOptions,
+    ) -> std::result::Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let quoted = match array.data_type() {
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _) => false,
+            DataType::Timestamp(_, _)
+            | DataType::Date32
+            | DataType::Time32(_)
+            | DataType::Time64(_)
+            | DataType::Binary
+            | DataType::LargeBinary => true,
+            _ => return Ok(None),
+        };
+        let values = format_column(&arrow::array::make_array(array.to_data()), TextStyle::Format)
+            .map_err(|e| ArrowError::JsonError(e.to_string()))?;
+        let encoder = Box::new(TextEncoder { values, quoted }) as Box<dyn Encoder + 'a>;
+        Ok(Some(NullableEncoder::new(encoder, array.nulls().cloned())))
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +255,49 @@ mod tests {
             ignore_parse_errors: ignore,
             fail_on_missing_field: false,
         }
+    }
+
+    #[test]
+    fn nested_values_are_json_and_nan_is_a_string() {
+        use arrow::array::{Float64Array, Int64Builder, ListBuilder, StructArray};
+        let mut list = ListBuilder::new(Int64Builder::new());
+        list.values().append_value(1);
+        list.values().append_value(2);
+        list.append(true);
+        let list = list.finish();
+        let row = StructArray::from(vec![
+            (
+                Arc::new(Field::new("id", DataType::Int64, true)),
+                Arc::new(Int64Array::from(vec![1000])) as arrow::array::ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("d", DataType::Float64, true)),
+                Arc::new(Float64Array::from(vec![f64::NAN])) as arrow::array::ArrayRef,
+            ),
+        ]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("r", row.data_type().clone(), true),
+            Field::new("l", list.data_type().clone(), true),
+            Field::new("x", DataType::Float64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(row),
+                Arc::new(list),
+                Arc::new(Float64Array::from(vec![f64::INFINITY])),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        write_json_lines(&batch, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "{\"r\":{\"id\":1000,\"d\":\"NaN\"},\"l\":[1,2],\"x\":\"Infinity\"}\n"
+        );
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["r"]["id"], 1000);
     }
 
     #[test]
