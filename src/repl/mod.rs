@@ -97,7 +97,10 @@ impl Shell {
                     if !line.trim().is_empty() {
                         let _ = editor.add_history_entry(line.as_str());
                     }
-                    for statement in buffer.push_line(&line) {
+                    // A bracketed paste comes as one "line" of several.
+                    let statements: Vec<String> =
+                        line.split('\n').flat_map(|l| buffer.push_line(l)).collect();
+                    for statement in statements {
                         if let Outcome::Quit = self.run_statement(&statement) {
                             return save(&mut editor, history.as_ref());
                         }

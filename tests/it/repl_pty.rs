@@ -142,3 +142,33 @@ fn history_is_kept_across_two_sessions() {
     second.exp_string(PROMPT).unwrap();
     quit(second);
 }
+
+#[test]
+fn pasted_lines_all_run_whether_plain_or_bracketed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = shell(&dir.path().join("history"));
+    // Several lines in one write, as a terminal without bracketed paste
+    // delivers a paste: two statements, then one over three lines.
+    session
+        .send("SELECT 'one' AS a;\rSELECT 'two' AS b;\rSELECT 'three'\r  AS c\r;\r")
+        .unwrap();
+    session.flush().unwrap();
+    session.exp_string("| one |").unwrap();
+    session.exp_string("| two |").unwrap();
+    let output = session.exp_string("| three |").unwrap();
+    assert!(!output.contains("[ERROR]"), "{output}");
+    session.exp_string("1 row in set").unwrap();
+    session.exp_string(PROMPT).unwrap();
+    // A bracketed paste (what xterm sends once the editor enables it): the
+    // statements run at the Enter after it.
+    session
+        .send("\x1b[200~SELECT 'four' AS d;\nSELECT 'five'\n  AS e;\x1b[201~\r")
+        .unwrap();
+    session.flush().unwrap();
+    session.exp_string("| four |").unwrap();
+    let output = session.exp_string("| five |").unwrap();
+    assert!(!output.contains("[ERROR]"), "{output}");
+    session.exp_string("1 row in set").unwrap();
+    session.exp_string(PROMPT).unwrap();
+    quit(session);
+}
