@@ -645,6 +645,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn random_times_replay_the_same_after_a_restore_in_a_later_run() {
+        use crate::frontend::catalog::{ColumnDef, TableOptions};
+        let table = TableDef {
+            name: "t".into(),
+            columns: vec![ColumnDef {
+                name: "at".into(),
+                data_type: DataType::Timestamp(TimeUnit::Millisecond, None),
+                nullable: true,
+                computed: None,
+                computed_text: None,
+            }],
+            watermark: None,
+            primary_key: vec![],
+            partition_keys: vec![],
+            options: TableOptions::new(vec![
+                ("connector".into(), "datagen".into()),
+                ("number-of-rows".into(), "20".into()),
+            ])
+            .unwrap(),
+        };
+        let schema = table.physical_schema();
+        let factory = DatagenFactory::try_new(&table, &[0], schema, &SessionConfig::default()).unwrap();
+        let batch = |reader: &mut Box<dyn SourceReader>| match reader.poll_next().unwrap() {
+            SourcePoll::Batch(b) => b,
+            other => panic!("{other:?}"),
+        };
+        let mut first = factory.create_reader(&TaskContext::standalone(5)).unwrap();
+        batch(&mut first);
+        let position = first.snapshot_position().unwrap();
+        let expected = batch(&mut first);
+        // A later run (another job id, another "now") restores the position.
+        std::thread::sleep(Duration::from_millis(5));
+        let mut later = factory.create_reader(&TaskContext::standalone(5)).unwrap();
+        later.restore_position(&position).unwrap();
+        assert_eq!(batch(&mut later), expected);
+    }
+
+    #[test]
     fn random_values_are_a_function_of_the_row() {
         assert_eq!(random_u64(3, 17), random_u64(3, 17));
         assert_ne!(random_u64(3, 17), random_u64(3, 18));

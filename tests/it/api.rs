@@ -346,3 +346,35 @@ fn processing_time_windows_of_a_bounded_input_count_every_row() {
         "a quarter second of input spans several 100 ms windows: {windows}"
     );
 }
+
+#[test]
+fn explain_insert_touches_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("not-yet");
+    let engine = crate::engine(2);
+    engine
+        .sql("CREATE TABLE src (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '10')")
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE TABLE `out` (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv')",
+            out.display()
+        ))
+        .unwrap();
+    let plan = engine
+        .sql("EXPLAIN INSERT INTO `out` SELECT id FROM src")
+        .unwrap()
+        .collect()
+        .unwrap();
+    assert_eq!(plan.len(), 1);
+    assert!(!out.exists(), "EXPLAIN created {}", out.display());
+    // Running it does create the directory.
+    let job = engine
+        .sql("INSERT INTO `out` SELECT id FROM src")
+        .unwrap()
+        .job()
+        .unwrap()
+        .clone();
+    assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
+    assert_eq!(crate::part_file_lines(&out).len(), 10);
+}

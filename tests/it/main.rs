@@ -5,6 +5,7 @@ mod cli;
 mod differential;
 mod errors;
 mod fuzz_corpora;
+mod idle;
 mod inspect;
 mod lifecycle;
 mod metrics;

@@ -591,6 +591,81 @@ impl SinkWriter for PartFileWriter {
 mod tests {
     use super::*;
 
+    /// A table `(id BIGINT, dt STRING) PARTITIONED BY (dt)` at `path`
+    /// committing partitions with a success file at once (process time).
+    fn partitioned(path: &Path) -> TableDef {
+        use crate::frontend::catalog::{ColumnDef, TableOptions};
+        let column = |name: &str, data_type| ColumnDef {
+            name: name.into(),
+            data_type,
+            nullable: true,
+            computed: None,
+            computed_text: None,
+        };
+        let options = [
+            ("connector", "filesystem"),
+            ("path", path.to_str().unwrap()),
+            ("format", "csv"),
+            ("sink.partition-commit.policy.kind", "success-file"),
+        ];
+        TableDef {
+            name: "t".into(),
+            columns: vec![
+                column("id", arrow::datatypes::DataType::Int64),
+                column("dt", arrow::datatypes::DataType::Utf8),
+            ],
+            watermark: None,
+            primary_key: vec![],
+            partition_keys: vec!["dt".into()],
+            options: TableOptions::new(
+                options
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+            .unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_partition_pending_at_a_checkpoint_is_committed_after_a_crash_and_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = partitioned(dir.path());
+        let schema = table.physical_schema();
+        let mut ctx = TaskContext::standalone(1024);
+        ctx.checkpointing = true;
+        let rows = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(arrow::array::Int64Array::from(vec![1, 2])),
+                Arc::new(arrow::array::StringArray::from(vec!["a", "a"])),
+            ],
+        )
+        .unwrap();
+        let config = SessionConfig::default();
+        let factory = FileSinkFactory::try_new(&table, schema.clone(), &config).unwrap();
+        let mut writer = factory.create_writer(&ctx).unwrap();
+        writer.write(&rows).unwrap();
+        // Checkpoint 1 holds the file of partition dt=a, hidden; the process
+        // dies before the checkpoint's completion commits it.
+        let saved = writer.pre_commit(1).unwrap();
+        drop(writer);
+        let success = dir.path().join("dt=a/_SUCCESS");
+        assert!(!success.exists());
+        // A new process restores checkpoint 1; no row of dt=a comes again.
+        let factory = FileSinkFactory::try_new(&table, schema, &config).unwrap();
+        let mut writer = factory.create_writer(&ctx).unwrap();
+        writer.restore(&saved).unwrap();
+        writer.on_processing_time(wall_clock_millis()).unwrap();
+        assert!(success.is_file(), "the restored partition was committed");
+        let visible: Vec<_> = std::fs::read_dir(dir.path().join("dt=a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("part-"))
+            .collect();
+        assert_eq!(visible.len(), 1, "{visible:?}");
+    }
+
     #[test]
     fn sizes_parse_with_flink_units() {
         assert_eq!(parse_size("128MB"), Some(128 << 20));
