@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 
 use super::OptionSpec;
-use super::filesystem::FileSourceFactory;
+use super::filesystem::{FileList, FileSourceFactory};
 use crate::checkpoint::config::path_option;
 use crate::checkpoint::inspect::{open, state_files};
 use crate::frontend::catalog::TableDef;
@@ -49,13 +49,17 @@ pub fn create_source(
             .ok_or_else(|| Error::sql(format!("table '{}' has no '{key}' option", table.name)))
     };
     let path: PathBuf = path_option(option("path")?);
-    let operator = option("operator")?;
-    let (dir, metadata) = open(&path)?;
-    let files = state_files(&dir, &metadata, operator)?;
+    let operator = option("operator")?.to_string();
+    // The checkpoint is read when the job is deployed, not when planned.
+    let (at, name) = (path.clone(), operator.clone());
+    let files = FileList::Deferred(Box::new(move || {
+        let (dir, metadata) = open(&at)?;
+        state_files(&dir, &metadata, &name)
+    }));
     Ok(FileSourceFactory::parquet_files(
         table,
         "checkpoint",
-        dir.join(operator),
+        path.join(operator),
         files,
         projection,
         schema,

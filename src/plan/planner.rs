@@ -684,9 +684,10 @@ impl<'a> Planner<'a> {
 
     fn plan_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
         let Some(input) = self.plan_windowed_input(&aggregate.input)? else {
-            return Err(unsupported(
-                "GROUP BY without a window (an updating aggregate); group by window_start and \
-                 window_end of a window table function",
+            return Err(Error::Plan(
+                "GROUP BY without a window (an updating aggregate) is not supported yet; \
+                 group by window_start and window_end of a window table function instead"
+                    .into(),
             ));
         };
         let input_schema = aggregate.input.schema();

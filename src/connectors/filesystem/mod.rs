@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 pub use sink::FileSinkFactory;
 pub(crate) use sink::random_uuid;
-pub use source::FileSourceFactory;
+pub use source::{FileList, FileSourceFactory};
 
 use super::OptionSpec;
 use super::format::csv::{CSV_KEYS, CsvOptions};

@@ -41,6 +41,24 @@ struct PartitionLayout {
     schema: SchemaRef,
 }
 
+/// How a file source finds its files (each one a split).
+pub enum FileList {
+    /// The data files under this path (a file or a directory).
+    Under(PathBuf),
+    /// Computed when first needed, by this function (the `checkpoint`
+    /// connector: the state files of an operator).
+    Deferred(Box<dyn Fn() -> Result<Vec<PathBuf>> + Send + Sync>),
+}
+
+impl std::fmt::Debug for FileList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileList::Under(path) => write!(f, "Under({})", path.display()),
+            FileList::Deferred(_) => f.write_str("Deferred"),
+        }
+    }
+}
+
 /// The filesystem source of a table.
 #[derive(Debug)]
 pub struct FileSourceFactory {
@@ -48,7 +66,9 @@ pub struct FileSourceFactory {
     /// `filesystem` or `checkpoint`.
     kind: &'static str,
     path: PathBuf,
-    files: Vec<PathBuf>,
+    /// Where the files come from; listed when the job is deployed (planning
+    /// reads no file), once, so every subtask and attempt sees one list.
+    files: FileList,
     format: FileFormat,
     /// Columns in each file.
     field_count: usize,
@@ -57,11 +77,28 @@ pub struct FileSourceFactory {
     /// The schema of the columns read from the files.
     schema: SchemaRef,
     layout: Option<PartitionLayout>,
+    /// The files, once listed.
+    listed: std::sync::Mutex<Option<Vec<PathBuf>>>,
 }
 
 impl FileSourceFactory {
+    /// The files, listed on first use (at deploy time) and kept.
+    fn files(&self) -> Result<Vec<PathBuf>> {
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(files) = listed.as_ref() {
+            return Ok(files.clone());
+        }
+        let files = match &self.files {
+            FileList::Under(path) => list_files(path)?,
+            FileList::Deferred(list) => list()?,
+        };
+        *listed = Some(files.clone());
+        Ok(files)
+    }
+
     /// The source of `table`, reading the physical columns `projection`; the
-    /// files are listed now, so a missing path fails the statement.
+    /// files are listed when the job is deployed (so a missing path still
+    /// fails the statement, but EXPLAIN reads nothing).
     pub fn try_new(
         table: &TableDef,
         projection: &[usize],
@@ -70,14 +107,14 @@ impl FileSourceFactory {
     ) -> Result<Arc<dyn SourceFactory>> {
         let format = FileFormat::from_table(table)?;
         let path = table_path(table)?;
-        let files = list_files(&path)?;
         let physical = table.physical_schema();
         let Some(spec) = PartitionSpec::from_table(table) else {
             return Ok(Arc::new(FileSourceFactory {
                 table: table.name.clone(),
                 kind: "filesystem",
+                files: FileList::Under(path.clone()),
+                listed: std::sync::Mutex::new(None),
                 path,
-                files,
                 format,
                 field_count: physical.fields().len(),
                 projection: projection.to_vec(),
@@ -104,7 +141,8 @@ impl FileSourceFactory {
             table: table.name.clone(),
             kind: "filesystem",
             path: path.clone(),
-            files,
+            files: FileList::Under(path.clone()),
+            listed: std::sync::Mutex::new(None),
             format,
             field_count: in_file.fields().len(),
             projection: file_projection,
@@ -120,13 +158,14 @@ impl FileSourceFactory {
 }
 
 impl FileSourceFactory {
-    /// A source reading these Parquet files (by column name), described as
-    /// `kind` at `path`: how the `checkpoint` connector reads state files.
+    /// A source reading the Parquet files `files` gives (by column name),
+    /// described as `kind` at `path`: how the `checkpoint` connector reads
+    /// state files.
     pub fn parquet_files(
         table: &TableDef,
         kind: &'static str,
         path: PathBuf,
-        files: Vec<PathBuf>,
+        files: FileList,
         projection: &[usize],
         schema: SchemaRef,
     ) -> Arc<dyn SourceFactory> {
@@ -135,6 +174,7 @@ impl FileSourceFactory {
             kind,
             path,
             files,
+            listed: std::sync::Mutex::new(None),
             format: FileFormat::Parquet {
                 compression: parquet::basic::Compression::UNCOMPRESSED,
             },
@@ -163,9 +203,9 @@ impl SourceFactory for FileSourceFactory {
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         // Each file is a split; subtask `s` reads the files `i % parallelism == s`.
-        let count = self.files.len() as u64;
-        let splits = self
-            .files
+        let files = self.files()?;
+        let count = files.len() as u64;
+        let splits = files
             .iter()
             .enumerate()
             .filter(|(i, _)| i % ctx.parallelism == ctx.subtask)
@@ -178,7 +218,7 @@ impl SourceFactory for FileSourceFactory {
             })
             .collect();
         Ok(Box::new(FileReader {
-            all_files: self.files.clone(),
+            all_files: files.clone(),
             splits,
             cursor: 0,
             current: None,
