@@ -95,6 +95,7 @@ fn factory(window: WindowSpec) -> WindowAggregateFactory {
         time_index: 2,
         keys: vec![Arc::new(Column::new("k", 0))],
         key_schema,
+        aggregate_input: schema.clone(),
         aggregates: vec![
             count,
             aggregate(datafusion_functions_aggregate::sum::sum_udaf(), 1, "sum_price"),

@@ -295,6 +295,39 @@ impl Engine {
         Ok(last)
     }
 
+    /// The plan of an `INSERT INTO` as data, without running it: a value
+    /// that serializes (serde, e.g. JSON) and holds everything needed to
+    /// run the job, the tables' definitions included (see
+    /// [`crate::plan::spec`] and [`Engine::submit`]).
+    pub fn plan(&self, insert: &str) -> Result<crate::plan::spec::PlanSpec> {
+        let mut statements = parse_statements(insert)?;
+        let (Some(statement), 1) = (statements.pop(), statements.len() + 1) else {
+            return Err(Error::sql("Engine::plan takes one INSERT statement"));
+        };
+        let Statement::Insert(insert) = statement.statement else {
+            return Err(Error::sql_at(
+                "Engine::plan takes an INSERT statement",
+                Some(statement.position),
+            ));
+        };
+        let session = self.session();
+        let binder = session.binder()?;
+        let logical = binder.bind_insert(*insert)?;
+        let plan = Planner::new(&binder, &session.config)?.plan_insert(&logical)?;
+        plan.to_spec(&session.config)
+    }
+
+    /// Runs a plan made by [`Engine::plan`] (here or in another engine, or
+    /// read back from its JSON) as a job named `name`, with this session's
+    /// functions and checkpoint settings.
+    pub fn submit(&self, plan: &crate::plan::spec::PlanSpec, name: &str) -> Result<JobHandle> {
+        let mut session = self.session();
+        let zone = session.config.local_time_zone()?;
+        let functions = session.functions(&zone);
+        let plan = plan.build(&crate::plan::codec::DecodeContext::new(&functions, &zone))?;
+        session.start(plan, name.to_string())
+    }
+
     /// Sets a configuration key, as `SET 'key' = 'value'` does.
     pub fn set(&self, key: &str, value: &str) -> Result<()> {
         self.session().config.set(key, value)
@@ -737,11 +770,29 @@ impl Session {
 
     fn binder_over(&self, catalog: Arc<Catalog>) -> Result<Binder> {
         let zone = self.config.local_time_zone()?;
-        let mut functions = FunctionRegistry::new(&zone);
+        Ok(Binder::new(catalog, Arc::new(self.functions(&zone)), &zone))
+    }
+
+    /// The session's functions: built-in and registered, in `zone`.
+    fn functions(&self, zone: &str) -> FunctionRegistry {
+        let mut functions = FunctionRegistry::new(zone);
         for f in &self.user_functions {
             functions.register_scalar(f.clone());
         }
-        Ok(Binder::new(catalog, Arc::new(functions), &zone))
+        functions
+    }
+
+    /// The plan written out as data (JSON) and built again: every job runs
+    /// from its plan as a value, as a plan shipped to another process would.
+    fn through_spec(&self, plan: StreamPlan) -> Result<StreamPlan> {
+        let spec = plan.to_spec(&self.config)?;
+        let json = serde_json::to_string(&spec)
+            .map_err(|e| Error::Internal(format!("the plan could not be written out: {e}")))?;
+        let spec: crate::plan::spec::PlanSpec = serde_json::from_str(&json)
+            .map_err(|e| Error::Internal(format!("the plan written out could not be read: {e}")))?;
+        let zone = self.config.local_time_zone()?;
+        let functions = self.functions(&zone);
+        spec.build(&crate::plan::codec::DecodeContext::new(&functions, &zone))
     }
 
     fn start(&mut self, plan: StreamPlan, name: String) -> Result<JobHandle> {
@@ -794,7 +845,7 @@ impl Session {
                 }
             },
         };
-        let graph = plan.to_job_graph();
+        let graph = self.through_spec(plan)?.to_job_graph();
         if let Some(restored) = &restore {
             let uids = crate::runtime::deploy::operator_uids(&graph);
             let rescaled: Vec<String> = graph

@@ -106,6 +106,77 @@ pub fn create_source(
     schema: SchemaRef,
     config: &SessionConfig,
 ) -> Result<Arc<dyn SourceFactory>> {
+    let inner = connector_source(table, projection, schema.clone(), config)?;
+    Ok(Arc::new(ConnectorSource {
+        spec: crate::plan::spec::SourceSpec::Connector {
+            table: crate::plan::spec::TableData::of(table)?,
+            projection: projection.to_vec(),
+            schema: crate::plan::codec::SchemaData::encode(&schema)?,
+        },
+        inner,
+    }))
+}
+
+/// A connector's source, with what created it (so a plan can be written out
+/// and the source created again).
+#[derive(Debug)]
+struct ConnectorSource {
+    spec: crate::plan::spec::SourceSpec,
+    inner: Arc<dyn SourceFactory>,
+}
+
+impl SourceFactory for ConnectorSource {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.inner.is_bounded()
+    }
+
+    fn create_reader(
+        &self,
+        ctx: &crate::runtime::TaskContext,
+    ) -> Result<Box<dyn crate::runtime::SourceReader>> {
+        self.inner.create_reader(ctx)
+    }
+
+    fn supports_checkpoints(&self) -> bool {
+        self.inner.supports_checkpoints()
+    }
+
+    fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
+        Ok(self.spec.clone())
+    }
+}
+
+/// A connector's sink, with what created it.
+#[derive(Debug)]
+struct ConnectorSink {
+    spec: crate::plan::spec::SinkSpec,
+    inner: Arc<dyn SinkFactory>,
+}
+
+impl SinkFactory for ConnectorSink {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn create_writer(&self, ctx: &crate::runtime::TaskContext) -> Result<Box<dyn SinkWriter>> {
+        self.inner.create_writer(ctx)
+    }
+
+    fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
+        Ok(self.spec.clone())
+    }
+}
+
+fn connector_source(
+    table: &TableDef,
+    projection: &[usize],
+    schema: SchemaRef,
+    config: &SessionConfig,
+) -> Result<Arc<dyn SourceFactory>> {
     match table.connector()? {
         "datagen" => datagen::DatagenFactory::try_new(table, projection, schema, config),
         "filesystem" => filesystem::FileSourceFactory::try_new(table, projection, schema, config),
@@ -122,6 +193,21 @@ pub fn create_source(
 
 /// The sink writing a table's physical columns, receiving rows of `schema`.
 pub fn create_sink(
+    table: &TableDef,
+    schema: SchemaRef,
+    config: &SessionConfig,
+) -> Result<Arc<dyn SinkFactory>> {
+    let inner = connector_sink(table, schema.clone(), config)?;
+    Ok(Arc::new(ConnectorSink {
+        spec: crate::plan::spec::SinkSpec::Connector {
+            table: crate::plan::spec::TableData::of(table)?,
+            schema: crate::plan::codec::SchemaData::encode(&schema)?,
+        },
+        inner,
+    }))
+}
+
+fn connector_sink(
     table: &TableDef,
     schema: SchemaRef,
     config: &SessionConfig,

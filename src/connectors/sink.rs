@@ -56,6 +56,14 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
 
     /// The writer for one subtask.
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>>;
+
+    /// The sink as data (see [`crate::plan::spec`]).
+    fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
+        Err(crate::Error::Internal(format!(
+            "{} cannot be written out as a plan",
+            self.describe()
+        )))
+    }
 }
 
 /// The operator at the end of a chain that hands batches to a sink writer.
@@ -118,6 +126,10 @@ pub struct SinkOperatorFactory {
 impl OperatorFactory for SinkOperatorFactory {
     fn describe(&self) -> String {
         self.sink.describe()
+    }
+
+    fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        Ok(crate::plan::spec::NodeSpec::Sink(self.sink.spec()?))
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {

@@ -181,6 +181,24 @@ impl OperatorFactory for Calc {
         Calc::describe(self)
     }
 
+    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let input = inputs
+            .first()
+            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
+        Ok(crate::plan::spec::NodeSpec::Calc {
+            filter: self
+                .filter
+                .as_ref()
+                .map(|f| crate::plan::codec::encode_expr(f, input))
+                .transpose()?,
+            projection: self
+                .projection
+                .as_ref()
+                .map(|p| crate::plan::codec::encode_exprs(p, input))
+                .transpose()?,
+        })
+    }
+
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(self.clone()))
     }

@@ -21,6 +21,10 @@ impl Operator for Union {
 }
 
 impl OperatorFactory for Union {
+    fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        Ok(crate::plan::spec::NodeSpec::Union)
+    }
+
     fn describe(&self) -> String {
         "Union".into()
     }

@@ -77,6 +77,19 @@ pub struct WatermarkAssigner {
 }
 
 impl OperatorFactory for WatermarkAssigner {
+    fn spec(&self, inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let input = inputs
+            .first()
+            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
+        Ok(crate::plan::spec::NodeSpec::Watermark {
+            rowtime: self.rowtime.clone(),
+            rowtime_index: self.rowtime_index,
+            expr: crate::plan::codec::encode_expr(&self.expr, input)?,
+            text: self.text.clone(),
+            fixed_delay: self.fixed_delay,
+        })
+    }
+
     fn describe(&self) -> String {
         format!(
             "WatermarkAssigner(rowtime=[{}], watermark=[{}])",

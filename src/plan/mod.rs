@@ -7,7 +7,9 @@
 //!  └────────────── one vertex (chained) ──────────────┘          └──────── one vertex ────────┘
 //! ```
 
+pub mod codec;
 mod planner;
+pub mod spec;
 
 use std::fmt::Write;
 use std::sync::Arc;

@@ -794,6 +794,7 @@ impl<'a> Planner<'a> {
                     Exchange::Hash(keys.clone())
                 };
                 let session = SessionAggregate {
+                    aggregate_input: stream_schema.clone(),
                     gap,
                     shift: input.shift.clone(),
                     time_name: input.time_name.clone(),
@@ -822,6 +823,7 @@ impl<'a> Planner<'a> {
                 AggPhaseStrategy::OnePhase => false,
             };
         let spec = |phase, keys: Vec<Arc<dyn PhysicalExpr>>, filters, output_schema| WindowAggregate {
+            aggregate_input: stream_schema.clone(),
             phase,
             window,
             processing_time: input.processing_time,

@@ -416,4 +416,13 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
 
     /// The operator for one subtask.
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>>;
+
+    /// The factory as data (see [`crate::plan::spec`]); `inputs` are the
+    /// schemas of its inputs.
+    fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        Err(Error::Internal(format!(
+            "{} cannot be written out as a plan",
+            self.describe()
+        )))
+    }
 }

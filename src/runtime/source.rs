@@ -106,4 +106,12 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn supports_checkpoints(&self) -> bool {
         false
     }
+
+    /// The source as data (see [`crate::plan::spec`]).
+    fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
+        Err(crate::Error::Internal(format!(
+            "{} cannot be written out as a plan",
+            self.describe()
+        )))
+    }
 }

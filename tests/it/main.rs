@@ -11,6 +11,7 @@ mod lifecycle;
 mod metrics;
 mod nexmark;
 mod partitioned;
+mod plan_spec;
 mod recovery;
 mod repl;
 mod repl_pty;

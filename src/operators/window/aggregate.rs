@@ -88,6 +88,9 @@ pub struct WindowAggregate {
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Schema of the key columns.
     pub key_schema: SchemaRef,
+    /// What the aggregates' arguments are over: the raw rows (the global
+    /// phase's input is the partial states).
+    pub aggregate_input: SchemaRef,
     /// Aggregate functions.
     pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// `FILTER (WHERE ...)` of each aggregate (Single and Local).
@@ -167,6 +170,29 @@ impl WindowAggregate {
 impl OperatorFactory for WindowAggregateFactory {
     fn describe(&self) -> String {
         self.0.describe()
+    }
+
+    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let input = inputs
+            .first()
+            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
+        let a = &self.0;
+        let mut data = crate::plan::spec::encode_aggregation(
+            input,
+            &a.keys,
+            &a.key_schema,
+            &a.aggregate_input,
+            &a.aggregates,
+            &a.filters,
+            &a.group_columns,
+            &a.shift,
+        )?;
+        data.phase = Some(crate::plan::spec::phase_name(a.phase));
+        data.window = Some(a.window.into());
+        data.time_name = a.time_name.clone();
+        data.time_index = a.time_index;
+        data.processing_time = a.processing_time;
+        Ok(crate::plan::spec::NodeSpec::WindowAggregate(Box::new(data)))
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {

@@ -34,6 +34,16 @@ pub struct WindowAssign {
 }
 
 impl OperatorFactory for WindowAssign {
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        Ok(crate::plan::spec::NodeSpec::WindowAssign {
+            window: self.window.into(),
+            shift: (&self.shift).into(),
+            time_index: self.time_index,
+            time_name: self.time_name.clone(),
+            processing_time: self.processing_time,
+        })
+    }
+
     fn describe(&self) -> String {
         format!(
             "WindowTableFunction(window=[{}], time=[{}])",

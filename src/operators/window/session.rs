@@ -52,6 +52,8 @@ pub struct SessionAggregate {
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Schema of the key columns.
     pub key_schema: SchemaRef,
+    /// What the aggregates' arguments are over (the input rows).
+    pub aggregate_input: SchemaRef,
     /// Aggregate functions.
     pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// `FILTER (WHERE ...)` of each aggregate.
@@ -93,6 +95,27 @@ pub struct SessionAggregateFactory(pub Arc<SessionAggregate>);
 impl OperatorFactory for SessionAggregateFactory {
     fn describe(&self) -> String {
         self.0.describe()
+    }
+
+    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let input = inputs
+            .first()
+            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
+        let a = &self.0;
+        let mut data = crate::plan::spec::encode_aggregation(
+            input,
+            &a.keys,
+            &a.key_schema,
+            &a.aggregate_input,
+            &a.aggregates,
+            &a.filters,
+            &a.group_columns,
+            &a.shift,
+        )?;
+        data.gap = Some(a.gap);
+        data.time_name = a.time_name.clone();
+        data.time_index = a.time_index;
+        Ok(crate::plan::spec::NodeSpec::SessionAggregate(Box::new(data)))
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
