@@ -22,6 +22,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use arrow::util::display::FormatOptions;
 
 use super::text::{TextStyle, format_column};
+use super::unpanicked;
 use crate::connectors::parse_bool_option;
 use crate::frontend::catalog::TableDef;
 use crate::frontend::types::flink_type_name;
@@ -286,7 +287,24 @@ pub fn parse_text_column(text: &ArrayRef, target: &DataType) -> Result<ArrayRef>
             &options,
         )?);
     }
-    Ok(cast_with_options(text, target, &options)?)
+    // A value Arrow's parser panics on (see `unpanicked`) is one that does
+    // not parse: NULL, so the row is reported as bad.
+    unpanicked(|| Ok(cast_with_options(text, target, &options)?)).or_else(|_| {
+        let values = text
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .expect("text column");
+        let parsed = values
+            .iter()
+            .map(|value| {
+                let one: ArrayRef = Arc::new(arrow::array::StringArray::from(vec![value]));
+                unpanicked(|| Ok(cast_with_options(&one, target, &options)?))
+                    .unwrap_or_else(|_| arrow::array::new_null_array(target, 1))
+            })
+            .collect::<Vec<_>>();
+        let parts: Vec<&dyn arrow::array::Array> = parsed.iter().map(|a| a.as_ref()).collect();
+        Ok(arrow::compute::concat(&parts)?)
+    })
 }
 
 /// Writes batches as CSV lines, as Flink does.
@@ -474,6 +492,24 @@ mod tests {
             err.contains("bids.csv") && err.contains("line 2") && err.contains("'id'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_decimal_with_an_exponent_of_many_digits_is_a_bad_value_not_a_panic() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "dec",
+            DataType::Decimal128(10, 2),
+            true,
+        )]));
+        let data = "1.5\n0E2734666666666666666666666666666\n";
+        let mut reader = CsvBatchReader::new(data.as_bytes(), "d.csv".into(), 1, vec![0], schema, options());
+        let result = reader.next_batch(100);
+        if cfg!(debug_assertions) {
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("d.csv") && err.contains("line 2"), "{err}");
+        } else {
+            assert!(result.is_ok());
+        }
     }
 
     #[test]

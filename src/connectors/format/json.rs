@@ -15,6 +15,7 @@ use arrow::json::writer::{Encoder, EncoderFactory, EncoderOptions, NullableEncod
 use arrow::record_batch::RecordBatch;
 
 use super::text::{TextStyle, format_column};
+use super::unpanicked;
 use crate::connectors::parse_bool_option;
 use crate::frontend::catalog::TableDef;
 use crate::{Error, Result};
@@ -97,12 +98,12 @@ impl<R: BufRead> JsonBatchReader<R> {
                 continue;
             }
             let mut decoder = self.decoder(lines.len())?;
-            let whole: Result<Option<RecordBatch>> = (|| {
+            let whole: Result<Option<RecordBatch>> = unpanicked(|| {
                 for (_, text) in &lines {
                     decoder.decode(text.as_bytes())?;
                 }
                 Ok(decoder.flush()?)
-            })();
+            });
             let batch = match whole {
                 Ok(batch) => batch,
                 Err(_) => self.decode_line_by_line(&lines)?,
@@ -121,7 +122,7 @@ impl<R: BufRead> JsonBatchReader<R> {
         let mut good = Vec::new();
         for (line, text) in lines {
             let mut decoder = self.decoder(1)?;
-            let result = decoder.decode(text.as_bytes()).and_then(|_| decoder.flush());
+            let result = unpanicked(|| Ok(decoder.decode(text.as_bytes()).and_then(|_| decoder.flush())?));
             match result {
                 Ok(Some(batch)) => good.push(batch),
                 Ok(None) => {}
@@ -298,6 +299,26 @@ mod tests {
         );
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value["r"]["id"], 1000);
+    }
+
+    #[test]
+    fn a_decimal_with_an_exponent_of_many_digits_is_a_bad_line_not_a_panic() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "dec",
+            DataType::Decimal128(10, 2),
+            true,
+        )]));
+        let data = "{\"dec\":1.5}\n{\"dec\":0E2734666666666666666666666666666}\n";
+        let mut reader = JsonBatchReader::new(data.as_bytes(), "f.json".into(), schema, options(false));
+        let result = reader.next_batch(10);
+        if cfg!(debug_assertions) {
+            // Overflow is checked (as in tests): the line is reported.
+            let err = result.unwrap_err().to_string();
+            assert!(err.contains("f.json") && err.contains("line 2"), "{err}");
+        } else {
+            // Arrow's exponent wraps: no panic, whatever the value.
+            assert!(result.is_ok());
+        }
     }
 
     #[test]

@@ -1,1 +1,0 @@
-CREATE TABLE sink (a BIGINT) WITH ('connector' = 'blackhole')

@@ -1,3 +1,0 @@
-SELECT COUNT(*), MIN(id), MAX(id)
-FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '10' SECOND))
-GROUP BY window_start, window_end

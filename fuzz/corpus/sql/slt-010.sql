@@ -1,1 +1,0 @@
-SELECT v FROM rnd WHERE v < 5 OR v > 10 OR CHAR_LENGTH(s) <> 3

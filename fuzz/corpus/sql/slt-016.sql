@@ -1,1 +1,0 @@
-SELECT * FROM in_csv

@@ -1,1 +1,0 @@
-INSERT INTO out_json SELECT auction, price, ts, price / 1000.0 FROM bids WHERE auction = 3

@@ -1,1 +1,0 @@
-SELECT ts, price, ratio FROM in_json

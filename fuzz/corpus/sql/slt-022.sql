@@ -1,1 +1,0 @@
-INSERT INTO out_parquet SELECT auction, price, ts FROM bids

@@ -1,1 +1,0 @@
-SELECT auction, price FROM in_parquet WHERE price >= 260

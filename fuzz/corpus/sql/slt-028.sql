@@ -1,1 +1,0 @@
-INSERT INTO out_one SELECT auction, price FROM bids

@@ -1,1 +1,0 @@
-SELECT auction, price FROM in_one WHERE auction = 3

@@ -1,1 +1,0 @@
-SELECT auction, price FROM by_auction WHERE auction IS NULL OR auction > 1

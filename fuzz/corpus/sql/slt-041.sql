@@ -1,1 +1,0 @@
-CREATE TABLE nope (a BIGINT) PARTITIONED BY (day) WITH ('connector' = 'blackhole')

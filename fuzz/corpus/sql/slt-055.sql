@@ -1,1 +1,0 @@
-SET 'pipeline.name' = 'my job'

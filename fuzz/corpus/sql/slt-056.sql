@@ -1,1 +1,0 @@
-RESET 'pipeline.name'

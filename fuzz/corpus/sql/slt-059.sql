@@ -1,1 +1,0 @@
-CREATE TABLE other (a INT) WITH ('connector' = 'blackhole')

@@ -1,1 +1,0 @@
-CREATE VIEW expensive AS SELECT auction, price FROM bids WHERE price > 100

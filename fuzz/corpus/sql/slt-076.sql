@@ -1,2 +1,0 @@
-SELECT 1;
-SELEC 2

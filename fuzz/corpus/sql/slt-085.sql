@@ -1,1 +1,0 @@
-CREATE TABLE w (x BIGINT, WATERMARK FOR x AS x) WITH ('connector' = 'blackhole')

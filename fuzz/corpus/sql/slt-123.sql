@@ -1,1 +1,0 @@
-CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar'

@@ -1,1 +1,0 @@
-SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0

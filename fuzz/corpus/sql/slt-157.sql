@@ -1,1 +1,0 @@
-SELECT id, DATE_FORMAT(ts, 'ss.SSS'), DATE_FORMAT(ts, 'ss') FROM millis
