@@ -52,6 +52,8 @@ struct Session {
 pub struct TableResult {
     schema: SchemaRef,
     body: ResultBody,
+    /// The rows are a changelog: batches carry row kinds (see [`crate::changelog`]).
+    updating: bool,
 }
 
 enum ResultBody {
@@ -85,6 +87,7 @@ impl TableResult {
         TableResult {
             schema: Arc::new(Schema::empty()),
             body: ResultBody::Done,
+            updating: false,
         }
     }
 
@@ -105,6 +108,7 @@ impl TableResult {
         Ok(TableResult {
             schema,
             body: ResultBody::Rows(vec![batch]),
+            updating: false,
         })
     }
 
@@ -114,12 +118,30 @@ impl TableResult {
         Ok(TableResult {
             schema,
             body: ResultBody::Rows(vec![batch]),
+            updating: false,
         })
     }
 
-    /// The schema of the rows.
+    /// The schema of the rows (their data columns: an updating result's
+    /// batches have the op column besides).
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    /// Whether the rows are a changelog: each batch then ends with the op
+    /// column, read by [`crate::changelog::row_kinds`].
+    pub fn is_updating(&self) -> bool {
+        self.updating
+    }
+
+    /// All rows of a bounded query as a table: its changelog applied to an
+    /// empty table (for an insert-only query, every row).
+    pub fn materialize(self) -> Result<RecordBatch> {
+        let mut table = crate::changelog::Materialized::new(&self.schema)?;
+        for batch in self.collect()? {
+            table.apply(&batch)?;
+        }
+        table.table()
     }
 
     /// The job the statement started (a query or an `INSERT`).
@@ -315,6 +337,17 @@ impl Engine {
         let logical = binder.bind_insert(*insert)?;
         let plan = Planner::new(&binder, &session.config)?.plan_insert(&logical)?;
         plan.to_spec(&session.config)
+    }
+
+    /// The stream plan of an `INSERT`, built back from its spec as a job
+    /// would be (operator tests take their operators from it).
+    #[cfg(test)]
+    pub(crate) fn stream_plan(&self, insert: &str) -> Result<crate::plan::StreamPlan> {
+        let spec = self.plan(insert)?;
+        let session = self.session();
+        let zone = session.config.local_time_zone()?;
+        let functions = session.functions(&zone);
+        spec.build(&crate::plan::codec::DecodeContext::new(&functions, &zone))
     }
 
     /// Runs a plan made by [`Engine::plan`] (here or in another engine, or
@@ -602,7 +635,10 @@ impl Engine {
                 }
                 Ok(TableResult::done())
             }
-            Statement::Explain(inner) => {
+            Statement::Explain {
+                inner,
+                changelog_mode,
+            } => {
                 let binder = session.binder()?;
                 let (logical, plan) = match inner.statement {
                     Statement::Query(query) => {
@@ -627,7 +663,7 @@ impl Engine {
                 let text = format!(
                     "== Logical Plan ==\n{}\n\n== Job Graph ==\n{}",
                     logical.display_indent(),
-                    plan.explain()
+                    plan.explain(changelog_mode)
                 );
                 TableResult::text("plan", vec![text])
             }
@@ -638,10 +674,12 @@ impl Engine {
                 let (sender, receiver) = crossbeam_channel::bounded(16);
                 let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
                 let plan = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
+                let updating = plan.nodes.last().is_some_and(|n| n.mode().is_updating());
                 let job = session.start(plan, "collect".to_string())?;
                 Ok(TableResult {
                     schema,
                     body: ResultBody::Stream { receiver, job },
+                    updating,
                 })
             }
             Statement::Insert(insert) => {
@@ -660,6 +698,7 @@ impl Engine {
                 Ok(TableResult {
                     schema: Arc::new(Schema::empty()),
                     body: ResultBody::Job(job),
+                    updating: false,
                 })
             }
         }

@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod changelog;
 pub mod checkpoint;
 pub mod config;
 pub mod connectors;

@@ -676,6 +676,7 @@ fn print_result(result: weir::TableResult) -> anyhow::Result<()> {
     for batch in result.stream() {
         let batch = batch?;
         rows += batch.num_rows();
+        let batch = weir::changelog::with_kind_column(&batch)?;
         println!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
     }
     if rows > 0 {

@@ -15,6 +15,9 @@ use sqllogictest::{DBOutput, DefaultColumnType, Runner};
 use weir::Engine;
 use weir::connectors::format::text::{TextStyle, format_column};
 
+/// Flink's SQL client option: how a query's result is shown.
+const RESULT_MODE: &str = "sql-client.execution.result-mode";
+
 /// One engine session per file run.
 struct WeirDb {
     engine: Engine,
@@ -43,8 +46,21 @@ impl sqllogictest::DB for WeirDb {
                 _ => DefaultColumnType::Any,
             })
             .collect();
+        // An updating query shows its final table (its changelog applied),
+        // or with `SET 'sql-client.execution.result-mode' = 'changelog'` the
+        // changelog itself, each row's kind first.
+        let mode = self.engine.config().get(RESULT_MODE).map(str::to_ascii_lowercase);
+        let batches = match (result.is_updating(), mode.as_deref()) {
+            (true, Some("changelog" | "tableau")) => result
+                .collect()?
+                .iter()
+                .map(weir::changelog::with_kind_column)
+                .collect::<weir::Result<Vec<_>>>()?,
+            (true, _) => vec![result.materialize()?],
+            (false, _) => result.collect()?,
+        };
         let mut rows: Vec<Vec<String>> = Vec::new();
-        for batch in result.collect()? {
+        for batch in batches {
             let columns = batch
                 .columns()
                 .iter()

@@ -42,6 +42,10 @@ impl SinkFactory for BlackholeSinkFactory {
         format!("Sink: {}[blackhole]", self.table)
     }
 
+    fn accepts_updates(&self) -> bool {
+        true
+    }
+
     fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(Blackhole))
     }

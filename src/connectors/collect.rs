@@ -27,6 +27,10 @@ impl SinkFactory for CollectSinkFactory {
         "Sink: collect".to_string()
     }
 
+    fn accepts_updates(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
         Ok(crate::plan::spec::SinkSpec::Collect {
             id: crate::plan::spec::register_collector(self.sender.clone()),

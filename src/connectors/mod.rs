@@ -166,6 +166,10 @@ impl SinkFactory for ConnectorSink {
         self.inner.create_writer(ctx)
     }
 
+    fn accepts_updates(&self) -> bool {
+        self.inner.accepts_updates()
+    }
+
     fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
         Ok(self.spec.clone())
     }

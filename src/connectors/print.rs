@@ -1,4 +1,5 @@
-//! The `print` sink: rows to standard output as Flink prints them, `+I[1, abc]`.
+//! The `print` sink: rows to standard output as Flink prints them, `+I[1, abc]`
+//! (and `-U`, `+U`, `-D` for the rows of an updating query).
 //!
 //! With parallelism above one each line starts with the subtask number
 //! (`2> +I[...]`), and with `'print-identifier'` with that name. The sink is
@@ -59,6 +60,10 @@ impl SinkFactory for PrintSinkFactory {
         format!("Sink: {}[print]", self.table)
     }
 
+    fn accepts_updates(&self) -> bool {
+        true
+    }
+
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
         let prefix = match (&self.identifier, ctx.parallelism > 1) {
             (Some(id), true) => format!("{id}:{}> ", ctx.subtask + 1),
@@ -78,8 +83,11 @@ struct PrintWriter {
     stderr: bool,
 }
 
-/// Formats a batch as Flink's `+I[...]` lines.
+/// Formats a batch as Flink's `+I[...]` lines (`-U[...]`, `+U[...]`,
+/// `-D[...]` for the rows of an updating stream).
 pub fn format_rows(batch: &RecordBatch, prefix: &str) -> Result<Vec<String>> {
+    let kinds = crate::changelog::row_kinds(batch)?;
+    let batch = crate::changelog::data(batch);
     let columns = batch
         .columns()
         .iter()
@@ -91,7 +99,7 @@ pub fn format_rows(batch: &RecordBatch, prefix: &str) -> Result<Vec<String>> {
                 .iter()
                 .map(|c| c[row].as_deref().unwrap_or("null"))
                 .collect();
-            format!("{prefix}+I[{}]", values.join(", "))
+            format!("{prefix}{}[{}]", kinds[row].short(), values.join(", "))
         })
         .collect())
 }

@@ -57,6 +57,12 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
     /// The writer for one subtask.
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>>;
 
+    /// Whether it takes updates (rows of every kind); a sink that does not
+    /// refuses an updating query when it is planned.
+    fn accepts_updates(&self) -> bool {
+        false
+    }
+
     /// The sink as data (see [`crate::plan::spec`]).
     fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
         Err(crate::Error::Internal(format!(
@@ -126,6 +132,14 @@ pub struct SinkOperatorFactory {
 impl OperatorFactory for SinkOperatorFactory {
     fn describe(&self) -> String {
         self.sink.describe()
+    }
+
+    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
+        if self.sink.accepts_updates() {
+            crate::plan::changelog::ChangelogRole::SinkOfAnyKind
+        } else {
+            crate::plan::changelog::ChangelogRole::SinkOfInserts
+        }
     }
 
     fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {

@@ -54,8 +54,13 @@ pub enum Statement {
         /// The key, or `None` for all.
         key: Option<String>,
     },
-    /// `EXPLAIN [PLAN FOR] statement`.
-    Explain(Box<ParsedStatement>),
+    /// `EXPLAIN [CHANGELOG_MODE] [PLAN FOR] statement`.
+    Explain {
+        /// The statement explained.
+        inner: Box<ParsedStatement>,
+        /// `CHANGELOG_MODE`: show each node's row kinds.
+        changelog_mode: bool,
+    },
     /// A query (`SELECT`, `VALUES`, `WITH`, ...).
     Query(Box<Query>),
     /// `INSERT INTO table query`.
@@ -212,6 +217,29 @@ pub fn parse_statements(sql: &str) -> Result<Vec<ParsedStatement>> {
     Ok(statements)
 }
 
+/// Flink's explain details after `EXPLAIN`: true when `CHANGELOG_MODE` is
+/// among them. weir has no cost estimates or JSON plans: those are refused.
+fn explain_details(parser: &mut Parser) -> Result<bool, ParserError> {
+    let mut changelog_mode = false;
+    loop {
+        let token = parser.peek_token();
+        let Token::Word(w) = &token.token else {
+            return Ok(changelog_mode);
+        };
+        match w.value.to_ascii_uppercase().as_str() {
+            "CHANGELOG_MODE" => changelog_mode = true,
+            "ESTIMATED_COST" | "PLAN_ADVICE" | "JSON_EXECUTION_PLAN" => {
+                return parser.expected("CHANGELOG_MODE (the only EXPLAIN detail weir has)", token);
+            }
+            _ => return Ok(changelog_mode),
+        }
+        parser.next_token();
+        if !parser.consume_token(&Token::Comma) {
+            return Ok(changelog_mode);
+        }
+    }
+}
+
 fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statement, ParserError> {
     let first = parser.peek_token();
     match &first.token {
@@ -286,24 +314,28 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
         }
         Token::Word(w) if w.keyword == Keyword::EXPLAIN => {
             parser.next_token();
+            let changelog_mode = explain_details(parser)?;
             let _ = parser.parse_keywords(&[Keyword::PLAN, Keyword::FOR]);
             let start = parser.peek_token();
             let inner = parse_one(parser, sql, lines)?;
-            if matches!(inner, Statement::Explain(_)) {
+            if matches!(inner, Statement::Explain { .. }) {
                 return parser.expected("a query or INSERT after EXPLAIN", start);
             }
             let end = parser.peek_token();
-            Ok(Statement::Explain(Box::new(ParsedStatement {
-                statement: inner,
-                text: lines
-                    .slice(sql, start.span.start, end.span.start)
-                    .trim()
-                    .to_string(),
-                position: Position {
-                    line: start.span.start.line,
-                    column: start.span.start.column,
-                },
-            })))
+            Ok(Statement::Explain {
+                changelog_mode,
+                inner: Box::new(ParsedStatement {
+                    statement: inner,
+                    text: lines
+                        .slice(sql, start.span.start, end.span.start)
+                        .trim()
+                        .to_string(),
+                    position: Position {
+                        line: start.span.start.line,
+                        column: start.span.start.column,
+                    },
+                }),
+            })
         }
         _ => match parser.parse_statement()? {
             sqlparser::ast::Statement::Query(query) => Ok(Statement::Query(query)),
@@ -724,7 +756,7 @@ mod tests {
     #[test]
     fn explain_wraps_the_inner_statement() {
         let statements = parse_statements("EXPLAIN PLAN FOR INSERT INTO out SELECT * FROM t").unwrap();
-        let Statement::Explain(inner) = &statements[0].statement else {
+        let Statement::Explain { inner, .. } = &statements[0].statement else {
             panic!("not an EXPLAIN")
         };
         assert!(matches!(inner.statement, Statement::Insert(_)));

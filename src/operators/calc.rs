@@ -61,12 +61,19 @@ impl Calc {
         })
     }
 
+    /// Evaluates the projection; on an updating stream (the output has an
+    /// op column) each row keeps its kind.
     fn project(&self, batch: &RecordBatch, projection: &[Arc<dyn PhysicalExpr>]) -> Result<RecordBatch> {
         let rows = batch.num_rows();
-        let columns = projection
+        let mut columns = projection
             .iter()
             .map(|e| evaluate(e.as_ref(), batch))
             .collect::<Result<Vec<ArrayRef>>>()?;
+        if crate::changelog::has_op(&self.schema) {
+            let ops = crate::changelog::ops(batch)
+                .ok_or_else(|| Error::Internal("an updating Calc got a batch without row kinds".into()))?;
+            columns.push(Arc::new(ops.clone()));
+        }
         Ok(RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,
@@ -179,6 +186,10 @@ impl Operator for Calc {
 impl OperatorFactory for Calc {
     fn describe(&self) -> String {
         Calc::describe(self)
+    }
+
+    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
+        crate::plan::changelog::ChangelogRole::PassThrough
     }
 
     fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {

@@ -1,6 +1,10 @@
 //! Operators: one file per operator.
 
 pub mod calc;
+pub mod group;
+pub mod groups;
+#[cfg(test)]
+pub mod harness;
 pub mod union;
 pub mod watermark;
 pub mod window;

@@ -1,13 +1,19 @@
-//! Union: passes batches of several inputs through unchanged.
+//! Union: passes batches of several inputs through; when the union updates,
+//! rows of its insert-only inputs become `+I` rows.
 
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use crate::Result;
+use crate::changelog;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 
-/// `UNION ALL` of inputs with the same schema.
+/// `UNION ALL` of inputs with the same columns.
 #[derive(Debug, Clone)]
-pub struct Union;
+pub struct Union {
+    /// The output (with the op column when an input updates).
+    pub schema: SchemaRef,
+}
 
 impl Operator for Union {
     fn name(&self) -> String {
@@ -15,13 +21,21 @@ impl Operator for Union {
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        out.batch(batch);
+        if changelog::has_op(&self.schema) {
+            out.batch(changelog::as_updating(batch, &self.schema)?);
+        } else {
+            out.batch(batch);
+        }
         Ok(())
     }
 }
 
 impl OperatorFactory for Union {
-    fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
+        crate::plan::changelog::ChangelogRole::PassThrough
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
         Ok(crate::plan::spec::NodeSpec::Union)
     }
 
@@ -30,6 +44,6 @@ impl OperatorFactory for Union {
     }
 
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(Union))
+        Ok(Box::new(self.clone()))
     }
 }

@@ -7,6 +7,7 @@
 //!  └────────────── one vertex (chained) ──────────────┘          └──────── one vertex ────────┘
 //! ```
 
+pub mod changelog;
 pub mod codec;
 mod planner;
 pub mod spec;
@@ -54,6 +55,17 @@ pub struct PlanNode {
     pub parallelism: usize,
     /// Output schema.
     pub schema: SchemaRef,
+}
+
+impl PlanNode {
+    /// The row kinds it emits: updates when its rows carry an op column.
+    pub fn mode(&self) -> changelog::ChangelogMode {
+        if crate::changelog::has_op(&self.schema) {
+            changelog::ChangelogMode::Retract
+        } else {
+            changelog::ChangelogMode::InsertOnly
+        }
+    }
 }
 
 /// A planned streaming job: nodes in topological order (inputs first).
@@ -133,26 +145,37 @@ impl StreamPlan {
         JobGraph { vertices, edges }
     }
 
-    /// The job graph as text: one line per vertex, then its outgoing edges.
-    pub fn explain(&self) -> String {
+    /// The job graph as text: one line per vertex (its chained nodes
+    /// below it), then its outgoing edges; with `changelog_mode`, each
+    /// node's row kinds as Flink shows them (`changelogMode=[I,UB,UA,D]`).
+    pub fn explain(&self, changelog_mode: bool) -> String {
         let graph = self.to_job_graph();
+        let (vertex_of, _) = self.vertex_of_nodes();
         let mut text = String::new();
         for (index, vertex) in graph.vertices.iter().enumerate() {
             let _ = writeln!(text, "[{}] parallelism={}", index + 1, vertex.parallelism);
-            let parts: Vec<String> = vertex
-                .source
-                .iter()
-                .map(|s| s.describe())
-                .chain(vertex.operators.iter().map(|o| o.describe()))
-                .collect();
-            for (i, part) in parts.iter().enumerate() {
+            let nodes = (0..self.nodes.len()).filter(|n| vertex_of[*n] == index);
+            for (i, node) in nodes.enumerate() {
                 let arrow = if i == 0 { "   " } else { "-> " };
-                let _ = writeln!(text, "  {arrow}{part}");
+                let mut line = self.nodes[node].kind.describe();
+                if changelog_mode {
+                    line = with_changelog_mode(&line, &self.nodes[node].mode());
+                }
+                let _ = writeln!(text, "  {arrow}{line}");
             }
             for edge in graph.edges.iter().filter(|e| e.from == index) {
                 let _ = writeln!(text, "  => {} => [{}]", edge.exchange.describe(), edge.to + 1);
             }
         }
         text
+    }
+}
+
+/// `Name(attributes)` with `changelogMode=[...]` as its last attribute.
+fn with_changelog_mode(line: &str, mode: &changelog::ChangelogMode) -> String {
+    match line.strip_suffix(')') {
+        Some(open) if open.ends_with('(') => format!("{open}changelogMode={mode})"),
+        Some(open) => format!("{open}, changelogMode={mode})"),
+        None => format!("{line}(changelogMode={mode})"),
     }
 }

@@ -17,13 +17,14 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion_common::{DFSchema, DFSchemaRef, TableReference};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::expr::AggregateFunction;
-use datafusion_expr::logical_plan::{Aggregate, LogicalPlan, TableScan};
+use datafusion_expr::logical_plan::{Aggregate, Distinct, LogicalPlan, TableScan};
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::{Expr, WriteOp};
 use datafusion_physical_expr::aggregate::AggregateExprBuilder;
 use datafusion_physical_expr::expressions::Column as ColumnExpr;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr, create_physical_sort_exprs};
 
+use super::changelog::{self, ChangelogMode, ChangelogRole};
 use super::{NodeId, NodeKind, PlanNode, StreamPlan};
 use crate::config::{AggPhaseStrategy, SessionConfig};
 use crate::connectors::sink::SinkOperatorFactory;
@@ -34,6 +35,7 @@ use crate::frontend::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
 use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
+use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
 use crate::operators::union::Union;
 use crate::operators::watermark::WatermarkAssigner;
 use crate::operators::window::aggregate::{
@@ -139,7 +141,7 @@ impl<'a> Planner<'a> {
             .clone();
         let input = self.plan(&dml.input)?;
         let schema = self.nodes[input].schema.clone();
-        let sink = connectors::create_sink(&table, schema.clone(), self.config)?;
+        let sink = connectors::create_sink(&table, crate::changelog::without_op(&schema), self.config)?;
         let input_parallelism = self.nodes[input].parallelism;
         let parallelism = match connectors::parse_option::<usize>(&table, "sink.parallelism")? {
             Some(0) => return Err(Error::sql("'sink.parallelism' must be positive")),
@@ -151,12 +153,14 @@ impl<'a> Planner<'a> {
         } else {
             Exchange::Rebalance
         };
-        self.push(
+        self.push_named(
             NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
             vec![(input, exchange)],
             parallelism,
             schema,
-        );
+            &table.name,
+            true,
+        )?;
         self.finish()
     }
 
@@ -173,7 +177,7 @@ impl<'a> Planner<'a> {
             vec![(input, exchange)],
             1,
             self.nodes[input].schema.clone(),
-        );
+        )?;
         self.finish()
     }
 
@@ -183,14 +187,57 @@ impl<'a> Planner<'a> {
         inputs: Vec<(NodeId, Exchange)>,
         parallelism: usize,
         schema: SchemaRef,
-    ) -> NodeId {
+    ) -> Result<NodeId> {
+        let name = kind.describe();
+        self.push_named(kind, inputs, parallelism, schema, &name, false)
+    }
+
+    /// Adds a node after inferring its changelog mode: refuses updates it
+    /// cannot take, naming it `name` (`sink`: a table sink's name).
+    fn push_named(
+        &mut self,
+        kind: NodeKind,
+        inputs: Vec<(NodeId, Exchange)>,
+        parallelism: usize,
+        schema: SchemaRef,
+        name: &str,
+        sink: bool,
+    ) -> Result<NodeId> {
+        let role = match &kind {
+            NodeKind::Source(_) => ChangelogRole::Source,
+            NodeKind::Operator(o) => o.changelog_role(),
+        };
+        let modes: Vec<ChangelogMode> = inputs.iter().map(|(i, _)| self.nodes[*i].mode()).collect();
+        let producers: Vec<String> = inputs
+            .iter()
+            .map(|(i, _)| self.nodes[*i].kind.describe())
+            .collect();
+        let mode = changelog::infer(&role, &modes, name, &producers).map_err(|mut refusal| {
+            refusal.sink = sink;
+            Error::Plan(refusal.to_string())
+        })?;
+        if mode.is_updating() != crate::changelog::has_op(&schema) {
+            return Err(Error::Internal(format!(
+                "{name} emits {mode}, but its schema disagrees: {schema}"
+            )));
+        }
         self.nodes.push(PlanNode {
             kind,
             inputs,
             parallelism,
             schema,
         });
-        self.nodes.len() - 1
+        Ok(self.nodes.len() - 1)
+    }
+
+    /// `schema` as node `input`'s rows carry it: with the op column when
+    /// that node updates.
+    fn like_input(&self, input: NodeId, schema: SchemaRef) -> SchemaRef {
+        if self.nodes[input].mode().is_updating() {
+            crate::changelog::with_op(&schema)
+        } else {
+            schema
+        }
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
@@ -210,7 +257,8 @@ impl<'a> Planner<'a> {
         filter: Option<Arc<dyn PhysicalExpr>>,
         projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
         schema: SchemaRef,
-    ) -> NodeId {
+    ) -> Result<NodeId> {
+        let schema = self.like_input(input, schema);
         if filter.is_none()
             && let Some(previous) = self.filter_only_calcs.remove(&input)
         {
@@ -221,7 +269,7 @@ impl<'a> Planner<'a> {
             };
             self.nodes[input].kind = NodeKind::Operator(Arc::new(merged));
             self.nodes[input].schema = schema;
-            return input;
+            return Ok(input);
         }
         let parallelism = self.nodes[input].parallelism;
         let filter_only = match (&filter, &projection) {
@@ -238,11 +286,11 @@ impl<'a> Planner<'a> {
             vec![(input, Exchange::Forward)],
             parallelism,
             schema,
-        );
+        )?;
         if let Some(f) = filter_only {
             self.filter_only_calcs.insert(id, f);
         }
-        id
+        Ok(id)
     }
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
@@ -254,12 +302,12 @@ impl<'a> Planner<'a> {
                     .iter()
                     .map(|e| self.physical(e, p.input.schema()))
                     .collect::<Result<Vec<_>>>()?;
-                Ok(self.add_calc(input, None, Some(exprs), arrow_schema(plan.schema())))
+                self.add_calc(input, None, Some(exprs), arrow_schema(plan.schema()))
             }
             LogicalPlan::Filter(f) => {
                 let input = self.plan(&f.input)?;
                 let predicate = self.physical(&f.predicate, f.input.schema())?;
-                Ok(self.add_calc(input, Some(predicate), None, arrow_schema(plan.schema())))
+                self.add_calc(input, Some(predicate), None, arrow_schema(plan.schema()))
             }
             LogicalPlan::SubqueryAlias(a) => self.plan(&a.input),
             LogicalPlan::TableScan(scan) => self.plan_scan(scan),
@@ -295,12 +343,12 @@ impl<'a> Planner<'a> {
                     rows.push(RecordBatch::try_new(schema.clone(), columns)?);
                 }
                 let batch = arrow::compute::concat_batches(&schema, &rows)?;
-                Ok(self.push(
+                self.push(
                     NodeKind::Source(Arc::new(ValuesSourceFactory::new(vec![batch]))),
                     vec![],
                     1,
                     schema,
-                ))
+                )
             }
             LogicalPlan::EmptyRelation(empty) => {
                 let schema = arrow_schema(&empty.schema);
@@ -313,12 +361,12 @@ impl<'a> Planner<'a> {
                 } else {
                     vec![]
                 };
-                Ok(self.push(
+                self.push(
                     NodeKind::Source(Arc::new(ValuesSourceFactory::new(batches))),
                     vec![],
                     1,
                     schema,
-                ))
+                )
             }
             LogicalPlan::Union(union) => {
                 let inputs = union
@@ -327,7 +375,7 @@ impl<'a> Planner<'a> {
                     .map(|i| self.plan(i))
                     .collect::<Result<Vec<_>>>()?;
                 let parallelism = self.parallelism;
-                let edges = inputs
+                let edges: Vec<(NodeId, Exchange)> = inputs
                     .into_iter()
                     .map(|i| {
                         let exchange = if self.nodes[i].parallelism == parallelism {
@@ -338,18 +386,26 @@ impl<'a> Planner<'a> {
                         (i, exchange)
                     })
                     .collect();
-                Ok(self.push(
-                    NodeKind::Operator(Arc::new(Union)),
+                let updating = edges.iter().any(|(i, _)| self.nodes[*i].mode().is_updating());
+                let mut schema = arrow_schema(plan.schema());
+                if updating {
+                    schema = crate::changelog::with_op(&schema);
+                }
+                self.push(
+                    NodeKind::Operator(Arc::new(Union {
+                        schema: schema.clone(),
+                    })),
                     edges,
                     parallelism,
-                    arrow_schema(plan.schema()),
-                ))
+                    schema,
+                )
             }
             LogicalPlan::Join(_) => Err(unsupported("joins")),
             LogicalPlan::Sort(_) => Err(unsupported("ORDER BY on a stream")),
             LogicalPlan::Limit(_) => Err(unsupported("LIMIT on a stream")),
             LogicalPlan::Window(_) => Err(unsupported("OVER windows")),
-            LogicalPlan::Distinct(_) => Err(unsupported("SELECT DISTINCT (an updating result)")),
+            LogicalPlan::Distinct(Distinct::All(input)) => self.plan_distinct(input, plan),
+            LogicalPlan::Distinct(Distinct::On(_)) => Err(unsupported("SELECT DISTINCT ON")),
             LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
             other => Err(Error::Plan(format!(
                 "{} is not supported in a streaming query",
@@ -458,7 +514,7 @@ impl<'a> Planner<'a> {
             vec![],
             parallelism,
             source_schema.clone(),
-        );
+        )?;
 
         // The needed full columns in table order: physical ones by reference,
         // computed ones by their expressions.
@@ -484,7 +540,7 @@ impl<'a> Planner<'a> {
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
-            node = self.add_calc(node, None, Some(exprs), calc_schema.clone());
+            node = self.add_calc(node, None, Some(exprs), calc_schema.clone())?;
         }
         if let Some((w, expr, _)) = &watermark {
             let calc_df = DFSchema::try_from_qualified_schema(table_ref.clone(), &calc_schema)?;
@@ -501,7 +557,7 @@ impl<'a> Planner<'a> {
                 vec![(node, Exchange::Forward)],
                 parallelism,
                 calc_schema.clone(),
-            );
+            )?;
         }
         if needed != projection {
             let exprs = projection
@@ -515,7 +571,7 @@ impl<'a> Planner<'a> {
                     Arc::new(ColumnExpr::new(name, index)) as Arc<dyn PhysicalExpr>
                 })
                 .collect();
-            node = self.add_calc(node, None, Some(exprs), arrow_schema(&scan.projected_schema));
+            node = self.add_calc(node, None, Some(exprs), arrow_schema(&scan.projected_schema))?;
         }
         Ok(node)
     }
@@ -539,12 +595,12 @@ impl<'a> Planner<'a> {
             schema: arrow_schema(&node.schema),
         };
         let parallelism = self.nodes[input].parallelism;
-        Ok(self.push(
+        self.push(
             NodeKind::Operator(Arc::new(assign)),
             vec![(input, Exchange::Forward)],
             parallelism,
             arrow_schema(&node.schema),
-        ))
+        )
     }
 
     fn shift_for(&self, time_type: &DataType) -> Result<TimeShift> {
@@ -604,7 +660,7 @@ impl<'a> Planner<'a> {
                 check_no_window_refs(&filter.predicate, filter.input.schema(), &inner.origins)?;
                 let predicate = self.physical(&filter.predicate, &inner.schema)?;
                 let schema = arrow_schema(&inner.schema);
-                let stream = self.add_calc(inner.stream, Some(predicate), None, schema);
+                let stream = self.add_calc(inner.stream, Some(predicate), None, schema)?;
                 Ok(Some(WindowedInput { stream, ..inner }))
             }
             LogicalPlan::Projection(projection) => {
@@ -668,7 +724,7 @@ impl<'a> Planner<'a> {
                 let stream = if identity {
                     inner.stream
                 } else {
-                    self.add_calc(inner.stream, None, Some(exprs), arrow_schema(&schema))
+                    self.add_calc(inner.stream, None, Some(exprs), arrow_schema(&schema))?
                 };
                 Ok(Some(WindowedInput {
                     stream,
@@ -684,11 +740,7 @@ impl<'a> Planner<'a> {
 
     fn plan_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
         let Some(input) = self.plan_windowed_input(&aggregate.input)? else {
-            return Err(Error::Plan(
-                "GROUP BY without a window (an updating aggregate) is not supported yet; \
-                 group by window_start and window_end of a window table function instead"
-                    .into(),
-            ));
+            return self.plan_group_aggregate(aggregate);
         };
         let input_schema = aggregate.input.schema();
         let output = arrow_schema(&aggregate.schema);
@@ -718,41 +770,10 @@ impl<'a> Planner<'a> {
             ));
         }
         let stream_schema = arrow_schema(&input.schema);
-        let mut aggregates = Vec::new();
-        let mut filters = Vec::new();
-        for (i, e) in aggregate.aggr_expr.iter().enumerate() {
-            let Expr::AggregateFunction(AggregateFunction { func, params }) = strip_alias(e) else {
-                return Err(Error::Internal(format!("not an aggregate: {e}")));
-            };
+        for e in &aggregate.aggr_expr {
             check_no_window_refs(e, input_schema, &input.origins)?;
-            let args = params
-                .args
-                .iter()
-                .map(|a| self.physical(a, &input.schema))
-                .collect::<Result<Vec<_>>>()?;
-            let order_by = create_physical_sort_exprs(
-                &params.order_by,
-                &input.schema,
-                &self.props,
-                &PhysicalPlanningContext::default(),
-            )?;
-            let name = output.field(aggregate.group_expr.len() + i).name().clone();
-            let built = AggregateExprBuilder::new(func.clone(), args)
-                .schema(stream_schema.clone())
-                .alias(name)
-                .human_display(e.human_display().to_string())
-                .with_distinct(params.distinct)
-                .with_ignore_nulls(
-                    params.null_treatment == Some(datafusion_expr::expr::NullTreatment::IgnoreNulls),
-                )
-                .order_by(order_by)
-                .build()?;
-            aggregates.push(Arc::new(built));
-            filters.push(match &params.filter {
-                Some(f) => Some(self.physical(f, &input.schema)?),
-                None => None,
-            });
         }
+        let (aggregates, filters) = self.aggregate_calls(aggregate, &input.schema, &stream_schema)?;
         let key_schema = Arc::new(Schema::new(key_fields.clone()));
         let input_parallelism = self.nodes[input.stream].parallelism;
         let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
@@ -806,12 +827,12 @@ impl<'a> Planner<'a> {
                     group_columns,
                     output_schema: output.clone(),
                 };
-                return Ok(self.push(
+                return self.push(
                     NodeKind::Operator(Arc::new(SessionAggregateFactory(Arc::new(session)))),
                     vec![(input.stream, exchange)],
                     parallelism,
                     output,
-                ));
+                );
             }
         };
         // Processing-time windows fire by each operator's own clock, so partial
@@ -846,12 +867,12 @@ impl<'a> Planner<'a> {
                 Exchange::Hash(keys.clone())
             };
             let single = spec(Phase::Single, keys, filters, output.clone());
-            return Ok(self.push(
+            return self.push(
                 NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(single)))),
                 vec![(input.stream, exchange)],
                 parallelism,
                 output,
-            ));
+            );
         }
         // Local: [__slice, keys..., states...] before the exchange.
         let mut local_fields = vec![Field::new("__slice", DataType::Int64, false)];
@@ -866,7 +887,7 @@ impl<'a> Planner<'a> {
             vec![(input.stream, Exchange::Forward)],
             input_parallelism,
             local_schema.clone(),
-        );
+        )?;
         let global_keys: Vec<Arc<dyn PhysicalExpr>> = key_fields
             .iter()
             .enumerate()
@@ -883,14 +904,140 @@ impl<'a> Planner<'a> {
             vec![None; aggregates.len()],
             output.clone(),
         );
-        Ok(self.push(
+        self.push(
             NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(global)))),
             vec![(local_node, exchange)],
             parallelism,
             output,
-        ))
+        )
     }
 }
+
+impl Planner<'_> {
+    /// The aggregate calls of `aggregate` (with their filters), over a
+    /// stream of `stream_schema` whose logical schema is `schema`.
+    fn aggregate_calls(
+        &self,
+        aggregate: &Aggregate,
+        schema: &DFSchema,
+        stream_schema: &SchemaRef,
+    ) -> Result<AggregateCalls> {
+        let output = arrow_schema(&aggregate.schema);
+        let mut aggregates = Vec::new();
+        let mut filters = Vec::new();
+        for (i, e) in aggregate.aggr_expr.iter().enumerate() {
+            let Expr::AggregateFunction(AggregateFunction { func, params }) = strip_alias(e) else {
+                return Err(Error::Internal(format!("not an aggregate: {e}")));
+            };
+            let args = params
+                .args
+                .iter()
+                .map(|a| self.physical(a, schema))
+                .collect::<Result<Vec<_>>>()?;
+            let order_by = create_physical_sort_exprs(
+                &params.order_by,
+                schema,
+                &self.props,
+                &PhysicalPlanningContext::default(),
+            )?;
+            let name = output.field(aggregate.group_expr.len() + i).name().clone();
+            let built = AggregateExprBuilder::new(func.clone(), args)
+                .schema(stream_schema.clone())
+                .alias(name)
+                .human_display(e.human_display().to_string())
+                .with_distinct(params.distinct)
+                .with_ignore_nulls(
+                    params.null_treatment == Some(datafusion_expr::expr::NullTreatment::IgnoreNulls),
+                )
+                .order_by(order_by)
+                .build()?;
+            aggregates.push(Arc::new(built));
+            filters.push(match &params.filter {
+                Some(f) => Some(self.physical(f, schema)?),
+                None => None,
+            });
+        }
+        Ok((aggregates, filters))
+    }
+
+    /// A GROUP BY without a window: an updating aggregation.
+    fn plan_group_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
+        let input = self.plan(&aggregate.input)?;
+        let schema = aggregate.input.schema();
+        let output = arrow_schema(&aggregate.schema);
+        let mut keys = Vec::new();
+        let mut key_fields = Vec::new();
+        for (i, e) in aggregate.group_expr.iter().enumerate() {
+            if matches!(e, Expr::GroupingSet(_)) {
+                return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
+            }
+            let field = output.field(i).clone();
+            check_key_type(field.data_type())?;
+            keys.push(self.physical(e, schema)?);
+            key_fields.push(field);
+        }
+        let stream_schema = self.nodes[input].schema.clone();
+        let (aggregates, filters) = self.aggregate_calls(aggregate, schema, &stream_schema)?;
+        let group = GroupAggregate {
+            keys,
+            key_schema: Arc::new(Schema::new(key_fields)),
+            aggregate_input: stream_schema,
+            aggregates,
+            filters,
+            output_schema: crate::changelog::with_op(&output),
+        };
+        self.push_group_aggregate(input, group)
+    }
+
+    /// `SELECT DISTINCT` (and `UNION`): a GROUP BY of every column.
+    fn plan_distinct(&mut self, input: &LogicalPlan, plan: &LogicalPlan) -> Result<NodeId> {
+        let node = self.plan(input)?;
+        let output = arrow_schema(plan.schema());
+        for field in output.fields() {
+            check_key_type(field.data_type())?;
+        }
+        let keys = output
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        let group = GroupAggregate {
+            keys,
+            key_schema: output.clone(),
+            aggregate_input: self.nodes[node].schema.clone(),
+            aggregates: vec![],
+            filters: vec![],
+            output_schema: crate::changelog::with_op(&output),
+        };
+        self.push_group_aggregate(node, group)
+    }
+
+    fn push_group_aggregate(&mut self, input: NodeId, group: GroupAggregate) -> Result<NodeId> {
+        let keyless = group.keys.is_empty();
+        let parallelism = if keyless { 1 } else { self.parallelism };
+        let input_parallelism = self.nodes[input].parallelism;
+        let exchange = if parallelism == 1 && input_parallelism == 1 {
+            Exchange::Forward
+        } else if keyless {
+            Exchange::Single
+        } else {
+            Exchange::Hash(group.keys.clone())
+        };
+        let schema = group.output_schema.clone();
+        self.push(
+            NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(group)))),
+            vec![(input, exchange)],
+            parallelism,
+            schema,
+        )
+    }
+}
+
+type AggregateCalls = (
+    Vec<Arc<datafusion_physical_expr::aggregate::AggregateFunctionExpr>>,
+    Vec<Option<Arc<dyn PhysicalExpr>>>,
+);
 
 /// True for a processing-time attribute (a `PROCTIME()` column or a window
 /// time derived from one).

@@ -116,6 +116,8 @@ pub enum NodeSpec {
     WindowAggregate(Box<AggregationData>),
     /// A session window aggregation.
     SessionAggregate(Box<AggregationData>),
+    /// A non-windowed aggregation.
+    GroupAggregate(Box<AggregationData>),
     /// Union of the inputs.
     Union,
     /// A sink.
@@ -587,7 +589,12 @@ impl NodeSpec {
             NodeSpec::SessionAggregate(data) => {
                 NodeKind::Operator(build_session_aggregate(data, &input()?, output, ctx)?)
             }
-            NodeSpec::Union => NodeKind::Operator(Arc::new(Union)),
+            NodeSpec::Union => NodeKind::Operator(Arc::new(Union {
+                schema: output.clone(),
+            })),
+            NodeSpec::GroupAggregate(data) => {
+                NodeKind::Operator(build_group_aggregate(data, &input()?, output, ctx)?)
+            }
             NodeSpec::Sink(sink) => {
                 NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
                     sink: sink.build(config)?,
@@ -707,6 +714,24 @@ fn build_session_aggregate(
         aggregates: decoded.aggregates,
         filters: decoded.filters,
         group_columns: decoded.group_columns,
+        output_schema: output.clone(),
+    }))))
+}
+
+fn build_group_aggregate(
+    data: &AggregationData,
+    input: &SchemaRef,
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
+    let decoded = decode_aggregation(data, input, ctx)?;
+    Ok(Arc::new(GroupAggregateFactory(Arc::new(GroupAggregate {
+        keys: decoded.keys,
+        key_schema: decoded.key_schema,
+        aggregate_input: data.aggregate_input.decode()?,
+        aggregates: decoded.aggregates,
+        filters: decoded.filters,
         output_schema: output.clone(),
     }))))
 }

@@ -272,9 +272,8 @@ impl Shell {
 
 /// Prints rows as they arrive under a header, in columns sized by the header
 /// and the first rows (later, longer values widen their row only). The first
-/// column, `op`, is the change kind as in Flink's streaming tableau: weir's
-/// queries are append-only (updating aggregates are refused when planned), so
-/// every row is an insertion, `+I`.
+/// column, `op`, is each row's kind as in Flink's streaming tableau: `+I`,
+/// and `-U`, `+U`, `-D` in the changelog of an updating query.
 struct Tableau {
     names: Vec<String>,
     /// The widest text each column's type can produce, where bounded.
@@ -314,9 +313,14 @@ impl Tableau {
     }
 
     fn batch(&mut self, batch: &RecordBatch, limit: usize) {
-        let values: Vec<Vec<String>> = display_rows(batch)
+        let kinds = crate::changelog::row_kinds(batch).unwrap_or_default();
+        let values: Vec<Vec<String>> = display_rows(&crate::changelog::data(batch))
             .into_iter()
-            .map(|row| std::iter::once("+I".to_string()).chain(row).collect())
+            .enumerate()
+            .map(|(i, row)| {
+                let kind = kinds.get(i).map_or("+I", |k| k.short());
+                std::iter::once(kind.to_string()).chain(row).collect()
+            })
             .collect();
         self.rows += values.len();
         if self.widths.is_none() {

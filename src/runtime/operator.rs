@@ -417,6 +417,12 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
     /// The operator for one subtask.
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>>;
 
+    /// What it does with the row kinds of its inputs (by default: it takes
+    /// insert-only input and emits inserts).
+    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
+        crate::plan::changelog::ChangelogRole::InsertOnly
+    }
+
     /// The factory as data (see [`crate::plan::spec`]); `inputs` are the
     /// schemas of its inputs.
     fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {

@@ -84,6 +84,19 @@ pub fn schema_signature(schema: &Schema) -> String {
         .join(", ")
 }
 
+/// State rows of `schema` from `columns` (each cast to its field's type),
+/// sorted by their first column, the key group.
+pub fn sorted_state_rows(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+    let columns = columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
+        .collect::<Result<Vec<_>>>()?;
+    let all = RecordBatch::try_new(schema.clone(), columns)?;
+    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
+    Ok(arrow::compute::take_record_batch(&all, &order)?)
+}
+
 /// Rows per Parquet row group.
 const ROW_GROUP_ROWS: usize = 64 * 1024;
 

@@ -26,10 +26,9 @@ use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion_physical_plan::aggregates::group_values::{GroupValues, new_group_values};
-use datafusion_physical_plan::aggregates::order::GroupOrdering;
 
 use super::spec::{TimeShift, WindowSpec};
+use crate::operators::groups::Groups;
 use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
@@ -212,52 +211,6 @@ impl OperatorFactory for WindowAggregateFactory {
     }
 }
 
-/// Grouping keys → dense group indices.
-enum Groups {
-    Keyed(Box<dyn GroupValues>),
-    /// No keys: one group, present once a row was seen.
-    Keyless(bool),
-}
-
-impl Groups {
-    fn new(key_schema: &SchemaRef) -> Result<Self> {
-        Ok(if key_schema.fields().is_empty() {
-            Groups::Keyless(false)
-        } else {
-            Groups::Keyed(new_group_values(key_schema.clone(), &GroupOrdering::None)?)
-        })
-    }
-
-    fn intern(&mut self, keys: &[ArrayRef], rows: usize, out: &mut Vec<usize>) -> Result<()> {
-        match self {
-            Groups::Keyed(g) => g.intern(keys, out)?,
-            Groups::Keyless(present) => {
-                out.clear();
-                out.resize(rows, 0);
-                *present |= rows > 0;
-            }
-        }
-        Ok(())
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Groups::Keyed(g) => g.len(),
-            Groups::Keyless(present) => *present as usize,
-        }
-    }
-
-    fn emit(&mut self) -> Result<Vec<ArrayRef>> {
-        match self {
-            Groups::Keyed(g) => Ok(g.emit(EmitTo::All)?),
-            Groups::Keyless(present) => {
-                *present = false;
-                Ok(vec![])
-            }
-        }
-    }
-}
-
 /// Groups and accumulators being updated.
 struct LiveState {
     groups: Groups,
@@ -278,7 +231,7 @@ impl Slice {
         let Some(mut live) = self.live.take() else {
             return Ok(());
         };
-        if live.groups.len() == 0 {
+        if live.groups.is_empty() {
             return Ok(());
         }
         let mut columns = live.groups.emit()?;

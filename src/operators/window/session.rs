@@ -34,7 +34,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
+use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows, window_state_schema};
 use crate::{Error, Result};
 
 /// The plan of a session window aggregation.
@@ -503,14 +503,7 @@ impl SessionOperator {
         for values in states {
             columns.push(ScalarValue::iter_to_array(values)?);
         }
-        let columns = columns
-            .into_iter()
-            .zip(schema.fields())
-            .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
-            .collect::<Result<Vec<_>>>()?;
-        let all = RecordBatch::try_new(schema, columns)?;
-        let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-        Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+        Ok(Some(sorted_state_rows(&schema, columns)?))
     }
 
     /// Reopens the sessions of state rows (this subtask's key groups).

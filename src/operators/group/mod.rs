@@ -1,0 +1,533 @@
+//! Non-windowed aggregation (`GROUP BY` keys without a window, or a global
+//! aggregate): an updating result, as Flink's `GroupAggregate`.
+//!
+//! Each input batch updates the groups it touches (a row of kind `-U`/`-D`
+//! is taken away from its group), then for each touched group one change
+//! is emitted: `+I` for a new group, `-U old` and `+U new` for a changed one,
+//! `-D old` when its last row was taken away, and nothing when its result
+//! did not change. This is Flink's mini-batch, one batch at a time.
+//!
+//! ```text
+//!  batch ──► keys → groups ──► rows counted, accumulators updated ──► changes of touched groups
+//!            (before: evaluate touched)                 (after: evaluate touched, compare)
+//! ```
+//!
+//! A retraction for a group that has no rows (its state expired, or it was
+//! never seen) is ignored, as Flink ignores it.
+
+pub mod accumulator;
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
+use arrow::compute::{interleave, take};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use self::accumulator::{Count, Distinct, Extreme, Ordered, Position, RetractAccumulator, Sum};
+use crate::changelog::{self, RowKind};
+use crate::operators::groups::Groups;
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::CheckpointId;
+use crate::runtime::operator::OperatorSnapshot;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::{Error, Result};
+
+/// The plan of a non-windowed aggregation.
+#[derive(Debug)]
+pub struct GroupAggregate {
+    /// Grouping keys, over the input.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Their columns (the first columns of the output).
+    pub key_schema: SchemaRef,
+    /// The input's schema (with its op column when it updates).
+    pub aggregate_input: SchemaRef,
+    /// Aggregate calls.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// `FILTER (WHERE ...)` of each.
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Output: keys, aggregates, op column.
+    pub output_schema: SchemaRef,
+}
+
+impl GroupAggregate {
+    /// A one-line description for EXPLAIN, as Flink's.
+    pub fn describe(&self) -> String {
+        let keys: Vec<String> = self
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let aggregates = self.aggregates.iter().map(|a| {
+            let name = a.human_display().unwrap_or_default();
+            if name.is_empty() || name == a.name() {
+                a.name().to_string()
+            } else {
+                format!("{name} AS {}", a.name())
+            }
+        });
+        let select: Vec<String> = keys.iter().cloned().chain(aggregates).collect();
+        let group_by = if keys.is_empty() {
+            String::new()
+        } else {
+            format!("groupBy=[{}], ", keys.join(", "))
+        };
+        format!("GroupAggregate({group_by}select=[{}])", select.join(", "))
+    }
+
+    /// Whether the input carries row kinds (so aggregates must retract).
+    fn retracting(&self) -> bool {
+        changelog::has_op(&self.aggregate_input)
+    }
+
+    fn accumulators(&self) -> Result<Vec<Box<dyn RetractAccumulator>>> {
+        self.aggregates
+            .iter()
+            .map(|a| accumulator_for(a, &self.aggregate_input, self.retracting()))
+            .collect()
+    }
+
+    /// The columns of its state rows: `_key_group`, keys, `_count`, then each
+    /// aggregate's state columns prefixed by its position.
+    fn state_schema(&self, accumulators: &[Box<dyn RetractAccumulator>]) -> SchemaRef {
+        let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
+        fields.extend(self.key_schema.fields().iter().map(|f| f.as_ref().clone()));
+        fields.push(Field::new("_count", DataType::Int64, false));
+        for (i, acc) in accumulators.iter().enumerate() {
+            fields.extend(
+                acc.state_fields()
+                    .into_iter()
+                    .map(|f| f.clone().with_name(format!("{i}_{}", f.name()))),
+            );
+        }
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// The accumulator of one aggregate call; `input` is the schema its
+/// arguments are over.
+pub fn accumulator_for(
+    aggregate: &AggregateFunctionExpr,
+    input: &Schema,
+    retracting: bool,
+) -> Result<Box<dyn RetractAccumulator>> {
+    let function = aggregate.fun().name().to_ascii_lowercase();
+    let args = aggregate.expressions();
+    let argument = match args.first() {
+        Some(a) => Some(a.data_type(input)?),
+        None => None,
+    };
+    let output = aggregate.field().data_type().clone();
+    let typed = || {
+        argument
+            .clone()
+            .ok_or_else(|| Error::Plan(format!("{function} needs an argument")))
+    };
+    if !aggregate.order_bys().is_empty() {
+        return Err(Error::Plan(format!(
+            "{function}(... ORDER BY ...) is not supported in a non-windowed aggregation yet"
+        )));
+    }
+    let base: Box<dyn RetractAccumulator> = match function.as_str() {
+        "count" => Box::new(Count::default()),
+        "sum" => Box::new(Sum::new(&typed()?, &output, false)?),
+        "avg" | "mean" => Box::new(Sum::new(&typed()?, &output, true)?),
+        "min" | "max" => Box::new(Extreme::new(&typed()?, function == "max", retracting)?),
+        "first_value" => Box::new(Ordered::new(&typed()?, Position::First, retracting)?),
+        "last_value" => Box::new(Ordered::new(&typed()?, Position::Last, retracting)?),
+        other => {
+            return Err(Error::Plan(format!(
+                "the aggregate function {} is not supported in a non-windowed aggregation yet",
+                other.to_ascii_uppercase()
+            )));
+        }
+    };
+    if !aggregate.is_distinct() {
+        return Ok(base);
+    }
+    if args.len() != 1 {
+        return Err(Error::Plan(format!(
+            "{}(DISTINCT ...) takes one argument in a non-windowed aggregation",
+            function.to_ascii_uppercase()
+        )));
+    }
+    Ok(Box::new(Distinct::new(base, &typed()?)?))
+}
+
+/// The operator factory of a non-windowed aggregation.
+#[derive(Debug, Clone)]
+pub struct GroupAggregateFactory(pub Arc<GroupAggregate>);
+
+impl OperatorFactory for GroupAggregateFactory {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        ChangelogRole::Retracting
+    }
+
+    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let input = inputs
+            .first()
+            .ok_or_else(|| Error::Internal("an operator without input".into()))?;
+        let a = &self.0;
+        let keys: Vec<_> = (0..a.keys.len())
+            .map(crate::operators::window::aggregate::GroupColumn::Key)
+            .collect();
+        let data = crate::plan::spec::encode_aggregation(
+            input,
+            &a.keys,
+            &a.key_schema,
+            &a.aggregate_input,
+            &a.aggregates,
+            &a.filters,
+            &keys,
+            &crate::operators::window::spec::TimeShift::Utc,
+        )?;
+        Ok(crate::plan::spec::NodeSpec::GroupAggregate(Box::new(data)))
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let spec = self.0.clone();
+        Ok(Box::new(GroupAggregateOperator {
+            accumulators: spec.accumulators()?,
+            groups: Groups::new(&spec.key_schema)?,
+            counts: Vec::new(),
+            stamps: Vec::new(),
+            stamp: 0,
+            max_parallelism: ctx.max_parallelism,
+            group_indices: Vec::new(),
+            spec,
+        }))
+    }
+}
+
+struct GroupAggregateOperator {
+    spec: Arc<GroupAggregate>,
+    groups: Groups,
+    accumulators: Vec<Box<dyn RetractAccumulator>>,
+    /// Rows in each group (a group with none has no result).
+    counts: Vec<i64>,
+    /// The batch that last touched each group (to list touched groups once).
+    stamps: Vec<u64>,
+    stamp: u64,
+    max_parallelism: usize,
+    group_indices: Vec<usize>,
+}
+
+/// The groups one batch touched: each once, with the first row it had.
+struct Touched {
+    groups: Vec<usize>,
+    first_rows: Vec<u32>,
+    counts_before: Vec<i64>,
+}
+
+impl GroupAggregateOperator {
+    fn total(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Makes room in every per-group vector for groups interned since.
+    fn grow(&mut self) {
+        let total = self.groups.len().max(1);
+        self.counts.resize(total, 0);
+        self.stamps.resize(total, 0);
+        self.accumulators.iter_mut().for_each(|a| a.resize(total));
+    }
+
+    /// Interns the keys of `batch`; returns each row's group and the key columns.
+    fn intern(&mut self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let rows = batch.num_rows();
+        let keys = self
+            .spec
+            .keys
+            .iter()
+            .map(|k| Ok(k.evaluate(batch)?.into_array(rows)?))
+            .collect::<Result<Vec<_>>>()?;
+        let mut indices = std::mem::take(&mut self.group_indices);
+        self.groups.intern(&keys, rows, &mut indices)?;
+        self.group_indices = indices;
+        self.grow();
+        Ok(keys)
+    }
+
+    /// Lists the touched groups, and counts rows in and out of them. A
+    /// retraction of a group without rows is dropped: returns which rows count.
+    fn count_rows(&mut self, retract: Option<&[bool]>) -> (Touched, Option<BooleanArray>) {
+        self.stamp += 1;
+        let mut touched = Touched {
+            groups: Vec::new(),
+            first_rows: Vec::new(),
+            counts_before: Vec::new(),
+        };
+        let mut dropped: Option<Vec<bool>> = None;
+        for (row, &g) in self.group_indices.iter().enumerate() {
+            if self.stamps[g] != self.stamp {
+                self.stamps[g] = self.stamp;
+                touched.groups.push(g);
+                touched.first_rows.push(row as u32);
+                touched.counts_before.push(self.counts[g]);
+            }
+            let taken = retract.is_some_and(|r| r[row]);
+            if taken && self.counts[g] == 0 {
+                dropped.get_or_insert_with(|| vec![false; self.group_indices.len()])[row] = true;
+                continue;
+            }
+            self.counts[g] += if taken { -1 } else { 1 };
+        }
+        let keep = dropped.map(|d| d.iter().map(|x| Some(!x)).collect());
+        (touched, keep)
+    }
+
+    /// Updates every accumulator with the rows of `batch` that count (`keep`).
+    fn accumulate(
+        &mut self,
+        batch: &RecordBatch,
+        retract: Option<&[bool]>,
+        keep: Option<&BooleanArray>,
+    ) -> Result<()> {
+        let rows = batch.num_rows();
+        let total = self.total();
+        for (i, acc) in self.accumulators.iter_mut().enumerate() {
+            let aggregate = &self.spec.aggregates[i];
+            let args = aggregate
+                .expressions()
+                .iter()
+                .map(|e| Ok(e.evaluate(batch)?.into_array(rows)?))
+                .collect::<Result<Vec<_>>>()?;
+            let mut mask = keep.cloned();
+            if let Some(filter) = &self.spec.filters[i] {
+                let passed = filter.evaluate(batch)?.into_array(rows)?;
+                let passed = match passed.as_boolean() {
+                    b if b.null_count() > 0 => arrow::compute::prep_null_mask_filter(b),
+                    b => b.clone(),
+                };
+                mask = Some(match mask {
+                    Some(m) => arrow::compute::and(&m, &passed)?,
+                    None => passed,
+                });
+            }
+            match mask {
+                None => acc.update(&args, &self.group_indices, retract, total)?,
+                Some(mask) => {
+                    let indices: Vec<usize> = (0..rows).filter(|r| mask.value(*r)).collect();
+                    let take_indices = UInt32Array::from_iter_values(indices.iter().map(|r| *r as u32));
+                    let args = args
+                        .iter()
+                        .map(|a| Ok(take(a, &take_indices, None)?))
+                        .collect::<Result<Vec<_>>>()?;
+                    let groups: Vec<usize> = indices.iter().map(|r| self.group_indices[*r]).collect();
+                    let retract: Option<Vec<bool>> = retract.map(|r| indices.iter().map(|i| r[*i]).collect());
+                    acc.update(&args, &groups, retract.as_deref(), total)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
+        self.accumulators.iter().map(|a| a.evaluate(groups)).collect()
+    }
+
+    fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+        let retract: Option<Vec<bool>> = changelog::ops(batch).map(|ops| {
+            ops.values()
+                .iter()
+                .map(|c| RowKind::from_code(*c).is_some_and(RowKind::is_retraction))
+                .collect()
+        });
+        let keys = self.intern(batch)?;
+        let (touched, keep) = self.count_rows(retract.as_deref());
+        let before = self.evaluate(&touched.groups)?;
+        self.accumulate(batch, retract.as_deref(), keep.as_ref())?;
+        let after = self.evaluate(&touched.groups)?;
+        let changes = changes(&touched, &self.counts, &before, &after)?;
+        let emptied: Vec<usize> = touched
+            .groups
+            .iter()
+            .copied()
+            .filter(|g| self.counts[*g] == 0)
+            .collect();
+        self.accumulators.iter_mut().for_each(|a| a.clear(&emptied));
+        if changes.is_empty() {
+            return Ok(());
+        }
+        out.batch(self.output(&keys, &touched, &before, &after, &changes)?);
+        Ok(())
+    }
+
+    /// The change rows: keys of each change's group, then its old or new values.
+    fn output(
+        &self,
+        keys: &[ArrayRef],
+        touched: &Touched,
+        before: &[ArrayRef],
+        after: &[ArrayRef],
+        changes: &[Change],
+    ) -> Result<RecordBatch> {
+        let rows = UInt32Array::from_iter_values(changes.iter().map(|c| touched.first_rows[c.touched]));
+        let mut columns = keys
+            .iter()
+            .map(|k| Ok(take(k, &rows, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let picks: Vec<(usize, usize)> = changes
+            .iter()
+            .map(|c| (usize::from(!c.kind.is_retraction()), c.touched))
+            .collect();
+        for (old, new) in before.iter().zip(after) {
+            columns.push(interleave(&[old.as_ref(), new.as_ref()], &picks)?);
+        }
+        let kinds: Vec<RowKind> = changes.iter().map(|c| c.kind).collect();
+        let schema = changelog::without_op(&self.spec.output_schema);
+        let columns = columns
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    Ok(arrow::compute::cast(&c, f.data_type())?)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        changelog::with_kinds(&schema, columns, &kinds)
+    }
+}
+
+/// One output row: the kind, and which touched group (old values for `-U`
+/// and `-D`, new ones otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Change {
+    kind: RowKind,
+    touched: usize,
+}
+
+/// What changed in each touched group, from its row counts and results
+/// before and after the batch.
+fn changes(
+    touched: &Touched,
+    counts: &[i64],
+    before: &[ArrayRef],
+    after: &[ArrayRef],
+) -> Result<Vec<Change>> {
+    let mut differs = vec![false; touched.groups.len()];
+    for (old, new) in before.iter().zip(after) {
+        let distinct = arrow::compute::kernels::cmp::distinct(old, new)?;
+        for (i, d) in differs.iter_mut().enumerate() {
+            *d |= distinct.value(i);
+        }
+    }
+    let mut changes = Vec::new();
+    for (i, g) in touched.groups.iter().enumerate() {
+        let (was, is) = (touched.counts_before[i] > 0, counts[*g] > 0);
+        let change = |kind| Change { kind, touched: i };
+        match (was, is) {
+            (false, true) => changes.push(change(RowKind::Insert)),
+            (true, false) => changes.push(change(RowKind::Delete)),
+            (true, true) if differs[i] => {
+                changes.push(change(RowKind::UpdateBefore));
+                changes.push(change(RowKind::UpdateAfter));
+            }
+            _ => {}
+        }
+    }
+    Ok(changes)
+}
+
+impl GroupAggregateOperator {
+    /// Every group with rows as state rows, sorted by key group.
+    fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let schema = self.spec.state_schema(&self.accumulators);
+        let total = self.groups.len();
+        if total == 0 {
+            return Ok(None);
+        }
+        // Group values give their keys only by emitting them: take them and
+        // intern them again, in order, which gives every group its index back.
+        let keys = self.groups.emit()?;
+        let mut indices = Vec::new();
+        self.groups.intern(&keys, total, &mut indices)?;
+        let live: Vec<usize> = (0..total).filter(|g| self.counts[*g] > 0).collect();
+        if live.is_empty() {
+            return Ok(None);
+        }
+        let rows = UInt32Array::from_iter_values(live.iter().map(|g| *g as u32));
+        let keys = keys
+            .iter()
+            .map(|k| Ok(take(k, &rows, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(&keys, live.len(), self.max_parallelism)?)];
+        columns.extend(keys);
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            live.iter().map(|g| self.counts[*g]),
+        )));
+        for acc in &self.accumulators {
+            columns.extend(acc.state(&live)?);
+        }
+        Ok(Some(sorted_state_rows(&schema, columns)?))
+    }
+
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        let key_count = self.spec.key_schema.fields().len();
+        let keys = rows.columns()[1..1 + key_count].to_vec();
+        let mut indices = Vec::new();
+        self.groups.intern(&keys, rows.num_rows(), &mut indices)?;
+        self.grow();
+        let total = self.total();
+        let counts = rows.column(1 + key_count).as_primitive::<Int64Type>();
+        for (i, g) in indices.iter().enumerate() {
+            self.counts[*g] = counts.value(i);
+        }
+        let mut offset = 2 + key_count;
+        for acc in &mut self.accumulators {
+            let width = acc.state_fields().len();
+            acc.restore(&rows.columns()[offset..offset + width], &indices, total)?;
+            offset += width;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for GroupAggregateOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        self.process(&batch, out)
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::Value::Null,
+            rows: self.state_rows()?,
+        }))
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(
+            &self.spec.state_schema(&self.accumulators),
+        )))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        if let Some(rows) = &snapshot.rows {
+            let name = self.spec.describe();
+            OperatorSnapshot::check_columns(rows, &self.spec.state_schema(&self.accumulators), &name)?;
+            self.restore_rows(rows)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

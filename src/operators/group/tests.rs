@@ -1,0 +1,153 @@
+//! GroupAggregate through the operator harness: rows and kinds in, changes out.
+
+use crate::operators::harness::Harness;
+
+const TABLE: &str = "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'datagen')";
+const SINK: &str = "CREATE TABLE out (a STRING, b BIGINT, c BIGINT) WITH ('connector' = 'blackhole')";
+const SINK2: &str = "CREATE TABLE out2 (a STRING, b BIGINT) WITH ('connector' = 'blackhole')";
+const SINK_NUMBERS: &str = "CREATE TABLE nums (a BIGINT, b BIGINT) WITH ('connector' = 'blackhole')";
+const SINK_ONE: &str = "CREATE TABLE one (a STRING) WITH ('connector' = 'blackhole')";
+
+fn harness(insert: &str, nth: usize) -> Harness {
+    Harness::of(
+        &[TABLE, SINK, SINK2, SINK_NUMBERS, SINK_ONE],
+        insert,
+        "GroupAggregate",
+        nth,
+    )
+    .unwrap()
+}
+
+fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_new_group_is_inserted_and_a_changed_group_is_retracted_and_updated() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0);
+    assert_eq!(h.push("a 1\nb 2").unwrap(), lines(&["+I a 1 1", "+I b 1 2"]));
+    assert_eq!(h.push("a 3").unwrap(), lines(&["-U a 1 1", "+U a 2 4"]));
+}
+
+#[test]
+fn one_batch_emits_one_change_per_group_it_touched() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0);
+    assert_eq!(h.push("a 1\na 2\na 3").unwrap(), lines(&["+I a 3 6"]));
+    assert_eq!(
+        h.push("a 1\nb 1\na 1").unwrap(),
+        lines(&["-U a 3 6", "+U a 5 8", "+I b 1 1"])
+    );
+}
+
+#[test]
+fn a_group_whose_result_did_not_change_emits_nothing() {
+    let mut h = harness("INSERT INTO out2 SELECT k, MAX(v) FROM t GROUP BY k", 0);
+    assert_eq!(h.push("a 5").unwrap(), lines(&["+I a 5"]));
+    assert_eq!(h.push("a 3").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("a 7").unwrap(), lines(&["-U a 5", "+U a 7"]));
+}
+
+/// The outer aggregate of `c, COUNT(*)` over `k, COUNT(*) AS c` sees the
+/// inner one's changes: its input rows are `c` with a kind.
+fn counts_of_counts() -> Harness {
+    harness(
+        "INSERT INTO nums SELECT c, COUNT(*) FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) GROUP BY c",
+        1,
+    )
+}
+
+#[test]
+fn retracted_rows_leave_their_group_and_the_last_one_deletes_it() {
+    let mut h = counts_of_counts();
+    assert_eq!(h.push("+I 1\n+I 1").unwrap(), lines(&["+I 1 2"]));
+    assert_eq!(
+        h.push("-U 1\n+U 2").unwrap(),
+        lines(&["-U 1 2", "+U 1 1", "+I 2 1"])
+    );
+    assert_eq!(h.push("-D 1").unwrap(), lines(&["-D 1 1"]));
+    // The group starts again from nothing.
+    assert_eq!(h.push("+I 1").unwrap(), lines(&["+I 1 1"]));
+}
+
+#[test]
+fn a_retraction_of_a_group_without_rows_is_ignored() {
+    let mut h = counts_of_counts();
+    assert_eq!(h.push("-D 7").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("+I 7\n-U 3").unwrap(), lines(&["+I 7 1"]));
+}
+
+#[test]
+fn min_and_max_under_retraction_fall_back_to_the_next_value() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, MAX(v), MIN(v) FROM (SELECT DISTINCT k, v FROM t) GROUP BY k",
+        1,
+    );
+    assert_eq!(h.push("+I a 1\n+I a 5\n+I a 3").unwrap(), lines(&["+I a 5 1"]));
+    assert_eq!(h.push("-D a 5").unwrap(), lines(&["-U a 5 1", "+U a 3 1"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("-D a 1").unwrap(), lines(&["-U a 3 1", "+U a 3 3"]));
+    assert_eq!(h.push("-D a 3").unwrap(), lines(&["-D a 3 3"]));
+}
+
+#[test]
+fn distinct_aggregates_count_each_value_once_until_its_last_copy_goes() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, COUNT(DISTINCT v), SUM(DISTINCT v) FROM \
+         (SELECT k, v, COUNT(*) AS c FROM t GROUP BY k, v) GROUP BY k",
+        1,
+    );
+    assert_eq!(h.push("+I a 1\n+I a 2\n+I a 2").unwrap(), lines(&["+I a 2 3"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("-U a 2").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("-U a 2").unwrap(), lines(&["-U a 2 3", "+U a 1 1"]));
+}
+
+#[test]
+fn filtered_counts_and_integer_averages_follow_flink() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, COUNT(*) FILTER (WHERE v > 1), AVG(v) FROM t GROUP BY k",
+        0,
+    );
+    // AVG of a BIGINT is a BIGINT, divided toward zero.
+    assert_eq!(h.push("a 1\na 4").unwrap(), lines(&["+I a 1 2"]));
+    assert_eq!(h.push("a 0").unwrap(), lines(&["-U a 1 2", "+U a 1 1"]));
+}
+
+#[test]
+fn a_global_aggregate_is_one_group() {
+    let mut h = harness("INSERT INTO nums SELECT COUNT(v), SUM(v) FROM t", 0);
+    assert_eq!(h.push("1\n2").unwrap(), lines(&["+I 2 3"]));
+    assert_eq!(h.push("4\nnull").unwrap(), lines(&["-U 2 3", "+U 3 7"]));
+}
+
+#[test]
+fn first_and_last_value_keep_arrival_order() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, FIRST_VALUE(v), LAST_VALUE(v) FROM t GROUP BY k",
+        0,
+    );
+    assert_eq!(h.push("a 1\na 2").unwrap(), lines(&["+I a 1 2"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("a 3").unwrap(), lines(&["-U a 1 2", "+U a 1 3"]));
+}
+
+#[test]
+fn select_distinct_inserts_each_row_once() {
+    let mut h = harness("INSERT INTO one SELECT DISTINCT k FROM t", 0);
+    assert_eq!(h.push("a\na\nb").unwrap(), lines(&["+I a", "+I b"]));
+    assert_eq!(h.push("a").unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn state_survives_a_snapshot_and_restore() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0);
+    h.push("a 1\nb 2\na 3").unwrap();
+    let snapshot = h.restart().unwrap().expect("keyed state");
+    let rows = snapshot.rows.expect("rows");
+    assert_eq!(rows.num_rows(), 2);
+    assert_eq!(rows.schema().field(0).name(), "_key_group");
+    assert_eq!(
+        h.push("a 10\nc 1").unwrap(),
+        lines(&["-U a 2 4", "+U a 3 14", "+I c 1 1"])
+    );
+}

@@ -1,0 +1,149 @@
+//! Operator tests from text: rows in as lines (`+I a 1`), an operator of a
+//! planned query runs them, and what it emits comes back as lines (`-U a 1`,
+//! `wm 10`), with snapshot and restore in between where a test wants them.
+//!
+//! ```text
+//!  CREATE TABLE ... ; INSERT ... ──plan──► node "GroupAggregate" ──create──► operator
+//!  "+I a 1" ──parse (input schema)──► batch ──► operator ──► "+I a 1" lines
+//! ```
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StringArray};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+
+use crate::changelog::{self, RowKind};
+use crate::plan::NodeKind;
+use crate::runtime::operator::{Emitted, OperatorSnapshot};
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::{Engine, Result};
+
+/// One operator of a planned query, fed and read as text.
+pub struct Harness {
+    factory: Arc<dyn OperatorFactory>,
+    operator: Box<dyn Operator>,
+    input: SchemaRef,
+    checkpoint: u64,
+}
+
+impl Harness {
+    /// The `nth` node (0 first) whose description starts with `node` in the
+    /// plan of `insert`, after running the `setup` statements.
+    pub fn of(setup: &[&str], insert: &str, node: &str, nth: usize) -> Result<Harness> {
+        let engine = Engine::new();
+        for statement in setup {
+            engine.sql(statement)?;
+        }
+        let plan = engine.stream_plan(insert)?;
+        let found = plan
+            .nodes
+            .iter()
+            .filter(|n| n.kind.describe().starts_with(node))
+            .nth(nth)
+            .ok_or_else(|| crate::Error::Internal(format!("no node {node} in\n{}", plan.explain(true))))?;
+        let NodeKind::Operator(factory) = &found.kind else {
+            return Err(crate::Error::Internal(format!("{node} is a source")));
+        };
+        let input = plan.nodes[found.inputs[0].0].schema.clone();
+        Ok(Harness {
+            operator: factory.create(&TaskContext::standalone(1024))?,
+            factory: factory.clone(),
+            input,
+            checkpoint: 0,
+        })
+    }
+
+    /// Runs one batch of `rows` (a line each: the kind, when the input
+    /// updates, then the values; `null` for NULL); returns what it emitted.
+    pub fn push(&mut self, rows: &str) -> Result<Vec<String>> {
+        let batch = parse(&self.input, rows)?;
+        let mut out = Output::default();
+        self.operator.process_batch(0, batch, &mut out)?;
+        render(out)
+    }
+
+    /// Passes a watermark; returns what it emitted.
+    pub fn watermark(&mut self, watermark: i64) -> Result<Vec<String>> {
+        let mut out = Output::default();
+        self.operator.process_watermark(watermark, &mut out)?;
+        render(out)
+    }
+
+    /// Snapshots the operator and replaces it with a new one restored from
+    /// the snapshot (as after a crash); returns the snapshot.
+    pub fn restart(&mut self) -> Result<Option<OperatorSnapshot>> {
+        self.checkpoint += 1;
+        let snapshot = self.operator.snapshot(self.checkpoint)?;
+        self.operator = self.factory.create(&TaskContext::standalone(1024))?;
+        if let Some(snapshot) = &snapshot {
+            self.operator.restore(snapshot.clone())?;
+        }
+        Ok(snapshot)
+    }
+}
+
+/// A batch of `schema` from lines of values.
+pub fn parse(schema: &SchemaRef, rows: &str) -> Result<RecordBatch> {
+    let updating = changelog::has_op(schema);
+    let data = changelog::without_op(schema);
+    let mut kinds = Vec::new();
+    let mut cells: Vec<Vec<Option<String>>> = vec![Vec::new(); data.fields().len()];
+    for line in rows.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let mut tokens: Vec<&str> = line.split_whitespace().collect();
+        let kind = RowKind::parse(tokens[0]);
+        if kind.is_some() {
+            tokens.remove(0);
+        }
+        kinds.push(kind.unwrap_or(RowKind::Insert));
+        if tokens.len() != cells.len() {
+            return Err(crate::Error::Internal(format!(
+                "'{line}' has {} values, the input has {} columns",
+                tokens.len(),
+                cells.len()
+            )));
+        }
+        for (column, token) in cells.iter_mut().zip(tokens) {
+            column.push((token != "null").then(|| token.to_string()));
+        }
+    }
+    let columns = cells
+        .into_iter()
+        .zip(data.fields())
+        .map(|(values, field)| {
+            let text: ArrayRef = Arc::new(StringArray::from(values));
+            Ok(arrow::compute::cast(&text, field.data_type())?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if updating {
+        changelog::with_kinds(&data, columns, &kinds)
+    } else {
+        Ok(RecordBatch::try_new(data, columns)?)
+    }
+}
+
+/// What an operator emitted, as lines: `+I a 1` per row, `wm 10` per watermark.
+pub fn render(mut out: Output) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    let options = FormatOptions::default().with_null("null");
+    for item in out.take() {
+        match item {
+            Emitted::Watermark(w) => lines.push(format!("wm {w}")),
+            Emitted::Batch(batch) => {
+                let kinds = changelog::row_kinds(&batch)?;
+                let data = changelog::data(&batch);
+                let formatters = data
+                    .columns()
+                    .iter()
+                    .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                for (row, kind) in kinds.iter().enumerate() {
+                    let values: Vec<String> = formatters.iter().map(|f| f.value(row).to_string()).collect();
+                    lines.push(format!("{} {}", kind.short(), values.join(" ")));
+                }
+            }
+        }
+    }
+    Ok(lines)
+}
