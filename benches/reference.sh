@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the reference workloads (../shared/bench/*.sql, 30M rows each) with
+# Runs the reference workloads (../shared/bench/*.sql and the GROUP BY ones
+# in benches/, 30M rows each) with
 # `weir run` at parallelism 1 and 2, several times each, and prints the median
 # events/s and the peak resident memory. With --flink it also runs Apache Flink
 # on the same files once each (../shared/flink/, set up with its setup.sh), so
@@ -24,11 +25,14 @@ rows=30000000
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 printf '%-22s %3s %10s %14s %10s\n' workload p "median s" "events/s" "peak RSS"
-for file in passthrough_seq tumble_seq hop_seq; do
+workloads=("$bench_dir/passthrough_seq.sql" "$bench_dir/tumble_seq.sql" "$bench_dir/hop_seq.sql"
+  benches/groupby_seq.sql benches/groupby_1m_keys.sql)
+for path in "${workloads[@]}"; do
+  file=$(basename "$path" .sql)
   for p in 1 2; do
     times=(); peak=0
     for _ in $(seq "$runs"); do
-      /usr/bin/time -o "$tmp" -f "%e %M" "$weir" run "$bench_dir/$file.sql" --set parallelism.default=$p >/dev/null 2>&1
+      /usr/bin/time -o "$tmp" -f "%e %M" "$weir" run "$path" --set parallelism.default=$p >/dev/null 2>&1
       out=$(tail -1 "$tmp")
       times+=("${out% *}"); rss=${out#* }; [ "$rss" -gt "$peak" ] && peak=$rss
     done
@@ -36,8 +40,14 @@ for file in passthrough_seq tumble_seq hop_seq; do
     printf '%-22s %3s %10s %14s %8s MB\n' "$file" "$p" "$median" \
       "$(awk -v r=$rows -v t="$median" 'BEGIN {printf "%.1fM", r / t / 1e6}')" "$((peak / 1024))"
     if [ "$flink" = 1 ]; then
-      /tmp/flinkenv/venv/bin/python ../shared/flink/run_sql.py "$bench_dir/$file.sql" -p "$p" \
+      /tmp/flinkenv/venv/bin/python ../shared/flink/run_sql.py "$path" -p "$p" \
         --conf table.local-time-zone=UTC 2>/dev/null | grep -E "^ *events/s" | sed 's/^ */    flink: /'
+      case "$file" in groupby*)
+        /tmp/flinkenv/venv/bin/python ../shared/flink/run_sql.py "$path" -p "$p" \
+          --conf table.local-time-zone=UTC --conf table.exec.mini-batch.enabled=true \
+          --conf "table.exec.mini-batch.allow-latency=1 s" --conf table.exec.mini-batch.size=5000 \
+          2>/dev/null | grep -E "^ *events/s" | sed 's/^ */    flink, mini-batch 1 s\/5000: /' ;;
+      esac
     fi
   done
 done

@@ -25,6 +25,9 @@ pub const BUFFER_TIMEOUT: &str = "execution.buffer-timeout";
 /// `table.exec.source.idle-timeout`: a source subtask without data for this
 /// long turns idle and stops holding back the watermark (0: never).
 pub const SOURCE_IDLE_TIMEOUT: &str = "table.exec.source.idle-timeout";
+/// `table.exec.state.ttl`: state of a key not updated for this long is
+/// forgotten (0: kept for ever).
+pub const STATE_TTL: &str = "table.exec.state.ttl";
 /// `weir.batch-size`: rows per batch that sources aim for.
 pub const BATCH_SIZE: &str = "weir.batch-size";
 /// `weir.channel-capacity`: batches a channel holds before the sender blocks.
@@ -91,6 +94,7 @@ impl SessionConfig {
             AGG_PHASE_STRATEGY => self.agg_phase_strategy().map(drop),
             BUFFER_TIMEOUT => self.buffer_timeout().map(drop),
             SOURCE_IDLE_TIMEOUT => self.source_idle_timeout().map(drop),
+            STATE_TTL => self.state_ttl().map(drop),
             BATCH_SIZE => self.batch_size().map(drop),
             CHANNEL_CAPACITY => self.channel_capacity().map(drop),
             key if crate::checkpoint::config::KEYS.contains(&key) => {
@@ -195,6 +199,22 @@ impl SessionConfig {
                     SOURCE_IDLE_TIMEOUT,
                     v,
                     "a duration such as '5 s' (0 turns it off)",
+                )),
+            },
+        }
+    }
+
+    /// `table.exec.state.ttl` (default 0: state is kept for ever).
+    pub fn state_ttl(&self) -> Result<Option<Duration>> {
+        match self.get(STATE_TTL) {
+            None => Ok(None),
+            Some(v) => match parse_duration(v) {
+                Some(d) if d.is_zero() => Ok(None),
+                Some(d) => Ok(Some(d)),
+                None => Err(bad_value(
+                    STATE_TTL,
+                    v,
+                    "a duration such as '1 h' (0 keeps state for ever)",
                 )),
             },
         }

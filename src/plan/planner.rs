@@ -985,6 +985,7 @@ impl Planner<'_> {
             aggregates,
             filters,
             output_schema: crate::changelog::with_op(&output),
+            state_ttl: self.config.state_ttl()?,
         };
         self.push_group_aggregate(input, group)
     }
@@ -1009,6 +1010,7 @@ impl Planner<'_> {
             aggregates: vec![],
             filters: vec![],
             output_schema: crate::changelog::with_op(&output),
+            state_ttl: self.config.state_ttl()?,
         };
         self.push_group_aggregate(node, group)
     }

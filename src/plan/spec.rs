@@ -278,6 +278,9 @@ pub struct AggregationData {
     pub filters: Vec<Option<ExprNode>>,
     /// Output grouping columns.
     pub group_columns: Vec<GroupColumnData>,
+    /// `table.exec.state.ttl` in ms (non-windowed aggregations).
+    #[serde(default)]
+    pub state_ttl_ms: Option<u64>,
 }
 
 impl AggregationData {
@@ -733,6 +736,7 @@ fn build_group_aggregate(
         aggregates: decoded.aggregates,
         filters: decoded.filters,
         output_schema: output.clone(),
+        state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
     }))))
 }
 
@@ -769,6 +773,7 @@ pub fn encode_aggregation(
             .map(|f| f.as_ref().map(|f| encode_expr(f, aggregate_input)).transpose())
             .collect::<Result<_>>()?,
         group_columns: group_columns.iter().map(|g| (*g).into()).collect(),
+        state_ttl_ms: None,
     })
 }
 

@@ -28,6 +28,10 @@ use crate::{Engine, Error, Result, TableResult};
 
 /// `sql-client.execution.max-table-result.rows`: rows a bounded result keeps.
 pub const MAX_TABLE_ROWS: &str = "sql-client.execution.max-table-result.rows";
+/// `sql-client.execution.result-mode`: `table` shows an updating query's
+/// result as the table it describes, once it ends (or is cancelled);
+/// otherwise its changes stream (`tableau`, `changelog`).
+pub const RESULT_MODE: &str = "sql-client.execution.result-mode";
 
 const HELP: &str = "Statements end with ';' and may span lines.
 
@@ -244,6 +248,16 @@ impl Shell {
             .unwrap_or(usize::MAX);
         self.interrupted.store(false, Ordering::SeqCst);
         let job = result.job().cloned();
+        let table_mode = result.is_updating()
+            && self
+                .engine
+                .config()
+                .get(RESULT_MODE)
+                .is_some_and(|m| m.eq_ignore_ascii_case("table"));
+        let mut table = match table_mode {
+            true => Some(crate::changelog::Materialized::new(&schema)?),
+            false => None,
+        };
         let mut stream = result.stream();
         let mut printer = Tableau::new(&schema);
         let mut note = None;
@@ -256,7 +270,10 @@ impl Shell {
                 break;
             }
             match stream.next_timeout(std::time::Duration::from_millis(50)) {
-                Some(Ok(Some(batch))) => printer.batch(&batch, limit),
+                Some(Ok(Some(batch))) => match &mut table {
+                    Some(table) => table.apply(&batch)?,
+                    None => printer.batch(&batch, limit),
+                },
                 Some(Ok(None)) => {}
                 Some(Err(e)) => {
                     printer.finish(started, None);
@@ -265,7 +282,10 @@ impl Shell {
                 None => break,
             }
         }
-        printer.finish(started, note);
+        match table {
+            Some(table) => print_table(&[table.table()?], started, note),
+            None => printer.finish(started, note),
+        }
         Ok(())
     }
 }

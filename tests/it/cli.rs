@@ -113,3 +113,37 @@ fn the_print_sink_writes_flink_style_rows_to_stdout() {
         "{text}"
     );
 }
+
+#[test]
+fn the_print_sink_writes_the_changes_of_an_updating_query_with_their_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("print.sql");
+    std::fs::write(
+        &file,
+        "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3))
+         WITH ('connector' = 'filesystem', 'path' = 'sql/data/bids.csv', 'format' = 'csv');
+         CREATE TABLE shown (auction BIGINT, c BIGINT) WITH ('connector' = 'print');
+         SET 'weir.batch-size' = '4';
+         INSERT INTO shown SELECT auction, COUNT(*) FROM bids GROUP BY auction;",
+    )
+    .unwrap();
+    let output = weir().arg("run").arg(&file).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    // Batches of 4 rows: auction 1 grows 2 → 4 → 5 (its second batch adds two rows).
+    let auction_1: Vec<&str> = text.lines().filter(|l| l.contains("[1, ")).collect();
+    assert_eq!(
+        auction_1,
+        ["+I[1, 2]", "-U[1, 2]", "+U[1, 4]", "-U[1, 4]", "+U[1, 5]"],
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .all(|l| ["+I[", "-U[", "+U["].iter().any(|k| l.starts_with(k))),
+        "{text}"
+    );
+}

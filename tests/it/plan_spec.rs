@@ -101,3 +101,32 @@ fn every_nexmark_query_that_plans_builds_back_into_the_same_plan() {
     }
     assert!(planned >= 8, "only {planned} Nexmark queries planned");
 }
+
+#[test]
+fn an_updating_plan_builds_back_into_the_same_plan() {
+    let engine = crate::engine(2);
+    engine
+        .sql("CREATE TABLE t (k BIGINT, v BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '10')")
+        .unwrap();
+    engine
+        .sql("CREATE TABLE sink (c BIGINT, n BIGINT, m BIGINT) WITH ('connector' = 'blackhole')")
+        .unwrap();
+    engine.set("table.exec.state.ttl", "1 h").unwrap();
+    let plan = engine
+        .plan(
+            "INSERT INTO sink SELECT c, COUNT(DISTINCT k), MAX(s) FROM
+               (SELECT k, COUNT(*) FILTER (WHERE v > 0) AS c, SUM(v) AS s FROM t GROUP BY k)
+             GROUP BY c HAVING COUNT(*) > 1",
+        )
+        .unwrap();
+    let json = serde_json::to_string(&plan).unwrap();
+    assert!(
+        json.contains("group_aggregate") && json.contains("\"state_ttl_ms\":3600000"),
+        "{json}"
+    );
+    let functions = weir::frontend::functions::FunctionRegistry::new("UTC");
+    let rebuilt = plan
+        .rebuilt(&weir::plan::codec::DecodeContext::new(&functions, "UTC"))
+        .unwrap();
+    assert_eq!(rebuilt, plan);
+}

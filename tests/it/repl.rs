@@ -172,3 +172,29 @@ fn describe_job_lists_the_tasks_and_the_checkpoints() {
         "{stdout}"
     );
 }
+
+#[test]
+fn an_updating_query_streams_its_changes_or_shows_its_table_in_table_mode() {
+    let (ok, stdout, stderr) = with_stdin(
+        "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3))
+           WITH ('connector' = 'filesystem', 'path' = 'sql/data/bids.csv', 'format' = 'csv');
+         SET 'weir.batch-size' = '4';
+         SELECT auction, COUNT(*) AS c FROM bids WHERE auction = 1 GROUP BY auction;
+         SET 'sql-client.execution.result-mode' = 'table';
+         SELECT auction, COUNT(*) AS c FROM bids GROUP BY auction;",
+    );
+    assert!(ok, "{stderr}");
+    let (changes, table) = stdout.split_once("5 rows in set").unwrap_or((&stdout, ""));
+    let kinds: Vec<&str> = changes
+        .lines()
+        .filter_map(|l| l.strip_prefix("| ").map(|rest| &rest[..2]))
+        .filter(|k| k.starts_with(['+', '-']))
+        .collect();
+    assert_eq!(kinds, ["+I", "-U", "+U", "-U", "+U"], "{stdout}");
+    // The table: one row per auction with its final count, no kinds.
+    assert!(table.contains("3 rows in set"), "{stdout}");
+    for row in ["| 1       | 5 |", "| 2       | 3 |", "| 3       | 2 |"] {
+        assert!(table.contains(row), "{row} missing in\n{stdout}");
+    }
+    assert!(!table.contains("-U"), "{stdout}");
+}

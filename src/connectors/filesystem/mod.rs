@@ -56,6 +56,9 @@ pub enum FileFormat {
     Csv(CsvOptions),
     /// `json` (one object per line).
     Json(JsonOptions),
+    /// `debezium-json`: a changelog, each row `{"before": ..., "after": ...,
+    /// "op": "c" | "d"}` as Flink writes it (sink only).
+    DebeziumJson,
     /// `parquet`.
     Parquet {
         /// `parquet.compression`.
@@ -69,6 +72,7 @@ impl FileFormat {
         match self {
             FileFormat::Csv(_) => "csv",
             FileFormat::Json(_) => "json",
+            FileFormat::DebeziumJson => "debezium-json",
             FileFormat::Parquet { .. } => "parquet",
         }
     }
@@ -78,10 +82,12 @@ impl FileFormat {
         let (keys, prefixes): (&[&str], &[&str]) = match format {
             "csv" => (CSV_KEYS, &[]),
             "json" => (JSON_KEYS, &[]),
+            "debezium-json" => (&[], &[]),
             "parquet" => (&["parquet.compression"], &[]),
             other => {
                 return Err(Error::sql(format!(
-                    "table '{}': unknown format '{other}' for the filesystem connector; use csv, json or parquet",
+                    "table '{}': unknown format '{other}' for the filesystem connector; \
+                     use csv, json, debezium-json or parquet",
                     table.name
                 )));
             }
@@ -90,6 +96,7 @@ impl FileFormat {
         Ok(match format {
             "csv" => FileFormat::Csv(CsvOptions::from_table(table)?),
             "json" => FileFormat::Json(JsonOptions::from_table(table)?),
+            "debezium-json" => FileFormat::DebeziumJson,
             _ => {
                 let compression = match table.option("parquet.compression") {
                     None => parquet::basic::Compression::SNAPPY,

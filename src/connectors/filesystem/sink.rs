@@ -36,7 +36,7 @@ use super::partition::PartitionSpec;
 use super::{FileFormat, table_path};
 use crate::config::{SessionConfig, parse_duration};
 use crate::connectors::format::csv::CsvRowWriter;
-use crate::connectors::format::json::write_json_lines;
+use crate::connectors::format::json::{write_debezium_json, write_json_lines};
 use crate::connectors::{SinkFactory, SinkWriter};
 use crate::frontend::catalog::TableDef;
 use crate::runtime::TaskContext;
@@ -150,6 +150,12 @@ impl FileSinkFactory {
         let directory = table_path(table)?;
         let partitioning = match PartitionSpec::from_table(table) {
             None => None,
+            Some(_) if matches!(format, FileFormat::DebeziumJson) => {
+                return Err(Error::sql(format!(
+                    "table '{}': a PARTITIONED BY table with format 'debezium-json' is not supported yet",
+                    table.name
+                )));
+            }
             Some(spec) => {
                 let position = |name: &String| {
                     schema.index_of(name).map_err(|_| {
@@ -186,6 +192,10 @@ impl FileSinkFactory {
 }
 
 impl SinkFactory for FileSinkFactory {
+    fn accepts_updates(&self) -> bool {
+        matches!(self.format, FileFormat::DebeziumJson)
+    }
+
     fn describe(&self) -> String {
         let partitions = match &self.partitioning {
             Some(p) => format!(", partitioned by {}", p.spec.keys.join(", ")),
@@ -409,6 +419,7 @@ impl PartFileWriter {
                     FileFormat::Csv(options) => {
                         CsvRowWriter::new(options.clone()).write(batch, &mut self.buffer)?
                     }
+                    FileFormat::DebeziumJson => write_debezium_json(batch, &mut self.buffer)?,
                     _ => write_json_lines(batch, &mut self.buffer)?,
                 }
                 writer

@@ -180,6 +180,29 @@ pub fn write_json_lines(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
+/// Writes a changelog batch as Debezium JSON lines, as Flink's
+/// `debezium-json` format does: `+I` and `+U` rows as `{"before":null,
+/// "after":{...},"op":"c"}`, `-U` and `-D` rows as `{"before":{...},
+/// "after":null,"op":"d"}`.
+pub fn write_debezium_json(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
+    let kinds = crate::changelog::row_kinds(batch)?;
+    let mut rows = Vec::new();
+    write_json_lines(&crate::changelog::data(batch), &mut rows)?;
+    for (row, kind) in rows.split(|b| *b == b'\n').zip(kinds) {
+        let (before, after, op): (&[u8], &[u8], &str) = if kind.is_retraction() {
+            (row, b"null", "d")
+        } else {
+            (b"null", row, "c")
+        };
+        out.extend_from_slice(b"{\"before\":");
+        out.extend_from_slice(before);
+        out.extend_from_slice(b",\"after\":");
+        out.extend_from_slice(after);
+        out.extend_from_slice(format!(",\"op\":\"{op}\"}}\n").as_bytes());
+    }
+    Ok(())
+}
+
 /// The encoders where Flink's JSON differs from arrow-json's defaults.
 #[derive(Debug)]
 struct FlinkJsonEncoders;

@@ -31,8 +31,8 @@ use crate::changelog::{self, RowKind};
 use crate::operators::groups::Groups;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
-use crate::runtime::operator::OperatorSnapshot;
-use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
 use crate::{Error, Result};
 
@@ -51,6 +51,10 @@ pub struct GroupAggregate {
     pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
     /// Output: keys, aggregates, op column.
     pub output_schema: SchemaRef,
+    /// `table.exec.state.ttl`: a group not updated for this long (by the
+    /// wall clock) is forgotten without a change being emitted, as Flink's
+    /// state TTL does; when its key comes again it starts afresh (`+I`).
+    pub state_ttl: Option<std::time::Duration>,
 }
 
 impl GroupAggregate {
@@ -76,7 +80,11 @@ impl GroupAggregate {
         } else {
             format!("groupBy=[{}], ", keys.join(", "))
         };
-        format!("GroupAggregate({group_by}select=[{}])", select.join(", "))
+        let ttl = match self.state_ttl {
+            Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
+            None => String::new(),
+        };
+        format!("GroupAggregate({group_by}select=[{}]{ttl})", select.join(", "))
     }
 
     /// Whether the input carries row kinds (so aggregates must retract).
@@ -179,7 +187,7 @@ impl OperatorFactory for GroupAggregateFactory {
         let keys: Vec<_> = (0..a.keys.len())
             .map(crate::operators::window::aggregate::GroupColumn::Key)
             .collect();
-        let data = crate::plan::spec::encode_aggregation(
+        let mut data = crate::plan::spec::encode_aggregation(
             input,
             &a.keys,
             &a.key_schema,
@@ -189,6 +197,7 @@ impl OperatorFactory for GroupAggregateFactory {
             &keys,
             &crate::operators::window::spec::TimeShift::Utc,
         )?;
+        data.state_ttl_ms = a.state_ttl.map(|d| d.as_millis() as u64);
         Ok(crate::plan::spec::NodeSpec::GroupAggregate(Box::new(data)))
     }
 
@@ -200,6 +209,8 @@ impl OperatorFactory for GroupAggregateFactory {
             counts: Vec::new(),
             stamps: Vec::new(),
             stamp: 0,
+            written: Vec::new(),
+            sweep: 0,
             max_parallelism: ctx.max_parallelism,
             group_indices: Vec::new(),
             spec,
@@ -216,6 +227,10 @@ struct GroupAggregateOperator {
     /// The batch that last touched each group (to list touched groups once).
     stamps: Vec<u64>,
     stamp: u64,
+    /// With a state TTL: when each group was last updated (wall clock, ms).
+    written: Vec<i64>,
+    /// Where the next incremental TTL sweep starts.
+    sweep: usize,
     max_parallelism: usize,
     group_indices: Vec<usize>,
 }
@@ -238,6 +253,25 @@ impl GroupAggregateOperator {
         self.counts.resize(total, 0);
         self.stamps.resize(total, 0);
         self.accumulators.iter_mut().for_each(|a| a.resize(total));
+        if self.spec.state_ttl.is_some() {
+            self.written.resize(total, wall_clock_millis());
+        }
+    }
+
+    /// Forgets the groups whose state outlived the TTL at `now`; nothing is
+    /// emitted for them (Flink's state TTL).
+    fn expire(&mut self, groups: impl Iterator<Item = usize>, now: i64) {
+        let Some(ttl) = self.spec.state_ttl else {
+            return;
+        };
+        let ttl = ttl.as_millis() as i64;
+        let expired: Vec<usize> = groups
+            .filter(|g| self.counts[*g] > 0 && now - self.written[*g] >= ttl)
+            .collect();
+        for g in &expired {
+            self.counts[*g] = 0;
+        }
+        self.accumulators.iter_mut().for_each(|a| a.clear(&expired));
     }
 
     /// Interns the keys of `batch`; returns each row's group and the key columns.
@@ -342,6 +376,12 @@ impl GroupAggregateOperator {
                 .collect()
         });
         let keys = self.intern(batch)?;
+        let now = wall_clock_millis();
+        if self.spec.state_ttl.is_some() {
+            let groups = std::mem::take(&mut self.group_indices);
+            self.expire(groups.iter().copied(), now);
+            self.group_indices = groups;
+        }
         let (touched, keep) = self.count_rows(retract.as_deref());
         let before = self.evaluate(&touched.groups)?;
         self.accumulate(batch, retract.as_deref(), keep.as_ref())?;
@@ -354,6 +394,9 @@ impl GroupAggregateOperator {
             .filter(|g| self.counts[*g] == 0)
             .collect();
         self.accumulators.iter_mut().for_each(|a| a.clear(&emptied));
+        if self.spec.state_ttl.is_some() {
+            touched.groups.iter().for_each(|g| self.written[*g] = now);
+        }
         if changes.is_empty() {
             return Ok(());
         }
@@ -447,6 +490,8 @@ impl GroupAggregateOperator {
         if total == 0 {
             return Ok(None);
         }
+        // Expired state is not saved (the snapshot reads every group anyway).
+        self.expire(0..self.counts.len(), wall_clock_millis());
         // Group values give their keys only by emitting them: take them and
         // intern them again, in order, which gives every group its index back.
         let keys = self.groups.emit()?;
@@ -500,6 +545,25 @@ impl Operator for GroupAggregateOperator {
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
         self.process(&batch, out)
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.spec.state_ttl.is_some()
+    }
+
+    /// Sweeps part of the groups for expired state, so memory is given back
+    /// without a full scan at any one time.
+    fn on_processing_time(&mut self, now: Timestamp, _out: &mut Output) -> Result<()> {
+        const SWEEP: usize = 4096;
+        let total = self.counts.len();
+        if total == 0 {
+            return Ok(());
+        }
+        let start = self.sweep % total;
+        let end = (start + SWEEP).min(total);
+        self.expire(start..end, now);
+        self.sweep = end;
+        Ok(())
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {

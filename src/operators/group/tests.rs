@@ -151,3 +151,23 @@ fn state_survives_a_snapshot_and_restore() {
         lines(&["-U a 2 4", "+U a 3 14", "+I c 1 1"])
     );
 }
+
+#[test]
+fn a_group_idle_for_longer_than_the_state_ttl_is_forgotten_and_starts_afresh() {
+    let mut h = Harness::of(
+        &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 s'"],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        "GroupAggregate",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push("a 1\nb 1").unwrap(), lines(&["+I a 1 1", "+I b 1 1"]));
+    assert_eq!(h.push("a 2").unwrap(), lines(&["-U a 1 1", "+U a 2 3"]));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Expired: counted from nothing again, as Flink does (no retraction of
+    // what was emitted before).
+    assert_eq!(h.push("a 5").unwrap(), lines(&["+I a 1 5"]));
+    let snapshot = h.restart().unwrap().unwrap();
+    let rows = snapshot.rows.unwrap();
+    assert_eq!(rows.num_rows(), 1, "the expired group b is not in the snapshot");
+}
