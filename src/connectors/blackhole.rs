@@ -46,6 +46,11 @@ impl SinkFactory for BlackholeSinkFactory {
         true
     }
 
+    /// As Flink's blackhole: it takes `[I,UA,D]`.
+    fn needs_update_before(&self) -> bool {
+        false
+    }
+
     fn create_writer(&self, _ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(Blackhole))
     }

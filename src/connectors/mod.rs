@@ -170,6 +170,10 @@ impl SinkFactory for ConnectorSink {
         self.inner.accepts_updates()
     }
 
+    fn needs_update_before(&self) -> bool {
+        self.inner.needs_update_before()
+    }
+
     fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
         Ok(self.spec.clone())
     }

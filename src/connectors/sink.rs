@@ -63,6 +63,13 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether it needs the `-U` row of each update (Flink's print and
+    /// `debezium-json` do); an upsert sink does not, when the table's
+    /// primary key holds the input's upsert key.
+    fn needs_update_before(&self) -> bool {
+        true
+    }
+
     /// The sink as data (see [`crate::plan::spec`]).
     fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
         Err(crate::Error::Internal(format!(

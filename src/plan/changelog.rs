@@ -56,6 +56,9 @@ pub enum ChangelogRole {
     InsertOnly,
     /// Takes any input and emits retractions (non-windowed aggregation).
     Retracting,
+    /// Takes any input and emits inserts: partial results of a local
+    /// pre-aggregation, which its global phase merges.
+    Partial,
     /// A sink that takes any kind.
     SinkOfAnyKind,
     /// A sink that takes inserts only (the filesystem sink).
@@ -116,6 +119,7 @@ pub fn infer(
         ChangelogRole::InsertOnly if updating.is_some() => Err(refuse(false)),
         ChangelogRole::InsertOnly => Ok(ChangelogMode::InsertOnly),
         ChangelogRole::Retracting => Ok(ChangelogMode::Retract),
+        ChangelogRole::Partial => Ok(ChangelogMode::InsertOnly),
         ChangelogRole::SinkOfInserts if updating.is_some() => Err(refuse(true)),
         ChangelogRole::SinkOfInserts | ChangelogRole::SinkOfAnyKind => Ok(union(inputs)),
     }

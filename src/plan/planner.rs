@@ -85,6 +85,10 @@ pub struct Planner<'a> {
     /// directly on one is merged into it (the plan is a tree, so it has no
     /// other consumer).
     filter_only_calcs: std::collections::HashMap<NodeId, Arc<dyn PhysicalExpr>>,
+    /// Output columns of updating nodes that are unique among their rows
+    /// (an upsert key): a non-windowed aggregation's keys, carried through
+    /// projections that keep them.
+    upsert_keys: std::collections::HashMap<NodeId, Vec<usize>>,
 }
 
 fn arrow_schema(schema: &DFSchema) -> SchemaRef {
@@ -108,6 +112,7 @@ impl<'a> Planner<'a> {
             nodes: Vec::new(),
             props: ExecutionProps::new(),
             filter_only_calcs: Default::default(),
+            upsert_keys: Default::default(),
         })
     }
 
@@ -142,6 +147,10 @@ impl<'a> Planner<'a> {
         let input = self.plan(&dml.input)?;
         let schema = self.nodes[input].schema.clone();
         let sink = connectors::create_sink(&table, crate::changelog::without_op(&schema), self.config)?;
+        let input = match self.nodes[input].mode().is_updating() && !sink.needs_update_before() {
+            true => self.upsert_for(input, &table.primary_key)?,
+            false => input,
+        };
         let input_parallelism = self.nodes[input].parallelism;
         let parallelism = match connectors::parse_option::<usize>(&table, "sink.parallelism")? {
             Some(0) => return Err(Error::sql("'sink.parallelism' must be positive")),
@@ -259,9 +268,17 @@ impl<'a> Planner<'a> {
         schema: SchemaRef,
     ) -> Result<NodeId> {
         let schema = self.like_input(input, schema);
+        let upsert_key = self
+            .upsert_keys
+            .get(&input)
+            .and_then(|key| key_through(key, projection.as_deref()));
         if filter.is_none()
             && let Some(previous) = self.filter_only_calcs.remove(&input)
         {
+            self.upsert_keys.remove(&input);
+            if let Some(key) = upsert_key {
+                self.upsert_keys.insert(input, key);
+            }
             let merged = Calc {
                 filter: Some(previous),
                 projection,
@@ -290,7 +307,44 @@ impl<'a> Planner<'a> {
         if let Some(f) = filter_only {
             self.filter_only_calcs.insert(id, f);
         }
+        if let Some(key) = upsert_key {
+            self.upsert_keys.insert(id, key);
+        }
         Ok(id)
+    }
+
+    /// Before an upsert sink (one that needs no `-U` rows) with a primary
+    /// key: an updating input whose upsert key lies within the primary key
+    /// has its `-U` rows dropped (the key says which row a `+U` replaces),
+    /// as Flink's planner has the input emit `[I,UA,D]` for an upsert sink.
+    /// Otherwise the input is left a retract stream.
+    fn upsert_for(&mut self, input: NodeId, primary_key: &[String]) -> Result<NodeId> {
+        let schema = self.nodes[input].schema.clone();
+        let Some(key) = self.upsert_keys.get(&input) else {
+            return Ok(input);
+        };
+        let mut pk = Vec::new();
+        for name in primary_key {
+            pk.push(schema.index_of(name)?);
+        }
+        if primary_key.is_empty() || !key.iter().all(|k| pk.contains(k)) {
+            return Ok(input);
+        }
+        use datafusion_common::ScalarValue;
+        use datafusion_physical_expr::expressions::{BinaryExpr, Literal};
+        let op = Arc::new(ColumnExpr::new(
+            crate::changelog::OP_COLUMN,
+            schema.fields().len() - 1,
+        ));
+        let update_before = Arc::new(Literal::new(ScalarValue::Int8(Some(
+            crate::changelog::RowKind::UpdateBefore as i8,
+        ))));
+        let predicate = Arc::new(BinaryExpr::new(
+            op,
+            datafusion_expr::Operator::NotEq,
+            update_before,
+        ));
+        self.add_calc(input, Some(predicate), None, schema)
     }
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
@@ -979,6 +1033,7 @@ impl Planner<'_> {
         let stream_schema = self.nodes[input].schema.clone();
         let (aggregates, filters) = self.aggregate_calls(aggregate, schema, &stream_schema)?;
         let group = GroupAggregate {
+            phase: Phase::Single,
             keys,
             key_schema: Arc::new(Schema::new(key_fields)),
             aggregate_input: stream_schema,
@@ -1004,6 +1059,7 @@ impl Planner<'_> {
             .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
             .collect();
         let group = GroupAggregate {
+            phase: Phase::Single,
             keys,
             key_schema: output.clone(),
             aggregate_input: self.nodes[node].schema.clone(),
@@ -1015,25 +1071,102 @@ impl Planner<'_> {
         self.push_group_aggregate(node, group)
     }
 
+    /// Adds a non-windowed aggregation after `input`: in two phases around
+    /// the exchange when the strategy asks for it and every aggregate's
+    /// partial states merge, else in one after it.
     fn push_group_aggregate(&mut self, input: NodeId, group: GroupAggregate) -> Result<NodeId> {
         let keyless = group.keys.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let input_parallelism = self.nodes[input].parallelism;
-        let exchange = if parallelism == 1 && input_parallelism == 1 {
-            Exchange::Forward
-        } else if keyless {
-            Exchange::Single
-        } else {
-            Exchange::Hash(group.keys.clone())
+        let mergeable = group.accumulators()?.iter().all(|a| a.mergeable());
+        let two_phase = mergeable
+            && match self.config.agg_phase_strategy()? {
+                AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
+                AggPhaseStrategy::TwoPhase => true,
+                AggPhaseStrategy::OnePhase => false,
+            };
+        let exchange = |keys: &[Arc<dyn PhysicalExpr>]| {
+            if parallelism == 1 && input_parallelism == 1 {
+                Exchange::Forward
+            } else if keyless {
+                Exchange::Single
+            } else {
+                Exchange::Hash(keys.to_vec())
+            }
         };
-        let schema = group.output_schema.clone();
-        self.push(
-            NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(group)))),
-            vec![(input, exchange)],
+        if !two_phase {
+            let schema = group.output_schema.clone();
+            let edge = exchange(&group.keys);
+            let keys = group.keys.len();
+            let id = self.push(
+                NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(group)))),
+                vec![(input, edge)],
+                parallelism,
+                schema,
+            )?;
+            self.upsert_keys.insert(id, (0..keys).collect());
+            return Ok(id);
+        }
+        let partial = group.partial_schema()?;
+        let global_keys: Vec<Arc<dyn PhysicalExpr>> = group
+            .key_schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        let local = GroupAggregate {
+            phase: Phase::Local,
+            keys: group.keys,
+            key_schema: group.key_schema.clone(),
+            aggregate_input: group.aggregate_input.clone(),
+            aggregates: group.aggregates.clone(),
+            filters: group.filters,
+            output_schema: partial.clone(),
+            state_ttl: None,
+        };
+        let local = self.push(
+            NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(local)))),
+            vec![(input, Exchange::Forward)],
+            input_parallelism,
+            partial,
+        )?;
+        let edge = exchange(&global_keys);
+        let global = GroupAggregate {
+            phase: Phase::Global,
+            keys: global_keys,
+            filters: vec![None; group.aggregates.len()],
+            ..group
+        };
+        let schema = global.output_schema.clone();
+        let keys = global.keys.len();
+        let id = self.push(
+            NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(global)))),
+            vec![(local, edge)],
             parallelism,
             schema,
-        )
+        )?;
+        self.upsert_keys.insert(id, (0..keys).collect());
+        Ok(id)
     }
+}
+
+/// Where the columns `key` of a Calc's input are in its output: the same
+/// without a projection, else where the projection selects each plainly
+/// (`None` when one is not selected).
+fn key_through(key: &[usize], projection: Option<&[Arc<dyn PhysicalExpr>]>) -> Option<Vec<usize>> {
+    let Some(projection) = projection else {
+        return Some(key.to_vec());
+    };
+    key.iter()
+        .map(|k| {
+            projection.iter().position(|e| {
+                e.as_ref()
+                    .downcast_ref::<ColumnExpr>()
+                    .is_some_and(|c| c.index() == *k)
+            })
+        })
+        .collect()
 }
 
 type AggregateCalls = (

@@ -730,6 +730,7 @@ fn build_group_aggregate(
     use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
     let decoded = decode_aggregation(data, input, ctx)?;
     Ok(Arc::new(GroupAggregateFactory(Arc::new(GroupAggregate {
+        phase: data.phase()?,
         keys: decoded.keys,
         key_schema: decoded.key_schema,
         aggregate_input: data.aggregate_input.decode()?,

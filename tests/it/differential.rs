@@ -178,6 +178,52 @@ fn changelog_cases() -> Vec<Case> {
             model: |rows| model(rows, |r| vec![r.k.to_string()]),
         },
         Case {
+            name: "group by key in two phases (every aggregate merges)",
+            weir: "SELECT k, COUNT(*), SUM(price), MIN(price), MAX(bidder) FROM t GROUP BY k".to_string(),
+            model: |rows| {
+                let groups = grouped(rows.iter(), |r| r.k);
+                sorted(
+                    groups
+                        .iter()
+                        .map(|(k, rows)| {
+                            let prices = rows.iter().map(|r| r.price);
+                            format!(
+                                "{k}|{}|{}|{}|{}",
+                                rows.len(),
+                                prices.clone().sum::<i64>(),
+                                prices.min().unwrap(),
+                                rows.iter().map(|r| r.bidder).max().unwrap()
+                            )
+                        })
+                        .collect(),
+                )
+            },
+        },
+        Case {
+            name: "two phases over retractions",
+            weir: "SELECT c % 5, COUNT(*), SUM(s), AVG(c) FROM
+                     (SELECT k, COUNT(*) AS c, SUM(price) AS s FROM t GROUP BY k)
+                   GROUP BY c % 5"
+                .to_string(),
+            model: |rows| {
+                let inner = counts_and_sums(rows);
+                sorted(
+                    grouped(inner.into_iter(), |(_, c, _)| c % 5)
+                        .into_iter()
+                        .map(|(group, rows)| {
+                            let counts: i64 = rows.iter().map(|r| r.1).sum();
+                            format!(
+                                "{group}|{}|{}|{}",
+                                rows.len(),
+                                rows.iter().map(|r| r.2).sum::<i64>(),
+                                counts / rows.len() as i64
+                            )
+                        })
+                        .collect(),
+                )
+            },
+        },
+        Case {
             name: "global aggregate",
             weir: format!("SELECT {AGGREGATES} FROM t"),
             model: |rows| vec![aggregate(rows)],

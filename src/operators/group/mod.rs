@@ -14,6 +14,19 @@
 //!
 //! A retraction for a group that has no rows (its state expired, or it was
 //! never seen) is ignored, as Flink ignores it.
+//!
+//! With parallelism, and when every aggregate's partial states merge
+//! (COUNT, SUM, AVG; MIN and MAX of insert-only input), it runs in two
+//! phases as Flink's local/global aggregation: a local phase before the
+//! hash exchange folds each input batch into one row per group (keys, rows
+//! added minus rows taken away, partial states), and the global phase after
+//! it merges those into its state and emits the changes.
+//!
+//! ```text
+//!  Single:  rows ══HASH══► GroupAggregate ──► changes
+//!  Two:     rows ──► LocalGroupAggregate ══HASH══► GlobalGroupAggregate ──► changes
+//!                    (per batch: keys, _delta, partial states)
+//! ```
 
 pub mod accumulator;
 
@@ -26,9 +39,10 @@ use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use self::accumulator::{Count, Distinct, Extreme, Ordered, Position, RetractAccumulator, Sum};
+use self::accumulator::{Count, Distinct, Ordered, Position, RetractAccumulator, Sum};
 use crate::changelog::{self, RowKind};
 use crate::operators::groups::Groups;
+use crate::operators::window::aggregate::Phase;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
@@ -39,7 +53,9 @@ use crate::{Error, Result};
 /// The plan of a non-windowed aggregation.
 #[derive(Debug)]
 pub struct GroupAggregate {
-    /// Grouping keys, over the input.
+    /// Single, or the local or global phase of two.
+    pub phase: Phase,
+    /// Grouping keys, over the input (for Global: the key columns).
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Their columns (the first columns of the output).
     pub key_schema: SchemaRef,
@@ -47,9 +63,10 @@ pub struct GroupAggregate {
     pub aggregate_input: SchemaRef,
     /// Aggregate calls.
     pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    /// `FILTER (WHERE ...)` of each.
+    /// `FILTER (WHERE ...)` of each (Single and Local).
     pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    /// Output: keys, aggregates, op column.
+    /// Output: keys, aggregates, op column (Local: keys, `_delta`, partial
+    /// states).
     pub output_schema: SchemaRef,
     /// `table.exec.state.ttl`: a group not updated for this long (by the
     /// wall clock) is forgotten without a change being emitted, as Flink's
@@ -84,7 +101,12 @@ impl GroupAggregate {
             Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
             None => String::new(),
         };
-        format!("GroupAggregate({group_by}select=[{}]{ttl})", select.join(", "))
+        let name = match self.phase {
+            Phase::Single => "GroupAggregate",
+            Phase::Local => "LocalGroupAggregate",
+            Phase::Global => "GlobalGroupAggregate",
+        };
+        format!("{name}({group_by}select=[{}]{ttl})", select.join(", "))
     }
 
     /// Whether the input carries row kinds (so aggregates must retract).
@@ -92,11 +114,26 @@ impl GroupAggregate {
         changelog::has_op(&self.aggregate_input)
     }
 
-    fn accumulators(&self) -> Result<Vec<Box<dyn RetractAccumulator>>> {
+    /// The accumulators of its aggregates, new.
+    pub fn accumulators(&self) -> Result<Vec<Box<dyn RetractAccumulator>>> {
         self.aggregates
             .iter()
             .map(|a| accumulator_for(a, &self.aggregate_input, self.retracting()))
             .collect()
+    }
+
+    /// What a local phase emits per group: keys, `_delta` (rows added minus
+    /// rows taken away), then each aggregate's partial state columns.
+    pub fn partial_schema(&self) -> Result<SchemaRef> {
+        let mut fields: Vec<Field> = self
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new("_delta", DataType::Int64, false));
+        fields.extend(state_fields(&self.accumulators()?));
+        Ok(Arc::new(Schema::new(fields)))
     }
 
     /// The columns of its state rows: `_key_group`, keys, `_count`, then each
@@ -105,15 +142,22 @@ impl GroupAggregate {
         let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
         fields.extend(self.key_schema.fields().iter().map(|f| f.as_ref().clone()));
         fields.push(Field::new("_count", DataType::Int64, false));
-        for (i, acc) in accumulators.iter().enumerate() {
-            fields.extend(
-                acc.state_fields()
-                    .into_iter()
-                    .map(|f| f.clone().with_name(format!("{i}_{}", f.name()))),
-            );
-        }
+        fields.extend(state_fields(accumulators));
         Arc::new(Schema::new(fields))
     }
+}
+
+/// Every accumulator's state columns, each name prefixed by its position.
+fn state_fields(accumulators: &[Box<dyn RetractAccumulator>]) -> Vec<Field> {
+    accumulators
+        .iter()
+        .enumerate()
+        .flat_map(|(i, acc)| {
+            acc.state_fields()
+                .into_iter()
+                .map(move |f| f.clone().with_name(format!("{i}_{}", f.name())))
+        })
+        .collect()
 }
 
 /// The accumulator of one aggregate call; `input` is the schema its
@@ -144,7 +188,7 @@ pub fn accumulator_for(
         "count" => Box::new(Count::default()),
         "sum" => Box::new(Sum::new(&typed()?, &output, false)?),
         "avg" | "mean" => Box::new(Sum::new(&typed()?, &output, true)?),
-        "min" | "max" => Box::new(Extreme::new(&typed()?, function == "max", retracting)?),
+        "min" | "max" => accumulator::extreme(&typed()?, function == "max", retracting)?,
         "first_value" => Box::new(Ordered::new(&typed()?, Position::First, retracting)?),
         "last_value" => Box::new(Ordered::new(&typed()?, Position::Last, retracting)?),
         other => {
@@ -176,7 +220,10 @@ impl OperatorFactory for GroupAggregateFactory {
     }
 
     fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::Retracting
+        match self.0.phase {
+            Phase::Local => ChangelogRole::Partial,
+            _ => ChangelogRole::Retracting,
+        }
     }
 
     fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
@@ -198,6 +245,7 @@ impl OperatorFactory for GroupAggregateFactory {
             &crate::operators::window::spec::TimeShift::Utc,
         )?;
         data.state_ttl_ms = a.state_ttl.map(|d| d.as_millis() as u64);
+        data.phase = Some(crate::plan::spec::phase_name(a.phase));
         Ok(crate::plan::spec::NodeSpec::GroupAggregate(Box::new(data)))
     }
 
@@ -290,16 +338,15 @@ impl GroupAggregateOperator {
         Ok(keys)
     }
 
-    /// Lists the touched groups, and counts rows in and out of them. A
-    /// retraction of a group without rows is dropped: returns which rows count.
-    fn count_rows(&mut self, retract: Option<&[bool]>) -> (Touched, Option<BooleanArray>) {
+    /// The groups of the interned batch, each once, with their first row and
+    /// row count before the batch.
+    fn touch(&mut self) -> Touched {
         self.stamp += 1;
         let mut touched = Touched {
             groups: Vec::new(),
             first_rows: Vec::new(),
             counts_before: Vec::new(),
         };
-        let mut dropped: Option<Vec<bool>> = None;
         for (row, &g) in self.group_indices.iter().enumerate() {
             if self.stamps[g] != self.stamp {
                 self.stamps[g] = self.stamp;
@@ -307,6 +354,76 @@ impl GroupAggregateOperator {
                 touched.first_rows.push(row as u32);
                 touched.counts_before.push(self.counts[g]);
             }
+        }
+        touched
+    }
+
+    /// Global phase: adds each partial row's `_delta` to its group's count
+    /// (never below none).
+    fn count_deltas(&mut self, batch: &RecordBatch) -> Result<Touched> {
+        let touched = self.touch();
+        let deltas = batch
+            .column(self.spec.keys.len())
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::Internal("partial aggregate rows without _delta".into()))?;
+        for (row, &g) in self.group_indices.iter().enumerate() {
+            self.counts[g] = (self.counts[g] + deltas.value(row)).max(0);
+        }
+        Ok(touched)
+    }
+
+    /// Global phase: merges each partial row's states into its group.
+    fn merge(&mut self, batch: &RecordBatch) -> Result<()> {
+        let total = self.total();
+        let mut offset = self.spec.keys.len() + 1;
+        for acc in &mut self.accumulators {
+            let width = acc.state_fields().len();
+            acc.merge(
+                &batch.columns()[offset..offset + width],
+                &self.group_indices,
+                total,
+            )?;
+            offset += width;
+        }
+        Ok(())
+    }
+
+    /// Local phase: folds the batch into one row per group — keys, rows added
+    /// minus rows taken away, partial states — and keeps nothing.
+    fn pre_aggregate(
+        &mut self,
+        batch: &RecordBatch,
+        retract: Option<&[bool]>,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.intern(batch)?;
+        let total = self.total();
+        let mut deltas = vec![0i64; total];
+        for (row, &g) in self.group_indices.iter().enumerate() {
+            deltas[g] += if retract.is_some_and(|r| r[row]) { -1 } else { 1 };
+        }
+        self.accumulate(batch, retract, None)?;
+        let groups: Vec<usize> = (0..self.groups.len().max(1)).collect();
+        // DataFusion's multi-column group values are not reusable after an
+        // emit of all: new ones for the next batch.
+        let mut columns = std::mem::replace(&mut self.groups, Groups::new(&self.spec.key_schema)?).emit()?;
+        columns.push(Arc::new(Int64Array::from(deltas)));
+        for acc in &self.accumulators {
+            columns.extend(acc.state(&groups)?);
+        }
+        self.accumulators = self.spec.accumulators()?;
+        self.counts.clear();
+        self.stamps.clear();
+        out.batch(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?);
+        Ok(())
+    }
+
+    /// Lists the touched groups, and counts rows in and out of them. A
+    /// retraction of a group without rows is dropped: returns which rows count.
+    fn count_rows(&mut self, retract: Option<&[bool]>) -> (Touched, Option<BooleanArray>) {
+        let touched = self.touch();
+        let mut dropped: Option<Vec<bool>> = None;
+        for (row, &g) in self.group_indices.iter().enumerate() {
             let taken = retract.is_some_and(|r| r[row]);
             if taken && self.counts[g] == 0 {
                 dropped.get_or_insert_with(|| vec![false; self.group_indices.len()])[row] = true;
@@ -369,12 +486,10 @@ impl GroupAggregateOperator {
     }
 
     fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
-        let retract: Option<Vec<bool>> = changelog::ops(batch).map(|ops| {
-            ops.values()
-                .iter()
-                .map(|c| RowKind::from_code(*c).is_some_and(RowKind::is_retraction))
-                .collect()
-        });
+        let retract = retractions(batch);
+        if self.spec.phase == Phase::Local {
+            return self.pre_aggregate(batch, retract.as_deref(), out);
+        }
         let keys = self.intern(batch)?;
         let now = wall_clock_millis();
         if self.spec.state_ttl.is_some() {
@@ -382,9 +497,16 @@ impl GroupAggregateOperator {
             self.expire(groups.iter().copied(), now);
             self.group_indices = groups;
         }
-        let (touched, keep) = self.count_rows(retract.as_deref());
+        let global = self.spec.phase == Phase::Global;
+        let (touched, keep) = match global {
+            true => (self.count_deltas(batch)?, None),
+            false => self.count_rows(retract.as_deref()),
+        };
         let before = self.evaluate(&touched.groups)?;
-        self.accumulate(batch, retract.as_deref(), keep.as_ref())?;
+        match global {
+            true => self.merge(batch)?,
+            false => self.accumulate(batch, retract.as_deref(), keep.as_ref())?,
+        }
         let after = self.evaluate(&touched.groups)?;
         let changes = changes(&touched, &self.counts, &before, &after)?;
         let emptied: Vec<usize> = touched
@@ -442,6 +564,17 @@ impl GroupAggregateOperator {
     }
 }
 
+/// Which rows of `batch` are taken away (`-U`, `-D`); `None` for an
+/// insert-only batch.
+fn retractions(batch: &RecordBatch) -> Option<Vec<bool>> {
+    changelog::ops(batch).map(|ops| {
+        ops.values()
+            .iter()
+            .map(|c| RowKind::from_code(*c).is_some_and(RowKind::is_retraction))
+            .collect()
+    })
+}
+
 /// One output row: the kind, and which touched group (old values for `-U`
 /// and `-D`, new ones otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -494,7 +627,7 @@ impl GroupAggregateOperator {
         self.expire(0..self.counts.len(), wall_clock_millis());
         // Group values give their keys only by emitting them: take them and
         // intern them again, in order, which gives every group its index back.
-        let keys = self.groups.emit()?;
+        let keys = std::mem::replace(&mut self.groups, Groups::new(&self.spec.key_schema)?).emit()?;
         let mut indices = Vec::new();
         self.groups.intern(&keys, total, &mut indices)?;
         let live: Vec<usize> = (0..total).filter(|g| self.counts[*g] > 0).collect();
@@ -567,6 +700,9 @@ impl Operator for GroupAggregateOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.spec.phase == Phase::Local {
+            return Ok(None);
+        }
         Ok(Some(OperatorSnapshot {
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
@@ -574,13 +710,16 @@ impl Operator for GroupAggregateOperator {
     }
 
     fn state_signature(&self) -> Result<Option<String>> {
+        if self.spec.phase == Phase::Local {
+            return Ok(None);
+        }
         Ok(Some(schema_signature(
             &self.spec.state_schema(&self.accumulators),
         )))
     }
 
     fn is_keyed(&self) -> bool {
-        true
+        self.spec.phase != Phase::Local
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

@@ -44,6 +44,8 @@ fn a_group_whose_result_did_not_change_emits_nothing() {
     let mut h = harness("INSERT INTO out2 SELECT k, MAX(v) FROM t GROUP BY k", 0);
     assert_eq!(h.push("a 5").unwrap(), lines(&["+I a 5"]));
     assert_eq!(h.push("a 3").unwrap(), Vec::<String>::new());
+    h.restart().unwrap();
+    assert_eq!(h.push("a 4").unwrap(), Vec::<String>::new());
     assert_eq!(h.push("a 7").unwrap(), lines(&["-U a 5", "+U a 7"]));
 }
 
@@ -170,4 +172,84 @@ fn a_group_idle_for_longer_than_the_state_ttl_is_forgotten_and_starts_afresh() {
     let snapshot = h.restart().unwrap().unwrap();
     let rows = snapshot.rows.unwrap();
     assert_eq!(rows.num_rows(), 1, "the expired group b is not in the snapshot");
+}
+
+/// The phases of `SELECT k, COUNT(*), SUM(v) ... GROUP BY k` when two run.
+fn phase(node: &str) -> Harness {
+    Harness::of(
+        &[
+            TABLE,
+            SINK,
+            "SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'",
+        ],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        node,
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_local_phase_folds_each_batch_into_one_partial_row_per_group() {
+    let mut local = phase("LocalGroupAggregate");
+    // keys, _delta, COUNT's count, SUM's sum and count.
+    assert_eq!(
+        local.push("a 1\na 2\nb 5").unwrap(),
+        lines(&["+I a 2 2 3 2", "+I b 1 1 5 1"])
+    );
+    // Nothing is kept from one batch to the next.
+    assert_eq!(local.push("a 4").unwrap(), lines(&["+I a 1 1 4 1"]));
+    assert!(local.restart().unwrap().is_none());
+}
+
+#[test]
+fn a_global_phase_merges_partial_rows_and_emits_the_changes() {
+    let mut global = phase("GlobalGroupAggregate");
+    assert_eq!(global.push("a 2 2 3 2").unwrap(), lines(&["+I a 2 3"]));
+    assert_eq!(
+        global.push("a 1 1 4 1").unwrap(),
+        lines(&["-U a 2 3", "+U a 3 7"])
+    );
+    global.restart().unwrap();
+    // Partial rows of taken-away rows count down; the last one deletes.
+    assert_eq!(
+        global.push("a -1 -1 -2 -1").unwrap(),
+        lines(&["-U a 3 7", "+U a 2 5"])
+    );
+    assert_eq!(global.push("a -2 -2 -5 -2").unwrap(), lines(&["-D a 2 5"]));
+}
+
+#[test]
+fn groups_of_several_keys_survive_a_snapshot_and_a_local_phase_batch_after_batch() {
+    let query = "INSERT INTO out SELECT k, v, COUNT(*) FROM t GROUP BY k, v";
+    let mut single = harness(query, 0);
+    assert_eq!(
+        single.push("a 1\nb 2\na 1").unwrap(),
+        lines(&["+I a 1 2", "+I b 2 1"])
+    );
+    single.restart().unwrap();
+    assert_eq!(
+        single.push("b 2\nc 3").unwrap(),
+        lines(&["-U b 2 1", "+U b 2 2", "+I c 3 1"])
+    );
+    single.restart().unwrap();
+    assert_eq!(single.push("a 1").unwrap(), lines(&["-U a 1 2", "+U a 1 3"]));
+
+    let mut local = Harness::of(
+        &[
+            TABLE,
+            SINK,
+            "SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'",
+        ],
+        query,
+        "LocalGroupAggregate",
+        0,
+    )
+    .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            local.push("a 1\nb 2\na 1").unwrap(),
+            lines(&["+I a 1 2 2", "+I b 2 1 1"])
+        );
+    }
 }
