@@ -6,16 +6,18 @@
 # on the same files once each (../shared/flink/, set up with its setup.sh), so
 # both are measured on this machine in one run.
 #
-#   cargo build --release && benches/reference.sh [--runs 5] [--flink]
+#   cargo build --release && benches/reference.sh [--runs 5] [--flink] [--only groupby]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=5
 flink=0
+only=
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
     --flink) flink=1; shift ;;
-    *) echo "usage: $0 [--runs N] [--flink]" >&2; exit 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "usage: $0 [--runs N] [--flink] [--only NAME-PATTERN]" >&2; exit 2 ;;
   esac
 done
 bench_dir=${WEIR_BENCH_DIR:-../shared/bench}
@@ -29,6 +31,7 @@ workloads=("$bench_dir/passthrough_seq.sql" "$bench_dir/tumble_seq.sql" "$bench_
   benches/groupby_seq.sql benches/groupby_1m_keys.sql)
 for path in "${workloads[@]}"; do
   file=$(basename "$path" .sql)
+  case "$file" in *$only*) ;; *) continue ;; esac
   for p in 1 2; do
     times=(); peak=0
     for _ in $(seq "$runs"); do

@@ -57,6 +57,11 @@ pub trait RetractAccumulator: Send {
     /// Sets the state of `groups` from checkpoint columns.
     fn restore(&mut self, state: &[ArrayRef], groups: &[usize], total: usize) -> Result<()>;
 
+    /// Whether it reads its arguments (`COUNT(*)` does not: every row counts).
+    fn needs_arguments(&self) -> bool {
+        true
+    }
+
     /// Whether partial states (what [`RetractAccumulator::state`] gives for
     /// some of the rows) can be merged: a local pre-aggregation is possible.
     fn mergeable(&self) -> bool {
@@ -91,11 +96,27 @@ fn valid_rows<'a>(
 #[derive(Default)]
 pub struct Count {
     counts: Vec<i64>,
+    /// Every row counts (`COUNT(*)`, or of a literal that is not NULL).
+    star: bool,
+}
+
+impl Count {
+    /// A count of rows whose argument is not NULL; `star`: of every row.
+    pub fn new(star: bool) -> Self {
+        Count {
+            counts: Vec::new(),
+            star,
+        }
+    }
 }
 
 impl RetractAccumulator for Count {
     fn resize(&mut self, total: usize) {
         self.counts.resize(total, 0);
+    }
+
+    fn needs_arguments(&self) -> bool {
+        !self.star
     }
 
     fn update(
@@ -192,8 +213,9 @@ impl Arithmetic {
 /// `SUM(x)` and `AVG(x)`: a sum and the number of values summed.
 pub struct Sum {
     arithmetic: Arithmetic,
-    /// Sums as i128 (integers and decimals) or f64 bits, by `arithmetic`.
-    integer: Vec<i128>,
+    /// Sums by `arithmetic`: one of these three is used.
+    long: Vec<i64>,
+    decimal: Vec<i128>,
     float: Vec<f64>,
     counts: Vec<i64>,
     average: bool,
@@ -205,7 +227,8 @@ impl Sum {
     pub fn new(input: &DataType, output: &DataType, average: bool) -> Result<Self> {
         Ok(Sum {
             arithmetic: Arithmetic::of(input)?,
-            integer: Vec::new(),
+            long: Vec::new(),
+            decimal: Vec::new(),
             float: Vec::new(),
             counts: Vec::new(),
             average,
@@ -222,13 +245,13 @@ impl Sum {
     fn sums_where(&self, groups: &[usize], valid: impl Fn(&usize) -> bool) -> Result<ArrayRef> {
         Ok(match self.arithmetic {
             Arithmetic::Integer => Arc::new(Int64Array::from_iter(
-                groups.iter().map(|g| valid(g).then_some(self.integer[*g] as i64)),
+                groups.iter().map(|g| valid(g).then_some(self.long[*g])),
             )),
             Arithmetic::Float => Arc::new(Float64Array::from_iter(
                 groups.iter().map(|g| valid(g).then_some(self.float[*g])),
             )),
             Arithmetic::Decimal { scale } => Arc::new(
-                Decimal128Array::from_iter(groups.iter().map(|g| valid(g).then_some(self.integer[*g])))
+                Decimal128Array::from_iter(groups.iter().map(|g| valid(g).then_some(self.decimal[*g])))
                     .with_precision_and_scale(38, scale)?,
             ),
         })
@@ -239,14 +262,14 @@ impl Sum {
     fn averages(&self, groups: &[usize]) -> Result<ArrayRef> {
         let valid = |g: &usize| self.counts[*g] > 0;
         Ok(match (self.arithmetic, &self.output) {
-            (Arithmetic::Integer, out) if out.is_integer() => {
-                Arc::new(Int64Array::from_iter(groups.iter().map(|g| {
-                    valid(g).then(|| (self.integer[*g] / self.counts[*g] as i128) as i64)
-                })))
-            }
+            (Arithmetic::Integer, out) if out.is_integer() => Arc::new(Int64Array::from_iter(
+                groups
+                    .iter()
+                    .map(|g| valid(g).then(|| self.long[*g] / self.counts[*g])),
+            )),
             (Arithmetic::Integer, _) => {
                 Arc::new(Float64Array::from_iter(groups.iter().map(|g| {
-                    valid(g).then(|| self.integer[*g] as f64 / self.counts[*g] as f64)
+                    valid(g).then(|| self.long[*g] as f64 / self.counts[*g] as f64)
                 })))
             }
             (Arithmetic::Float, _) => Arc::new(Float64Array::from_iter(
@@ -262,7 +285,7 @@ impl Sum {
                 let shift = 10i128.pow((out_scale - scale).max(0) as u32);
                 Arc::new(
                     Decimal128Array::from_iter(groups.iter().map(|g| {
-                        valid(g).then(|| self.integer[*g].saturating_mul(shift) / self.counts[*g] as i128)
+                        valid(g).then(|| self.decimal[*g].saturating_mul(shift) / self.counts[*g] as i128)
                     }))
                     .with_precision_and_scale(38, out_scale)?,
                 )
@@ -295,7 +318,8 @@ impl RetractAccumulator for Sum {
         self.counts.resize(total, 0);
         match self.arithmetic {
             Arithmetic::Float => self.float.resize(total, 0.0),
-            _ => self.integer.resize(total, 0),
+            Arithmetic::Integer => self.long.resize(total, 0),
+            Arithmetic::Decimal { .. } => self.decimal.resize(total, 0),
         }
     }
 
@@ -312,13 +336,13 @@ impl RetractAccumulator for Sum {
             Arithmetic::Integer => {
                 let values = values.as_primitive::<Int64Type>().values();
                 for (i, g, taken) in valid_rows(args, groups, retract) {
-                    let v = values[i] as i128;
-                    let (sum, count) = (&mut self.integer[g], &mut self.counts[g]);
+                    let v = values[i];
+                    let (sum, count) = (&mut self.long[g], &mut self.counts[g]);
                     if taken {
-                        *sum = (*sum - v) as i64 as i128;
+                        *sum = sum.wrapping_sub(v);
                         *count -= 1;
                     } else {
-                        *sum = (*sum + v) as i64 as i128;
+                        *sum = sum.wrapping_add(v);
                         *count += 1;
                     }
                 }
@@ -335,7 +359,7 @@ impl RetractAccumulator for Sum {
                 let values = values.as_primitive::<Decimal128Type>().values();
                 for (i, g, taken) in valid_rows(args, groups, retract) {
                     let sign: i128 = if taken { -1 } else { 1 };
-                    self.integer[g] = self.integer[g].wrapping_add(sign * values[i]);
+                    self.decimal[g] = self.decimal[g].wrapping_add(sign * values[i]);
                     self.counts[g] += sign as i64;
                 }
             }
@@ -357,7 +381,8 @@ impl RetractAccumulator for Sum {
             self.counts[*g] = 0;
             match self.arithmetic {
                 Arithmetic::Float => self.float[*g] = 0.0,
-                _ => self.integer[*g] = 0,
+                Arithmetic::Integer => self.long[*g] = 0,
+                Arithmetic::Decimal { .. } => self.decimal[*g] = 0,
             }
         }
     }
@@ -388,10 +413,10 @@ impl RetractAccumulator for Sum {
                 continue;
             }
             match self.arithmetic {
-                Arithmetic::Integer => self.integer[*g] = sums.as_primitive::<Int64Type>().value(i) as i128,
+                Arithmetic::Integer => self.long[*g] = sums.as_primitive::<Int64Type>().value(i),
                 Arithmetic::Float => self.float[*g] = sums.as_primitive::<Float64Type>().value(i),
                 Arithmetic::Decimal { .. } => {
-                    self.integer[*g] = sums.as_primitive::<Decimal128Type>().value(i)
+                    self.decimal[*g] = sums.as_primitive::<Decimal128Type>().value(i)
                 }
             }
         }
@@ -414,12 +439,12 @@ impl RetractAccumulator for Sum {
             match self.arithmetic {
                 Arithmetic::Integer => {
                     let sum = sums.as_primitive::<Int64Type>().value(i);
-                    self.integer[*g] = (self.integer[*g] as i64).wrapping_add(sum) as i128;
+                    self.long[*g] = self.long[*g].wrapping_add(sum);
                 }
                 Arithmetic::Float => self.float[*g] += sums.as_primitive::<Float64Type>().value(i),
                 Arithmetic::Decimal { .. } => {
                     let sum = sums.as_primitive::<Decimal128Type>().value(i);
-                    self.integer[*g] = self.integer[*g].wrapping_add(sum);
+                    self.decimal[*g] = self.decimal[*g].wrapping_add(sum);
                 }
             }
         }

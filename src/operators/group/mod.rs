@@ -33,7 +33,7 @@ pub mod accumulator;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array};
-use arrow::compute::{interleave, take};
+use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
@@ -185,7 +185,9 @@ pub fn accumulator_for(
         )));
     }
     let base: Box<dyn RetractAccumulator> = match function.as_str() {
-        "count" => Box::new(Count::default()),
+        "count" => Box::new(Count::new(
+            args.first().is_some_and(|a| is_non_null_literal(a.as_ref())),
+        )),
         "sum" => Box::new(Sum::new(&typed()?, &output, false)?),
         "avg" | "mean" => Box::new(Sum::new(&typed()?, &output, true)?),
         "min" | "max" => accumulator::extreme(&typed()?, function == "max", retracting)?,
@@ -208,6 +210,12 @@ pub fn accumulator_for(
         )));
     }
     Ok(Box::new(Distinct::new(base, &typed()?)?))
+}
+
+/// True for a literal that is not NULL (`COUNT(*)` is `count(1)`).
+fn is_non_null_literal(e: &dyn PhysicalExpr) -> bool {
+    e.downcast_ref::<datafusion_physical_expr::expressions::Literal>()
+        .is_some_and(|l| !l.value().is_null())
 }
 
 /// The operator factory of a non-windowed aggregation.
@@ -273,8 +281,8 @@ struct GroupAggregateOperator {
     /// Rows in each group (a group with none has no result).
     counts: Vec<i64>,
     /// The batch that last touched each group (to list touched groups once).
-    stamps: Vec<u64>,
-    stamp: u64,
+    stamps: Vec<u32>,
+    stamp: u32,
     /// With a state TTL: when each group was last updated (wall clock, ms).
     written: Vec<i64>,
     /// Where the next incremental TTL sweep starts.
@@ -341,6 +349,10 @@ impl GroupAggregateOperator {
     /// The groups of the interned batch, each once, with their first row and
     /// row count before the batch.
     fn touch(&mut self) -> Touched {
+        if self.stamp == u32::MAX {
+            self.stamps.fill(0);
+            self.stamp = 0;
+        }
         self.stamp += 1;
         let mut touched = Touched {
             groups: Vec::new(),
@@ -449,6 +461,7 @@ impl GroupAggregateOperator {
             let args = aggregate
                 .expressions()
                 .iter()
+                .filter(|_| acc.needs_arguments())
                 .map(|e| Ok(e.evaluate(batch)?.into_array(rows)?))
                 .collect::<Result<Vec<_>>>()?;
             let mut mask = keep.cloned();
@@ -540,12 +553,15 @@ impl GroupAggregateOperator {
             .iter()
             .map(|k| Ok(take(k, &rows, None)?))
             .collect::<Result<Vec<_>>>()?;
-        let picks: Vec<(usize, usize)> = changes
-            .iter()
-            .map(|c| (usize::from(!c.kind.is_retraction()), c.touched))
-            .collect();
+        // Old values are rows 0..n of [before; after], new ones n..2n.
+        let n = touched.groups.len();
+        let picks = UInt32Array::from_iter_values(changes.iter().map(|c| {
+            let offset = if c.kind.is_retraction() { 0 } else { n };
+            (offset + c.touched) as u32
+        }));
         for (old, new) in before.iter().zip(after) {
-            columns.push(interleave(&[old.as_ref(), new.as_ref()], &picks)?);
+            let both = arrow::compute::concat(&[old.as_ref(), new.as_ref()])?;
+            columns.push(take(&both, &picks, None)?);
         }
         let kinds: Vec<RowKind> = changes.iter().map(|c| c.kind).collect();
         let schema = changelog::without_op(&self.spec.output_schema);
@@ -591,12 +607,10 @@ fn changes(
     before: &[ArrayRef],
     after: &[ArrayRef],
 ) -> Result<Vec<Change>> {
-    let mut differs = vec![false; touched.groups.len()];
+    let mut differs = arrow::buffer::BooleanBuffer::new_unset(touched.groups.len());
     for (old, new) in before.iter().zip(after) {
         let distinct = arrow::compute::kernels::cmp::distinct(old, new)?;
-        for (i, d) in differs.iter_mut().enumerate() {
-            *d |= distinct.value(i);
-        }
+        differs = &differs | distinct.values();
     }
     let mut changes = Vec::new();
     for (i, g) in touched.groups.iter().enumerate() {
@@ -605,7 +619,7 @@ fn changes(
         match (was, is) {
             (false, true) => changes.push(change(RowKind::Insert)),
             (true, false) => changes.push(change(RowKind::Delete)),
-            (true, true) if differs[i] => {
+            (true, true) if differs.value(i) => {
                 changes.push(change(RowKind::UpdateBefore));
                 changes.push(change(RowKind::UpdateAfter));
             }
