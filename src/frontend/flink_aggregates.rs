@@ -199,7 +199,7 @@ fn cast_input(values: &[ArrayRef], from: &DataType, to: &DataType) -> Result<Vec
 
 /// Converts an aggregate result to the Flink type: integers wrap (Java semantics),
 /// floating-point averages truncate toward zero.
-fn to_flink(result: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
+pub(crate) fn to_flink(result: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
     if result.data_type() == target {
         return Ok(result.clone());
     }

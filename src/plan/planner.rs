@@ -168,7 +168,6 @@ impl<'a> Planner<'a> {
             parallelism,
             schema,
             &table.name,
-            true,
         )?;
         self.finish()
     }
@@ -198,11 +197,11 @@ impl<'a> Planner<'a> {
         schema: SchemaRef,
     ) -> Result<NodeId> {
         let name = kind.describe();
-        self.push_named(kind, inputs, parallelism, schema, &name, false)
+        self.push_named(kind, inputs, parallelism, schema, &name)
     }
 
     /// Adds a node after inferring its changelog mode: refuses updates it
-    /// cannot take, naming it `name` (`sink`: a table sink's name).
+    /// cannot take, naming it `name` (a table sink by its table's name).
     fn push_named(
         &mut self,
         kind: NodeKind,
@@ -210,7 +209,6 @@ impl<'a> Planner<'a> {
         parallelism: usize,
         schema: SchemaRef,
         name: &str,
-        sink: bool,
     ) -> Result<NodeId> {
         let role = match &kind {
             NodeKind::Source(_) => ChangelogRole::Source,
@@ -221,10 +219,8 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|(i, _)| self.nodes[*i].kind.describe())
             .collect();
-        let mode = changelog::infer(&role, &modes, name, &producers).map_err(|mut refusal| {
-            refusal.sink = sink;
-            Error::Plan(refusal.to_string())
-        })?;
+        let mode = changelog::infer(&role, &modes, name, &producers)
+            .map_err(|refusal| Error::Plan(refusal.to_string()))?;
         if mode.is_updating() != crate::changelog::has_op(&schema) {
             return Err(Error::Internal(format!(
                 "{name} emits {mode}, but its schema disagrees: {schema}"

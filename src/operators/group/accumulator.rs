@@ -301,14 +301,7 @@ pub fn to_output(result: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
         return Ok(result.clone());
     }
     if let (DataType::Int64, true) = (result.data_type(), target.is_integer()) {
-        let wide = result.as_primitive::<Int64Type>();
-        let narrowed: ArrayRef = match target {
-            DataType::Int8 => Arc::new(wide.unary::<_, arrow::datatypes::Int8Type>(|v| v as i8)),
-            DataType::Int16 => Arc::new(wide.unary::<_, arrow::datatypes::Int16Type>(|v| v as i16)),
-            DataType::Int32 => Arc::new(wide.unary::<_, arrow::datatypes::Int32Type>(|v| v as i32)),
-            other => arrow::compute::cast(result, other)?,
-        };
-        return Ok(narrowed);
+        return Ok(crate::frontend::flink_aggregates::to_flink(result, target)?);
     }
     Ok(arrow::compute::cast(result, target)?)
 }
