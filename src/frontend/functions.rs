@@ -11,7 +11,7 @@ use std::sync::Arc;
 use datafusion_expr::planner::ExprPlanner;
 use datafusion_expr::{AggregateUDF, ScalarUDF};
 
-use super::{flink_aggregates, flink_functions};
+use super::{flink_aggregates, flink_functions, listagg};
 
 /// Scalar and aggregate functions by lower-case name, plus expression planners.
 #[derive(Debug, Clone)]
@@ -52,6 +52,7 @@ impl FunctionRegistry {
         for f in flink_aggregates::flink_typed_aggregates() {
             registry.register_aggregate(f);
         }
+        registry.register_aggregate(listagg::listagg_udaf());
         registry
     }
 

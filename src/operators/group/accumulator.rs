@@ -6,7 +6,7 @@
 //! consumes its state, and only some of its accumulators retract; a
 //! changelog needs the value of the groups a batch changed, before and after
 //! it, with retractions of any row. So the aggregates of a non-windowed
-//! GROUP BY (COUNT, SUM, AVG, MIN, MAX, FIRST_VALUE, LAST_VALUE, and
+//! GROUP BY (COUNT, SUM, AVG, MIN, MAX, FIRST_VALUE, LAST_VALUE, LISTAGG, and
 //! DISTINCT of any of them) are written here, each small. MIN and MAX over
 //! an updating input keep the multiset of values, as Flink's
 //! `MaxWithRetractAggFunction` does; over insert-only input only the extreme.
@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, ListArray, new_null_array,
+    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, ListArray, StringArray,
+    new_null_array,
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{
@@ -1040,6 +1041,101 @@ impl RetractAccumulator for Ordered {
             .zip(groups)
         {
             self.lists[*g] = list;
+        }
+        Ok(())
+    }
+}
+
+/// `LISTAGG(x [, separator])`: every value in arrival order, joined when
+/// evaluated; a retraction takes away the earliest equal value, as Flink's
+/// `ListAggWithRetractAggFunction` does.
+pub struct ListAgg {
+    separator: String,
+    lists: Vec<Vec<String>>,
+}
+
+impl ListAgg {
+    /// LISTAGG joining by `separator`.
+    pub fn new(separator: String) -> Self {
+        ListAgg {
+            separator,
+            lists: Vec::new(),
+        }
+    }
+}
+
+impl RetractAccumulator for ListAgg {
+    fn resize(&mut self, total: usize) {
+        self.lists.resize_with(total, Vec::new);
+    }
+
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[usize],
+        retract: Option<&[bool]>,
+        total: usize,
+    ) -> Result<()> {
+        self.lists.resize_with(total, Vec::new);
+        let values = arrow::compute::cast(&args[0], &DataType::Utf8)?;
+        let values = values.as_string::<i32>();
+        for (i, g, taken) in valid_rows(args, groups, retract) {
+            let list = &mut self.lists[g];
+            let value = values.value(i);
+            if !taken {
+                list.push(value.to_string());
+            } else if let Some(at) = list.iter().position(|v| v == value) {
+                list.remove(at);
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&self, groups: &[usize]) -> Result<ArrayRef> {
+        let joined: StringArray = groups
+            .iter()
+            .map(|g| {
+                let list = &self.lists[*g];
+                (!list.is_empty()).then(|| list.join(&self.separator))
+            })
+            .collect();
+        Ok(Arc::new(joined))
+    }
+
+    fn clear(&mut self, groups: &[usize]) {
+        groups.iter().for_each(|g| self.lists[*g].clear());
+    }
+
+    fn state_fields(&self) -> Vec<Field> {
+        let item = Arc::new(Field::new_list_field(DataType::Utf8, true));
+        vec![Field::new("values", DataType::List(item), false)]
+    }
+
+    fn state(&self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
+        let lengths = groups.iter().map(|g| self.lists[*g].len());
+        let values: StringArray = groups
+            .iter()
+            .flat_map(|g| self.lists[*g].iter().map(Some))
+            .collect();
+        let item = Arc::new(Field::new_list_field(DataType::Utf8, true));
+        let lists = ListArray::new(item, OffsetBuffer::from_lengths(lengths), Arc::new(values), None);
+        Ok(vec![Arc::new(lists)])
+    }
+
+    fn restore(&mut self, state: &[ArrayRef], groups: &[usize], total: usize) -> Result<()> {
+        self.lists.resize_with(total, Vec::new);
+        let column = state_column(state, 0)?;
+        let lists = column
+            .as_list_opt::<i32>()
+            .ok_or_else(|| Error::State(format!("LISTAGG state is {}, not a list", column.data_type())))?;
+        let values = lists
+            .values()
+            .as_string_opt::<i32>()
+            .ok_or_else(|| Error::State("LISTAGG state holds no strings".into()))?;
+        for (w, g) in lists.offsets().windows(2).zip(groups) {
+            self.lists[*g] = (w[0] as usize..w[1] as usize)
+                .map(|i| values.value(i).to_string())
+                .collect();
         }
         Ok(())
     }

@@ -39,7 +39,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use self::accumulator::{Count, Distinct, Ordered, Position, RetractAccumulator, Sum};
+use self::accumulator::{Count, Distinct, ListAgg, Ordered, Position, RetractAccumulator, Sum};
 use crate::changelog::{self, RowKind};
 use crate::operators::groups::Groups;
 use crate::operators::window::aggregate::Phase;
@@ -136,16 +136,25 @@ impl GroupAggregate {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    /// The columns of its state rows: `_key_group`, keys, `_count`, then each
-    /// aggregate's state columns prefixed by its position.
+    /// The columns of its state rows: `_key_group`, keys, `_count`,
+    /// `_written` with a state TTL, then each aggregate's state columns
+    /// prefixed by its position.
     fn state_schema(&self, accumulators: &[Box<dyn RetractAccumulator>]) -> SchemaRef {
         let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
         fields.extend(self.key_schema.fields().iter().map(|f| f.as_ref().clone()));
         fields.push(Field::new("_count", DataType::Int64, false));
+        if self.state_ttl.is_some() {
+            // When each group was last written (ms, processing time), so its
+            // TTL goes on counting across a restore, as Flink's TTL state does.
+            fields.push(Field::new(WRITTEN_COLUMN, DataType::Int64, false));
+        }
         fields.extend(state_fields(accumulators));
         Arc::new(Schema::new(fields))
     }
 }
+
+/// The state column of when a group was last written, with a state TTL.
+const WRITTEN_COLUMN: &str = "_written";
 
 /// Every accumulator's state columns, each name prefixed by its position.
 fn state_fields(accumulators: &[Box<dyn RetractAccumulator>]) -> Vec<Field> {
@@ -193,6 +202,7 @@ pub fn accumulator_for(
         "min" | "max" => accumulator::extreme(&typed()?, function == "max", retracting)?,
         "first_value" => Box::new(Ordered::new(&typed()?, Position::First, retracting)?),
         "last_value" => Box::new(Ordered::new(&typed()?, Position::Last, retracting)?),
+        "listagg" => Box::new(ListAgg::new(crate::frontend::listagg::separator(&args)?)),
         other => {
             return Err(Error::Plan(format!(
                 "the aggregate function {} is not supported in a non-windowed aggregation yet",
@@ -658,6 +668,11 @@ impl GroupAggregateOperator {
         columns.push(Arc::new(Int64Array::from_iter_values(
             live.iter().map(|g| self.counts[*g]),
         )));
+        if self.spec.state_ttl.is_some() {
+            columns.push(Arc::new(Int64Array::from_iter_values(
+                live.iter().map(|g| self.written[*g]),
+            )));
+        }
         for acc in &self.accumulators {
             columns.extend(acc.state(&live)?);
         }
@@ -676,6 +691,13 @@ impl GroupAggregateOperator {
             self.counts[*g] = counts.value(i);
         }
         let mut offset = 2 + key_count;
+        if self.spec.state_ttl.is_some() {
+            let written = rows.column(offset).as_primitive::<Int64Type>();
+            for (i, g) in indices.iter().enumerate() {
+                self.written[*g] = written.value(i);
+            }
+            offset += 1;
+        }
         for acc in &mut self.accumulators {
             let width = acc.state_fields().len();
             acc.restore(&rows.columns()[offset..offset + width], &indices, total)?;

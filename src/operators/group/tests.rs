@@ -134,6 +134,20 @@ fn first_and_last_value_keep_arrival_order() {
 }
 
 #[test]
+fn listagg_joins_in_arrival_order_and_takes_out_a_retracted_value() {
+    let mut h = harness(
+        "INSERT INTO out2 SELECT k, LISTAGG(CAST(c AS STRING), ';') FROM \
+         (SELECT k, v, COUNT(*) AS c FROM t GROUP BY k, v) GROUP BY k",
+        1,
+    );
+    // The inner aggregate's rows are (k, c): c is the second column in.
+    assert_eq!(h.push("+I a 1\n+I a 2\n+I a 1").unwrap(), lines(&["+I a 1;2;1"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("-U a 1").unwrap(), lines(&["-U a 1;2;1", "+U a 2;1"]));
+    assert_eq!(h.push("-U a 2\n-U a 1").unwrap(), lines(&["-D a 2;1"]));
+}
+
+#[test]
 fn select_distinct_inserts_each_row_once() {
     let mut h = harness("INSERT INTO one SELECT DISTINCT k FROM t", 0);
     assert_eq!(h.push("a\na\nb").unwrap(), lines(&["+I a", "+I b"]));
@@ -172,6 +186,24 @@ fn a_group_idle_for_longer_than_the_state_ttl_is_forgotten_and_starts_afresh() {
     let snapshot = h.restart().unwrap().unwrap();
     let rows = snapshot.rows.unwrap();
     assert_eq!(rows.num_rows(), 1, "the expired group b is not in the snapshot");
+}
+
+#[test]
+fn the_state_ttl_goes_on_counting_across_a_restore() {
+    let mut h = Harness::of(
+        &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 s'"],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        "GroupAggregate",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push("a 1").unwrap(), lines(&["+I a 1 1"]));
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let rows = h.restart().unwrap().unwrap().rows.unwrap();
+    assert!(rows.schema().column_with_name("_written").is_some());
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    // Written 1.2 s ago, though restored 0.6 s ago: expired.
+    assert_eq!(h.push("a 2").unwrap(), lines(&["+I a 1 2"]));
 }
 
 /// The phases of `SELECT k, COUNT(*), SUM(v) ... GROUP BY k` when two run.
