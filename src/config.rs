@@ -28,6 +28,9 @@ pub const SOURCE_IDLE_TIMEOUT: &str = "table.exec.source.idle-timeout";
 /// `table.exec.state.ttl`: state of a key not updated for this long is
 /// forgotten (0: kept for ever).
 pub const STATE_TTL: &str = "table.exec.state.ttl";
+/// `table.exec.sink.upsert-materialize`: `AUTO`, `FORCE` or `NONE`: whether a
+/// sink with a primary key gets its input's changes materialized by that key.
+pub const SINK_UPSERT_MATERIALIZE: &str = "table.exec.sink.upsert-materialize";
 /// `weir.batch-size`: rows per batch that sources aim for.
 pub const BATCH_SIZE: &str = "weir.batch-size";
 /// `weir.channel-capacity`: batches a channel holds before the sender blocks.
@@ -42,6 +45,17 @@ pub enum AggPhaseStrategy {
     OnePhase,
     /// Always pre-aggregate before the exchange.
     TwoPhase,
+}
+
+/// When a sink with a primary key gets a `SinkMaterializer` before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpsertMaterialize {
+    /// When its updating input is not keyed by (a subset of) the primary key.
+    Auto,
+    /// Whenever it has a primary key and takes updates.
+    Force,
+    /// Never.
+    None,
 }
 
 /// The settings of a session.
@@ -92,6 +106,7 @@ impl SessionConfig {
             LOCAL_TIME_ZONE => self.local_time_zone().map(drop),
             OPERATOR_CHAINING => self.operator_chaining().map(drop),
             AGG_PHASE_STRATEGY => self.agg_phase_strategy().map(drop),
+            SINK_UPSERT_MATERIALIZE => self.sink_upsert_materialize().map(drop),
             BUFFER_TIMEOUT => self.buffer_timeout().map(drop),
             SOURCE_IDLE_TIMEOUT => self.source_idle_timeout().map(drop),
             STATE_TTL => self.state_ttl().map(drop),
@@ -161,6 +176,20 @@ impl SessionConfig {
             None | Some("true") => Ok(true),
             Some("false") => Ok(false),
             Some(v) => Err(bad_value(OPERATOR_CHAINING, v, "true or false")),
+        }
+    }
+
+    /// `table.exec.sink.upsert-materialize` (default AUTO).
+    pub fn sink_upsert_materialize(&self) -> Result<UpsertMaterialize> {
+        match self
+            .get(SINK_UPSERT_MATERIALIZE)
+            .map(str::to_ascii_uppercase)
+            .as_deref()
+        {
+            None | Some("AUTO") => Ok(UpsertMaterialize::Auto),
+            Some("FORCE") => Ok(UpsertMaterialize::Force),
+            Some("NONE") => Ok(UpsertMaterialize::None),
+            Some(v) => Err(bad_value(SINK_UPSERT_MATERIALIZE, v, "AUTO, FORCE or NONE")),
         }
     }
 

@@ -6,5 +6,6 @@ pub mod groups;
 #[cfg(test)]
 pub mod harness;
 pub mod union;
+pub mod upsert;
 pub mod watermark;
 pub mod window;

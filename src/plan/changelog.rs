@@ -59,6 +59,9 @@ pub enum ChangelogRole {
     /// Takes any input and emits inserts: partial results of a local
     /// pre-aggregation, which its global phase merges.
     Partial,
+    /// Takes updates and emits upserts on these output columns (what a sink
+    /// with a primary key takes: `DropUpdateBefore`, `SinkMaterializer`).
+    Upserting(Vec<usize>),
     /// A sink that takes any kind.
     SinkOfAnyKind,
     /// A sink that takes inserts only (the filesystem sink).
@@ -120,6 +123,8 @@ pub fn infer(
         ChangelogRole::InsertOnly => Ok(ChangelogMode::InsertOnly),
         ChangelogRole::Retracting => Ok(ChangelogMode::Retract),
         ChangelogRole::Partial => Ok(ChangelogMode::InsertOnly),
+        ChangelogRole::Upserting(_) if updating.is_none() => Ok(ChangelogMode::InsertOnly),
+        ChangelogRole::Upserting(key) => Ok(ChangelogMode::Upsert(key.clone())),
         ChangelogRole::SinkOfInserts if updating.is_some() => Err(refuse(true)),
         ChangelogRole::SinkOfInserts | ChangelogRole::SinkOfAnyKind => Ok(union(inputs)),
     }

@@ -145,12 +145,29 @@ impl StreamPlan {
         JobGraph { vertices, edges }
     }
 
+    /// The changelog mode of each node, inferred from its operator's role
+    /// and its inputs' modes (an upsert stream shows as `[I,UA,D]`).
+    pub fn modes(&self) -> Vec<changelog::ChangelogMode> {
+        let mut modes: Vec<changelog::ChangelogMode> = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let role = match &node.kind {
+                NodeKind::Source(_) => changelog::ChangelogRole::Source,
+                NodeKind::Operator(o) => o.changelog_role(),
+            };
+            let inputs: Vec<_> = node.inputs.iter().map(|(i, _)| modes[*i].clone()).collect();
+            let mode = changelog::infer(&role, &inputs, "", &[]).unwrap_or_else(|_| node.mode());
+            modes.push(mode);
+        }
+        modes
+    }
+
     /// The job graph as text: one line per vertex (its chained nodes
     /// below it), then its outgoing edges; with `changelog_mode`, each
     /// node's row kinds as Flink shows them (`changelogMode=[I,UB,UA,D]`).
     pub fn explain(&self, changelog_mode: bool) -> String {
         let graph = self.to_job_graph();
         let (vertex_of, _) = self.vertex_of_nodes();
+        let modes = self.modes();
         let mut text = String::new();
         for (index, vertex) in graph.vertices.iter().enumerate() {
             let _ = writeln!(text, "[{}] parallelism={}", index + 1, vertex.parallelism);
@@ -159,7 +176,7 @@ impl StreamPlan {
                 let arrow = if i == 0 { "   " } else { "-> " };
                 let mut line = self.nodes[node].kind.describe();
                 if changelog_mode {
-                    line = with_changelog_mode(&line, &self.nodes[node].mode());
+                    line = with_changelog_mode(&line, &modes[node]);
                 }
                 let _ = writeln!(text, "  {arrow}{line}");
             }

@@ -26,7 +26,7 @@ use datafusion_physical_expr::{PhysicalExpr, create_physical_expr, create_physic
 
 use super::changelog::{self, ChangelogMode, ChangelogRole};
 use super::{NodeId, NodeKind, PlanNode, StreamPlan};
-use crate::config::{AggPhaseStrategy, SessionConfig};
+use crate::config::{AggPhaseStrategy, SessionConfig, UpsertMaterialize};
 use crate::connectors::sink::SinkOperatorFactory;
 use crate::connectors::values::ValuesSourceFactory;
 use crate::connectors::{self, SinkFactory};
@@ -37,6 +37,7 @@ use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
 use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
 use crate::operators::union::Union;
+use crate::operators::upsert::{DropUpdateBefore, SinkUpsertMaterializer};
 use crate::operators::watermark::WatermarkAssigner;
 use crate::operators::window::aggregate::{
     GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
@@ -147,21 +148,12 @@ impl<'a> Planner<'a> {
         let input = self.plan(&dml.input)?;
         let schema = self.nodes[input].schema.clone();
         let sink = connectors::create_sink(&table, crate::changelog::without_op(&schema), self.config)?;
-        let input = match self.nodes[input].mode().is_updating() && !sink.needs_update_before() {
-            true => self.upsert_for(input, &table.primary_key)?,
-            false => input,
-        };
-        let input_parallelism = self.nodes[input].parallelism;
         let parallelism = match connectors::parse_option::<usize>(&table, "sink.parallelism")? {
             Some(0) => return Err(Error::sql("'sink.parallelism' must be positive")),
             Some(p) => p,
-            None => input_parallelism,
+            None => self.nodes[input].parallelism,
         };
-        let exchange = if parallelism == input_parallelism {
-            Exchange::Forward
-        } else {
-            Exchange::Rebalance
-        };
+        let (input, exchange) = self.sink_input(input, &table, sink.as_ref(), parallelism)?;
         self.push_named(
             NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
             vec![(input, exchange)],
@@ -309,38 +301,89 @@ impl<'a> Planner<'a> {
         Ok(id)
     }
 
-    /// Before an upsert sink (one that needs no `-U` rows) with a primary
-    /// key: an updating input whose upsert key lies within the primary key
-    /// has its `-U` rows dropped (the key says which row a `+U` replaces),
-    /// as Flink's planner has the input emit `[I,UA,D]` for an upsert sink.
-    /// Otherwise the input is left a retract stream.
-    fn upsert_for(&mut self, input: NodeId, primary_key: &[String]) -> Result<NodeId> {
+    /// How `input` reaches a sink at `parallelism`, as Flink's planner
+    /// decides it: an updating input of a sink with a primary key is
+    /// materialized by that key when its own upsert key is not within it
+    /// (`table.exec.sink.upsert-materialize`), or has its `-U` rows dropped
+    /// when its upsert key is the primary key and the sink upserts; a sink at
+    /// another parallelism gets updates hashed by its primary key.
+    fn sink_input(
+        &mut self,
+        input: NodeId,
+        table: &crate::frontend::catalog::TableDef,
+        sink: &dyn SinkFactory,
+        parallelism: usize,
+    ) -> Result<(NodeId, Exchange)> {
         let schema = self.nodes[input].schema.clone();
-        let Some(key) = self.upsert_keys.get(&input) else {
-            return Ok(input);
+        let pk = table
+            .primary_key
+            .iter()
+            .map(|name| Ok(schema.index_of(name)?))
+            .collect::<Result<Vec<usize>>>()?;
+        let pk_hash = Exchange::Hash(
+            pk.iter()
+                .map(|i| Arc::new(ColumnExpr::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>)
+                .collect(),
+        );
+        let updating = self.nodes[input].mode().is_updating();
+        let key = self.upsert_keys.get(&input).cloned();
+        let within = key.as_ref().is_some_and(|k| k.iter().all(|c| pk.contains(c)));
+        let materialize = updating
+            && !pk.is_empty()
+            && sink.accepts_updates()
+            && match self.config.sink_upsert_materialize()? {
+                UpsertMaterialize::Auto => !within,
+                UpsertMaterialize::Force => true,
+                UpsertMaterialize::None => false,
+            };
+        if materialize {
+            let edge = match parallelism == 1 && self.nodes[input].parallelism == 1 {
+                true => Exchange::Forward,
+                false => pk_hash,
+            };
+            let materializer = SinkUpsertMaterializer {
+                key: pk,
+                schema: schema.clone(),
+            };
+            let id = self.push(
+                NodeKind::Operator(Arc::new(materializer)),
+                vec![(input, edge)],
+                parallelism,
+                schema,
+            )?;
+            return Ok((id, Exchange::Forward));
+        }
+        let input = match key {
+            Some(key) if updating && within && key.len() == pk.len() && !sink.needs_update_before() => {
+                let parallelism = self.nodes[input].parallelism;
+                let drop = DropUpdateBefore { key };
+                self.push(
+                    NodeKind::Operator(Arc::new(drop)),
+                    vec![(input, Exchange::Forward)],
+                    parallelism,
+                    schema,
+                )?
+            }
+            _ => input,
         };
-        let mut pk = Vec::new();
-        for name in primary_key {
-            pk.push(schema.index_of(name)?);
-        }
-        if primary_key.is_empty() || !key.iter().all(|k| pk.contains(k)) {
-            return Ok(input);
-        }
-        use datafusion_common::ScalarValue;
-        use datafusion_physical_expr::expressions::{BinaryExpr, Literal};
-        let op = Arc::new(ColumnExpr::new(
-            crate::changelog::OP_COLUMN,
-            schema.fields().len() - 1,
-        ));
-        let update_before = Arc::new(Literal::new(ScalarValue::Int8(Some(
-            crate::changelog::RowKind::UpdateBefore as i8,
-        ))));
-        let predicate = Arc::new(BinaryExpr::new(
-            op,
-            datafusion_expr::Operator::NotEq,
-            update_before,
-        ));
-        self.add_calc(input, Some(predicate), None, schema)
+        let from = self.nodes[input].parallelism;
+        Ok((
+            input,
+            match () {
+                _ if parallelism == from => Exchange::Forward,
+                _ if !updating => Exchange::Rebalance,
+                _ if !pk.is_empty() => pk_hash,
+                _ => {
+                    return Err(Error::Plan(format!(
+                        "The sink for table '{}' has a configured parallelism of {parallelism}, while the input \
+                     parallelism is {from}. Since the configured parallelism is different from the input's \
+                     parallelism and the changelog mode is not insert-only, a primary key is required but \
+                     could not be found.",
+                        table.name
+                    )));
+                }
+            },
+        ))
     }
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {

@@ -120,6 +120,16 @@ pub enum NodeSpec {
     GroupAggregate(Box<AggregationData>),
     /// Union of the inputs.
     Union,
+    /// `-U` rows dropped before an upsert sink keyed by `key`.
+    DropUpdateBefore {
+        /// The upsert key (output columns).
+        key: Vec<usize>,
+    },
+    /// A sink's input materialized by its primary key.
+    SinkMaterializer {
+        /// The primary key's columns.
+        key: Vec<usize>,
+    },
     /// A sink.
     Sink(SinkSpec),
 }
@@ -595,6 +605,17 @@ impl NodeSpec {
             NodeSpec::Union => NodeKind::Operator(Arc::new(Union {
                 schema: output.clone(),
             })),
+            NodeSpec::DropUpdateBefore { key } => {
+                NodeKind::Operator(Arc::new(crate::operators::upsert::DropUpdateBefore {
+                    key: key.clone(),
+                }))
+            }
+            NodeSpec::SinkMaterializer { key } => {
+                NodeKind::Operator(Arc::new(crate::operators::upsert::SinkUpsertMaterializer {
+                    key: key.clone(),
+                    schema: output.clone(),
+                }))
+            }
             NodeSpec::GroupAggregate(data) => {
                 NodeKind::Operator(build_group_aggregate(data, &input()?, output, ctx)?)
             }

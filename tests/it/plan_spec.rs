@@ -109,7 +109,7 @@ fn an_updating_plan_builds_back_into_the_same_plan() {
         .sql("CREATE TABLE t (k BIGINT, v BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '10')")
         .unwrap();
     engine
-        .sql("CREATE TABLE sink (c BIGINT, n BIGINT, m BIGINT) WITH ('connector' = 'blackhole')")
+        .sql("CREATE TABLE sink (c BIGINT, n BIGINT, m BIGINT, PRIMARY KEY (n) NOT ENFORCED) WITH ('connector' = 'blackhole')")
         .unwrap();
     engine.set("table.exec.state.ttl", "1 h").unwrap();
     let plan = engine
@@ -121,7 +121,9 @@ fn an_updating_plan_builds_back_into_the_same_plan() {
         .unwrap();
     let json = serde_json::to_string(&plan).unwrap();
     assert!(
-        json.contains("group_aggregate") && json.contains("\"state_ttl_ms\":3600000"),
+        json.contains("group_aggregate")
+            && json.contains("\"state_ttl_ms\":3600000")
+            && json.contains("sink_materializer"),
         "{json}"
     );
     let functions = weir::frontend::functions::FunctionRegistry::new("UTC");
