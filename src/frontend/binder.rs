@@ -294,6 +294,7 @@ impl Binder {
             Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
             Arc::new(datafusion_optimizer::eliminate_filter::EliminateFilter::new()),
             Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
+            Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
             Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
             Arc::new(datafusion_optimizer::optimize_projections::OptimizeProjections::new()),
         ];

@@ -478,6 +478,15 @@ fn descriptor_column(
             super::types::flink_type_name(field.data_type())
         );
     }
+    let joined =
+        datafusion_common::tree_node::TreeNode::exists(input, |p| Ok(matches!(p, LogicalPlan::Join(_))))?;
+    if joined {
+        return plan_err!(
+            "the window time column '{name}' must be a time attribute, but it comes out of a regular \
+             join, whose output has none (as in Flink: a regular join turns time attributes into \
+             plain timestamps)"
+        );
+    }
     if !field.metadata().contains_key(TIME_ATTRIBUTE_KEY) {
         return plan_err!(
             "the window time column '{name}' must be a time attribute: declare a WATERMARK FOR {name} \

@@ -24,7 +24,7 @@ use crate::{Engine, Result};
 pub struct Harness {
     factory: Arc<dyn OperatorFactory>,
     operator: Box<dyn Operator>,
-    input: SchemaRef,
+    inputs: Vec<SchemaRef>,
     checkpoint: u64,
 }
 
@@ -46,11 +46,15 @@ impl Harness {
         let NodeKind::Operator(factory) = &found.kind else {
             return Err(crate::Error::Internal(format!("{node} is a source")));
         };
-        let input = plan.nodes[found.inputs[0].0].schema.clone();
+        let inputs = found
+            .inputs
+            .iter()
+            .map(|(i, _)| plan.nodes[*i].schema.clone())
+            .collect();
         Ok(Harness {
             operator: factory.create(&TaskContext::standalone(1024))?,
             factory: factory.clone(),
-            input,
+            inputs,
             checkpoint: 0,
         })
     }
@@ -58,9 +62,18 @@ impl Harness {
     /// Runs one batch of `rows` (a line each: the kind, when the input
     /// updates, then the values; `null` for NULL); returns what it emitted.
     pub fn push(&mut self, rows: &str) -> Result<Vec<String>> {
-        let batch = parse(&self.input, rows)?;
+        self.push_to(0, rows)
+    }
+
+    /// [`Harness::push`] into input `input` of an operator of several.
+    pub fn push_to(&mut self, input: usize, rows: &str) -> Result<Vec<String>> {
+        let schema = self
+            .inputs
+            .get(input)
+            .ok_or_else(|| crate::Error::Internal(format!("the operator has no input {input}")))?;
+        let batch = parse(schema, rows)?;
         let mut out = Output::default();
-        self.operator.process_batch(0, batch, &mut out)?;
+        self.operator.process_batch(input, batch, &mut out)?;
         render(out)
     }
 

@@ -5,6 +5,7 @@ pub mod group;
 pub mod groups;
 #[cfg(test)]
 pub mod harness;
+pub mod join;
 pub mod union;
 pub mod upsert;
 pub mod watermark;

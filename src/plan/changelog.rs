@@ -51,6 +51,9 @@ pub enum ChangelogRole {
     /// Row by row, kind kept (Calc, union): the output carries every kind
     /// its inputs carry.
     PassThrough,
+    /// Takes any input and passes its kinds on, joined (an inner join):
+    /// insert-only when every input is.
+    Forwarding,
     /// Needs insert-only input and emits inserts (window aggregations,
     /// watermark assigners, window TVFs).
     InsertOnly,
@@ -118,7 +121,7 @@ pub fn infer(
     };
     match role {
         ChangelogRole::Source => Ok(ChangelogMode::InsertOnly),
-        ChangelogRole::PassThrough => Ok(union(inputs)),
+        ChangelogRole::PassThrough | ChangelogRole::Forwarding => Ok(union(inputs)),
         ChangelogRole::InsertOnly if updating.is_some() => Err(refuse(false)),
         ChangelogRole::InsertOnly => Ok(ChangelogMode::InsertOnly),
         ChangelogRole::Retracting => Ok(ChangelogMode::Retract),

@@ -36,6 +36,7 @@ use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
 use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
+use crate::operators::join::{Join, JoinFactory, JoinKind};
 use crate::operators::union::Union;
 use crate::operators::upsert::{DropUpdateBefore, SinkUpsertMaterializer};
 use crate::operators::watermark::WatermarkAssigner;
@@ -209,7 +210,7 @@ impl<'a> Planner<'a> {
         let modes: Vec<ChangelogMode> = inputs.iter().map(|(i, _)| self.nodes[*i].mode()).collect();
         let producers: Vec<String> = inputs
             .iter()
-            .map(|(i, _)| self.nodes[*i].kind.describe())
+            .map(|(i, _)| self.nodes[self.update_origin(*i)].kind.describe())
             .collect();
         let mode = changelog::infer(&role, &modes, name, &producers)
             .map_err(|refusal| Error::Plan(refusal.to_string()))?;
@@ -227,6 +228,30 @@ impl<'a> Planner<'a> {
         Ok(self.nodes.len() - 1)
     }
 
+    /// The node whose updates node `id` emits: itself, or, through nodes
+    /// that pass their input's kinds on (Calc, union), the node they come
+    /// from, which a refusal names, as Flink's does.
+    fn update_origin(&self, mut id: NodeId) -> NodeId {
+        loop {
+            let node = &self.nodes[id];
+            let passes = match &node.kind {
+                NodeKind::Operator(o) => matches!(
+                    o.changelog_role(),
+                    ChangelogRole::PassThrough | ChangelogRole::Upserting(_)
+                ),
+                NodeKind::Source(_) => false,
+            };
+            match node
+                .inputs
+                .iter()
+                .find(|(i, _)| self.nodes[*i].mode().is_updating())
+            {
+                Some((input, _)) if passes => id = *input,
+                _ => return id,
+            }
+        }
+    }
+
     /// `schema` as node `input`'s rows carry it: with the op column when
     /// that node updates.
     fn like_input(&self, input: NodeId, schema: SchemaRef) -> SchemaRef {
@@ -238,6 +263,16 @@ impl<'a> Planner<'a> {
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        use datafusion_common::tree_node::TreeNode;
+        let subquery = e.exists(|e| {
+            Ok(matches!(
+                e,
+                Expr::InSubquery(_) | Expr::Exists(_) | Expr::ScalarSubquery(_)
+            ))
+        })?;
+        if subquery {
+            return Err(unsupported("a subquery (IN, EXISTS or a scalar subquery)"));
+        }
         Ok(create_physical_expr(
             e,
             schema,
@@ -493,7 +528,7 @@ impl<'a> Planner<'a> {
                     schema,
                 )
             }
-            LogicalPlan::Join(_) => Err(unsupported("joins")),
+            LogicalPlan::Join(join) => self.plan_join(join),
             LogicalPlan::Sort(_) => Err(unsupported("ORDER BY on a stream")),
             LogicalPlan::Limit(_) => Err(unsupported("LIMIT on a stream")),
             LogicalPlan::Window(_) => Err(unsupported("OVER windows")),
@@ -505,6 +540,71 @@ impl<'a> Planner<'a> {
                 other.display()
             ))),
         }
+    }
+
+    /// A regular join: both inputs hashed on their join keys (to one
+    /// subtask when there are none), the residual condition evaluated on
+    /// candidate pairs. Time attributes of the inputs become plain
+    /// timestamps in its output, as in Flink.
+    fn plan_join(&mut self, join: &datafusion_expr::logical_plan::Join) -> Result<NodeId> {
+        use datafusion_common::NullEquality;
+        use datafusion_expr::JoinType;
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
+            other => return Err(unsupported(&format!("a {other} join"))),
+        };
+        let left = self.plan(&join.left)?;
+        let right = self.plan(&join.right)?;
+        let keys = [
+            join.on
+                .iter()
+                .map(|(l, _)| self.physical(l, join.left.schema()))
+                .collect::<Result<Vec<_>>>()?,
+            join.on
+                .iter()
+                .map(|(_, r)| self.physical(r, join.right.schema()))
+                .collect::<Result<Vec<_>>>()?,
+        ];
+        let filter = join
+            .filter
+            .as_ref()
+            .map(|f| self.physical(f, &join.schema))
+            .transpose()?;
+        let updating = [
+            self.nodes[left].mode().is_updating(),
+            self.nodes[right].mode().is_updating(),
+        ];
+        let mut schema = without_time_attributes(&arrow_schema(&join.schema));
+        if kind != JoinKind::Inner || updating.contains(&true) {
+            schema = crate::changelog::with_op(&schema);
+        }
+        let keyless = join.on.is_empty();
+        let parallelism = if keyless { 1 } else { self.parallelism };
+        let edge = |node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>]| match () {
+            _ if parallelism == 1 && node.parallelism == 1 => Exchange::Forward,
+            _ if keyless => Exchange::Single,
+            _ => Exchange::Hash(keys.to_vec()),
+        };
+        let edges = vec![
+            (left, edge(&self.nodes[left], &keys[0])),
+            (right, edge(&self.nodes[right], &keys[1])),
+        ];
+        let factory = JoinFactory(Arc::new(Join {
+            kind,
+            keys,
+            filter,
+            inputs: [
+                crate::changelog::without_op(&self.nodes[left].schema),
+                crate::changelog::without_op(&self.nodes[right].schema),
+            ],
+            updating,
+            null_equal: join.null_equality == NullEquality::NullEqualsNull,
+            schema: schema.clone(),
+        }));
+        self.push(NodeKind::Operator(Arc::new(factory)), edges, parallelism, schema)
     }
 
     fn plan_scan(&mut self, scan: &TableScan) -> Result<NodeId> {
@@ -1267,4 +1367,19 @@ fn check_no_window_refs(e: &Expr, schema: &DFSchema, origins: &[Origin]) -> Resu
         }
     }
     Ok(())
+}
+
+/// `schema` with no column marked as a time attribute (a regular join's
+/// output, as Flink turns its inputs' time attributes into plain timestamps).
+fn without_time_attributes(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut metadata = f.metadata().clone();
+            metadata.remove(TIME_ATTRIBUTE_KEY);
+            f.as_ref().clone().with_metadata(metadata)
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }

@@ -118,6 +118,8 @@ pub enum NodeSpec {
     SessionAggregate(Box<AggregationData>),
     /// A non-windowed aggregation.
     GroupAggregate(Box<AggregationData>),
+    /// A regular join of its two inputs.
+    Join(Box<JoinData>),
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -132,6 +134,22 @@ pub enum NodeSpec {
     },
     /// A sink.
     Sink(SinkSpec),
+}
+
+/// A regular join: keys over each input's data columns, the residual
+/// condition over both side by side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JoinData {
+    /// Inner or which outer.
+    pub kind: crate::operators::join::JoinKind,
+    /// The left input's key expressions.
+    pub left_keys: Vec<ExprNode>,
+    /// The right input's key expressions.
+    pub right_keys: Vec<ExprNode>,
+    /// The residual condition.
+    pub filter: Option<ExprNode>,
+    /// NULL keys equal each other.
+    pub null_equal: bool,
 }
 
 /// Tumbling, hopping or cumulating windows.
@@ -619,6 +637,7 @@ impl NodeSpec {
             NodeSpec::GroupAggregate(data) => {
                 NodeKind::Operator(build_group_aggregate(data, &input()?, output, ctx)?)
             }
+            NodeSpec::Join(data) => NodeKind::Operator(build_join(data, inputs, output, ctx)?),
             NodeSpec::Sink(sink) => {
                 NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
                     sink: sink.build(config)?,
@@ -802,4 +821,38 @@ pub fn encode_aggregation(
 /// A field list's schema, for specs that hold fields.
 pub fn schema_of(fields: Vec<Field>) -> SchemaRef {
     Arc::new(Schema::new(fields))
+}
+
+/// The join a [`JoinData`] describes, between inputs of `inputs`.
+fn build_join(
+    data: &JoinData,
+    inputs: &[SchemaRef],
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::join::{Join, JoinFactory, joined_schema};
+    let [left, right] = inputs else {
+        return Err(Error::State("a serialized join does not have two inputs".into()));
+    };
+    let data_inputs = [
+        crate::changelog::without_op(left),
+        crate::changelog::without_op(right),
+    ];
+    let joined = joined_schema(&data_inputs);
+    Ok(Arc::new(JoinFactory(Arc::new(Join {
+        kind: data.kind,
+        keys: [
+            decode_exprs(&data.left_keys, &data_inputs[0], ctx)?,
+            decode_exprs(&data.right_keys, &data_inputs[1], ctx)?,
+        ],
+        filter: data
+            .filter
+            .as_ref()
+            .map(|f| decode_expr(f, &joined, ctx))
+            .transpose()?,
+        updating: [crate::changelog::has_op(left), crate::changelog::has_op(right)],
+        inputs: data_inputs,
+        null_equal: data.null_equal,
+        schema: output.clone(),
+    }))))
 }

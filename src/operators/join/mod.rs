@@ -1,0 +1,589 @@
+//! Regular streaming joins (`INNER`, `LEFT`, `RIGHT`, `FULL OUTER`) on equal
+//! keys plus any residual condition, over insert-only or updating inputs,
+//! emitting the changes Flink's `StreamingJoinOperator` emits.
+//!
+//! Each side keeps its rows by join key (keyed state, by key group); a row
+//! arriving on one side is matched against the other side's rows of its
+//! key, the residual condition evaluated for every candidate pair of a batch
+//! at once, and the changes are decided row by row ([`state::decide`]).
+//! A row whose key has a NULL matches nothing (SQL's `=`) and is not kept.
+//!
+//! ```text
+//!  left  ──HASH[left keys]──►┐
+//!                            Join ──► joined rows (+I; -D/+I of padded rows; kinds passed on)
+//!  right ──HASH[right keys]─►┘
+//! ```
+
+pub mod state;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int8Array, Int64Array, UInt32Array, new_null_array,
+};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion_physical_expr::PhysicalExpr;
+use serde::{Deserialize, Serialize};
+
+use self::state::{Emit, SideState, Tally, decide};
+use crate::changelog::{self, RowKind};
+use crate::operators::calc::expr_text;
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::CheckpointId;
+use crate::runtime::operator::OperatorSnapshot;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::{Error, Result};
+
+/// Which rows of a join without a match are kept, padded with nulls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinKind {
+    /// Neither side's.
+    Inner,
+    /// The left side's.
+    Left,
+    /// The right side's.
+    Right,
+    /// Both sides'.
+    Full,
+}
+
+impl JoinKind {
+    /// Flink's name in EXPLAIN.
+    pub fn flink_name(self) -> &'static str {
+        match self {
+            JoinKind::Inner => "InnerJoin",
+            JoinKind::Left => "LeftOuterJoin",
+            JoinKind::Right => "RightOuterJoin",
+            JoinKind::Full => "FullOuterJoin",
+        }
+    }
+
+    /// Whether side `side` (0: left, 1: right) keeps rows without a match.
+    pub fn outer(self, side: usize) -> bool {
+        match self {
+            JoinKind::Inner => false,
+            JoinKind::Left => side == 0,
+            JoinKind::Right => side == 1,
+            JoinKind::Full => true,
+        }
+    }
+}
+
+/// A regular join of two inputs.
+#[derive(Debug, Clone)]
+pub struct Join {
+    /// Inner or which outer.
+    pub kind: JoinKind,
+    /// Each side's key expressions, over that side's data columns.
+    pub keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+    /// The residual condition, over the left and then the right data columns.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// Each side's data columns (without an op column).
+    pub inputs: [SchemaRef; 2],
+    /// Whether each input updates.
+    pub updating: [bool; 2],
+    /// Whether NULL keys are equal (`IS NOT DISTINCT FROM`) rather than
+    /// matching nothing.
+    pub null_equal: bool,
+    /// Left columns then right ones, with the op column when it updates.
+    pub schema: SchemaRef,
+}
+
+impl Join {
+    /// The text EXPLAIN shows.
+    pub fn describe(&self) -> String {
+        let mut conditions: Vec<String> = self.keys[0]
+            .iter()
+            .zip(&self.keys[1])
+            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
+            .collect();
+        if let Some(filter) = &self.filter {
+            conditions.push(expr_text(filter.as_ref()));
+        }
+        format!(
+            "Join(joinType=[{}], where=[{}], leftInputSpec=[NoUniqueKey], rightInputSpec=[NoUniqueKey])",
+            self.kind.flink_name(),
+            conditions.join(" AND ")
+        )
+    }
+
+    /// The key columns' types (the left's; the right's are cast to them).
+    fn key_types(&self) -> Result<Vec<DataType>> {
+        self.keys[0]
+            .iter()
+            .map(|k| Ok(k.data_type(&self.inputs[0])?))
+            .collect()
+    }
+
+    /// `_key_group`, `_side` (0 left, 1 right), every left column, every
+    /// right column (the other side's are NULL), `_count`, `_matches`.
+    fn state_schema(&self) -> SchemaRef {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("_side", DataType::Int8, false),
+        ];
+        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
+            fields.extend(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
+            );
+        }
+        fields.push(Field::new("_count", DataType::Int64, false));
+        fields.push(Field::new("_matches", DataType::Int64, false));
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// The operator factory of a regular join.
+#[derive(Debug, Clone)]
+pub struct JoinFactory(pub Arc<Join>);
+
+impl OperatorFactory for JoinFactory {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        match self.0.kind {
+            JoinKind::Inner => ChangelogRole::Forwarding,
+            _ => ChangelogRole::Retracting,
+        }
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let join = &self.0;
+        let joined = joined_schema(&join.inputs);
+        Ok(crate::plan::spec::NodeSpec::Join(Box::new(
+            crate::plan::spec::JoinData {
+                kind: join.kind,
+                left_keys: crate::plan::codec::encode_exprs(&join.keys[0], &join.inputs[0])?,
+                right_keys: crate::plan::codec::encode_exprs(&join.keys[1], &join.inputs[1])?,
+                filter: join
+                    .filter
+                    .as_ref()
+                    .map(|f| crate::plan::codec::encode_expr(f, &joined))
+                    .transpose()?,
+                null_equal: join.null_equal,
+            },
+        )))
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let join = self.0.clone();
+        let rows_of = |input: &SchemaRef| {
+            RowConverter::new(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )
+        };
+        let keys_of = RowConverter::new(join.key_types()?.into_iter().map(SortField::new).collect())?;
+        Ok(Box::new(JoinOperator {
+            rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
+            sides: [
+                SideState {
+                    dedupe: join.updating[0],
+                    ..Default::default()
+                },
+                SideState {
+                    dedupe: join.updating[1],
+                    ..Default::default()
+                },
+            ],
+            keys_of,
+            max_parallelism: ctx.max_parallelism,
+            join,
+        }))
+    }
+}
+
+/// The left data columns then the right ones.
+pub fn joined_schema(inputs: &[SchemaRef; 2]) -> Schema {
+    Schema::new(
+        inputs
+            .iter()
+            .flat_map(|s| s.fields().iter().cloned())
+            .collect::<Vec<_>>(),
+    )
+}
+
+struct JoinOperator {
+    join: Arc<Join>,
+    /// Each side's rows as bytes, and back.
+    rows_of: [RowConverter; 2],
+    /// Keys as bytes, and back.
+    keys_of: RowConverter,
+    sides: [SideState; 2],
+    max_parallelism: usize,
+}
+
+/// The candidate pairs of one input batch: each input row's range of
+/// pairs, and per pair the other side's entry it is.
+struct Candidates {
+    /// Pairs of input row `i` are `starts[i]..starts[i + 1]`.
+    starts: Vec<usize>,
+    /// The entry of the other side's bucket of the row's key.
+    entries: Vec<usize>,
+    /// The other side's columns of every pair (None: no pairs).
+    columns: Option<Vec<ArrayRef>>,
+    /// Whether each pair satisfies the residual condition.
+    matched: Vec<bool>,
+}
+
+impl JoinOperator {
+    /// The key bytes of each row of `data` from side `side`, and which rows
+    /// have a NULL key (they match nothing).
+    fn keys(&self, side: usize, data: &RecordBatch) -> Result<(Rows, Option<arrow::buffer::NullBuffer>)> {
+        let types = self.join.key_types()?;
+        let mut arrays = Vec::with_capacity(types.len());
+        for (expr, wanted) in self.join.keys[side].iter().zip(&types) {
+            let array = expr.evaluate(data)?.into_array(data.num_rows())?;
+            arrays.push(arrow::compute::cast(&array, wanted)?);
+        }
+        let nulls = if self.join.null_equal {
+            None
+        } else {
+            arrays.iter().fold(None, |acc, a| {
+                arrow::buffer::NullBuffer::union(acc.as_ref(), a.logical_nulls().as_ref())
+            })
+        };
+        Ok((self.keys_of.convert_columns(&arrays)?, nulls))
+    }
+
+    /// Every pair of an input row with a stored row of the other side under
+    /// the same key, and whether the residual condition holds for it.
+    fn candidates(
+        &self,
+        side: usize,
+        data: &RecordBatch,
+        keys: &Rows,
+        null_keys: Option<&arrow::buffer::NullBuffer>,
+    ) -> Result<Candidates> {
+        let other = &self.sides[1 - side];
+        let mut starts = Vec::with_capacity(data.num_rows() + 1);
+        let mut inputs: Vec<u32> = Vec::new();
+        let mut entries = Vec::new();
+        let mut rows = Vec::new();
+        let parser = self.rows_of[1 - side].parser();
+        for i in 0..data.num_rows() {
+            starts.push(entries.len());
+            if null_keys.is_some_and(|n| n.is_null(i)) {
+                continue;
+            }
+            if let Some(bucket) = other.buckets.get(keys.row(i).as_ref()) {
+                for (j, entry) in bucket.iter().enumerate() {
+                    inputs.push(i as u32);
+                    entries.push(j);
+                    rows.push(parser.parse(&entry.row));
+                }
+            }
+        }
+        starts.push(entries.len());
+        if entries.is_empty() {
+            return Ok(Candidates {
+                starts,
+                entries,
+                columns: None,
+                matched: Vec::new(),
+            });
+        }
+        let columns = self.rows_of[1 - side].convert_rows(rows)?;
+        let matched = match &self.join.filter {
+            None => vec![true; entries.len()],
+            Some(filter) => {
+                let indices = UInt32Array::from(inputs);
+                let mine = data
+                    .columns()
+                    .iter()
+                    .map(|c| Ok(take(c, &indices, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                let (left, right) = if side == 0 {
+                    (mine, columns.clone())
+                } else {
+                    (columns.clone(), mine)
+                };
+                let both = left.into_iter().chain(right).collect();
+                let pairs = RecordBatch::try_new(Arc::new(joined_schema(&self.join.inputs)), both)?;
+                let result = filter.evaluate(&pairs)?.into_array(pairs.num_rows())?;
+                let result = result
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| Error::Internal("a join condition is not boolean".into()))?;
+                (0..result.len())
+                    .map(|p| result.is_valid(p) && result.value(p))
+                    .collect()
+            }
+        };
+        Ok(Candidates {
+            starts,
+            entries,
+            columns: Some(columns),
+            matched,
+        })
+    }
+
+    fn process(&mut self, side: usize, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+        let kinds = changelog::row_kinds(batch)?;
+        let data = changelog::data(batch);
+        let (keys, null_keys) = self.keys(side, &data)?;
+        let rows = self.rows_of[side].convert_columns(data.columns())?;
+        let candidates = self.candidates(side, &data, &keys, null_keys.as_ref())?;
+        let outer = (self.join.kind.outer(side), self.join.kind.outer(1 - side));
+        let (mine, other) = match side {
+            0 => {
+                let (a, b) = self.sides.split_at_mut(1);
+                (&mut a[0], &mut b[0])
+            }
+            _ => {
+                let (a, b) = self.sides.split_at_mut(1);
+                (&mut b[0], &mut a[0])
+            }
+        };
+        let mut emitted = Emitted::default();
+        let mut emits = Vec::new();
+        for (i, kind) in kinds.iter().enumerate() {
+            let key = keys.row(i);
+            let pairs: Vec<usize> = (candidates.starts[i]..candidates.starts[i + 1])
+                .filter(|p| candidates.matched[*p])
+                .collect();
+            emits.clear();
+            let copies = match other.buckets.get_mut(key.as_ref()) {
+                Some(bucket) if !pairs.is_empty() => {
+                    let wanted: Vec<usize> = pairs.iter().map(|p| candidates.entries[*p]).collect();
+                    let mut tallies: Vec<&mut Tally> = bucket
+                        .iter_mut()
+                        .enumerate()
+                        .filter(|(j, _)| wanted.binary_search(j).is_ok())
+                        .map(|(_, e)| &mut e.tally)
+                        .collect();
+                    decide(*kind, outer.0, outer.1, &mut tallies, &mut emits)
+                }
+                _ => decide(*kind, outer.0, outer.1, &mut [], &mut emits),
+            };
+            for emit in &emits {
+                emitted.push(*emit, i as u32, &pairs);
+            }
+            if null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                continue;
+            }
+            if kind.is_retraction() {
+                mine.retract(key.as_ref(), rows.row(i).as_ref());
+            } else {
+                mine.add(
+                    key.as_ref(),
+                    rows.row(i).as_ref(),
+                    if outer.0 { copies } else { 0 },
+                );
+            }
+        }
+        if emitted.kinds.is_empty() {
+            return Ok(());
+        }
+        out.batch(self.output(side, &data, candidates.columns.as_deref(), emitted)?);
+        Ok(())
+    }
+
+    /// The output rows: the input side's columns taken by row, the other
+    /// side's by pair, NULL where padded.
+    fn output(
+        &self,
+        side: usize,
+        data: &RecordBatch,
+        other: Option<&[ArrayRef]>,
+        emitted: Emitted,
+    ) -> Result<RecordBatch> {
+        let n = emitted.kinds.len();
+        let input_indices = UInt32Array::from(emitted.input);
+        let mine = data
+            .columns()
+            .iter()
+            .map(|c| Ok(take(c, &input_indices, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let theirs = match other {
+            Some(columns) => {
+                let indices = UInt32Array::from(emitted.other);
+                columns
+                    .iter()
+                    .map(|c| Ok(take(c, &indices, None)?))
+                    .collect::<Result<Vec<_>>>()?
+            }
+            None => self.join.inputs[1 - side]
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), n))
+                .collect(),
+        };
+        let (left, right) = if side == 0 { (mine, theirs) } else { (theirs, mine) };
+        let columns: Vec<ArrayRef> = left.into_iter().chain(right).collect();
+        if changelog::has_op(&self.join.schema) {
+            changelog::with_kinds(&self.join.schema, columns, &emitted.kinds)
+        } else {
+            Ok(RecordBatch::try_new(self.join.schema.clone(), columns)?)
+        }
+    }
+
+    /// One side's state rows (see [`Join::state_schema`]).
+    fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
+        let state = &self.sides[side];
+        if state.is_empty() {
+            return Ok(None);
+        }
+        let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
+        let mut keys = Vec::new();
+        let mut rows = Vec::new();
+        let mut tallies = Vec::new();
+        for (key, bucket) in &state.buckets {
+            for entry in bucket {
+                keys.push(key_parser.parse(key));
+                rows.push(row_parser.parse(&entry.row));
+                tallies.push(entry.tally);
+            }
+        }
+        let n = rows.len();
+        let key_columns = self.keys_of.convert_rows(keys)?;
+        let data = self.rows_of[side].convert_rows(rows)?;
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
+            Arc::new(Int8Array::from(vec![side as i8; n])),
+        ];
+        for s in 0..2 {
+            if s == side {
+                columns.extend(data.iter().cloned());
+            } else {
+                columns.extend(
+                    self.join.inputs[s]
+                        .fields()
+                        .iter()
+                        .map(|f| new_null_array(f.data_type(), n)),
+                );
+            }
+        }
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            tallies.iter().map(|t| t.count),
+        )));
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            tallies.iter().map(|t| t.matches),
+        )));
+        Ok(Some(columns))
+    }
+
+    fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {
+        let sides = rows.column(1).as_primitive::<Int8Type>();
+        let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
+        let rows = arrow::compute::filter_record_batch(rows, &mask)?;
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let widths = [
+            self.join.inputs[0].fields().len(),
+            self.join.inputs[1].fields().len(),
+        ];
+        let start = 2 + if side == 0 { 0 } else { widths[0] };
+        let data = RecordBatch::try_new(
+            self.join.inputs[side].clone(),
+            rows.columns()[start..start + widths[side]].to_vec(),
+        )?;
+        let (keys, _) = self.keys(side, &data)?;
+        let converted = self.rows_of[side].convert_columns(data.columns())?;
+        let counts = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
+        let matches = rows.column(3 + widths[0] + widths[1]).as_primitive::<Int64Type>();
+        let state = &mut self.sides[side];
+        for i in 0..rows.num_rows() {
+            state
+                .buckets
+                .entry(keys.row(i).as_ref().into())
+                .or_default()
+                .push(state::Entry {
+                    row: converted.row(i).as_ref().into(),
+                    tally: Tally {
+                        count: counts.value(i),
+                        matches: matches.value(i),
+                    },
+                });
+        }
+        Ok(())
+    }
+}
+
+/// The rows to emit for one input batch, as indices.
+#[derive(Default)]
+struct Emitted {
+    kinds: Vec<RowKind>,
+    /// The input row, or None (padded).
+    input: Vec<Option<u32>>,
+    /// The candidate pair of the other side's row, or None (padded).
+    other: Vec<Option<u32>>,
+}
+
+impl Emitted {
+    fn push(&mut self, emit: Emit, row: u32, pairs: &[usize]) {
+        let (kind, input, other) = match emit {
+            Emit::Joined(kind, k) => (kind, Some(row), Some(pairs[k] as u32)),
+            Emit::InputPadded(kind) => (kind, Some(row), None),
+            Emit::OtherPadded(kind, k) => (kind, None, Some(pairs[k] as u32)),
+        };
+        self.kinds.push(kind);
+        self.input.push(input);
+        self.other.push(other);
+    }
+}
+
+impl Operator for JoinOperator {
+    fn name(&self) -> String {
+        self.join.describe()
+    }
+
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        self.process(input.min(1), &batch, out)
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        let schema = self.join.state_schema();
+        let mut columns: Option<Vec<ArrayRef>> = None;
+        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
+            columns = Some(match columns {
+                None => side,
+                Some(before) => before
+                    .iter()
+                    .zip(&side)
+                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
+                    .collect::<Result<Vec<_>>>()?,
+            });
+        }
+        let Some(columns) = columns else {
+            return Ok(None);
+        };
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::Value::Null,
+            rows: Some(sorted_state_rows(&schema, columns)?),
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        let Some(rows) = &snapshot.rows else {
+            return Ok(());
+        };
+        OperatorSnapshot::check_columns(rows, &self.join.state_schema(), &self.join.describe())?;
+        self.restore_side(0, rows)?;
+        self.restore_side(1, rows)
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(&self.join.state_schema())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,245 @@
+//! The rows one side of a regular join keeps, by join key, and what a row
+//! arriving on one side emits given the other side's matching rows, as
+//! Flink's `StreamingJoinOperator` decides it: plain data and functions.
+
+use std::collections::HashMap;
+
+use crate::changelog::RowKind;
+
+/// How often a stored row is there, and, on an outer side, how many rows of
+/// the other side it joins (its null-padded row is out while that is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tally {
+    /// Copies of the row.
+    pub count: i64,
+    /// Rows of the other side joined with it (outer sides only).
+    pub matches: i64,
+}
+
+/// One stored row (Arrow row format bytes) with its tally.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The row's columns as row-format bytes.
+    pub row: Box<[u8]>,
+    /// Its copies and matches.
+    pub tally: Tally,
+}
+
+/// The rows of one side by join key (row-format bytes of the key).
+#[derive(Debug, Default)]
+pub struct SideState {
+    /// Each key's rows, in arrival order.
+    pub buckets: HashMap<Box<[u8]>, Vec<Entry>>,
+    /// Whether equal rows share an entry (an updating side, whose rows may
+    /// be taken away); an insert-only side appends without looking.
+    pub dedupe: bool,
+}
+
+impl SideState {
+    /// Adds a copy of `row` under `key`, joined with `matches` rows of the
+    /// other side.
+    pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64) {
+        let bucket = self.buckets.entry(key.into()).or_default();
+        if self.dedupe
+            && let Some(entry) = bucket.iter_mut().find(|e| &*e.row == row)
+        {
+            entry.tally.count += 1;
+            entry.tally.matches = matches;
+            return;
+        }
+        bucket.push(Entry {
+            row: row.into(),
+            tally: Tally { count: 1, matches },
+        });
+    }
+
+    /// Takes a copy of `row` away from `key`; false when it is not there.
+    pub fn retract(&mut self, key: &[u8], row: &[u8]) -> bool {
+        let Some(bucket) = self.buckets.get_mut(key) else {
+            return false;
+        };
+        let Some(at) = bucket.iter().position(|e| &*e.row == row) else {
+            return false;
+        };
+        bucket[at].tally.count -= 1;
+        if bucket[at].tally.count <= 0 {
+            bucket.remove(at);
+        }
+        if bucket.is_empty() {
+            self.buckets.remove(key);
+        }
+        true
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.buckets.values().map(Vec::len).sum()
+    }
+
+    /// Whether it holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+}
+
+/// One row to emit for an input row: the input row joined with a matched
+/// row (by its position among the matches), either of them padded with
+/// nulls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emit {
+    /// The input row with matched row `k`.
+    Joined(RowKind, usize),
+    /// The input row with nulls for the other side.
+    InputPadded(RowKind),
+    /// Matched row `k` with nulls for the input's side.
+    OtherPadded(RowKind, usize),
+}
+
+/// What one input row of kind `kind` emits, given the tallies of the other
+/// side's rows it matches (updated here: their match counts); whether the
+/// input's side and the other side are outer. Returns the matches the row
+/// is stored with when it is added (copies of matched rows).
+///
+/// As Flink's streaming join: an outer side's row without matches is
+/// emitted padded (`+I`), its padded row retracted (`-D`) when a first match
+/// comes and emitted again when the last one goes; an outer join emits `+I`
+/// and `-D` only, an inner one passes the input's kind on.
+pub fn decide(
+    kind: RowKind,
+    input_outer: bool,
+    other_outer: bool,
+    matched: &mut [&mut Tally],
+    out: &mut Vec<Emit>,
+) -> i64 {
+    let copies: i64 = matched.iter().map(|t| t.count).sum();
+    let repeat = |out: &mut Vec<Emit>, emit: Emit, times: i64| {
+        out.extend(std::iter::repeat_n(emit, times.max(0) as usize));
+    };
+    if matched.is_empty() {
+        if input_outer {
+            let padded = if kind.is_retraction() {
+                RowKind::Delete
+            } else {
+                RowKind::Insert
+            };
+            out.push(Emit::InputPadded(padded));
+        }
+        return 0;
+    }
+    let joined_kind = match (input_outer || other_outer, kind.is_retraction()) {
+        (false, _) => kind,
+        (true, false) => RowKind::Insert,
+        (true, true) => RowKind::Delete,
+    };
+    if !kind.is_retraction() {
+        if other_outer {
+            for (k, t) in matched.iter_mut().enumerate() {
+                if t.matches == 0 {
+                    repeat(out, Emit::OtherPadded(RowKind::Delete, k), t.count);
+                }
+                t.matches += 1;
+            }
+        }
+        for (k, t) in matched.iter().enumerate() {
+            repeat(out, Emit::Joined(joined_kind, k), t.count);
+        }
+    } else {
+        for (k, t) in matched.iter().enumerate() {
+            repeat(out, Emit::Joined(joined_kind, k), t.count);
+        }
+        if other_outer {
+            for (k, t) in matched.iter_mut().enumerate() {
+                if t.matches == 1 {
+                    repeat(out, Emit::OtherPadded(RowKind::Insert, k), t.count);
+                }
+                t.matches -= 1;
+            }
+        }
+    }
+    copies
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RowKind::*;
+
+    fn tally(count: i64, matches: i64) -> Tally {
+        Tally { count, matches }
+    }
+
+    #[test]
+    fn an_inner_join_passes_the_input_kind_to_each_match() {
+        let (mut a, mut b) = (tally(1, 0), tally(2, 0));
+        let mut out = Vec::new();
+        let copies = decide(UpdateAfter, false, false, &mut [&mut a, &mut b], &mut out);
+        assert_eq!(copies, 3);
+        assert_eq!(
+            out,
+            vec![
+                Emit::Joined(UpdateAfter, 0),
+                Emit::Joined(UpdateAfter, 1),
+                Emit::Joined(UpdateAfter, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_outer_row_without_matches_is_padded_and_its_retraction_deletes_the_padded_row() {
+        let mut out = Vec::new();
+        assert_eq!(decide(Insert, true, false, &mut [], &mut out), 0);
+        decide(Delete, true, false, &mut [], &mut out);
+        assert_eq!(out, vec![Emit::InputPadded(Insert), Emit::InputPadded(Delete)]);
+        out.clear();
+        decide(Insert, false, false, &mut [], &mut out);
+        assert!(
+            out.is_empty(),
+            "an inner side's row without matches emits nothing"
+        );
+    }
+
+    #[test]
+    fn the_first_match_of_an_outer_row_deletes_its_padded_row_and_the_last_brings_it_back() {
+        // A left join; the input comes from the right, the matched row is a left one.
+        let mut left = tally(1, 0);
+        let mut out = Vec::new();
+        decide(Insert, false, true, &mut [&mut left], &mut out);
+        assert_eq!(out, vec![Emit::OtherPadded(Delete, 0), Emit::Joined(Insert, 0)]);
+        assert_eq!(left.matches, 1);
+        out.clear();
+        decide(Insert, false, true, &mut [&mut left], &mut out);
+        assert_eq!(
+            out,
+            vec![Emit::Joined(Insert, 0)],
+            "a second match leaves the padded row gone"
+        );
+        out.clear();
+        decide(UpdateBefore, false, true, &mut [&mut left], &mut out);
+        decide(Delete, false, true, &mut [&mut left], &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Emit::Joined(Delete, 0),
+                Emit::Joined(Delete, 0),
+                Emit::OtherPadded(Insert, 0)
+            ]
+        );
+        assert_eq!(left.matches, 0);
+    }
+
+    #[test]
+    fn a_side_keeps_copies_of_equal_rows_when_it_updates() {
+        let mut side = SideState {
+            dedupe: true,
+            ..Default::default()
+        };
+        side.add(b"k", b"r", 0);
+        side.add(b"k", b"r", 0);
+        assert_eq!(side.len(), 1);
+        assert!(side.retract(b"k", b"r"));
+        assert_eq!(side.buckets[&b"k"[..]][0].tally.count, 1);
+        assert!(side.retract(b"k", b"r"));
+        assert!(side.is_empty());
+        assert!(!side.retract(b"k", b"r"), "nothing left to take away");
+    }
+}

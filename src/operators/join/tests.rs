@@ -1,0 +1,122 @@
+//! Join through the operator harness: rows into either side, changes out.
+
+use crate::operators::harness::Harness;
+
+const SETUP: &[&str] = &[
+    "CREATE TABLE l (k BIGINT, a STRING) WITH ('connector' = 'datagen')",
+    "CREATE TABLE r (k BIGINT, b STRING) WITH ('connector' = 'datagen')",
+    "CREATE TABLE out (k BIGINT, a STRING, k2 BIGINT, b STRING) WITH ('connector' = 'blackhole')",
+    "CREATE TABLE counts (k BIGINT, n BIGINT, k2 BIGINT, b STRING) WITH ('connector' = 'blackhole')",
+];
+
+fn harness(join: &str) -> Harness {
+    Harness::of(
+        SETUP,
+        &format!("INSERT INTO out SELECT l.k, a, r.k, b FROM l {join} r ON l.k = r.k"),
+        "Join",
+        0,
+    )
+    .unwrap()
+}
+
+fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn an_inner_join_of_inserts_emits_each_pair_once_whichever_side_comes_first() {
+    let mut h = harness("JOIN");
+    assert_eq!(h.push_to(0, "1 a\n2 x").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        h.push_to(1, "1 b\n1 c").unwrap(),
+        lines(&["+I 1 a 1 b", "+I 1 a 1 c"])
+    );
+    assert_eq!(h.push_to(0, "1 d").unwrap(), lines(&["+I 1 d 1 b", "+I 1 d 1 c"]));
+}
+
+#[test]
+fn a_left_join_pads_a_row_until_its_first_match_and_retracts_the_padded_row() {
+    let mut h = harness("LEFT JOIN");
+    assert_eq!(h.push_to(0, "1 a").unwrap(), lines(&["+I 1 a null null"]));
+    assert_eq!(
+        h.push_to(1, "1 b\n1 c").unwrap(),
+        lines(&["-D 1 a null null", "+I 1 a 1 b", "+I 1 a 1 c"])
+    );
+    assert_eq!(
+        h.push_to(1, "2 z").unwrap(),
+        Vec::<String>::new(),
+        "the right side is not outer"
+    );
+}
+
+#[test]
+fn a_full_join_pads_both_sides_and_a_null_key_matches_nothing() {
+    let mut h = harness("FULL JOIN");
+    assert_eq!(
+        h.push_to(1, "1 b\nnull n").unwrap(),
+        lines(&["+I null null 1 b", "+I null null null n"])
+    );
+    assert_eq!(
+        h.push_to(0, "1 a\nnull m").unwrap(),
+        lines(&["-D null null 1 b", "+I 1 a 1 b", "+I null m null null"])
+    );
+}
+
+#[test]
+fn a_residual_condition_decides_which_pairs_match() {
+    let mut h = Harness::of(
+        SETUP,
+        "INSERT INTO out SELECT l.k, a, r.k, b FROM l LEFT JOIN r ON l.k = r.k AND a < b",
+        "Join",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push_to(1, "1 m").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        h.push_to(0, "1 a\n1 z").unwrap(),
+        lines(&["+I 1 a 1 m", "+I 1 z null null"])
+    );
+}
+
+/// `(SELECT k, COUNT(*) AS n FROM l GROUP BY k) LEFT JOIN r`: the left
+/// side updates.
+fn counts_left_join() -> Harness {
+    Harness::of(
+        SETUP,
+        "INSERT INTO counts SELECT c.k, c.n, r.k, b FROM \
+         (SELECT k, COUNT(*) AS n FROM l GROUP BY k) c LEFT JOIN r ON c.k = r.k",
+        "Join",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_updating_left_side_retracts_its_old_rows_with_their_matches() {
+    let mut h = counts_left_join();
+    assert_eq!(h.push_to(0, "+I 1 1").unwrap(), lines(&["+I 1 1 null null"]));
+    assert_eq!(
+        h.push_to(1, "1 b").unwrap(),
+        lines(&["-D 1 1 null null", "+I 1 1 1 b"])
+    );
+    assert_eq!(
+        h.push_to(0, "-U 1 1\n+U 1 2").unwrap(),
+        lines(&["-D 1 1 1 b", "+I 1 2 1 b"])
+    );
+}
+
+#[test]
+fn join_state_survives_a_snapshot_and_restore_with_its_match_counts() {
+    let mut h = harness("FULL JOIN");
+    h.push_to(0, "1 a\n2 x").unwrap();
+    h.push_to(1, "1 b").unwrap();
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 3);
+    // The right row 1 b has one match: a second left row adds a pair only.
+    assert_eq!(h.push_to(0, "1 c").unwrap(), lines(&["+I 1 c 1 b"]));
+    // The left row 2 x has none: its padded row goes when a match comes.
+    assert_eq!(
+        h.push_to(1, "2 y").unwrap(),
+        lines(&["-D 2 x null null", "+I 2 x 2 y"])
+    );
+}
