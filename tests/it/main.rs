@@ -7,6 +7,7 @@ mod errors;
 mod fuzz_corpora;
 mod idle;
 mod inspect;
+mod join_differential;
 mod lifecycle;
 mod metrics;
 mod nexmark;
