@@ -603,6 +603,7 @@ impl<'a> Planner<'a> {
             updating,
             null_equal: join.null_equality == NullEquality::NullEqualsNull,
             schema: schema.clone(),
+            state_ttl: self.config.state_ttl()?,
         }));
         self.push(NodeKind::Operator(Arc::new(factory)), edges, parallelism, schema)
     }

@@ -150,6 +150,9 @@ pub struct JoinData {
     pub filter: Option<ExprNode>,
     /// NULL keys equal each other.
     pub null_equal: bool,
+    /// `table.exec.state.ttl` in ms.
+    #[serde(default)]
+    pub state_ttl_ms: Option<u64>,
 }
 
 /// Tumbling, hopping or cumulating windows.
@@ -854,5 +857,6 @@ fn build_join(
         inputs: data_inputs,
         null_equal: data.null_equal,
         schema: output.clone(),
+        state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
     }))))
 }

@@ -94,6 +94,9 @@ pub struct Join {
     pub null_equal: bool,
     /// Left columns then right ones, with the op column when it updates.
     pub schema: SchemaRef,
+    /// `table.exec.state.ttl`: a row not written for this long (by the
+    /// wall clock) is forgotten, as Flink's join state.
+    pub state_ttl: Option<std::time::Duration>,
 }
 
 impl Join {
@@ -107,8 +110,12 @@ impl Join {
         if let Some(filter) = &self.filter {
             conditions.push(expr_text(filter.as_ref()));
         }
+        let ttl = match self.state_ttl {
+            Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
+            None => String::new(),
+        };
         format!(
-            "Join(joinType=[{}], where=[{}], leftInputSpec=[NoUniqueKey], rightInputSpec=[NoUniqueKey])",
+            "Join(joinType=[{}], where=[{}], leftInputSpec=[NoUniqueKey], rightInputSpec=[NoUniqueKey]{ttl})",
             self.kind.flink_name(),
             conditions.join(" AND ")
         )
@@ -123,7 +130,8 @@ impl Join {
     }
 
     /// `_key_group`, `_side` (0 left, 1 right), every left column, every
-    /// right column (the other side's are NULL), `_count`, `_matches`.
+    /// right column (the other side's are NULL), `_count`, `_matches`, and
+    /// `_written` with a state TTL.
     fn state_schema(&self) -> SchemaRef {
         let mut fields = vec![
             Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
@@ -139,7 +147,14 @@ impl Join {
         }
         fields.push(Field::new("_count", DataType::Int64, false));
         fields.push(Field::new("_matches", DataType::Int64, false));
+        if self.state_ttl.is_some() {
+            fields.push(Field::new("_written", DataType::Int64, false));
+        }
         Arc::new(Schema::new(fields))
+    }
+
+    fn ttl_ms(&self) -> Option<i64> {
+        self.state_ttl.map(|t| t.as_millis() as i64)
     }
 }
 
@@ -173,6 +188,7 @@ impl OperatorFactory for JoinFactory {
                     .map(|f| crate::plan::codec::encode_expr(f, &joined))
                     .transpose()?,
                 null_equal: join.null_equal,
+                state_ttl_ms: join.state_ttl.map(|d| d.as_millis() as u64),
             },
         )))
     }
@@ -203,6 +219,7 @@ impl OperatorFactory for JoinFactory {
             ],
             keys_of,
             max_parallelism: ctx.max_parallelism,
+            swept: 0,
             join,
         }))
     }
@@ -226,6 +243,8 @@ struct JoinOperator {
     keys_of: RowConverter,
     sides: [SideState; 2],
     max_parallelism: usize,
+    /// When expired rows were last swept (ms).
+    swept: i64,
 }
 
 /// The candidate pairs of one input batch: each input row's range of
@@ -338,6 +357,14 @@ impl JoinOperator {
         let data = changelog::data(batch);
         let (keys, null_keys) = self.keys(side, &data)?;
         let rows = self.rows_of[side].convert_columns(data.columns())?;
+        let now = crate::runtime::operator::wall_clock_millis();
+        if let Some(ttl) = self.join.ttl_ms() {
+            for i in 0..data.num_rows() {
+                self.sides
+                    .iter_mut()
+                    .for_each(|s| s.expire_key(keys.row(i).as_ref(), now, ttl));
+            }
+        }
         let candidates = self.candidates(side, &data, &keys, null_keys.as_ref())?;
         let outer = (self.join.kind.outer(side), self.join.kind.outer(1 - side));
         let (mine, other) = match side {
@@ -367,7 +394,16 @@ impl JoinOperator {
                         .filter(|(j, _)| wanted.binary_search(j).is_ok())
                         .map(|(_, e)| &mut e.tally)
                         .collect();
-                    decide(*kind, outer.0, outer.1, &mut tallies, &mut emits)
+                    let copies = decide(*kind, outer.0, outer.1, &mut tallies, &mut emits);
+                    if outer.1 {
+                        // Their match counts were written.
+                        bucket
+                            .iter_mut()
+                            .enumerate()
+                            .filter(|(j, _)| wanted.binary_search(j).is_ok())
+                            .for_each(|(_, e)| e.written = now);
+                    }
+                    copies
                 }
                 _ => decide(*kind, outer.0, outer.1, &mut [], &mut emits),
             };
@@ -378,12 +414,13 @@ impl JoinOperator {
                 continue;
             }
             if kind.is_retraction() {
-                mine.retract(key.as_ref(), rows.row(i).as_ref());
+                mine.retract(key.as_ref(), rows.row(i).as_ref(), now);
             } else {
                 mine.add(
                     key.as_ref(),
                     rows.row(i).as_ref(),
                     if outer.0 { copies } else { 0 },
+                    now,
                 );
             }
         }
@@ -443,11 +480,13 @@ impl JoinOperator {
         let mut keys = Vec::new();
         let mut rows = Vec::new();
         let mut tallies = Vec::new();
+        let mut written = Vec::new();
         for (key, bucket) in &state.buckets {
             for entry in bucket {
                 keys.push(key_parser.parse(key));
                 rows.push(row_parser.parse(&entry.row));
                 tallies.push(entry.tally);
+                written.push(entry.written);
             }
         }
         let n = rows.len();
@@ -475,6 +514,9 @@ impl JoinOperator {
         columns.push(Arc::new(Int64Array::from_iter_values(
             tallies.iter().map(|t| t.matches),
         )));
+        if self.join.state_ttl.is_some() {
+            columns.push(Arc::new(Int64Array::from(written)));
+        }
         Ok(Some(columns))
     }
 
@@ -498,6 +540,11 @@ impl JoinOperator {
         let converted = self.rows_of[side].convert_columns(data.columns())?;
         let counts = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
         let matches = rows.column(3 + widths[0] + widths[1]).as_primitive::<Int64Type>();
+        let written = self.join.state_ttl.map(|_| {
+            rows.column(4 + widths[0] + widths[1])
+                .as_primitive::<Int64Type>()
+                .clone()
+        });
         let state = &mut self.sides[side];
         for i in 0..rows.num_rows() {
             state
@@ -510,6 +557,7 @@ impl JoinOperator {
                         count: counts.value(i),
                         matches: matches.value(i),
                     },
+                    written: written.as_ref().map_or(0, |w| w.value(i)),
                 });
         }
         Ok(())
@@ -548,7 +596,28 @@ impl Operator for JoinOperator {
         self.process(input.min(1), &batch, out)
     }
 
+    fn uses_processing_time(&self) -> bool {
+        self.join.state_ttl.is_some()
+    }
+
+    /// Sweeps expired rows at most every half TTL, so memory is given back
+    /// for keys that never come again.
+    fn on_processing_time(&mut self, now: crate::runtime::Timestamp, _out: &mut Output) -> Result<()> {
+        if let Some(ttl) = self.join.ttl_ms()
+            && now - self.swept >= ttl / 2
+        {
+            self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
+            self.swept = now;
+        }
+        Ok(())
+    }
+
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if let Some(ttl) = self.join.ttl_ms() {
+            // Expired rows are not saved.
+            let now = crate::runtime::operator::wall_clock_millis();
+            self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
+        }
         let schema = self.join.state_schema();
         let mut columns: Option<Vec<ArrayRef>> = None;
         for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {

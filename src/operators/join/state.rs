@@ -23,6 +23,9 @@ pub struct Entry {
     pub row: Box<[u8]>,
     /// Its copies and matches.
     pub tally: Tally,
+    /// When it was last written (ms, processing time): added, taken away
+    /// from, or its match count changed. Read only with a state TTL.
+    pub written: i64,
 }
 
 /// The rows of one side by join key (row-format bytes of the key).
@@ -36,25 +39,47 @@ pub struct SideState {
 }
 
 impl SideState {
-    /// Adds a copy of `row` under `key`, joined with `matches` rows of the
-    /// other side.
-    pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64) {
+    /// Adds a copy of `row` under `key` at `now`, joined with `matches`
+    /// rows of the other side.
+    pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64, now: i64) {
         let bucket = self.buckets.entry(key.into()).or_default();
         if self.dedupe
             && let Some(entry) = bucket.iter_mut().find(|e| &*e.row == row)
         {
             entry.tally.count += 1;
             entry.tally.matches = matches;
+            entry.written = now;
             return;
         }
         bucket.push(Entry {
             row: row.into(),
             tally: Tally { count: 1, matches },
+            written: now,
         });
     }
 
-    /// Takes a copy of `row` away from `key`; false when it is not there.
-    pub fn retract(&mut self, key: &[u8], row: &[u8]) -> bool {
+    /// Forgets the rows of `key` not written for `ttl` ms at `now`
+    /// (Flink's state TTL: nothing is emitted for them).
+    pub fn expire_key(&mut self, key: &[u8], now: i64, ttl: i64) {
+        if let Some(bucket) = self.buckets.get_mut(key) {
+            bucket.retain(|e| now - e.written < ttl);
+            if bucket.is_empty() {
+                self.buckets.remove(key);
+            }
+        }
+    }
+
+    /// Forgets every row not written for `ttl` ms at `now`.
+    pub fn expire(&mut self, now: i64, ttl: i64) {
+        self.buckets.retain(|_, bucket| {
+            bucket.retain(|e| now - e.written < ttl);
+            !bucket.is_empty()
+        });
+    }
+
+    /// Takes a copy of `row` away from `key` at `now`; false when it is
+    /// not there.
+    pub fn retract(&mut self, key: &[u8], row: &[u8], now: i64) -> bool {
         let Some(bucket) = self.buckets.get_mut(key) else {
             return false;
         };
@@ -62,6 +87,7 @@ impl SideState {
             return false;
         };
         bucket[at].tally.count -= 1;
+        bucket[at].written = now;
         if bucket[at].tally.count <= 0 {
             bucket.remove(at);
         }
@@ -233,13 +259,30 @@ mod tests {
             dedupe: true,
             ..Default::default()
         };
-        side.add(b"k", b"r", 0);
-        side.add(b"k", b"r", 0);
+        side.add(b"k", b"r", 0, 0);
+        side.add(b"k", b"r", 0, 0);
         assert_eq!(side.len(), 1);
-        assert!(side.retract(b"k", b"r"));
+        assert!(side.retract(b"k", b"r", 0));
         assert_eq!(side.buckets[&b"k"[..]][0].tally.count, 1);
-        assert!(side.retract(b"k", b"r"));
+        assert!(side.retract(b"k", b"r", 0));
         assert!(side.is_empty());
-        assert!(!side.retract(b"k", b"r"), "nothing left to take away");
+        assert!(!side.retract(b"k", b"r", 0), "nothing left to take away");
+    }
+
+    #[test]
+    fn rows_not_written_for_the_ttl_are_forgotten() {
+        let mut side = SideState::default();
+        side.add(b"k", b"old", 0, 0);
+        side.add(b"k", b"new", 0, 900);
+        side.add(b"j", b"old", 0, 0);
+        side.expire_key(b"k", 1000, 1000);
+        assert_eq!(
+            side.buckets[&b"k"[..]].len(),
+            1,
+            "only the row written at 0 expired"
+        );
+        side.expire(1000, 1000);
+        assert_eq!(side.len(), 1);
+        assert!(!side.buckets.contains_key(&b"j"[..]));
     }
 }

@@ -120,3 +120,24 @@ fn join_state_survives_a_snapshot_and_restore_with_its_match_counts() {
         lines(&["-D 2 x null null", "+I 2 x 2 y"])
     );
 }
+
+#[test]
+fn a_row_not_written_for_longer_than_the_state_ttl_is_forgotten_across_a_restore_too() {
+    let mut setup = SETUP.to_vec();
+    setup.push("SET 'table.exec.state.ttl' = '1 s'");
+    let mut h = Harness::of(
+        &setup,
+        "INSERT INTO out SELECT l.k, a, r.k, b FROM l JOIN r ON l.k = r.k",
+        "Join",
+        0,
+    )
+    .unwrap();
+    h.push_to(0, "1 a\n2 x").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let rows = h.restart().unwrap().unwrap().rows.unwrap();
+    assert!(rows.schema().column_with_name("_written").is_some());
+    assert_eq!(h.push_to(0, "2 y").unwrap(), Vec::<String>::new());
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    // 1 a was written 1.2 s ago: gone; 2 y 0.6 s ago: still there.
+    assert_eq!(h.push_to(1, "1 b\n2 c").unwrap(), lines(&["+I 2 y 2 c"]));
+}
