@@ -292,13 +292,23 @@ impl Binder {
             .map_err(bind_error)?;
         let rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> = vec![
             Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
+            // IN / EXISTS into semi and anti joins, scalar subqueries into joins.
+            Arc::new(
+                datafusion_optimizer::decorrelate_predicate_subquery::DecorrelatePredicateSubquery::new(),
+            ),
+            Arc::new(datafusion_optimizer::scalar_subquery_to_join::ScalarSubqueryToJoin::new()),
             Arc::new(datafusion_optimizer::eliminate_filter::EliminateFilter::new()),
             Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
             Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
             Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
             Arc::new(datafusion_optimizer::optimize_projections::OptimizeProjections::new()),
         ];
-        let context = OptimizerContext::new().with_max_passes(3);
+        let mut options = datafusion_common::config::ConfigOptions::default();
+        options.optimizer.filter_null_join_keys = true;
+        // Every scalar subquery becomes a join (a stream has no "execute
+        // the subquery first").
+        options.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
+        let context = OptimizerContext::new_with_config_options(Arc::new(options)).with_max_passes(3);
         Optimizer::with_rules(rules)
             .optimize(analyzed, &context, |_, _| {})
             .map_err(bind_error)

@@ -547,17 +547,26 @@ impl<'a> Planner<'a> {
     /// candidate pairs. Time attributes of the inputs become plain
     /// timestamps in its output, as in Flink.
     fn plan_join(&mut self, join: &datafusion_expr::logical_plan::Join) -> Result<NodeId> {
-        use datafusion_common::NullEquality;
         use datafusion_expr::JoinType;
         let kind = match join.join_type {
             JoinType::Inner => JoinKind::Inner,
             JoinType::Left => JoinKind::Left,
             JoinType::Right => JoinKind::Right,
             JoinType::Full => JoinKind::Full,
+            JoinType::LeftSemi => JoinKind::Semi,
+            JoinType::LeftAnti => JoinKind::Anti,
             other => return Err(unsupported(&format!("a {other} join"))),
         };
         let left = self.plan(&join.left)?;
         let right = self.plan(&join.right)?;
+        // The condition sees both sides (a semi join outputs the left only).
+        let both = join.left.schema().join(join.right.schema())?;
+        if join.null_aware {
+            // NOT IN: a pair matches unless its keys are known to differ
+            // (`(l = r) IS NOT FALSE`), so a NULL on either side matches
+            // everything; as Flink, without keys (one subtask).
+            return self.plan_null_aware_anti_join(join, left, right, &both);
+        }
         let keys = [
             join.on
                 .iter()
@@ -571,17 +580,62 @@ impl<'a> Planner<'a> {
         let filter = join
             .filter
             .as_ref()
-            .map(|f| self.physical(f, &join.schema))
+            .map(|f| self.physical(f, &both))
             .transpose()?;
+        self.push_join(kind, left, right, keys, filter, join)
+    }
+
+    /// `x NOT IN (subquery)` as an anti join without keys whose condition
+    /// also matches pairs whose equality is NULL (SQL's three-valued logic).
+    fn plan_null_aware_anti_join(
+        &mut self,
+        join: &datafusion_expr::logical_plan::Join,
+        left: NodeId,
+        right: NodeId,
+        both: &DFSchema,
+    ) -> Result<NodeId> {
+        use datafusion_expr::{BinaryExpr, Operator};
+        let equal = join
+            .on
+            .iter()
+            .map(|(l, r)| {
+                Expr::BinaryExpr(BinaryExpr::new(
+                    Box::new(l.clone()),
+                    Operator::Eq,
+                    Box::new(r.clone()),
+                ))
+            })
+            .reduce(|a, b| a.and(b))
+            .ok_or_else(|| Error::Internal("a NOT IN join without keys".into()))?;
+        let mut condition = equal.is_not_false();
+        if let Some(filter) = &join.filter {
+            condition = condition.and(filter.clone());
+        }
+        let filter = Some(self.physical(&condition, both)?);
+        self.push_join(JoinKind::Anti, left, right, [vec![], vec![]], filter, join)
+    }
+
+    /// Adds a join node of `kind` between `left` and `right`.
+    fn push_join(
+        &mut self,
+        kind: JoinKind,
+        left: NodeId,
+        right: NodeId,
+        keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        join: &datafusion_expr::logical_plan::Join,
+    ) -> Result<NodeId> {
+        use datafusion_common::NullEquality;
         let updating = [
             self.nodes[left].mode().is_updating(),
             self.nodes[right].mode().is_updating(),
         ];
         let mut schema = without_time_attributes(&arrow_schema(&join.schema));
-        if kind != JoinKind::Inner || updating.contains(&true) {
+        let insert_only = matches!(kind, JoinKind::Inner | JoinKind::Semi) && !updating.contains(&true);
+        if !insert_only {
             schema = crate::changelog::with_op(&schema);
         }
-        let keyless = join.on.is_empty();
+        let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edge = |node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>]| match () {
             _ if parallelism == 1 && node.parallelism == 1 => Exchange::Forward,

@@ -1,8 +1,9 @@
 //! Differential test of regular joins: weir's streaming joins against
 //! DataFusion's batch hash join on the same random rows (keys with NULLs
-//! and duplicate rows), at parallelism 1, 2 and 4. Updating joins (of two
-//! aggregates) are compared by their changelog applied to an empty table;
-//! the batch side joins the aggregates computed here.
+//! and duplicate rows), at parallelism 1, 2 and 4: inner, outer, semi and
+//! anti joins. Updating joins (of aggregates) are compared by their
+//! changelog applied to an empty table; the batch side joins the
+//! aggregates computed here.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -158,38 +159,56 @@ fn regular_joins_equal_datafusions_batch_join_at_every_parallelism() {
         ("RIGHT JOIN", JoinType::Right),
         ("FULL JOIN", JoinType::Full),
     ];
+    let mut cases = Vec::new();
     for (sql_kind, join_type) in kinds {
-        let cases = [
-            (
-                format!("SELECT l.k, v, r.k, w FROM l {sql_kind} r ON l.k = r.k"),
-                batch_join(l(), r(), join_type, false),
+        cases.push((
+            format!("SELECT l.k, v, r.k, w FROM l {sql_kind} r ON l.k = r.k"),
+            batch_join(l(), r(), join_type, false),
+        ));
+        cases.push((
+            format!("SELECT l.k, v, r.k, w FROM l {sql_kind} r ON l.k = r.k AND v < w"),
+            batch_join(l(), r(), join_type, true),
+        ));
+        cases.push((
+            format!(
+                "SELECT a.k, c, b.k, s FROM (SELECT k, COUNT(*) AS c FROM l GROUP BY k) a
+                 {sql_kind} (SELECT k, SUM(w) AS s FROM r GROUP BY k) b ON a.k = b.k"
             ),
-            (
-                format!("SELECT l.k, v, r.k, w FROM l {sql_kind} r ON l.k = r.k AND v < w"),
-                batch_join(l(), r(), join_type, true),
-            ),
-            (
-                format!(
-                    "SELECT a.k, c, b.k, s FROM (SELECT k, COUNT(*) AS c FROM l GROUP BY k) a
-                     {sql_kind} (SELECT k, SUM(w) AS s FROM r GROUP BY k) b ON a.k = b.k"
-                ),
-                batch_join(counts(), sums(), join_type, false),
-            ),
-        ];
-        for (sql, expected) in cases {
-            assert!(!expected.is_empty(), "{sql}: the batch join gave no rows");
-            for parallelism in [1, 2, 4] {
-                let actual = weir_rows(dir.path(), parallelism, &sql);
-                if actual != expected {
-                    let missing: Vec<_> = expected.iter().filter(|r| !actual.contains(r)).take(5).collect();
-                    let extra: Vec<_> = actual.iter().filter(|r| !expected.contains(r)).take(5).collect();
-                    panic!(
-                        "{sql} at parallelism {parallelism} differs (rerun with WEIR_TEST_SEED={seed}): \
-                         {} rows vs {} expected; missing {missing:?}; extra {extra:?}",
-                        actual.len(),
-                        expected.len()
-                    );
-                }
+            batch_join(counts(), sums(), join_type, false),
+        ));
+    }
+    // Semi and anti joins from subqueries; the last one's right side
+    // updates (keys appear as their counts pass 3).
+    let frequent: Vec<_> = aggregated(&right, true)
+        .into_iter()
+        .filter(|(_, c)| *c > 3)
+        .collect();
+    cases.push((
+        "SELECT k, v FROM l WHERE k IN (SELECT k FROM r)".to_string(),
+        batch_join(l(), r(), JoinType::LeftSemi, false),
+    ));
+    cases.push((
+        "SELECT k, v FROM l WHERE NOT EXISTS (SELECT * FROM r WHERE r.k = l.k AND l.v < r.w)".to_string(),
+        batch_join(l(), r(), JoinType::LeftAnti, true),
+    ));
+    cases.push((
+        "SELECT k, v FROM l WHERE k IN (SELECT k FROM (SELECT k, COUNT(*) AS c FROM r GROUP BY k) WHERE c > 3)"
+            .to_string(),
+        batch_join(l(), batch(["k", "c"], &frequent), JoinType::LeftSemi, false),
+    ));
+    for (sql, expected) in cases {
+        assert!(!expected.is_empty(), "{sql}: the batch join gave no rows");
+        for parallelism in [1, 2, 4] {
+            let actual = weir_rows(dir.path(), parallelism, &sql);
+            if actual != expected {
+                let missing: Vec<_> = expected.iter().filter(|r| !actual.contains(r)).take(5).collect();
+                let extra: Vec<_> = actual.iter().filter(|r| !expected.contains(r)).take(5).collect();
+                panic!(
+                    "{sql} at parallelism {parallelism} differs (rerun with WEIR_TEST_SEED={seed}): \
+                     {} rows vs {} expected; missing {missing:?}; extra {extra:?}",
+                    actual.len(),
+                    expected.len()
+                );
             }
         }
     }

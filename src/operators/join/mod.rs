@@ -52,6 +52,10 @@ pub enum JoinKind {
     Right,
     /// Both sides'.
     Full,
+    /// Left rows that have a match (`IN`, `EXISTS`), left columns only.
+    Semi,
+    /// Left rows that have none (`NOT EXISTS`, `NOT IN`), left columns only.
+    Anti,
 }
 
 impl JoinKind {
@@ -62,7 +66,20 @@ impl JoinKind {
             JoinKind::Left => "LeftOuterJoin",
             JoinKind::Right => "RightOuterJoin",
             JoinKind::Full => "FullOuterJoin",
+            JoinKind::Semi => "LeftSemiJoin",
+            JoinKind::Anti => "LeftAntiJoin",
         }
+    }
+
+    /// Whether only the left columns come out.
+    pub fn is_semi_or_anti(self) -> bool {
+        matches!(self, JoinKind::Semi | JoinKind::Anti)
+    }
+
+    /// Whether side `side`'s rows count their matches: an outer side's,
+    /// and the left side of a semi or anti join.
+    pub fn counts_matches(self, side: usize) -> bool {
+        self.outer(side) || (self.is_semi_or_anti() && side == 0)
     }
 
     /// Whether side `side` (0: left, 1: right) keeps rows without a match.
@@ -72,6 +89,7 @@ impl JoinKind {
             JoinKind::Left => side == 0,
             JoinKind::Right => side == 1,
             JoinKind::Full => true,
+            JoinKind::Semi | JoinKind::Anti => false,
         }
     }
 }
@@ -122,7 +140,11 @@ impl Join {
     }
 
     /// The key columns' types (the left's; the right's are cast to them).
+    /// Without keys (a join on a condition only), one constant key.
     fn key_types(&self) -> Result<Vec<DataType>> {
+        if self.keys[0].is_empty() {
+            return Ok(vec![DataType::Int8]);
+        }
         self.keys[0]
             .iter()
             .map(|k| Ok(k.data_type(&self.inputs[0])?))
@@ -169,7 +191,7 @@ impl OperatorFactory for JoinFactory {
 
     fn changelog_role(&self) -> ChangelogRole {
         match self.0.kind {
-            JoinKind::Inner => ChangelogRole::Forwarding,
+            JoinKind::Inner | JoinKind::Semi => ChangelogRole::Forwarding,
             _ => ChangelogRole::Retracting,
         }
     }
@@ -270,6 +292,9 @@ impl JoinOperator {
             let array = expr.evaluate(data)?.into_array(data.num_rows())?;
             arrays.push(arrow::compute::cast(&array, wanted)?);
         }
+        if arrays.is_empty() {
+            arrays.push(Arc::new(Int8Array::from(vec![0; data.num_rows()])));
+        }
         let nulls = if self.join.null_equal {
             None
         } else {
@@ -366,7 +391,8 @@ impl JoinOperator {
             }
         }
         let candidates = self.candidates(side, &data, &keys, null_keys.as_ref())?;
-        let outer = (self.join.kind.outer(side), self.join.kind.outer(1 - side));
+        let join = self.join.kind;
+        let counts = (join.counts_matches(side), join.counts_matches(1 - side));
         let (mine, other) = match side {
             0 => {
                 let (a, b) = self.sides.split_at_mut(1);
@@ -394,8 +420,8 @@ impl JoinOperator {
                         .filter(|(j, _)| wanted.binary_search(j).is_ok())
                         .map(|(_, e)| &mut e.tally)
                         .collect();
-                    let copies = decide(*kind, outer.0, outer.1, &mut tallies, &mut emits);
-                    if outer.1 {
+                    let copies = decide_for(join, side, *kind, &mut tallies, &mut emits);
+                    if counts.1 {
                         // Their match counts were written.
                         bucket
                             .iter_mut()
@@ -405,7 +431,7 @@ impl JoinOperator {
                     }
                     copies
                 }
-                _ => decide(*kind, outer.0, outer.1, &mut [], &mut emits),
+                _ => decide_for(join, side, *kind, &mut [], &mut emits),
             };
             for emit in &emits {
                 emitted.push(*emit, i as u32, &pairs);
@@ -419,7 +445,7 @@ impl JoinOperator {
                 mine.add(
                     key.as_ref(),
                     rows.row(i).as_ref(),
-                    if outer.0 { copies } else { 0 },
+                    if counts.0 { copies } else { 0 },
                     now,
                 );
             }
@@ -462,7 +488,10 @@ impl JoinOperator {
                 .collect(),
         };
         let (left, right) = if side == 0 { (mine, theirs) } else { (theirs, mine) };
-        let columns: Vec<ArrayRef> = left.into_iter().chain(right).collect();
+        let columns: Vec<ArrayRef> = match self.join.kind.is_semi_or_anti() {
+            true => left,
+            false => left.into_iter().chain(right).collect(),
+        };
         if changelog::has_op(&self.join.schema) {
             changelog::with_kinds(&self.join.schema, columns, &emitted.kinds)
         } else {
@@ -561,6 +590,33 @@ impl JoinOperator {
                 });
         }
         Ok(())
+    }
+}
+
+/// What one input row of side `side` emits in a `join` join (see
+/// [`state::decide`] and [`state::semi_right`]); the matches it is stored
+/// with.
+fn decide_for(
+    join: JoinKind,
+    side: usize,
+    kind: RowKind,
+    matched: &mut [&mut Tally],
+    out: &mut Vec<Emit>,
+) -> i64 {
+    let anti = join == JoinKind::Anti;
+    match (join.is_semi_or_anti(), side) {
+        (true, 0) => {
+            let copies = matched.iter().map(|t| t.count).sum();
+            if (copies > 0) != anti {
+                out.push(Emit::InputPadded(kind));
+            }
+            copies
+        }
+        (true, _) => {
+            state::semi_right(kind, anti, matched, out);
+            0
+        }
+        (false, _) => decide(kind, join.outer(side), join.outer(1 - side), matched, out),
     }
 }
 

@@ -185,6 +185,33 @@ pub fn decide(
     copies
 }
 
+/// What a right row of a semi (or, with `anti`, an anti) join emits: the
+/// left rows it matches (`Emit::OtherPadded`: a left row alone) as they
+/// gain their first match (semi: `+I`, anti: `-D`) or lose their last
+/// (semi: `-D`, anti: `+I`), as Flink's `StreamingSemiAntiJoinOperator`.
+/// A left row itself comes out when it arrives with matches (semi) or
+/// without (anti), with its own kind.
+pub fn semi_right(kind: RowKind, anti: bool, matched: &mut [&mut Tally], out: &mut Vec<Emit>) {
+    let (gained, lost) = match anti {
+        false => (RowKind::Insert, RowKind::Delete),
+        true => (RowKind::Delete, RowKind::Insert),
+    };
+    for (k, t) in matched.iter_mut().enumerate() {
+        let copies = t.count.max(0) as usize;
+        if !kind.is_retraction() {
+            if t.matches == 0 {
+                out.extend(std::iter::repeat_n(Emit::OtherPadded(gained, k), copies));
+            }
+            t.matches += 1;
+        } else {
+            if t.matches == 1 {
+                out.extend(std::iter::repeat_n(Emit::OtherPadded(lost, k), copies));
+            }
+            t.matches -= 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,5 +311,26 @@ mod tests {
         side.expire(1000, 1000);
         assert_eq!(side.len(), 1);
         assert!(!side.buckets.contains_key(&b"j"[..]));
+    }
+
+    #[test]
+    fn a_semi_join_emits_a_left_row_at_its_first_match_and_retracts_it_at_its_last() {
+        let mut left = tally(2, 0);
+        let mut out = Vec::new();
+        semi_right(Insert, false, &mut [&mut left], &mut out);
+        semi_right(Insert, false, &mut [&mut left], &mut out);
+        assert_eq!(
+            out,
+            vec![Emit::OtherPadded(Insert, 0), Emit::OtherPadded(Insert, 0)]
+        );
+        out.clear();
+        semi_right(Delete, false, &mut [&mut left], &mut out);
+        assert!(out.is_empty(), "one match is left");
+        semi_right(Delete, true, &mut [&mut left], &mut out);
+        assert_eq!(
+            out,
+            vec![Emit::OtherPadded(Insert, 0), Emit::OtherPadded(Insert, 0)],
+            "an anti join brings the row back when its last match goes"
+        );
     }
 }

@@ -141,3 +141,19 @@ fn a_row_not_written_for_longer_than_the_state_ttl_is_forgotten_across_a_restore
     // 1 a was written 1.2 s ago: gone; 2 y 0.6 s ago: still there.
     assert_eq!(h.push_to(1, "1 b\n2 c").unwrap(), lines(&["+I 2 y 2 c"]));
 }
+
+#[test]
+fn a_semi_join_emits_left_rows_as_they_gain_a_match_and_an_anti_join_as_they_lose_it() {
+    let semi = "INSERT INTO out2 SELECT k, a FROM l WHERE k IN (SELECT k FROM r)";
+    let anti = "INSERT INTO out2 SELECT k, a FROM l WHERE k NOT IN (SELECT k FROM r WHERE k IS NOT NULL)";
+    let mut setup = SETUP.to_vec();
+    setup.push("CREATE TABLE out2 (k BIGINT, a STRING) WITH ('connector' = 'blackhole')");
+    let mut h = Harness::of(&setup, semi, "Join", 0).unwrap();
+    assert_eq!(h.push_to(0, "1 a\n1 a\n2 b").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push_to(1, "1\n1").unwrap(), lines(&["+I 1 a", "+I 1 a"]));
+    assert_eq!(h.push_to(0, "1 c").unwrap(), lines(&["+I 1 c"]));
+    let mut h = Harness::of(&setup, anti, "Join", 0).unwrap();
+    assert_eq!(h.push_to(0, "1 a\n2 b").unwrap(), lines(&["+I 1 a", "+I 2 b"]));
+    h.restart().unwrap();
+    assert_eq!(h.push_to(1, "2").unwrap(), lines(&["-D 2 b"]));
+}
