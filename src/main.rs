@@ -600,10 +600,7 @@ fn bench_nexmark(args: NexmarkArgs) -> anyhow::Result<()> {
     anyhow::ensure!(parallelism > 0, "--parallelism must be positive");
     anyhow::ensure!(events > 0, "--events must be positive");
     let queries: Vec<String> = if queries == "all" {
-        bench::QUERIES
-            .iter()
-            .map(|(name, _, _)| name.to_string())
-            .collect()
+        bench::QUERIES.iter().map(|(name, _)| name.to_string()).collect()
     } else {
         queries
             .split(',')

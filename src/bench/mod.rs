@@ -9,7 +9,7 @@ pub mod slow;
 use std::path::{Path, PathBuf};
 
 pub use nexmark::{
-    CountChar, NexmarkOptions, Progress, QUERIES, QueryResult, Support, query, query_script, run, run_script,
+    CountChar, NexmarkOptions, Progress, QUERIES, QueryResult, query, query_script, run, run_script,
 };
 
 use crate::connectors::filesystem::random_uuid;

@@ -175,7 +175,7 @@ fn bench_runs_end_to_end_on_a_few_events() {
             "bench",
             "nexmark",
             "--queries",
-            "q0,q3,q10,q11,q14",
+            "q0,q3,q9,q10,q11,q14",
             "--events",
             "3000",
             "--parallelism",
@@ -200,12 +200,11 @@ fn bench_runs_end_to_end_on_a_few_events() {
     let by_name = |name: &str| results.iter().find(|r| r["query"] == name).unwrap().clone();
     assert_eq!(by_name("generator")["status"], "finished");
     assert_eq!(by_name("q0")["output_rows"], 2760);
-    assert!(
-        by_name("q3")["status"]
-            .as_str()
-            .unwrap()
-            .starts_with("not yet supported")
-    );
+    // A join query runs; one weir cannot plan yet reports the planner's
+    // reason (nothing states support by hand).
+    assert_eq!(by_name("q3")["status"], "finished");
+    let q9 = by_name("q9")["status"].as_str().unwrap().to_string();
+    assert!(q9.starts_with("does not plan: "), "{q9}");
     assert_eq!(by_name("q10")["output_rows"], 2760);
     // q10 writes under --output-dir/data/output/<submit time>/bid/, as Nexmark's scripts do.
     let runs: Vec<_> = std::fs::read_dir(dir.path().join("nexmark/data/output"))
