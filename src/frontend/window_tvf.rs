@@ -478,8 +478,11 @@ fn descriptor_column(
             super::types::flink_type_name(field.data_type())
         );
     }
-    let joined =
-        datafusion_common::tree_node::TreeNode::exists(input, |p| Ok(matches!(p, LogicalPlan::Join(_))))?;
+    // A regular join's output has no time attributes; an interval join's
+    // keeps them.
+    let joined = datafusion_common::tree_node::TreeNode::exists(input, |p| {
+        Ok(matches!(p, LogicalPlan::Join(join) if !is_interval_join(join)))
+    })?;
     if joined {
         return plan_err!(
             "the window time column '{name}' must be a time attribute, but it comes out of a regular \
@@ -515,4 +518,16 @@ fn interval_millis(expr: ast::Expr, context: &mut dyn RelationPlannerContext) ->
         other => return plan_err!("window sizes must be whole milliseconds, got {text} ({other})"),
     };
     Ok(ms)
+}
+
+/// Whether a join is planned as an interval join (its output keeps the
+/// time attributes).
+fn is_interval_join(join: &datafusion_expr::logical_plan::Join) -> bool {
+    use datafusion_common::JoinType;
+    matches!(
+        join.join_type,
+        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
+    ) && join.filter.as_ref().is_some_and(|f| {
+        crate::plan::interval::interval_bounds(f, join.left.schema(), join.right.schema()).is_some()
+    })
 }

@@ -9,6 +9,7 @@
 
 pub mod changelog;
 pub mod codec;
+pub mod interval;
 mod planner;
 pub mod spec;
 

@@ -25,6 +25,7 @@ use datafusion_physical_expr::expressions::Column as ColumnExpr;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr, create_physical_sort_exprs};
 
 use super::changelog::{self, ChangelogMode, ChangelogRole};
+use super::interval::{IntervalBounds, interval_bounds};
 use super::{NodeId, NodeKind, PlanNode, StreamPlan};
 use crate::config::{AggPhaseStrategy, SessionConfig, UpsertMaterialize};
 use crate::connectors::sink::SinkOperatorFactory;
@@ -36,6 +37,7 @@ use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
 use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
+use crate::operators::join::interval::IntervalJoin;
 use crate::operators::join::{Join, JoinFactory, JoinKind};
 use crate::operators::union::Union;
 use crate::operators::upsert::{DropUpdateBefore, SinkUpsertMaterializer};
@@ -577,12 +579,62 @@ impl<'a> Planner<'a> {
                 .map(|(_, r)| self.physical(r, join.right.schema()))
                 .collect::<Result<Vec<_>>>()?,
         ];
+        let insert_only = !self.nodes[left].mode().is_updating() && !self.nodes[right].mode().is_updating();
+        let bounds = match (&join.filter, insert_only && !kind.is_semi_or_anti()) {
+            (Some(filter), true) => interval_bounds(filter, join.left.schema(), join.right.schema()),
+            _ => None,
+        };
+        if let Some(bounds) = bounds {
+            let filter = bounds
+                .rest
+                .as_ref()
+                .map(|f| self.physical(f, &both))
+                .transpose()?;
+            return self.push_interval_join(kind, left, right, keys, filter, &bounds, join);
+        }
         let filter = join
             .filter
             .as_ref()
             .map(|f| self.physical(f, &both))
             .transpose()?;
         self.push_join(kind, left, right, keys, filter, join)
+    }
+
+    /// Adds an interval join (insert-only inputs, time bounds between them).
+    #[allow(clippy::too_many_arguments)]
+    fn push_interval_join(
+        &mut self,
+        kind: JoinKind,
+        left: NodeId,
+        right: NodeId,
+        keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        bounds: &IntervalBounds,
+        join: &datafusion_expr::logical_plan::Join,
+    ) -> Result<NodeId> {
+        // Unlike a regular join's, its output keeps the time attributes.
+        let schema = arrow_schema(&join.schema);
+        let keyless = keys[0].is_empty();
+        let parallelism = if keyless { 1 } else { self.parallelism };
+        let edges = vec![
+            (left, join_edge(&self.nodes[left], &keys[0], parallelism, keyless)),
+            (
+                right,
+                join_edge(&self.nodes[right], &keys[1], parallelism, keyless),
+            ),
+        ];
+        let operator = IntervalJoin {
+            kind,
+            keys,
+            filter,
+            inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
+            times: [bounds.left_time, bounds.right_time],
+            lower: bounds.lower,
+            upper: bounds.upper,
+            proctime: bounds.proctime,
+            schema: schema.clone(),
+        };
+        self.push(NodeKind::Operator(Arc::new(operator)), edges, parallelism, schema)
     }
 
     /// `x NOT IN (subquery)` as an anti join without keys whose condition
@@ -637,14 +689,12 @@ impl<'a> Planner<'a> {
         }
         let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
-        let edge = |node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>]| match () {
-            _ if parallelism == 1 && node.parallelism == 1 => Exchange::Forward,
-            _ if keyless => Exchange::Single,
-            _ => Exchange::Hash(keys.to_vec()),
-        };
         let edges = vec![
-            (left, edge(&self.nodes[left], &keys[0])),
-            (right, edge(&self.nodes[right], &keys[1])),
+            (left, join_edge(&self.nodes[left], &keys[0], parallelism, keyless)),
+            (
+                right,
+                join_edge(&self.nodes[right], &keys[1], parallelism, keyless),
+            ),
         ];
         let factory = JoinFactory(Arc::new(Join {
             kind,
@@ -1437,4 +1487,14 @@ fn without_time_attributes(schema: &SchemaRef) -> SchemaRef {
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// How a join input reaches a join at `parallelism`: hashed by its keys,
+/// all to one subtask without keys, forward when both are one subtask.
+fn join_edge(node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>], parallelism: usize, keyless: bool) -> Exchange {
+    match () {
+        _ if parallelism == 1 && node.parallelism == 1 => Exchange::Forward,
+        _ if keyless => Exchange::Single,
+        _ => Exchange::Hash(keys.to_vec()),
+    }
 }

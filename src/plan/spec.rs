@@ -120,6 +120,8 @@ pub enum NodeSpec {
     GroupAggregate(Box<AggregationData>),
     /// A regular join of its two inputs.
     Join(Box<JoinData>),
+    /// An interval join of its two inputs.
+    IntervalJoin(Box<IntervalJoinData>),
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -153,6 +155,22 @@ pub struct JoinData {
     /// `table.exec.state.ttl` in ms.
     #[serde(default)]
     pub state_ttl_ms: Option<u64>,
+}
+
+/// An interval join: [`JoinData`]'s keys and condition, and the bounds of
+/// `l.time - r.time`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntervalJoinData {
+    /// Keys, condition (the rest, without the bounds), kind.
+    pub join: JoinData,
+    /// Each side's time attribute (position).
+    pub times: [usize; 2],
+    /// Least `l.time - r.time` (ms).
+    pub lower: i64,
+    /// Greatest `l.time - r.time` (ms).
+    pub upper: i64,
+    /// Processing time.
+    pub proctime: bool,
 }
 
 /// Tumbling, hopping or cumulating windows.
@@ -641,6 +659,9 @@ impl NodeSpec {
                 NodeKind::Operator(build_group_aggregate(data, &input()?, output, ctx)?)
             }
             NodeSpec::Join(data) => NodeKind::Operator(build_join(data, inputs, output, ctx)?),
+            NodeSpec::IntervalJoin(data) => {
+                NodeKind::Operator(build_interval_join(data, inputs, output, ctx)?)
+            }
             NodeSpec::Sink(sink) => {
                 NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
                     sink: sink.build(config)?,
@@ -859,4 +880,41 @@ fn build_join(
         schema: output.clone(),
         state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
     }))))
+}
+
+/// The interval join an [`IntervalJoinData`] describes.
+fn build_interval_join(
+    data: &IntervalJoinData,
+    inputs: &[SchemaRef],
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::join::interval::IntervalJoin;
+    use crate::operators::join::joined_schema;
+    let [left, right] = inputs else {
+        return Err(Error::State(
+            "a serialized interval join does not have two inputs".into(),
+        ));
+    };
+    let inputs = [left.clone(), right.clone()];
+    let joined = joined_schema(&inputs);
+    Ok(Arc::new(IntervalJoin {
+        kind: data.join.kind,
+        keys: [
+            decode_exprs(&data.join.left_keys, &inputs[0], ctx)?,
+            decode_exprs(&data.join.right_keys, &inputs[1], ctx)?,
+        ],
+        filter: data
+            .join
+            .filter
+            .as_ref()
+            .map(|f| decode_expr(f, &joined, ctx))
+            .transpose()?,
+        inputs,
+        times: data.times,
+        lower: data.lower,
+        upper: data.upper,
+        proctime: data.proctime,
+        schema: output.clone(),
+    }))
 }

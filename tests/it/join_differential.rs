@@ -213,3 +213,133 @@ fn regular_joins_equal_datafusions_batch_join_at_every_parallelism() {
         }
     }
 }
+
+/// Rows `(k, v, ts ms)`: timestamps advance with jitter below the
+/// watermark delay (3 s), so no row is late.
+fn generate_timed(rng: &mut SmallRng, rows: usize, keys: i64) -> Vec<(Option<i64>, i64, i64)> {
+    let mut clock = 1_700_000_000_000i64;
+    (0..rows)
+        .map(|_| {
+            clock += rng.random_range(0..20);
+            let k = (rng.random_range(0..20) != 0).then(|| rng.random_range(0..keys));
+            (k, rng.random_range(0..30), clock - rng.random_range(0..2_990))
+        })
+        .collect()
+}
+
+fn write_timed_csv(rows: &[(Option<i64>, i64, i64)], path: &std::path::Path) {
+    let mut text = String::new();
+    for (k, v, ts) in rows {
+        let k = k.map_or("NULL".to_string(), |k| k.to_string());
+        let t = chrono::DateTime::from_timestamp_millis(*ts).unwrap().naive_utc();
+        let _ = writeln!(text, "{k},{v},{}", t.format("%Y-%m-%d %H:%M:%S%.3f"));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// The interval join by brute force: every pair with equal keys and
+/// `-2000 <= l.ts - r.ts <= 1000` (and `v < w` with `residual`); outer
+/// sides' rows without a pair padded.
+fn nested_loop(
+    left: &[(Option<i64>, i64, i64)],
+    right: &[(Option<i64>, i64, i64)],
+    outer: (bool, bool),
+    residual: bool,
+) -> Vec<String> {
+    let text = |row: Option<&(Option<i64>, i64, i64)>| match row {
+        Some((k, v, t)) => format!("{}|{v}|{t}", k.map_or("NULL".to_string(), |k| k.to_string())),
+        None => "NULL|NULL|NULL".to_string(),
+    };
+    let mut out = Vec::new();
+    let mut right_joined = vec![false; right.len()];
+    for l in left {
+        let mut joined = false;
+        for (j, r) in right.iter().enumerate() {
+            let keys = l.0.is_some() && l.0 == r.0;
+            if keys && (-2000..=1000).contains(&(l.2 - r.2)) && (!residual || l.1 < r.1) {
+                out.push(format!("{}|{}", text(Some(l)), text(Some(r))));
+                joined = true;
+                right_joined[j] = true;
+            }
+        }
+        if !joined && outer.0 {
+            out.push(format!("{}|{}", text(Some(l)), text(None)));
+        }
+    }
+    if outer.1 {
+        for (r, joined) in right.iter().zip(right_joined) {
+            if !joined {
+                out.push(format!("{}|{}", text(None), text(Some(r))));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn interval_joins_equal_a_nested_loop_at_every_parallelism() {
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let (left, right) = (
+        generate_timed(&mut rng, 2_000, 50),
+        generate_timed(&mut rng, 2_000, 50),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_timed_csv(&left, &dir.path().join("l.csv"));
+    write_timed_csv(&right, &dir.path().join("r.csv"));
+    let kinds = [
+        ("JOIN", (false, false)),
+        ("LEFT JOIN", (true, false)),
+        ("RIGHT JOIN", (false, true)),
+        ("FULL JOIN", (true, true)),
+    ];
+    for (sql_kind, outer) in kinds {
+        for residual in [false, true] {
+            let sql = format!(
+                "SELECT l.k, l.v, CAST(l.ts AS BIGINT), r.k, r.w, CAST(r.ts AS BIGINT) FROM l {sql_kind} r
+                 ON l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL '2' SECOND AND r.ts + INTERVAL '1' SECOND{}",
+                if residual { " AND l.v < r.w" } else { "" }
+            );
+            let expected = nested_loop(&left, &right, outer, residual);
+            for parallelism in [1, 2, 4] {
+                let engine = Engine::new();
+                engine
+                    .set("parallelism.default", &parallelism.to_string())
+                    .unwrap();
+                // Small batches: watermarks follow the rows closely.
+                engine.set("weir.batch-size", "20").unwrap();
+                for (table, value) in [("l", "v"), ("r", "w")] {
+                    engine
+                        .sql(&format!(
+                            "CREATE TABLE {table} (k BIGINT, {value} BIGINT, ts TIMESTAMP(3),
+                               WATERMARK FOR ts AS ts - INTERVAL '3' SECOND) WITH ('connector' = 'filesystem',
+                               'path' = '{}', 'format' = 'csv', 'csv.null-literal' = 'NULL')",
+                            dir.path().join(format!("{table}.csv")).display()
+                        ))
+                        .unwrap();
+                }
+                let plan = engine.sql(&format!("EXPLAIN {sql}")).unwrap();
+                let plan = crate::sorted_rows(&plan.collect().unwrap()).join("\n");
+                assert!(
+                    plan.contains("IntervalJoin"),
+                    "{sql} is not an interval join:\n{plan}"
+                );
+                let actual = crate::sorted_rows(&engine.sql(&sql).unwrap().collect().unwrap());
+                if actual != expected {
+                    let missing: Vec<_> = expected.iter().filter(|r| !actual.contains(r)).take(5).collect();
+                    let extra: Vec<_> = actual.iter().filter(|r| !expected.contains(r)).take(5).collect();
+                    panic!(
+                        "{sql} at parallelism {parallelism} differs (rerun with WEIR_TEST_SEED={seed}): \
+                         {} rows vs {} expected; missing {missing:?}; extra {extra:?}",
+                        actual.len(),
+                        expected.len()
+                    );
+                }
+            }
+        }
+    }
+}

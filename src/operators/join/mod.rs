@@ -14,6 +14,7 @@
 //!  right ──HASH[right keys]─►┘
 //! ```
 
+pub mod interval;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -286,23 +287,13 @@ impl JoinOperator {
     /// The key bytes of each row of `data` from side `side`, and which rows
     /// have a NULL key (they match nothing).
     fn keys(&self, side: usize, data: &RecordBatch) -> Result<(Rows, Option<arrow::buffer::NullBuffer>)> {
-        let types = self.join.key_types()?;
-        let mut arrays = Vec::with_capacity(types.len());
-        for (expr, wanted) in self.join.keys[side].iter().zip(&types) {
-            let array = expr.evaluate(data)?.into_array(data.num_rows())?;
-            arrays.push(arrow::compute::cast(&array, wanted)?);
-        }
-        if arrays.is_empty() {
-            arrays.push(Arc::new(Int8Array::from(vec![0; data.num_rows()])));
-        }
-        let nulls = if self.join.null_equal {
-            None
-        } else {
-            arrays.iter().fold(None, |acc, a| {
-                arrow::buffer::NullBuffer::union(acc.as_ref(), a.logical_nulls().as_ref())
-            })
-        };
-        Ok((self.keys_of.convert_columns(&arrays)?, nulls))
+        key_rows(
+            &self.join.keys[side],
+            &self.join.key_types()?,
+            &self.keys_of,
+            data,
+            self.join.null_equal,
+        )
     }
 
     /// Every pair of an input row with a stored row of the other side under
@@ -343,32 +334,15 @@ impl JoinOperator {
             });
         }
         let columns = self.rows_of[1 - side].convert_rows(rows)?;
-        let matched = match &self.join.filter {
-            None => vec![true; entries.len()],
-            Some(filter) => {
-                let indices = UInt32Array::from(inputs);
-                let mine = data
-                    .columns()
-                    .iter()
-                    .map(|c| Ok(take(c, &indices, None)?))
-                    .collect::<Result<Vec<_>>>()?;
-                let (left, right) = if side == 0 {
-                    (mine, columns.clone())
-                } else {
-                    (columns.clone(), mine)
-                };
-                let both = left.into_iter().chain(right).collect();
-                let pairs = RecordBatch::try_new(Arc::new(joined_schema(&self.join.inputs)), both)?;
-                let result = filter.evaluate(&pairs)?.into_array(pairs.num_rows())?;
-                let result = result
-                    .as_any()
-                    .downcast_ref::<BooleanArray>()
-                    .ok_or_else(|| Error::Internal("a join condition is not boolean".into()))?;
-                (0..result.len())
-                    .map(|p| result.is_valid(p) && result.value(p))
-                    .collect()
-            }
-        };
+        let indices = UInt32Array::from(inputs);
+        let matched = pair_matches(
+            self.join.filter.as_ref(),
+            &self.join.inputs,
+            side,
+            data,
+            &indices,
+            &columns,
+        )?;
         Ok(Candidates {
             starts,
             entries,
@@ -591,6 +565,69 @@ impl JoinOperator {
         }
         Ok(())
     }
+}
+
+/// The key bytes of each row of `data` by `exprs` (cast to `types`; one
+/// constant key when there are none), and which rows have a NULL key
+/// (unless NULLs are equal).
+pub(crate) fn key_rows(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    types: &[DataType],
+    converter: &RowConverter,
+    data: &RecordBatch,
+    null_equal: bool,
+) -> Result<(Rows, Option<arrow::buffer::NullBuffer>)> {
+    let mut arrays = Vec::with_capacity(types.len());
+    for (expr, wanted) in exprs.iter().zip(types) {
+        let array = expr.evaluate(data)?.into_array(data.num_rows())?;
+        arrays.push(arrow::compute::cast(&array, wanted)?);
+    }
+    if arrays.is_empty() {
+        arrays.push(Arc::new(Int8Array::from(vec![0; data.num_rows()])));
+    }
+    let nulls = match null_equal {
+        true => None,
+        false => arrays.iter().fold(None, |acc, a| {
+            arrow::buffer::NullBuffer::union(acc.as_ref(), a.logical_nulls().as_ref())
+        }),
+    };
+    Ok((converter.convert_columns(&arrays)?, nulls))
+}
+
+/// Whether `filter` holds for each candidate pair: input row
+/// `rows[p]` of side `side` (columns of `data`) with the other side's row
+/// `p` (`other` columns). All pairs hold without a filter.
+pub(crate) fn pair_matches(
+    filter: Option<&Arc<dyn PhysicalExpr>>,
+    inputs: &[SchemaRef; 2],
+    side: usize,
+    data: &RecordBatch,
+    rows: &UInt32Array,
+    other: &[ArrayRef],
+) -> Result<Vec<bool>> {
+    let Some(filter) = filter else {
+        return Ok(vec![true; rows.len()]);
+    };
+    let mine = data
+        .columns()
+        .iter()
+        .map(|c| Ok(take(c, rows, None)?))
+        .collect::<Result<Vec<_>>>()?;
+    let (left, right) = if side == 0 {
+        (mine, other.to_vec())
+    } else {
+        (other.to_vec(), mine)
+    };
+    let both = left.into_iter().chain(right).collect();
+    let pairs = RecordBatch::try_new(Arc::new(joined_schema(inputs)), both)?;
+    let result = filter.evaluate(&pairs)?.into_array(pairs.num_rows())?;
+    let result = result
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .ok_or_else(|| Error::Internal("a join condition is not boolean".into()))?;
+    Ok((0..result.len())
+        .map(|p| result.is_valid(p) && result.value(p))
+        .collect())
 }
 
 /// What one input row of side `side` emits in a `join` join (see

@@ -157,3 +157,75 @@ fn a_semi_join_emits_left_rows_as_they_gain_a_match_and_an_anti_join_as_they_los
     h.restart().unwrap();
     assert_eq!(h.push_to(1, "2").unwrap(), lines(&["-D 2 b"]));
 }
+
+const INTERVAL_SETUP: &[&str] = &[
+    "CREATE TABLE lt (k BIGINT, a STRING, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen')",
+    "CREATE TABLE rt (k BIGINT, b STRING, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen')",
+    "CREATE TABLE iout (k BIGINT, a STRING, lts TIMESTAMP(3), b STRING, rts TIMESTAMP(3)) WITH ('connector' = 'blackhole')",
+];
+
+fn interval(join: &str) -> Harness {
+    Harness::of(
+        INTERVAL_SETUP,
+        &format!(
+            "INSERT INTO iout SELECT lt.k, a, lt.ts, b, rt.ts FROM lt {join} rt ON lt.k = rt.k
+             AND lt.ts BETWEEN rt.ts - INTERVAL '2' SECOND AND rt.ts + INTERVAL '1' SECOND"
+        ),
+        "IntervalJoin",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_interval_join_pairs_rows_within_the_bounds_only() {
+    let mut h = interval("JOIN");
+    assert_eq!(
+        h.push_to(0, "1 a 2020-01-01T00:00:10").unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        h.push_to(
+            1,
+            "1 b 2020-01-01T00:00:11\n1 c 2020-01-01T00:00:13\n2 d 2020-01-01T00:00:10"
+        )
+        .unwrap(),
+        lines(&["+I 1 a 2020-01-01T00:00:10 1 b 2020-01-01T00:00:11"])
+    );
+}
+
+#[test]
+fn an_outer_interval_join_pads_a_row_once_the_watermark_says_no_match_can_come() {
+    let mut h = interval("LEFT JOIN");
+    h.push_to(0, "1 a 2020-01-01T00:00:10").unwrap();
+    // 10 s joins right rows up to 12 s: at watermark 12 s one may still come.
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    assert_eq!(h.watermark(w(12)).unwrap(), lines(&[&format!("wm {}", w(10))]));
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 1);
+    assert_eq!(
+        h.watermark(w(13)).unwrap(),
+        lines(&[
+            "+I 1 a 2020-01-01T00:00:10 null null null",
+            &format!("wm {}", w(11))
+        ])
+    );
+}
+
+#[test]
+fn a_row_behind_the_watermark_still_joins_what_is_kept_but_is_not_kept() {
+    let mut h = interval("LEFT JOIN");
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    h.push_to(1, "1 b 2020-01-01T00:00:20").unwrap();
+    h.watermark(w(19)).unwrap();
+    // Late (behind 19 s) but the right row at 20 s is still kept: joined.
+    assert_eq!(
+        h.push_to(0, "1 a 2020-01-01T00:00:18").unwrap(),
+        lines(&["+I 1 a 2020-01-01T00:00:18 1 b 2020-01-01T00:00:20"])
+    );
+    // Too late to join anything or to be kept: padded at once.
+    assert_eq!(
+        h.push_to(0, "1 z 2020-01-01T00:00:05").unwrap(),
+        lines(&["+I 1 z 2020-01-01T00:00:05 null null null"])
+    );
+}

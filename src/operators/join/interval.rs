@@ -1,0 +1,556 @@
+//! Interval joins: rows of two insert-only inputs with equal keys whose
+//! times are within bounds of each other (`lower <= l.time - r.time <=
+//! upper`), on event time or processing time, as Flink's
+//! `TimeIntervalJoin`. A row is kept while rows of the other side that it
+//! could join may still come (by the watermark), and forgotten after; an
+//! outer side's row that never joined is then emitted padded with NULLs.
+//! The output is insert-only and keeps the time attributes; its watermark
+//! is held back by the larger of the two bounds, as Flink's.
+//!
+//! ```text
+//!  left  ──HASH──►┐  rows by key and time; watermark w: left rows with
+//!                 IntervalJoin   l.time < w + lower and right rows with
+//!  right ──HASH──►┘  r.time < w - upper can join nothing more: dropped
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int8Array, Int64Array, UInt32Array, new_null_array,
+};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef, TimestampMillisecondType};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion_physical_expr::PhysicalExpr;
+
+use super::{JoinKind, key_rows, pair_matches};
+use crate::Result;
+use crate::operators::calc::expr_text;
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
+use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+
+/// An interval join of two inputs.
+#[derive(Debug, Clone)]
+pub struct IntervalJoin {
+    /// Inner or which outer.
+    pub kind: JoinKind,
+    /// Each side's key expressions, over its columns.
+    pub keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+    /// The rest of the condition, over the left and right columns.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// Each side's columns.
+    pub inputs: [SchemaRef; 2],
+    /// Each side's time attribute (position).
+    pub times: [usize; 2],
+    /// Least `l.time - r.time` (ms).
+    pub lower: i64,
+    /// Greatest `l.time - r.time` (ms).
+    pub upper: i64,
+    /// Processing time: a row's time is when it arrives.
+    pub proctime: bool,
+    /// Left columns then right ones.
+    pub schema: SchemaRef,
+}
+
+impl IntervalJoin {
+    /// The text EXPLAIN shows.
+    pub fn describe(&self) -> String {
+        let mut conditions: Vec<String> = self.keys[0]
+            .iter()
+            .zip(&self.keys[1])
+            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
+            .collect();
+        if let Some(filter) = &self.filter {
+            conditions.push(expr_text(filter.as_ref()));
+        }
+        format!(
+            "IntervalJoin(joinType=[{}], windowBounds=[isRowTime={}, leftLowerBound={}, leftUpperBound={}, \
+             leftTimeIndex={}, rightTimeIndex={}], where=[{}])",
+            self.kind.flink_name(),
+            !self.proctime,
+            self.lower,
+            self.upper,
+            self.times[0],
+            self.times[1],
+            conditions.join(" AND ")
+        )
+    }
+
+    /// How far the output watermark is behind the input's (ms).
+    fn delay(&self) -> i64 {
+        (-self.lower).max(self.upper).max(0)
+    }
+
+    /// The other side's times a row of `side` at `time` joins with.
+    fn window(&self, side: usize, time: i64) -> (i64, i64) {
+        match side {
+            0 => (time.saturating_sub(self.upper), time.saturating_sub(self.lower)),
+            _ => (time.saturating_add(self.lower), time.saturating_add(self.upper)),
+        }
+    }
+
+    /// The latest time of a row of `side` that nothing arriving after
+    /// watermark `w` can join: rows up to it are dropped.
+    fn expired(&self, side: usize, w: i64) -> i64 {
+        match side {
+            0 => w.saturating_add(self.lower).saturating_sub(1),
+            _ => w.saturating_sub(self.upper).saturating_sub(1),
+        }
+    }
+
+    fn key_types(&self) -> Result<Vec<DataType>> {
+        if self.keys[0].is_empty() {
+            return Ok(vec![DataType::Int8]);
+        }
+        self.keys[0]
+            .iter()
+            .map(|k| Ok(k.data_type(&self.inputs[0])?))
+            .collect()
+    }
+
+    /// `_key_group`, `_side`, the left columns, the right ones, `_time`,
+    /// `_emitted`.
+    fn state_schema(&self) -> SchemaRef {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("_side", DataType::Int8, false),
+        ];
+        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
+            fields.extend(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
+            );
+        }
+        fields.push(Field::new("_time", DataType::Int64, false));
+        fields.push(Field::new("_emitted", DataType::Boolean, false));
+        Arc::new(Schema::new(fields))
+    }
+}
+
+impl OperatorFactory for IntervalJoin {
+    fn describe(&self) -> String {
+        IntervalJoin::describe(self)
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        ChangelogRole::InsertOnly
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        use crate::plan::codec::{encode_expr, encode_exprs};
+        let joined = super::joined_schema(&self.inputs);
+        Ok(crate::plan::spec::NodeSpec::IntervalJoin(Box::new(
+            crate::plan::spec::IntervalJoinData {
+                join: crate::plan::spec::JoinData {
+                    kind: self.kind,
+                    left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
+                    right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
+                    filter: self
+                        .filter
+                        .as_ref()
+                        .map(|f| encode_expr(f, &joined))
+                        .transpose()?,
+                    null_equal: false,
+                    state_ttl_ms: None,
+                },
+                times: self.times,
+                lower: self.lower,
+                upper: self.upper,
+                proctime: self.proctime,
+            },
+        )))
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let rows_of = |input: &SchemaRef| {
+            RowConverter::new(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )
+        };
+        Ok(Box::new(IntervalJoinOperator {
+            rows_of: [rows_of(&self.inputs[0])?, rows_of(&self.inputs[1])?],
+            keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
+            sides: Default::default(),
+            watermark: MIN_WATERMARK,
+            max_parallelism: ctx.max_parallelism,
+            spec: Arc::new(self.clone()),
+        }))
+    }
+}
+
+/// A kept row, and whether it has joined (an outer side's unjoined rows
+/// are emitted padded when they expire).
+#[derive(Debug, Clone)]
+struct Kept {
+    row: Box<[u8]>,
+    joined: bool,
+}
+
+/// One side's rows by key, then by time; and which keys have rows at
+/// which time, to drop expired rows in time order.
+#[derive(Debug, Default)]
+struct Side {
+    keys: HashMap<Box<[u8]>, BTreeMap<i64, Vec<Kept>>>,
+    times: BTreeMap<i64, Vec<Box<[u8]>>>,
+}
+
+impl Side {
+    fn keep(&mut self, key: &[u8], time: i64, kept: Kept) {
+        let rows = self.keys.entry(key.into()).or_default().entry(time).or_default();
+        if rows.is_empty() {
+            self.times.entry(time).or_default().push(key.into());
+        }
+        rows.push(kept);
+    }
+
+    /// Drops the rows up to `time`; returns those that never joined.
+    fn expire(&mut self, time: i64) -> Vec<Box<[u8]>> {
+        let mut unjoined = Vec::new();
+        while let Some(entry) = self.times.first_entry() {
+            if *entry.key() > time {
+                break;
+            }
+            let (t, keys) = entry.remove_entry();
+            for key in keys {
+                let Some(by_time) = self.keys.get_mut(&key) else {
+                    continue;
+                };
+                if let Some(rows) = by_time.remove(&t) {
+                    unjoined.extend(rows.into_iter().filter(|r| !r.joined).map(|r| r.row));
+                }
+                if by_time.is_empty() {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+        unjoined
+    }
+}
+
+struct IntervalJoinOperator {
+    spec: Arc<IntervalJoin>,
+    rows_of: [RowConverter; 2],
+    keys_of: RowConverter,
+    sides: [Side; 2],
+    /// The input watermark (event time) or the wall clock (processing time).
+    watermark: Timestamp,
+    max_parallelism: usize,
+}
+
+/// Output rows as indices: the input row and the other side's candidate
+/// pair (None: padded).
+#[derive(Default)]
+struct Pairs {
+    input: Vec<Option<u32>>,
+    other: Vec<Option<u32>>,
+}
+
+impl IntervalJoinOperator {
+    /// Each row's time: its time attribute, or now on processing time.
+    fn times(&self, side: usize, data: &RecordBatch, now: i64) -> Result<Vec<i64>> {
+        if self.spec.proctime {
+            return Ok(vec![now; data.num_rows()]);
+        }
+        let column = arrow::compute::cast(
+            data.column(self.spec.times[side]),
+            &DataType::Timestamp(arrow::datatypes::TimeUnit::Millisecond, None),
+        )?;
+        let column = column.as_primitive::<TimestampMillisecondType>();
+        Ok((0..column.len())
+            .map(|i| {
+                if column.is_valid(i) {
+                    column.value(i)
+                } else {
+                    MIN_WATERMARK
+                }
+            })
+            .collect())
+    }
+
+    fn process(&mut self, side: usize, data: &RecordBatch, out: &mut Output) -> Result<()> {
+        let now = wall_clock_millis();
+        if self.spec.proctime {
+            self.advance(now, out)?;
+        }
+        let spec = self.spec.clone();
+        let times = self.times(side, data, now)?;
+        let (keys, null_keys) = key_rows(&spec.keys[side], &spec.key_types()?, &self.keys_of, data, false)?;
+        let rows = self.rows_of[side].convert_columns(data.columns())?;
+        // Candidate pairs: the other side's rows of the key within the window.
+        let (mut inputs, mut places, mut found) = (Vec::new(), Vec::new(), Vec::new());
+        let parser = self.rows_of[1 - side].parser();
+        for (i, time) in times.iter().enumerate() {
+            if null_keys.as_ref().is_some_and(|n| n.is_null(i)) || *time == MIN_WATERMARK {
+                continue;
+            }
+            let Some(by_time) = self.sides[1 - side].keys.get(keys.row(i).as_ref()) else {
+                continue;
+            };
+            let (from, to) = spec.window(side, *time);
+            for (t, kept) in by_time.range(from..=to) {
+                for (j, row) in kept.iter().enumerate() {
+                    inputs.push(i as u32);
+                    places.push((*t, j));
+                    found.push(parser.parse(&row.row));
+                }
+            }
+        }
+        let other = match found.is_empty() {
+            true => None,
+            false => Some(self.rows_of[1 - side].convert_rows(found)?),
+        };
+        let indices = UInt32Array::from(inputs.clone());
+        let matched = match &other {
+            Some(columns) => pair_matches(spec.filter.as_ref(), &spec.inputs, side, data, &indices, columns)?,
+            None => Vec::new(),
+        };
+        let mut pairs = Pairs::default();
+        let mut joined = vec![false; data.num_rows()];
+        for (p, ok) in matched.iter().enumerate() {
+            if !ok {
+                continue;
+            }
+            let i = inputs[p] as usize;
+            joined[i] = true;
+            pairs.input.push(Some(i as u32));
+            pairs.other.push(Some(p as u32));
+            if spec.kind.outer(1 - side) {
+                let (t, j) = places[p];
+                if let Some(kept) = self.sides[1 - side]
+                    .keys
+                    .get_mut(keys.row(i).as_ref())
+                    .and_then(|m| m.get_mut(&t))
+                {
+                    kept[j].joined = true;
+                }
+            }
+        }
+        for (i, time) in times.iter().enumerate() {
+            let null_key = null_keys.as_ref().is_some_and(|n| n.is_null(i));
+            // Kept while rows of the other side it could join may still come.
+            let (_, last) = spec.window(side, *time);
+            if !null_key && *time != MIN_WATERMARK && self.watermark < last {
+                let kept = Kept {
+                    row: rows.row(i).as_ref().into(),
+                    joined: joined[i],
+                };
+                self.sides[side].keep(keys.row(i).as_ref(), *time, kept);
+            } else if !joined[i] && spec.kind.outer(side) {
+                pairs.input.push(Some(i as u32));
+                pairs.other.push(None);
+            }
+        }
+        if !pairs.input.is_empty() {
+            out.batch(self.output(side, data, other.as_deref(), pairs)?);
+        }
+        Ok(())
+    }
+
+    /// Joined rows: the input side's taken by row, the other's by pair.
+    fn output(
+        &self,
+        side: usize,
+        data: &RecordBatch,
+        other: Option<&[ArrayRef]>,
+        pairs: Pairs,
+    ) -> Result<RecordBatch> {
+        let n = pairs.input.len();
+        let mine_indices = UInt32Array::from(pairs.input);
+        let mine = data
+            .columns()
+            .iter()
+            .map(|c| Ok(take(c, &mine_indices, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let theirs = match other {
+            Some(columns) => {
+                let indices = UInt32Array::from(pairs.other);
+                columns
+                    .iter()
+                    .map(|c| Ok(take(c, &indices, None)?))
+                    .collect::<Result<Vec<_>>>()?
+            }
+            None => nulls(&self.spec.inputs[1 - side], n),
+        };
+        let (left, right) = if side == 0 { (mine, theirs) } else { (theirs, mine) };
+        Ok(RecordBatch::try_new(
+            self.spec.schema.clone(),
+            left.into_iter().chain(right).collect(),
+        )?)
+    }
+
+    /// Time reached `w`: drops what can join nothing more, emitting an
+    /// outer side's unjoined rows padded.
+    fn advance(&mut self, w: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = self.watermark.max(w);
+        for side in 0..2 {
+            let unjoined = self.sides[side].expire(self.spec.expired(side, self.watermark));
+            if unjoined.is_empty() || !self.spec.kind.outer(side) {
+                continue;
+            }
+            let parser = self.rows_of[side].parser();
+            let mine = self.rows_of[side].convert_rows(unjoined.iter().map(|r| parser.parse(r)))?;
+            let theirs = nulls(&self.spec.inputs[1 - side], unjoined.len());
+            let (left, right) = if side == 0 { (mine, theirs) } else { (theirs, mine) };
+            out.batch(RecordBatch::try_new(
+                self.spec.schema.clone(),
+                left.into_iter().chain(right).collect(),
+            )?);
+        }
+        Ok(())
+    }
+
+    /// One side's kept rows as state columns.
+    fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
+        let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
+        let (mut keys, mut rows, mut times, mut joined) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (key, by_time) in &self.sides[side].keys {
+            for (t, kept) in by_time {
+                for k in kept {
+                    keys.push(key_parser.parse(key));
+                    rows.push(row_parser.parse(&k.row));
+                    times.push(*t);
+                    joined.push(k.joined);
+                }
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let n = rows.len();
+        let key_columns = self.keys_of.convert_rows(keys)?;
+        let data = self.rows_of[side].convert_rows(rows)?;
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
+            Arc::new(Int8Array::from(vec![side as i8; n])),
+        ];
+        for s in 0..2 {
+            match s == side {
+                true => columns.extend(data.iter().cloned()),
+                false => columns.extend(nulls(&self.spec.inputs[s], n)),
+            }
+        }
+        columns.push(Arc::new(Int64Array::from(times)));
+        columns.push(Arc::new(BooleanArray::from(joined)));
+        Ok(Some(columns))
+    }
+
+    fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {
+        let sides = rows.column(1).as_primitive::<Int8Type>();
+        let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
+        let rows = arrow::compute::filter_record_batch(rows, &mask)?;
+        let widths = [
+            self.spec.inputs[0].fields().len(),
+            self.spec.inputs[1].fields().len(),
+        ];
+        let start = 2 + if side == 0 { 0 } else { widths[0] };
+        let data = RecordBatch::try_new(
+            self.spec.inputs[side].clone(),
+            rows.columns()[start..start + widths[side]].to_vec(),
+        )?;
+        let (keys, _) = key_rows(
+            &self.spec.keys[side],
+            &self.spec.key_types()?,
+            &self.keys_of,
+            &data,
+            true,
+        )?;
+        let converted = self.rows_of[side].convert_columns(data.columns())?;
+        let times = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
+        let joined = rows.column(3 + widths[0] + widths[1]).as_boolean();
+        for i in 0..rows.num_rows() {
+            let kept = Kept {
+                row: converted.row(i).as_ref().into(),
+                joined: joined.value(i),
+            };
+            self.sides[side].keep(keys.row(i).as_ref(), times.value(i), kept);
+        }
+        Ok(())
+    }
+}
+
+fn nulls(schema: &SchemaRef, n: usize) -> Vec<ArrayRef> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| new_null_array(f.data_type(), n))
+        .collect()
+}
+
+impl Operator for IntervalJoinOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        self.process(input.min(1), &batch, out)
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        if !self.spec.proctime {
+            self.advance(watermark, out)?;
+        }
+        let held = match watermark {
+            MAX_WATERMARK => MAX_WATERMARK,
+            w => w.saturating_sub(self.spec.delay()),
+        };
+        out.watermark(held);
+        Ok(())
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.spec.proctime
+    }
+
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        self.advance(now, out)
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        let mut columns: Option<Vec<ArrayRef>> = None;
+        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
+            columns = Some(match columns {
+                None => side,
+                Some(before) => before
+                    .iter()
+                    .zip(&side)
+                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
+                    .collect::<Result<Vec<_>>>()?,
+            });
+        }
+        let Some(columns) = columns else {
+            return Ok(None);
+        };
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::Value::Null,
+            rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        let Some(rows) = &snapshot.rows else {
+            return Ok(());
+        };
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        self.restore_side(0, rows)?;
+        self.restore_side(1, rows)
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(&self.spec.state_schema())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}
