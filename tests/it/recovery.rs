@@ -276,6 +276,20 @@ fn an_inner_join_of_two_streams_killed_three_times_writes_exactly_the_rows_of_a_
 }
 
 #[test]
+fn an_interval_join_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // Ids 0 to 10 apart (0 to 100 ms) with equal id % 7: each row joins
+    // itself and the row 7 ahead; state is dropped as the watermark passes.
+    crash_three_times_then_finish(
+        "interval-join",
+        (2, UNALIGNED),
+        SEQUENCE,
+        "a BIGINT, b BIGINT",
+        "SELECT x.id, y.id FROM seq x JOIN seq y
+         ON x.id % 7 = y.id % 7 AND x.ts BETWEEN y.ts - INTERVAL '100' MILLISECOND AND y.ts",
+    );
+}
+
+#[test]
 fn at_least_once_mode_killed_three_times_loses_nothing() {
     // Counts and sums per window may only grow (records replayed after a
     // restore count again); no window may be missing.
