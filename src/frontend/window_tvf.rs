@@ -520,14 +520,76 @@ fn interval_millis(expr: ast::Expr, context: &mut dyn RelationPlannerContext) ->
     Ok(ms)
 }
 
-/// Whether a join is planned as an interval join (its output keeps the
-/// time attributes).
+/// Whether a join is planned as an interval or window join (its output
+/// keeps the time attributes).
 fn is_interval_join(join: &datafusion_expr::logical_plan::Join) -> bool {
     use datafusion_common::JoinType;
-    matches!(
+    let interval = matches!(
         join.join_type,
         JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
     ) && join.filter.as_ref().is_some_and(|f| {
         crate::plan::interval::interval_bounds(f, join.left.schema(), join.right.schema()).is_some()
-    })
+    });
+    interval || window_join_ends(join).is_some()
+}
+
+/// A window join, as Flink recognises it: the join's equal keys include
+/// `window_start = window_start` and `window_end = window_end` of window
+/// TVFs of the same windows on both sides. Each side's `window_end` column.
+pub fn window_join_ends(join: &datafusion_expr::logical_plan::Join) -> Option<[usize; 2]> {
+    use crate::operators::window::aggregate::WindowProperty;
+    let column = |plan: &LogicalPlan, e: &Expr| match e {
+        Expr::Column(c) => {
+            let index = plan.schema().index_of_column(c).ok()?;
+            window_column(plan, index).map(|(window, property)| (window, property, index))
+        }
+        _ => None,
+    };
+    let (mut start, mut end) = (false, None);
+    for (l, r) in &join.on {
+        let (Some(l), Some(r)) = (column(&join.left, l), column(&join.right, r)) else {
+            continue;
+        };
+        if l.0 != r.0 || l.1 != r.1 {
+            continue;
+        }
+        match l.1 {
+            WindowProperty::Start => start = true,
+            WindowProperty::End => end = Some([l.2, r.2]),
+            WindowProperty::Time => {}
+        }
+    }
+    end.filter(|_| start)
+}
+
+/// The window TVF column that column `index` of `plan` is, through
+/// aliases, filters and projections.
+fn window_column(
+    plan: &LogicalPlan,
+    index: usize,
+) -> Option<(TvfWindow, crate::operators::window::aggregate::WindowProperty)> {
+    use crate::operators::window::aggregate::WindowProperty;
+    match plan {
+        LogicalPlan::Extension(e) => {
+            let node = e.node.as_any().downcast_ref::<WindowTvfNode>()?;
+            let property = match index.checked_sub(node.input.schema().fields().len())? {
+                0 => WindowProperty::Start,
+                1 => WindowProperty::End,
+                2 => WindowProperty::Time,
+                _ => return None,
+            };
+            Some((node.window, property))
+        }
+        LogicalPlan::SubqueryAlias(a) => window_column(&a.input, index),
+        LogicalPlan::Filter(f) => window_column(&f.input, index),
+        LogicalPlan::Projection(p) => match p.expr.get(index)? {
+            Expr::Column(c) => window_column(&p.input, p.input.schema().index_of_column(c).ok()?),
+            Expr::Alias(a) => match a.expr.as_ref() {
+                Expr::Column(c) => window_column(&p.input, p.input.schema().index_of_column(c).ok()?),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
 }

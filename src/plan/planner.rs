@@ -38,6 +38,7 @@ use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
 use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
 use crate::operators::join::interval::IntervalJoin;
+use crate::operators::join::window::WindowJoin;
 use crate::operators::join::{Join, JoinFactory, JoinKind};
 use crate::operators::union::Union;
 use crate::operators::upsert::{DropUpdateBefore, SinkUpsertMaterializer};
@@ -580,6 +581,38 @@ impl<'a> Planner<'a> {
                 .collect::<Result<Vec<_>>>()?,
         ];
         let insert_only = !self.nodes[left].mode().is_updating() && !self.nodes[right].mode().is_updating();
+        if let Some(ends) = crate::frontend::window_tvf::window_join_ends(join).filter(|_| insert_only) {
+            let filter = join
+                .filter
+                .as_ref()
+                .map(|f| self.physical(f, &both))
+                .transpose()?;
+            let edges = vec![
+                (
+                    left,
+                    join_edge(&self.nodes[left], &keys[0], self.parallelism, false),
+                ),
+                (
+                    right,
+                    join_edge(&self.nodes[right], &keys[1], self.parallelism, false),
+                ),
+            ];
+            let schema = arrow_schema(&join.schema);
+            let operator = WindowJoin {
+                kind,
+                keys,
+                filter,
+                inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
+                ends,
+                schema: schema.clone(),
+            };
+            return self.push(
+                NodeKind::Operator(Arc::new(operator)),
+                edges,
+                self.parallelism,
+                schema,
+            );
+        }
         let bounds = match (&join.filter, insert_only && !kind.is_semi_or_anti()) {
             (Some(filter), true) => interval_bounds(filter, join.left.schema(), join.right.schema()),
             _ => None,

@@ -122,6 +122,8 @@ pub enum NodeSpec {
     Join(Box<JoinData>),
     /// An interval join of its two inputs.
     IntervalJoin(Box<IntervalJoinData>),
+    /// A window join of its two inputs.
+    WindowJoin(Box<WindowJoinData>),
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -171,6 +173,16 @@ pub struct IntervalJoinData {
     pub upper: i64,
     /// Processing time.
     pub proctime: bool,
+}
+
+/// A window join: [`JoinData`]'s keys (window columns among them) and
+/// condition, and each side's `window_end` column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowJoinData {
+    /// Keys, condition, kind.
+    pub join: JoinData,
+    /// Each side's `window_end` (position).
+    pub ends: [usize; 2],
 }
 
 /// Tumbling, hopping or cumulating windows.
@@ -662,6 +674,7 @@ impl NodeSpec {
             NodeSpec::IntervalJoin(data) => {
                 NodeKind::Operator(build_interval_join(data, inputs, output, ctx)?)
             }
+            NodeSpec::WindowJoin(data) => NodeKind::Operator(build_window_join(data, inputs, output, ctx)?),
             NodeSpec::Sink(sink) => {
                 NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
                     sink: sink.build(config)?,
@@ -915,6 +928,40 @@ fn build_interval_join(
         lower: data.lower,
         upper: data.upper,
         proctime: data.proctime,
+        schema: output.clone(),
+    }))
+}
+
+/// The window join a [`WindowJoinData`] describes.
+fn build_window_join(
+    data: &WindowJoinData,
+    inputs: &[SchemaRef],
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::join::joined_schema;
+    use crate::operators::join::window::WindowJoin;
+    let [left, right] = inputs else {
+        return Err(Error::State(
+            "a serialized window join does not have two inputs".into(),
+        ));
+    };
+    let inputs = [left.clone(), right.clone()];
+    let joined = joined_schema(&inputs);
+    Ok(Arc::new(WindowJoin {
+        kind: data.join.kind,
+        keys: [
+            decode_exprs(&data.join.left_keys, &inputs[0], ctx)?,
+            decode_exprs(&data.join.right_keys, &inputs[1], ctx)?,
+        ],
+        filter: data
+            .join
+            .filter
+            .as_ref()
+            .map(|f| decode_expr(f, &joined, ctx))
+            .transpose()?,
+        inputs,
+        ends: data.ends,
         schema: output.clone(),
     }))
 }

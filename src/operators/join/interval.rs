@@ -528,16 +528,24 @@ impl Operator for IntervalJoinOperator {
                     .collect::<Result<Vec<_>>>()?,
             });
         }
-        let Some(columns) = columns else {
-            return Ok(None);
-        };
-        Ok(Some(OperatorSnapshot {
-            meta: serde_json::Value::Null,
-            rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
-        }))
+        // The watermark is saved too: which rows are kept depends on it.
+        let rows = columns
+            .map(|c| sorted_state_rows(&self.spec.state_schema(), c))
+            .transpose()?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        if !self.spec.proctime {
+            self.watermark = snapshot.watermark(&self.spec.describe())?;
+        }
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };

@@ -18,6 +18,7 @@ pub mod interval;
 pub mod state;
 #[cfg(test)]
 mod tests;
+pub mod window;
 
 use std::sync::Arc;
 

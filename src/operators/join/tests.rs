@@ -229,3 +229,50 @@ fn a_row_behind_the_watermark_still_joins_what_is_kept_but_is_not_kept() {
         lines(&["+I 1 z 2020-01-01T00:00:05 null null null"])
     );
 }
+
+fn window_join(join: &str) -> Harness {
+    let mut setup = INTERVAL_SETUP.to_vec();
+    setup.push("CREATE TABLE wout (k BIGINT, ws TIMESTAMP(3), b STRING) WITH ('connector' = 'blackhole')");
+    let tumble =
+        |t: &str| format!("(SELECT * FROM TABLE(TUMBLE(TABLE {t}, DESCRIPTOR(ts), INTERVAL '10' SECOND)))");
+    Harness::of(
+        &setup,
+        &format!(
+            "INSERT INTO wout SELECT l.k, l.window_start, r.b FROM {} l {join} {} r
+             ON l.k = r.k AND l.window_start = r.window_start AND l.window_end = r.window_end",
+            tumble("lt"),
+            tumble("rt")
+        ),
+        "WindowJoin",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_window_join_joins_a_windows_rows_when_the_watermark_passes_its_end_and_drops_late_rows() {
+    let mut h = window_join("LEFT JOIN");
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    // Left rows (k, window_start, window_end); right rows (k, b, window_start, window_end).
+    let (w0, w10) = ("2020-01-01T00:00:00", "2020-01-01T00:00:10");
+    h.push_to(0, &format!("1 {w0} {w10}\n2 {w0} {w10}")).unwrap();
+    h.push_to(1, &format!("1 x {w0} {w10}")).unwrap();
+    assert_eq!(h.watermark(w(9)).unwrap(), lines(&[&format!("wm {}", w(9))]));
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 3);
+    let fired = h.watermark(w(10) - 1).unwrap();
+    assert_eq!(
+        fired,
+        lines(&[
+            &format!("+I 1 {w0} {w10} 1 x {w0} {w10}"),
+            &format!("+I 2 {w0} {w10} null null null null"),
+            &format!("wm {}", w(10) - 1)
+        ])
+    );
+    // The window has fired: a row of it is late, and dropped.
+    assert_eq!(
+        h.push_to(1, &format!("2 y {w0} {w10}")).unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(h.restart().unwrap().unwrap().rows, None, "nothing is kept");
+}

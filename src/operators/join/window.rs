@@ -1,0 +1,401 @@
+//! Window joins: two window TVFs of the same windows joined on
+//! `window_start`, `window_end` and keys, as Flink's `WindowJoinOperator`.
+//! Each side's rows wait in their window; when the watermark passes the
+//! window's end the window's rows are joined (inner, outer, semi or anti)
+//! and forgotten. Insert-only; a row whose window has already fired is
+//! late and dropped.
+//!
+//! ```text
+//!  left  TUMBLE ──HASH──►┐  window [00:00, 00:05): rows of both sides wait;
+//!                        WindowJoin  watermark >= 00:04:59.999: join them, emit, free
+//!  right TUMBLE ──HASH──►┘
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, UInt32Array, new_null_array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef, TimeUnit, TimestampMillisecondType};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion_physical_expr::PhysicalExpr;
+
+use super::{JoinKind, key_rows, pair_matches};
+use crate::Result;
+use crate::operators::calc::expr_text;
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::CheckpointId;
+use crate::runtime::operator::OperatorSnapshot;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+
+/// A window join of two window TVFs.
+#[derive(Debug, Clone)]
+pub struct WindowJoin {
+    /// Inner, which outer, semi or anti.
+    pub kind: JoinKind,
+    /// Each side's key expressions (window columns included).
+    pub keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+    /// The rest of the condition, over the left and right columns.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// Each side's columns.
+    pub inputs: [SchemaRef; 2],
+    /// Each side's `window_end` column.
+    pub ends: [usize; 2],
+    /// The output (left columns, then right ones unless semi or anti).
+    pub schema: SchemaRef,
+}
+
+impl WindowJoin {
+    /// The text EXPLAIN shows.
+    pub fn describe(&self) -> String {
+        let mut conditions: Vec<String> = self.keys[0]
+            .iter()
+            .zip(&self.keys[1])
+            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
+            .collect();
+        if let Some(filter) = &self.filter {
+            conditions.push(expr_text(filter.as_ref()));
+        }
+        format!(
+            "WindowJoin(joinType=[{}], where=[{}])",
+            self.kind.flink_name(),
+            conditions.join(" AND ")
+        )
+    }
+
+    fn key_types(&self) -> Result<Vec<DataType>> {
+        self.keys[0]
+            .iter()
+            .map(|k| Ok(k.data_type(&self.inputs[0])?))
+            .collect()
+    }
+
+    /// `_key_group`, `_side`, the left columns, the right ones.
+    fn state_schema(&self) -> SchemaRef {
+        let mut fields = vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("_side", DataType::Int8, false),
+        ];
+        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
+            fields.extend(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
+            );
+        }
+        Arc::new(Schema::new(fields))
+    }
+}
+
+impl OperatorFactory for WindowJoin {
+    fn describe(&self) -> String {
+        WindowJoin::describe(self)
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        ChangelogRole::InsertOnly
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        use crate::plan::codec::{encode_expr, encode_exprs};
+        let joined = super::joined_schema(&self.inputs);
+        Ok(crate::plan::spec::NodeSpec::WindowJoin(Box::new(
+            crate::plan::spec::WindowJoinData {
+                join: crate::plan::spec::JoinData {
+                    kind: self.kind,
+                    left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
+                    right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
+                    filter: self
+                        .filter
+                        .as_ref()
+                        .map(|f| encode_expr(f, &joined))
+                        .transpose()?,
+                    null_equal: false,
+                    state_ttl_ms: None,
+                },
+                ends: self.ends,
+            },
+        )))
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let rows_of = |input: &SchemaRef| {
+            RowConverter::new(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )
+        };
+        Ok(Box::new(WindowJoinOperator {
+            rows_of: [rows_of(&self.inputs[0])?, rows_of(&self.inputs[1])?],
+            keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
+            windows: BTreeMap::new(),
+            watermark: Timestamp::MIN,
+            max_parallelism: ctx.max_parallelism,
+            spec: Arc::new(self.clone()),
+        }))
+    }
+}
+
+/// A waiting row: its key's bytes and its own.
+type Waiting = (Box<[u8]>, Box<[u8]>);
+
+struct WindowJoinOperator {
+    spec: Arc<WindowJoin>,
+    rows_of: [RowConverter; 2],
+    keys_of: RowConverter,
+    /// Each window (by its end, ms) with each side's rows.
+    windows: BTreeMap<i64, [Vec<Waiting>; 2]>,
+    watermark: Timestamp,
+    max_parallelism: usize,
+}
+
+/// The values of a timestamp column in ms (NULL: `i64::MIN`).
+fn millis(column: &ArrayRef) -> Result<Vec<i64>> {
+    let column = arrow::compute::cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+    let column = column.as_primitive::<TimestampMillisecondType>();
+    Ok((0..column.len())
+        .map(|i| {
+            if column.is_valid(i) {
+                column.value(i)
+            } else {
+                i64::MIN
+            }
+        })
+        .collect())
+}
+
+impl WindowJoinOperator {
+    fn process(&mut self, side: usize, data: &RecordBatch) -> Result<()> {
+        let ends = millis(data.column(self.spec.ends[side]))?;
+        let (keys, nulls) = key_rows(
+            &self.spec.keys[side],
+            &self.spec.key_types()?,
+            &self.keys_of,
+            data,
+            false,
+        )?;
+        let rows = self.rows_of[side].convert_columns(data.columns())?;
+        for (i, end) in ends.iter().enumerate() {
+            // Late: its window has fired.
+            if *end == i64::MIN || end - 1 <= self.watermark {
+                continue;
+            }
+            let key: Box<[u8]> = match nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                // Matches nothing; kept (empty key bytes never equal a
+                // real key's) for an outer or anti side.
+                true => Box::new([]),
+                false => keys.row(i).as_ref().into(),
+            };
+            self.windows.entry(*end).or_default()[side].push((key, rows.row(i).as_ref().into()));
+        }
+        Ok(())
+    }
+
+    /// Joins the rows of one window.
+    fn fire(&self, rows: &[Vec<Waiting>; 2]) -> Result<Option<RecordBatch>> {
+        let kind = self.spec.kind;
+        let [left, right] = rows;
+        let mut by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        for (j, (key, _)) in right.iter().enumerate() {
+            if !key.is_empty() {
+                by_key.entry(key).or_default().push(j);
+            }
+        }
+        let (mut pair_left, mut pair_right) = (Vec::new(), Vec::new());
+        for (i, (key, _)) in left.iter().enumerate() {
+            for j in by_key.get(&**key).into_iter().flatten() {
+                pair_left.push(i as u32);
+                pair_right.push(*j as u32);
+            }
+        }
+        let columns = |side: usize| -> Result<Vec<ArrayRef>> {
+            let parser = self.rows_of[side].parser();
+            Ok(self.rows_of[side].convert_rows(rows[side].iter().map(|(_, r)| parser.parse(r)))?)
+        };
+        let (left_columns, right_columns) = (columns(0)?, columns(1)?);
+        let data = |side: usize, columns: &[ArrayRef]| {
+            RecordBatch::try_new(self.spec.inputs[side].clone(), columns.to_vec())
+        };
+        let left_data = data(0, &left_columns)?;
+        let taken_right = take_all(&right_columns, &UInt32Array::from(pair_right.clone()))?;
+        let matched = pair_matches(
+            self.spec.filter.as_ref(),
+            &self.spec.inputs,
+            0,
+            &left_data,
+            &UInt32Array::from(pair_left.clone()),
+            &taken_right,
+        )?;
+        let (mut out_left, mut out_right): (Vec<Option<u32>>, Vec<Option<u32>>) = (Vec::new(), Vec::new());
+        let (mut left_hit, mut right_hit) = (vec![false; left.len()], vec![false; right.len()]);
+        for (p, ok) in matched.iter().enumerate() {
+            if *ok {
+                left_hit[pair_left[p] as usize] = true;
+                right_hit[pair_right[p] as usize] = true;
+                if !kind.is_semi_or_anti() {
+                    out_left.push(Some(pair_left[p]));
+                    out_right.push(Some(pair_right[p]));
+                }
+            }
+        }
+        for (i, hit) in left_hit.iter().enumerate() {
+            let keep = match kind {
+                JoinKind::Semi => *hit,
+                JoinKind::Anti => !*hit,
+                _ => !*hit && kind.outer(0),
+            };
+            if keep {
+                out_left.push(Some(i as u32));
+                out_right.push(None);
+            }
+        }
+        if kind.outer(1) {
+            for (j, hit) in right_hit.iter().enumerate() {
+                if !*hit {
+                    out_left.push(None);
+                    out_right.push(Some(j as u32));
+                }
+            }
+        }
+        if out_left.is_empty() {
+            return Ok(None);
+        }
+        let mut output = take_all(&left_columns, &UInt32Array::from(out_left))?;
+        if !kind.is_semi_or_anti() {
+            output.extend(take_all(&right_columns, &UInt32Array::from(out_right))?);
+        }
+        Ok(Some(RecordBatch::try_new(self.spec.schema.clone(), output)?))
+    }
+
+    /// One side's waiting rows as state columns.
+    fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
+        let parser = self.rows_of[side].parser();
+        let rows: Vec<_> = self
+            .windows
+            .values()
+            .flat_map(|w| w[side].iter().map(|(_, r)| parser.parse(r)))
+            .collect();
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let n = rows.len();
+        let data = self.rows_of[side].convert_rows(rows)?;
+        let batch = RecordBatch::try_new(self.spec.inputs[side].clone(), data.clone())?;
+        let keys: Vec<ArrayRef> = self.spec.keys[side]
+            .iter()
+            .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
+            .collect::<Result<_>>()?;
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(key_groups(&keys, n, self.max_parallelism)?),
+            Arc::new(Int8Array::from(vec![side as i8; n])),
+        ];
+        for s in 0..2 {
+            match s == side {
+                true => columns.extend(data.iter().cloned()),
+                false => columns.extend(
+                    self.spec.inputs[s]
+                        .fields()
+                        .iter()
+                        .map(|f| new_null_array(f.data_type(), n)),
+                ),
+            }
+        }
+        Ok(Some(columns))
+    }
+}
+
+fn take_all(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<ArrayRef>> {
+    columns.iter().map(|c| Ok(take(c, indices, None)?)).collect()
+}
+
+impl Operator for WindowJoinOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
+        self.process(input.min(1), &batch)
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        while let Some(entry) = self.windows.first_entry() {
+            if entry.key().saturating_sub(1) > self.watermark {
+                break;
+            }
+            let rows = entry.remove();
+            if let Some(batch) = self.fire(&rows)? {
+                out.batch(batch);
+            }
+        }
+        out.watermark(watermark);
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        let mut columns: Option<Vec<ArrayRef>> = None;
+        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
+            columns = Some(match columns {
+                None => side,
+                Some(before) => before
+                    .iter()
+                    .zip(&side)
+                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
+                    .collect::<Result<Vec<_>>>()?,
+            });
+        }
+        // The watermark is saved even without rows: after a restore, a row
+        // of a window that had fired is late, as it was before.
+        let rows = columns
+            .map(|c| sorted_state_rows(&self.spec.state_schema(), c))
+            .transpose()?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        let watermark = snapshot.watermark(&self.spec.describe())?;
+        let Some(rows) = &snapshot.rows else {
+            self.watermark = watermark;
+            return Ok(());
+        };
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        let widths = [
+            self.spec.inputs[0].fields().len(),
+            self.spec.inputs[1].fields().len(),
+        ];
+        for side in 0..2 {
+            let sides = rows.column(1).as_primitive::<Int8Type>();
+            let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
+            let rows = arrow::compute::filter_record_batch(rows, &mask)?;
+            let start = 2 + if side == 0 { 0 } else { widths[0] };
+            let data = RecordBatch::try_new(
+                self.spec.inputs[side].clone(),
+                rows.columns()[start..start + widths[side]].to_vec(),
+            )?;
+            self.process(side, &data)?;
+        }
+        self.watermark = watermark;
+        Ok(())
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(&self.spec.state_schema())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}
