@@ -63,6 +63,11 @@ impl Dialect for FlinkDialect {
         true
     }
 
+    /// `t FOR SYSTEM_TIME AS OF x.time` (temporal and lookup joins).
+    fn supports_table_versioning(&self) -> bool {
+        true
+    }
+
     fn parse_prefix(&self, parser: &mut Parser) -> Option<Result<Expr, ParserError>> {
         if parser.peek_keyword(Keyword::TABLE) {
             Some(parse_table_argument(parser))

@@ -11,5 +11,6 @@ pub mod group_window;
 pub mod listagg;
 pub mod naming;
 pub mod parser;
+pub mod temporal;
 pub mod types;
 pub mod window_tvf;

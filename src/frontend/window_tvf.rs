@@ -279,6 +279,43 @@ impl RelationPlanner for FlinkRelationPlanner {
                     plan, alias,
                 ))))
             }
+            TableFactor::Table {
+                name,
+                alias,
+                args,
+                with_hints,
+                version: Some(ast::TableVersion::ForSystemTimeAsOf(time)),
+                with_ordinality,
+                partitions,
+                json_path,
+                sample,
+                index_hints,
+            } => {
+                let time = match time {
+                    ast::Expr::Identifier(i) => vec![i.value],
+                    ast::Expr::CompoundIdentifier(parts) => parts.into_iter().map(|i| i.value).collect(),
+                    other => {
+                        return plan_err!("FOR SYSTEM_TIME AS OF needs a time attribute column, not {other}");
+                    }
+                };
+                let table = context.plan(TableFactor::Table {
+                    name,
+                    alias: None,
+                    args,
+                    with_hints,
+                    version: None,
+                    with_ordinality,
+                    partitions,
+                    json_path,
+                    sample,
+                    index_hints,
+                })?;
+                let node = super::temporal::VersionedTableNode { input: table, time };
+                let plan = LogicalPlan::Extension(Extension { node: Arc::new(node) });
+                Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                    plan, alias,
+                ))))
+            }
             other => Ok(RelationPlanning::Original(Box::new(other))),
         }
     }

@@ -77,6 +77,13 @@ impl Harness {
         render(out)
     }
 
+    /// Ends input `input` (all its channels ended); returns what it emitted.
+    pub fn end_input(&mut self, input: usize) -> Result<Vec<String>> {
+        let mut out = Output::default();
+        self.operator.end_input(input, &mut out)?;
+        render(out)
+    }
+
     /// Passes a watermark; returns what it emitted.
     pub fn watermark(&mut self, watermark: i64) -> Result<Vec<String>> {
         let mut out = Output::default();

@@ -33,11 +33,13 @@ use crate::connectors::values::ValuesSourceFactory;
 use crate::connectors::{self, SinkFactory};
 use crate::frontend::binder::{Binder, CatalogTableSource, PHYSICAL_SCHEMA};
 use crate::frontend::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
+use crate::frontend::temporal::VersionedTableNode;
 use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
 use crate::operators::calc::Calc;
 use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
 use crate::operators::join::interval::IntervalJoin;
+use crate::operators::join::lookup::LookupJoin;
 use crate::operators::join::window::WindowJoin;
 use crate::operators::join::{Join, JoinFactory, JoinKind};
 use crate::operators::union::Union;
@@ -94,6 +96,8 @@ pub struct Planner<'a> {
     /// (an upsert key): a non-windowed aggregation's keys, carried through
     /// projections that keep them.
     upsert_keys: std::collections::HashMap<NodeId, Vec<usize>>,
+    /// Planning a temporal join's table side (`FOR SYSTEM_TIME AS OF`).
+    temporal_side: bool,
 }
 
 fn arrow_schema(schema: &DFSchema) -> SchemaRef {
@@ -118,6 +122,7 @@ impl<'a> Planner<'a> {
             props: ExecutionProps::new(),
             filter_only_calcs: Default::default(),
             upsert_keys: Default::default(),
+            temporal_side: false,
         })
     }
 
@@ -444,13 +449,22 @@ impl<'a> Planner<'a> {
             LogicalPlan::TableScan(scan) => self.plan_scan(scan),
             LogicalPlan::Aggregate(aggregate) => self.plan_aggregate(aggregate),
             LogicalPlan::Extension(extension) => {
-                match extension.node.as_any().downcast_ref::<WindowTvfNode>() {
-                    Some(node) => self.plan_window_assign(node),
-                    None => Err(Error::Internal(format!(
-                        "unknown plan node {}",
-                        extension.node.name()
-                    ))),
+                let any = extension.node.as_any();
+                if let Some(node) = any.downcast_ref::<WindowTvfNode>() {
+                    return self.plan_window_assign(node);
                 }
+                if let Some(node) = any.downcast_ref::<VersionedTableNode>() {
+                    return match self.temporal_side {
+                        true => self.plan(&node.input),
+                        false => Err(Error::Plan(
+                            "FOR SYSTEM_TIME AS OF is only supported on the right side of a join".into(),
+                        )),
+                    };
+                }
+                Err(Error::Internal(format!(
+                    "unknown plan node {}",
+                    extension.node.name()
+                )))
             }
             LogicalPlan::Values(values) => {
                 let schema = arrow_schema(&values.schema);
@@ -560,6 +574,9 @@ impl<'a> Planner<'a> {
             JoinType::LeftAnti => JoinKind::Anti,
             other => return Err(unsupported(&format!("a {other} join"))),
         };
+        if let Some(versioned) = crate::frontend::temporal::versioned_table(&join.right) {
+            return self.plan_temporal_join(join, kind, &versioned.time);
+        }
         let left = self.plan(&join.left)?;
         let right = self.plan(&join.right)?;
         // The condition sees both sides (a semi join outputs the left only).
@@ -668,6 +685,100 @@ impl<'a> Planner<'a> {
             schema: schema.clone(),
         };
         self.push(NodeKind::Operator(Arc::new(operator)), edges, parallelism, schema)
+    }
+
+    /// `JOIN t FOR SYSTEM_TIME AS OF s.time`: on processing time, a lookup
+    /// join against a bounded table (broadcast to every subtask, read again
+    /// after a restore); on event time, not yet.
+    fn plan_temporal_join(
+        &mut self,
+        join: &datafusion_expr::logical_plan::Join,
+        kind: JoinKind,
+        time: &[String],
+    ) -> Result<NodeId> {
+        let (name, qualifier) = match time {
+            [name] => (name, None),
+            [.., qualifier, name] => (name, Some(qualifier.as_str())),
+            [] => return Err(Error::Internal("FOR SYSTEM_TIME AS OF without a column".into())),
+        };
+        let field = time_field(&join.left, name, qualifier).ok_or_else(|| {
+            Error::sql(format!(
+                "FOR SYSTEM_TIME AS OF {}: no such column on the join's left side",
+                time.join(".")
+            ))
+        })?;
+        match field.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) {
+            Some(PROCTIME) => {}
+            Some(_) => {
+                return Err(unsupported(
+                    "an event-time temporal join (FOR SYSTEM_TIME AS OF a rowtime attribute)",
+                ));
+            }
+            None => {
+                return Err(Error::Plan(format!(
+                    "FOR SYSTEM_TIME AS OF {} needs a time attribute; '{name}' is a plain column",
+                    time.join(".")
+                )));
+            }
+        }
+        if !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+            return Err(Error::Plan(format!(
+                "a temporal join supports only INNER JOIN and LEFT JOIN, not {}",
+                join.join_type
+            )));
+        }
+        let left = self.plan(&join.left)?;
+        let first_right = self.nodes.len();
+        self.temporal_side = true;
+        let right = self.plan(&join.right);
+        self.temporal_side = false;
+        let right = right?;
+        // The table side: every source bounded, read again after a restore.
+        for node in &mut self.nodes[first_right..=right] {
+            if let NodeKind::Source(source) = &node.kind {
+                if !source.is_bounded() {
+                    return Err(unsupported(
+                        "a processing-time temporal join against an unbounded table (Flink: only lookup sources)",
+                    ));
+                }
+                node.kind = NodeKind::Source(Arc::new(crate::runtime::source::Replayed(source.clone())));
+            }
+        }
+        let keys = [
+            join.on
+                .iter()
+                .map(|(l, _)| self.physical(l, join.left.schema()))
+                .collect::<Result<Vec<_>>>()?,
+            join.on
+                .iter()
+                .map(|(_, r)| self.physical(r, join.right.schema()))
+                .collect::<Result<Vec<_>>>()?,
+        ];
+        let both = join.left.schema().join(join.right.schema())?;
+        let filter = join
+            .filter
+            .as_ref()
+            .map(|f| self.physical(f, &both))
+            .transpose()?;
+        let parallelism = self.nodes[left].parallelism;
+        let table_edge = match parallelism == 1 && self.nodes[right].parallelism == 1 {
+            true => Exchange::Forward,
+            false => Exchange::Broadcast,
+        };
+        let schema = arrow_schema(&join.schema);
+        let operator = LookupJoin {
+            kind,
+            keys,
+            filter,
+            inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
+            schema: schema.clone(),
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(operator)),
+            vec![(left, Exchange::Forward), (right, table_edge)],
+            parallelism,
+            schema,
+        )
     }
 
     /// `x NOT IN (subquery)` as an anti join without keys whose condition
@@ -1530,4 +1641,37 @@ fn join_edge(node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>], parallelism: usize
         _ if keyless => Exchange::Single,
         _ => Exchange::Hash(keys.to_vec()),
     }
+}
+
+/// The field `qualifier.name` of `plan`, or, when the optimizer pruned it
+/// (an `AS OF` column is read by no expression), of the plan's inputs and
+/// tables.
+fn time_field(plan: &LogicalPlan, name: &str, qualifier: Option<&str>) -> Option<Arc<Field>> {
+    let found = plan
+        .schema()
+        .iter()
+        .find(|(q, f)| {
+            f.name() == name && qualifier.is_none_or(|wanted| q.is_some_and(|q| q.table() == wanted))
+        })
+        .map(|(_, f)| f.clone());
+    if found.is_some() {
+        return found;
+    }
+    if let LogicalPlan::TableScan(scan) = plan {
+        return scan
+            .source
+            .schema()
+            .fields()
+            .iter()
+            .find(|f| f.name() == name)
+            .cloned();
+    }
+    // Below an alias the qualifier is the alias's; look by name only.
+    let qualifier = match plan {
+        LogicalPlan::SubqueryAlias(_) => None,
+        _ => qualifier,
+    };
+    plan.inputs()
+        .into_iter()
+        .find_map(|input| time_field(input, name, qualifier))
 }

@@ -124,6 +124,8 @@ pub enum NodeSpec {
     IntervalJoin(Box<IntervalJoinData>),
     /// A window join of its two inputs.
     WindowJoin(Box<WindowJoinData>),
+    /// A lookup join of a stream (input 0) with a bounded table (input 1).
+    LookupJoin(Box<JoinData>),
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -432,6 +434,9 @@ pub enum SourceSpec {
         /// Their bound types.
         schema: SchemaData,
     },
+    /// A bounded source read again from its start after a restore (a
+    /// lookup join's table).
+    Replayed(Box<SourceSpec>),
     /// Constant rows.
     Values {
         /// Their schema.
@@ -675,6 +680,7 @@ impl NodeSpec {
                 NodeKind::Operator(build_interval_join(data, inputs, output, ctx)?)
             }
             NodeSpec::WindowJoin(data) => NodeKind::Operator(build_window_join(data, inputs, output, ctx)?),
+            NodeSpec::LookupJoin(data) => NodeKind::Operator(build_lookup_join(data, inputs, output, ctx)?),
             NodeSpec::Sink(sink) => {
                 NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
                     sink: sink.build(config)?,
@@ -695,6 +701,9 @@ impl SourceSpec {
             SourceSpec::Values { batches, .. } => Ok(Arc::new(
                 crate::connectors::values::ValuesSourceFactory::new(batches.decode()?),
             )),
+            SourceSpec::Replayed(inner) => {
+                Ok(Arc::new(crate::runtime::source::Replayed(inner.build(config)?)))
+            }
         }
     }
 }
@@ -962,6 +971,38 @@ fn build_window_join(
             .transpose()?,
         inputs,
         ends: data.ends,
+        schema: output.clone(),
+    }))
+}
+
+/// The lookup join a [`JoinData`] describes.
+fn build_lookup_join(
+    data: &JoinData,
+    inputs: &[SchemaRef],
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::join::joined_schema;
+    use crate::operators::join::lookup::LookupJoin;
+    let [stream, table] = inputs else {
+        return Err(Error::State(
+            "a serialized lookup join does not have two inputs".into(),
+        ));
+    };
+    let inputs = [stream.clone(), table.clone()];
+    let joined = joined_schema(&inputs);
+    Ok(Arc::new(LookupJoin {
+        kind: data.kind,
+        keys: [
+            decode_exprs(&data.left_keys, &inputs[0], ctx)?,
+            decode_exprs(&data.right_keys, &inputs[1], ctx)?,
+        ],
+        filter: data
+            .filter
+            .as_ref()
+            .map(|f| decode_expr(f, &joined, ctx))
+            .transpose()?,
+        inputs,
         schema: output.clone(),
     }))
 }

@@ -57,6 +57,8 @@ pub enum InputEvent {
     /// Every open channel turned idle (the task's output is idle), or one
     /// turned active again.
     WatermarkStatus(WatermarkStatus),
+    /// Every channel of logical input `n` has ended (others may go on).
+    EndOfInput(usize),
     /// Every channel has ended.
     End,
     /// Nothing arrived within the timeout.
@@ -348,7 +350,11 @@ impl InputGate {
                 channel.barrier_received = false;
                 channel.blocked = false;
                 channel.watermark = MAX_WATERMARK;
+                let input = channel.input;
                 self.open -= 1;
+                if self.channels.iter().filter(|c| c.input == input).all(|c| c.ended) {
+                    self.ready.push_back(InputEvent::EndOfInput(input));
+                }
                 if self.open > 0
                     && let Some(wm) = self.advance()
                 {

@@ -152,6 +152,13 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Every channel of input `input` has ended, while others may go on
+    /// (Flink's `BoundedMultiInput.endInput`): a lookup join's table is
+    /// complete.
+    fn end_input(&mut self, _input: usize, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
     /// All input is done (after a final watermark of +infinity); flush and close.
     fn finish(&mut self, _out: &mut Output) -> Result<()> {
         Ok(())

@@ -115,3 +115,47 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
         )))
     }
 }
+
+/// A bounded source read again from its start after every restore: the
+/// table side of a lookup join, which the join holds in memory only (it is
+/// the same on every subtask, so a checkpoint need not carry it).
+#[derive(Debug)]
+pub struct Replayed(pub std::sync::Arc<dyn SourceFactory>);
+
+struct ReplayedReader(Box<dyn SourceReader>);
+
+impl SourceReader for ReplayedReader {
+    fn poll_next(&mut self) -> Result<SourcePoll> {
+        self.0.poll_next()
+    }
+
+    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+        Ok(serde_json::json!({ "replayed": true }))
+    }
+
+    fn restore_position(&mut self, _position: &serde_json::Value) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl SourceFactory for Replayed {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.0.is_bounded()
+    }
+
+    fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
+        Ok(Box::new(ReplayedReader(self.0.create_reader(ctx)?)))
+    }
+
+    fn supports_checkpoints(&self) -> bool {
+        true
+    }
+
+    fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
+        Ok(crate::plan::spec::SourceSpec::Replayed(Box::new(self.0.spec()?)))
+    }
+}

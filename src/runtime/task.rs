@@ -336,6 +336,11 @@ impl Task {
                     self.push_batch(0, input, batch)?;
                 }
                 InputEvent::Watermark(wm) => self.push_watermark(0, wm)?,
+                InputEvent::EndOfInput(input) => {
+                    let mut out = Output::default();
+                    self.chain[0].end_input(input, &mut out)?;
+                    self.forward(1, out)?;
+                }
                 InputEvent::WatermarkStatus(status) => self.broadcast(Message::WatermarkStatus(status))?,
                 event @ (InputEvent::Barrier(_)
                 | InputEvent::AbortCheckpoint(_)

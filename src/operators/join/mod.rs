@@ -15,6 +15,7 @@
 //! ```
 
 pub mod interval;
+pub mod lookup;
 pub mod state;
 #[cfg(test)]
 mod tests;

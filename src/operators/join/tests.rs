@@ -276,3 +276,26 @@ fn a_window_join_joins_a_windows_rows_when_the_watermark_passes_its_end_and_drop
     );
     assert_eq!(h.restart().unwrap().unwrap().rows, None, "nothing is kept");
 }
+
+#[test]
+fn a_lookup_join_holds_stream_rows_until_the_table_is_complete_then_joins_as_they_come() {
+    let mut setup = SETUP.to_vec();
+    setup.push("CREATE TABLE s (k BIGINT, a STRING, p AS PROCTIME()) WITH ('connector' = 'datagen')");
+    setup.push("CREATE TABLE d (k BIGINT, b STRING) WITH ('connector' = 'datagen', 'number-of-rows' = '5')");
+    let mut h = Harness::of(
+        &setup,
+        "INSERT INTO out SELECT s.k, a, d.k, b FROM s LEFT JOIN d FOR SYSTEM_TIME AS OF s.p ON s.k = d.k",
+        "LookupJoin",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push_to(0, "1 a\n2 b").unwrap(), Vec::<String>::new());
+    let snapshot = h.restart().unwrap().expect("waiting rows");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 2);
+    assert_eq!(h.push_to(1, "1 x\n1 y").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        h.end_input(1).unwrap(),
+        lines(&["+I 1 a 1 x", "+I 1 a 1 y", "+I 2 b null null"])
+    );
+    assert_eq!(h.push_to(0, "1 c").unwrap(), lines(&["+I 1 c 1 x", "+I 1 c 1 y"]));
+}

@@ -1,0 +1,307 @@
+//! Lookup joins: `JOIN t FOR SYSTEM_TIME AS OF s.proctime` against a
+//! bounded table, as Nexmark q13 uses it. Every subtask holds the whole
+//! table (its input is broadcast) and joins each stream row with it as it
+//! comes (`INNER` or `LEFT`); stream rows that arrive before the table is
+//! complete wait until it is. Insert-only.
+//!
+//! The table is not checkpointed: it is the same on every subtask, and its
+//! source reads it again from the start after a restore
+//! ([`crate::runtime::source::Replayed`]). Stream rows still waiting for it
+//! are the operator's (per-subtask) state.
+//!
+//! ```text
+//!  stream ──FORWARD──►┐
+//!                     LookupJoin ──► +I joined (or padded, LEFT)
+//!  table ──BROADCAST─►┘  (input 1 ends: the table is complete)
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, UInt32Array, UInt32Builder, new_null_array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion_physical_expr::PhysicalExpr;
+
+use super::{JoinKind, key_rows, pair_matches};
+use crate::operators::calc::expr_text;
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::CheckpointId;
+use crate::runtime::operator::OperatorSnapshot;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::snapshot::KEY_GROUP_COLUMN;
+use crate::{Error, Result};
+
+/// A lookup join of a stream (input 0) with a bounded table (input 1).
+#[derive(Debug, Clone)]
+pub struct LookupJoin {
+    /// `Inner` or `Left`.
+    pub kind: JoinKind,
+    /// Each side's key expressions.
+    pub keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+    /// The rest of the condition, over the stream's and the table's columns.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// The stream's columns and the table's.
+    pub inputs: [SchemaRef; 2],
+    /// Stream columns then table columns.
+    pub schema: SchemaRef,
+}
+
+impl LookupJoin {
+    /// The text EXPLAIN shows.
+    pub fn describe(&self) -> String {
+        let mut conditions: Vec<String> = self.keys[0]
+            .iter()
+            .zip(&self.keys[1])
+            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
+            .collect();
+        if let Some(filter) = &self.filter {
+            conditions.push(expr_text(filter.as_ref()));
+        }
+        format!(
+            "LookupJoin(joinType=[{}], where=[{}])",
+            self.kind.flink_name(),
+            conditions.join(" AND ")
+        )
+    }
+
+    fn key_types(&self) -> Result<Vec<DataType>> {
+        if self.keys[0].is_empty() {
+            return Ok(vec![DataType::Int8]);
+        }
+        self.keys[0]
+            .iter()
+            .map(|k| Ok(k.data_type(&self.inputs[0])?))
+            .collect()
+    }
+
+    /// Waiting stream rows: `_key_group` (0: not keyed), then its columns.
+    fn state_schema(&self) -> SchemaRef {
+        let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
+        fields.extend(self.inputs[0].fields().iter().map(|f| f.as_ref().clone()));
+        Arc::new(Schema::new(fields))
+    }
+}
+
+impl OperatorFactory for LookupJoin {
+    fn describe(&self) -> String {
+        LookupJoin::describe(self)
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        ChangelogRole::InsertOnly
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        use crate::plan::codec::{encode_expr, encode_exprs};
+        let joined = super::joined_schema(&self.inputs);
+        Ok(crate::plan::spec::NodeSpec::LookupJoin(Box::new(
+            crate::plan::spec::JoinData {
+                kind: self.kind,
+                left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
+                right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
+                filter: self
+                    .filter
+                    .as_ref()
+                    .map(|f| encode_expr(f, &joined))
+                    .transpose()?,
+                null_equal: false,
+                state_ttl_ms: None,
+            },
+        )))
+    }
+
+    fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let fields = |s: &SchemaRef| {
+            s.fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect()
+        };
+        Ok(Box::new(LookupJoinOperator {
+            table_rows: RowConverter::new(fields(&self.inputs[1]))?,
+            keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
+            table: HashMap::new(),
+            complete: false,
+            waiting: Vec::new(),
+            spec: Arc::new(self.clone()),
+        }))
+    }
+}
+
+struct LookupJoinOperator {
+    spec: Arc<LookupJoin>,
+    table_rows: RowConverter,
+    keys_of: RowConverter,
+    /// The table's rows by key.
+    table: HashMap<Box<[u8]>, Vec<Box<[u8]>>>,
+    /// Whether the table input has ended.
+    complete: bool,
+    /// Stream batches that came before the table was complete.
+    waiting: Vec<RecordBatch>,
+}
+
+impl LookupJoinOperator {
+    fn load(&mut self, batch: &RecordBatch) -> Result<()> {
+        let (keys, nulls) = key_rows(
+            &self.spec.keys[1],
+            &self.spec.key_types()?,
+            &self.keys_of,
+            batch,
+            false,
+        )?;
+        let rows = self.table_rows.convert_columns(batch.columns())?;
+        for i in 0..batch.num_rows() {
+            if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                continue;
+            }
+            self.table
+                .entry(keys.row(i).as_ref().into())
+                .or_default()
+                .push(rows.row(i).as_ref().into());
+        }
+        Ok(())
+    }
+
+    /// Joins stream rows with the table.
+    fn probe(&self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+        let (keys, nulls) = key_rows(
+            &self.spec.keys[0],
+            &self.spec.key_types()?,
+            &self.keys_of,
+            batch,
+            false,
+        )?;
+        let parser = self.table_rows.parser();
+        let (mut rows, mut found) = (Vec::new(), Vec::new());
+        for i in 0..batch.num_rows() {
+            if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                continue;
+            }
+            for row in self.table.get(keys.row(i).as_ref()).into_iter().flatten() {
+                rows.push(i as u32);
+                found.push(parser.parse(row));
+            }
+        }
+        let table_columns = match found.is_empty() {
+            true => self.spec.inputs[1]
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 0))
+                .collect(),
+            false => self.table_rows.convert_rows(found)?,
+        };
+        let pairs = UInt32Array::from(rows.clone());
+        let matched = pair_matches(
+            self.spec.filter.as_ref(),
+            &self.spec.inputs,
+            0,
+            batch,
+            &pairs,
+            &table_columns,
+        )?;
+        let (mut stream_side, mut table_side) = (UInt32Builder::new(), UInt32Builder::new());
+        let mut joined = vec![false; batch.num_rows()];
+        for (p, ok) in matched.iter().enumerate() {
+            if *ok {
+                joined[rows[p] as usize] = true;
+                stream_side.append_value(rows[p]);
+                table_side.append_value(p as u32);
+            }
+        }
+        if self.spec.kind == JoinKind::Left {
+            for (i, hit) in joined.iter().enumerate() {
+                if !hit {
+                    stream_side.append_value(i as u32);
+                    table_side.append_null();
+                }
+            }
+        }
+        let (stream_side, table_side) = (stream_side.finish(), table_side.finish());
+        if stream_side.is_empty() {
+            return Ok(());
+        }
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for c in batch.columns() {
+            columns.push(take(c, &stream_side, None)?);
+        }
+        for c in &table_columns {
+            columns.push(match c.is_empty() {
+                true => new_null_array(c.data_type(), stream_side.len()),
+                false => take(c, &table_side, None)?,
+            });
+        }
+        out.batch(RecordBatch::try_new(self.spec.schema.clone(), columns)?);
+        Ok(())
+    }
+
+    fn flush(&mut self, out: &mut Output) -> Result<()> {
+        for batch in std::mem::take(&mut self.waiting) {
+            self.probe(&batch, out)?;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for LookupJoinOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        match (input, self.complete) {
+            (0, true) => self.probe(&batch, out),
+            (0, false) => {
+                self.waiting.push(batch);
+                Ok(())
+            }
+            _ => self.load(&batch),
+        }
+    }
+
+    fn end_input(&mut self, input: usize, out: &mut Output) -> Result<()> {
+        if input == 1 {
+            self.complete = true;
+            self.flush(out)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.complete = true;
+        self.flush(out)
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.waiting.is_empty() {
+            return Ok(None);
+        }
+        let waiting = arrow::compute::concat_batches(&self.spec.inputs[0], &self.waiting)?;
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(vec![0; waiting.num_rows()]))];
+        columns.extend(waiting.columns().iter().cloned());
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::Value::Null,
+            rows: Some(RecordBatch::try_new(self.spec.state_schema(), columns)?),
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        let Some(rows) = snapshot.rows else {
+            return Ok(());
+        };
+        OperatorSnapshot::check_columns(&rows, &self.spec.state_schema(), &self.spec.describe())?;
+        let columns = rows.columns()[1..].to_vec();
+        let batch = RecordBatch::try_new(self.spec.inputs[0].clone(), columns)
+            .map_err(|e| Error::State(format!("{}: waiting rows: {e}", self.spec.describe())))?;
+        self.waiting.push(batch);
+        Ok(())
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(crate::state::snapshot::schema_signature(
+            &self.spec.state_schema(),
+        )))
+    }
+}
