@@ -381,29 +381,25 @@ impl JoinOperator {
         };
         let mut emitted = Emitted::default();
         let mut emits = Vec::new();
+        // Reused for every row: the matched pairs, and their entries' tallies.
+        let (mut pairs, mut tallies) = (Vec::new(), Vec::new());
         for (i, kind) in kinds.iter().enumerate() {
             let key = keys.row(i);
-            let pairs: Vec<usize> = (candidates.starts[i]..candidates.starts[i + 1])
-                .filter(|p| candidates.matched[*p])
-                .collect();
+            pairs.clear();
+            pairs.extend((candidates.starts[i]..candidates.starts[i + 1]).filter(|p| candidates.matched[*p]));
             emits.clear();
             let copies = match other.buckets.get_mut(key.as_ref()) {
                 Some(bucket) if !pairs.is_empty() => {
-                    let wanted: Vec<usize> = pairs.iter().map(|p| candidates.entries[*p]).collect();
-                    let mut tallies: Vec<&mut Tally> = bucket
-                        .iter_mut()
-                        .enumerate()
-                        .filter(|(j, _)| wanted.binary_search(j).is_ok())
-                        .map(|(_, e)| &mut e.tally)
-                        .collect();
+                    tallies.clear();
+                    tallies.extend(pairs.iter().map(|p| bucket[candidates.entries[*p]].tally));
                     let copies = decide_for(join, side, *kind, &mut tallies, &mut emits);
                     if counts.1 {
                         // Their match counts were written.
-                        bucket
-                            .iter_mut()
-                            .enumerate()
-                            .filter(|(j, _)| wanted.binary_search(j).is_ok())
-                            .for_each(|(_, e)| e.written = now);
+                        for (p, tally) in pairs.iter().zip(&tallies) {
+                            let entry = &mut bucket[candidates.entries[*p]];
+                            entry.tally = *tally;
+                            entry.written = now;
+                        }
                     }
                     copies
                 }
@@ -635,13 +631,7 @@ pub(crate) fn pair_matches(
 /// What one input row of side `side` emits in a `join` join (see
 /// [`state::decide`] and [`state::semi_right`]); the matches it is stored
 /// with.
-fn decide_for(
-    join: JoinKind,
-    side: usize,
-    kind: RowKind,
-    matched: &mut [&mut Tally],
-    out: &mut Vec<Emit>,
-) -> i64 {
+fn decide_for(join: JoinKind, side: usize, kind: RowKind, matched: &mut [Tally], out: &mut Vec<Emit>) -> i64 {
     let anti = join == JoinKind::Anti;
     match (join.is_semi_or_anti(), side) {
         (true, 0) => {
