@@ -287,6 +287,7 @@ impl Binder {
     }
 
     fn optimize(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let plan = super::temporal::keep_as_of_columns(plan).map_err(bind_error)?;
         let analyzed = Analyzer::new()
             .execute_and_check(plan, &self.options, |_, _| {})
             .map_err(bind_error)?;

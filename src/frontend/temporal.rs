@@ -67,3 +67,100 @@ pub fn versioned_table(plan: &LogicalPlan) -> Option<&VersionedTableNode> {
         _ => None,
     }
 }
+
+/// The `AS OF` column as a column reference.
+pub fn as_of_column(time: &[String]) -> datafusion_common::Column {
+    match time {
+        [.., qualifier, name] => datafusion_common::Column::new(Some(qualifier.as_str()), name),
+        _ => datafusion_common::Column::new_unqualified(time.last().map_or("", |s| s.as_str())),
+    }
+}
+
+/// `weir_keep_columns(...)`: always true, and volatile, so the optimizer
+/// neither folds it away nor prunes the columns it reads.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct KeepColumns {
+    signature: datafusion_expr::Signature,
+}
+
+/// Its name.
+pub const KEEP_COLUMNS: &str = "weir_keep_columns";
+
+impl datafusion_expr::ScalarUDFImpl for KeepColumns {
+    fn name(&self) -> &str {
+        KEEP_COLUMNS
+    }
+
+    fn signature(&self) -> &datafusion_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[arrow::datatypes::DataType]) -> DFResult<arrow::datatypes::DataType> {
+        Ok(arrow::datatypes::DataType::Boolean)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: datafusion_expr::ScalarFunctionArgs,
+    ) -> DFResult<datafusion_expr::ColumnarValue> {
+        let all_true = arrow::array::BooleanArray::from(vec![true; args.number_rows]);
+        Ok(datafusion_expr::ColumnarValue::Array(std::sync::Arc::new(
+            all_true,
+        )))
+    }
+}
+
+/// The condition [`keep_as_of_columns`] adds to a join over a versioned
+/// table: `weir_keep_columns(s.time, versioned.rowtime)`.
+pub fn kept_columns(join: &datafusion_expr::logical_plan::Join, time: &[String]) -> Vec<Expr> {
+    let mut columns = vec![Expr::Column(as_of_column(time))];
+    let rowtime = join.right.schema().iter().find(|(_, f)| {
+        f.metadata()
+            .get(super::catalog::TIME_ATTRIBUTE_KEY)
+            .map(String::as_str)
+            == Some(super::catalog::ROWTIME)
+    });
+    // A column of the table side even without a rowtime, so that the
+    // condition stays on the join (one of only the stream side's columns
+    // would be pushed below it).
+    let right = rowtime.or_else(|| join.right.schema().iter().next());
+    if let Some((qualifier, field)) = right {
+        columns.push(Expr::Column(datafusion_common::Column::new(
+            qualifier.cloned(),
+            field.name(),
+        )));
+    }
+    let udf = datafusion_expr::ScalarUDF::new_from_impl(KeepColumns {
+        signature: datafusion_expr::Signature::variadic_any(datafusion_expr::Volatility::Volatile),
+    });
+    vec![Expr::ScalarFunction(
+        datafusion_expr::expr::ScalarFunction::new_udf(std::sync::Arc::new(udf), columns),
+    )]
+}
+
+/// Adds [`kept_columns`] to the condition of each join over a versioned
+/// table, so that the optimizer keeps the `AS OF` column and the table's
+/// rowtime (no expression reads them otherwise). The planner takes it out
+/// again.
+pub fn keep_as_of_columns(plan: LogicalPlan) -> DFResult<LogicalPlan> {
+    use datafusion_common::tree_node::{Transformed, TreeNode};
+    plan.transform_up(|plan| {
+        let LogicalPlan::Join(mut join) = plan else {
+            return Ok(Transformed::no(plan));
+        };
+        let Some(versioned) = versioned_table(&join.right) else {
+            return Ok(Transformed::no(LogicalPlan::Join(join)));
+        };
+        let kept = kept_columns(&join, &versioned.time);
+        let mut filter = join.filter.take();
+        for condition in kept {
+            filter = Some(match filter {
+                Some(f) => f.and(condition),
+                None => condition,
+            });
+        }
+        join.filter = filter;
+        Ok(Transformed::yes(LogicalPlan::Join(join)))
+    })
+    .map(|t| t.data)
+}

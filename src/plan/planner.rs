@@ -32,7 +32,7 @@ use crate::connectors::sink::SinkOperatorFactory;
 use crate::connectors::values::ValuesSourceFactory;
 use crate::connectors::{self, SinkFactory};
 use crate::frontend::binder::{Binder, CatalogTableSource, PHYSICAL_SCHEMA};
-use crate::frontend::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
+use crate::frontend::catalog::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
 use crate::frontend::temporal::VersionedTableNode;
 use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
@@ -40,6 +40,7 @@ use crate::operators::calc::Calc;
 use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
 use crate::operators::join::interval::IntervalJoin;
 use crate::operators::join::lookup::LookupJoin;
+use crate::operators::join::temporal::TemporalJoin;
 use crate::operators::join::window::WindowJoin;
 use crate::operators::join::{Join, JoinFactory, JoinKind};
 use crate::operators::union::Union;
@@ -442,7 +443,12 @@ impl<'a> Planner<'a> {
             }
             LogicalPlan::Filter(f) => {
                 let input = self.plan(&f.input)?;
-                let predicate = self.physical(&f.predicate, f.input.schema())?;
+                // The optimizer copies a temporal join's column-keeping
+                // condition below the join too: it is no filter.
+                let Some(predicate) = without_keep_columns(&f.predicate) else {
+                    return Ok(input);
+                };
+                let predicate = self.physical(&predicate, f.input.schema())?;
                 self.add_calc(input, Some(predicate), None, arrow_schema(plan.schema()))
             }
             LogicalPlan::SubqueryAlias(a) => self.plan(&a.input),
@@ -709,11 +715,7 @@ impl<'a> Planner<'a> {
         })?;
         match field.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) {
             Some(PROCTIME) => {}
-            Some(_) => {
-                return Err(unsupported(
-                    "an event-time temporal join (FOR SYSTEM_TIME AS OF a rowtime attribute)",
-                ));
-            }
+            Some(_) => return self.plan_event_time_temporal_join(join, kind, time),
             None => {
                 return Err(Error::Plan(format!(
                     "FOR SYSTEM_TIME AS OF {} needs a time attribute; '{name}' is a plain column",
@@ -755,10 +757,8 @@ impl<'a> Planner<'a> {
                 .collect::<Result<Vec<_>>>()?,
         ];
         let both = join.left.schema().join(join.right.schema())?;
-        let filter = join
-            .filter
-            .as_ref()
-            .map(|f| self.physical(f, &both))
+        let filter = without_as_of(join, time)
+            .map(|f| self.physical(&f, &both))
             .transpose()?;
         let parallelism = self.nodes[left].parallelism;
         let table_edge = match parallelism == 1 && self.nodes[right].parallelism == 1 {
@@ -777,6 +777,114 @@ impl<'a> Planner<'a> {
             NodeKind::Operator(Arc::new(operator)),
             vec![(left, Exchange::Forward), (right, table_edge)],
             parallelism,
+            schema,
+        )
+    }
+
+    /// `JOIN versioned FOR SYSTEM_TIME AS OF s.rowtime`: an event-time
+    /// temporal join against a table with a primary key (within the join
+    /// keys) and a rowtime, as Flink requires.
+    fn plan_event_time_temporal_join(
+        &mut self,
+        join: &datafusion_expr::logical_plan::Join,
+        kind: JoinKind,
+        time: &[String],
+    ) -> Result<NodeId> {
+        use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+        let mut primary_key = Vec::new();
+        join.right.apply(|p| {
+            if let LogicalPlan::TableScan(scan) = p
+                && let Some(source) = scan.source.as_ref().downcast_ref::<CatalogTableSource>()
+            {
+                primary_key = source.table.primary_key.clone();
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if primary_key.is_empty() {
+            return Err(Error::Plan(
+                "Temporal Table Join requires primary key in versioned table, but no primary key can be found".into(),
+            ));
+        }
+        let joined_on: Vec<String> = join
+            .on
+            .iter()
+            .filter_map(|(_, r)| match strip_alias(r) {
+                Expr::Column(c) => Some(c.name.clone()),
+                _ => None,
+            })
+            .collect();
+        if !primary_key.iter().all(|k| joined_on.contains(k)) {
+            return Err(Error::Plan(format!(
+                "Temporal table's primary key [{}] must be included in the equivalence condition of Temporal Join",
+                primary_key.join(", ")
+            )));
+        }
+        let right_time = join
+            .right
+            .schema()
+            .fields()
+            .iter()
+            .position(|f| f.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) == Some(ROWTIME))
+            .ok_or_else(|| {
+                Error::Plan(
+                    "Event-Time Temporal Table Join requires both primary key and row time attribute in \
+                     versioned table, but no row time attribute can be found"
+                        .into(),
+                )
+            })?;
+        let left_time = join
+            .left
+            .schema()
+            .index_of_column(&crate::frontend::temporal::as_of_column(time))?;
+        let left = self.plan(&join.left)?;
+        if self.nodes[left].mode().is_updating() {
+            return Err(unsupported("an event-time temporal join of an updating stream"));
+        }
+        self.temporal_side = true;
+        let right = self.plan(&join.right);
+        self.temporal_side = false;
+        let right = right?;
+        let keys = [
+            join.on
+                .iter()
+                .map(|(l, _)| self.physical(l, join.left.schema()))
+                .collect::<Result<Vec<_>>>()?,
+            join.on
+                .iter()
+                .map(|(_, r)| self.physical(r, join.right.schema()))
+                .collect::<Result<Vec<_>>>()?,
+        ];
+        let both = join.left.schema().join(join.right.schema())?;
+        let filter = without_as_of(join, time)
+            .map(|f| self.physical(&f, &both))
+            .transpose()?;
+        let edges = vec![
+            (
+                left,
+                join_edge(&self.nodes[left], &keys[0], self.parallelism, false),
+            ),
+            (
+                right,
+                join_edge(&self.nodes[right], &keys[1], self.parallelism, false),
+            ),
+        ];
+        let schema = arrow_schema(&join.schema);
+        let operator = TemporalJoin {
+            kind,
+            keys,
+            filter,
+            inputs: [
+                crate::changelog::without_op(&self.nodes[left].schema),
+                crate::changelog::without_op(&self.nodes[right].schema),
+            ],
+            times: [left_time, right_time],
+            schema: schema.clone(),
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(operator)),
+            edges,
+            self.parallelism,
             schema,
         )
     }
@@ -1674,4 +1782,22 @@ fn time_field(plan: &LogicalPlan, name: &str, qualifier: Option<&str>) -> Option
     plan.inputs()
         .into_iter()
         .find_map(|input| time_field(input, name, qualifier))
+}
+
+/// A temporal join's condition without the `weir_keep_columns(...)` the
+/// binder added to keep its time columns.
+fn without_as_of(join: &datafusion_expr::logical_plan::Join, _time: &[String]) -> Option<Expr> {
+    without_keep_columns(join.filter.as_ref()?)
+}
+
+/// `predicate` without its `weir_keep_columns(...)` conjuncts (`None`:
+/// nothing else).
+fn without_keep_columns(predicate: &Expr) -> Option<Expr> {
+    datafusion_expr::utils::split_conjunction(predicate)
+        .into_iter()
+        .filter(
+            |c| !matches!(c, Expr::ScalarFunction(f) if f.name() == crate::frontend::temporal::KEEP_COLUMNS),
+        )
+        .cloned()
+        .reduce(Expr::and)
 }

@@ -126,6 +126,8 @@ pub enum NodeSpec {
     WindowJoin(Box<WindowJoinData>),
     /// A lookup join of a stream (input 0) with a bounded table (input 1).
     LookupJoin(Box<JoinData>),
+    /// An event-time temporal join (its `times`; no bounds).
+    TemporalJoin(Box<IntervalJoinData>),
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -681,6 +683,9 @@ impl NodeSpec {
             }
             NodeSpec::WindowJoin(data) => NodeKind::Operator(build_window_join(data, inputs, output, ctx)?),
             NodeSpec::LookupJoin(data) => NodeKind::Operator(build_lookup_join(data, inputs, output, ctx)?),
+            NodeSpec::TemporalJoin(data) => {
+                NodeKind::Operator(build_temporal_join(data, inputs, output, ctx)?)
+            }
             NodeSpec::Sink(sink) => {
                 NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
                     sink: sink.build(config)?,
@@ -1003,6 +1008,43 @@ fn build_lookup_join(
             .map(|f| decode_expr(f, &joined, ctx))
             .transpose()?,
         inputs,
+        schema: output.clone(),
+    }))
+}
+
+/// The temporal join an [`IntervalJoinData`] (without bounds) describes.
+fn build_temporal_join(
+    data: &IntervalJoinData,
+    inputs: &[SchemaRef],
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::join::joined_schema;
+    use crate::operators::join::temporal::TemporalJoin;
+    let [stream, table] = inputs else {
+        return Err(Error::State(
+            "a serialized temporal join does not have two inputs".into(),
+        ));
+    };
+    let inputs = [
+        crate::changelog::without_op(stream),
+        crate::changelog::without_op(table),
+    ];
+    let joined = joined_schema(&inputs);
+    Ok(Arc::new(TemporalJoin {
+        kind: data.join.kind,
+        keys: [
+            decode_exprs(&data.join.left_keys, &inputs[0], ctx)?,
+            decode_exprs(&data.join.right_keys, &inputs[1], ctx)?,
+        ],
+        filter: data
+            .join
+            .filter
+            .as_ref()
+            .map(|f| decode_expr(f, &joined, ctx))
+            .transpose()?,
+        inputs,
+        times: data.times,
         schema: output.clone(),
     }))
 }

@@ -17,6 +17,7 @@
 pub mod interval;
 pub mod lookup;
 pub mod state;
+pub mod temporal;
 #[cfg(test)]
 mod tests;
 pub mod window;

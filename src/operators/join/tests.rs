@@ -289,13 +289,76 @@ fn a_lookup_join_holds_stream_rows_until_the_table_is_complete_then_joins_as_the
         0,
     )
     .unwrap();
-    assert_eq!(h.push_to(0, "1 a\n2 b").unwrap(), Vec::<String>::new());
+    // Stream rows: k, a and the proctime p (kept for the AS OF).
+    let p = "2020-01-01T00:00:00";
+    assert_eq!(
+        h.push_to(0, &format!("1 a {p}\n2 b {p}")).unwrap(),
+        Vec::<String>::new()
+    );
     let snapshot = h.restart().unwrap().expect("waiting rows");
     assert_eq!(snapshot.rows.unwrap().num_rows(), 2);
     assert_eq!(h.push_to(1, "1 x\n1 y").unwrap(), Vec::<String>::new());
-    assert_eq!(
-        h.end_input(1).unwrap(),
-        lines(&["+I 1 a 1 x", "+I 1 a 1 y", "+I 2 b null null"])
+    let joined = h.end_input(1).unwrap();
+    assert_eq!(joined.len(), 3, "{joined:?}");
+    assert!(
+        joined[0].starts_with("+I 1 a ") && joined[0].ends_with(" 1 x"),
+        "{joined:?}"
     );
-    assert_eq!(h.push_to(0, "1 c").unwrap(), lines(&["+I 1 c 1 x", "+I 1 c 1 y"]));
+    assert!(
+        joined[1].ends_with(" 1 y") && joined[2].ends_with(" null null"),
+        "{joined:?}"
+    );
+    let now = h.push_to(0, &format!("1 c {p}")).unwrap();
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(
+        now[0].starts_with("+I 1 c ") && now[0].ends_with(" 1 x"),
+        "{now:?}"
+    );
+}
+
+#[test]
+fn a_temporal_join_joins_each_row_with_the_version_current_at_its_time_once_the_watermark_passes() {
+    let mut setup = INTERVAL_SETUP.to_vec();
+    setup.push(
+        "CREATE TABLE v (k BIGINT, b STRING, ts TIMESTAMP(3), PRIMARY KEY (k) NOT ENFORCED, \
+         WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen')",
+    );
+    let mut h = Harness::of(
+        &setup,
+        "INSERT INTO iout SELECT lt.k, a, lt.ts, b, v.ts FROM lt LEFT JOIN v FOR SYSTEM_TIME AS OF lt.ts ON lt.k = v.k",
+        "TemporalJoin",
+        0,
+    )
+    .unwrap();
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    // Versions of key 1 at 0 s and 10 s.
+    h.push_to(1, "1 old 2020-01-01T00:00:00\n1 new 2020-01-01T00:00:10")
+        .unwrap();
+    h.push_to(
+        0,
+        "1 a 2020-01-01T00:00:05\n1 c 2020-01-01T00:00:12\n2 x 2020-01-01T00:00:05",
+    )
+    .unwrap();
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 5);
+    // Rows of the same time come in any order: sorted here.
+    let mut fired = h.watermark(w(6)).unwrap();
+    fired.sort();
+    assert_eq!(
+        fired,
+        lines(&[
+            "+I 1 a 2020-01-01T00:00:05 1 old 2020-01-01T00:00:00",
+            "+I 2 x 2020-01-01T00:00:05 null null null",
+            &format!("wm {}", w(6))
+        ])
+    );
+    assert_eq!(
+        h.watermark(w(12)).unwrap(),
+        lines(&[
+            "+I 1 c 2020-01-01T00:00:12 1 new 2020-01-01T00:00:10",
+            &format!("wm {}", w(12))
+        ])
+    );
+    // The version at 0 s is gone: only the one current at 12 s is kept.
+    assert_eq!(h.restart().unwrap().unwrap().rows.unwrap().num_rows(), 1);
 }
