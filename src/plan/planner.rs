@@ -958,6 +958,10 @@ impl<'a> Planner<'a> {
             ],
             updating,
             null_equal: join.null_equality == NullEquality::NullEqualsNull,
+            unique_keys: [
+                self.upsert_keys.get(&left).cloned(),
+                self.upsert_keys.get(&right).cloned(),
+            ],
             schema: schema.clone(),
             state_ttl: self.config.state_ttl()?,
         }));

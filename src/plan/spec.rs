@@ -158,6 +158,9 @@ pub struct JoinData {
     pub filter: Option<ExprNode>,
     /// NULL keys equal each other.
     pub null_equal: bool,
+    /// Each input's unique key.
+    #[serde(default)]
+    pub unique_keys: [Option<Vec<usize>>; 2],
     /// `table.exec.state.ttl` in ms.
     #[serde(default)]
     pub state_ttl_ms: Option<u64>,
@@ -904,6 +907,7 @@ fn build_join(
         updating: [crate::changelog::has_op(left), crate::changelog::has_op(right)],
         inputs: data_inputs,
         null_equal: data.null_equal,
+        unique_keys: data.unique_keys.clone(),
         schema: output.clone(),
         state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
     }))))

@@ -158,6 +158,7 @@ impl OperatorFactory for IntervalJoin {
                         .map(|f| encode_expr(f, &joined))
                         .transpose()?,
                     null_equal: false,
+                    unique_keys: [None, None],
                     state_ttl_ms: None,
                 },
                 times: self.times,

@@ -108,6 +108,7 @@ impl OperatorFactory for LookupJoin {
                     .map(|f| encode_expr(f, &joined))
                     .transpose()?,
                 null_equal: false,
+                unique_keys: [None, None],
                 state_ttl_ms: None,
             },
         )))

@@ -114,6 +114,8 @@ pub struct Join {
     /// Whether NULL keys are equal (`IS NOT DISTINCT FROM`) rather than
     /// matching nothing.
     pub null_equal: bool,
+    /// Each input's unique (upsert) key, when it has one (its columns).
+    pub unique_keys: [Option<Vec<usize>>; 2],
     /// Left columns then right ones, with the op column when it updates.
     pub schema: SchemaRef,
     /// `table.exec.state.ttl`: a row not written for this long (by the
@@ -137,10 +139,34 @@ impl Join {
             None => String::new(),
         };
         format!(
-            "Join(joinType=[{}], where=[{}], leftInputSpec=[NoUniqueKey], rightInputSpec=[NoUniqueKey]{ttl})",
+            "Join(joinType=[{}], where=[{}], leftInputSpec=[{}], rightInputSpec=[{}]{ttl})",
             self.kind.flink_name(),
-            conditions.join(" AND ")
+            conditions.join(" AND "),
+            self.input_spec(0),
+            self.input_spec(1)
         )
+    }
+
+    /// Flink's name for what side `side` is unique on: its join key
+    /// (`JoinKeyContainsUniqueKey`: at most one row per join key), another
+    /// key (`HasUniqueKey`), or nothing (`NoUniqueKey`). Its state is the
+    /// same multiset of rows in each case; with a unique key, an update
+    /// retracts the old row, so it holds one row per unique key.
+    pub fn input_spec(&self, side: usize) -> &'static str {
+        let Some(unique) = &self.unique_keys[side] else {
+            return "NoUniqueKey";
+        };
+        let key_columns: Vec<usize> = self.keys[side]
+            .iter()
+            .filter_map(|k| {
+                k.downcast_ref::<datafusion_physical_expr::expressions::Column>()
+                    .map(|c| c.index())
+            })
+            .collect();
+        match unique.iter().all(|u| key_columns.contains(u)) {
+            true => "JoinKeyContainsUniqueKey",
+            false => "HasUniqueKey",
+        }
     }
 
     /// The key columns' types (the left's; the right's are cast to them).
@@ -214,6 +240,7 @@ impl OperatorFactory for JoinFactory {
                     .map(|f| crate::plan::codec::encode_expr(f, &joined))
                     .transpose()?,
                 null_equal: join.null_equal,
+                unique_keys: join.unique_keys.clone(),
                 state_ttl_ms: join.state_ttl.map(|d| d.as_millis() as u64),
             },
         )))

@@ -362,3 +362,27 @@ fn a_temporal_join_joins_each_row_with_the_version_current_at_its_time_once_the_
     // The version at 0 s is gone: only the one current at 12 s is kept.
     assert_eq!(h.restart().unwrap().unwrap().rows.unwrap().num_rows(), 1);
 }
+
+#[test]
+fn explain_names_a_side_unique_on_its_join_key_as_flink_does() {
+    let engine = crate::Engine::new();
+    for statement in SETUP {
+        engine.sql(statement).unwrap();
+    }
+    let plan = engine
+        .stream_plan(
+            "INSERT INTO counts SELECT c.k, c.n, r.k, b FROM \
+             (SELECT k, COUNT(*) AS n FROM l GROUP BY k) c JOIN r ON c.k = r.k",
+        )
+        .unwrap();
+    let join = plan
+        .nodes
+        .iter()
+        .map(|n| n.kind.describe())
+        .find(|d| d.starts_with("Join("))
+        .unwrap();
+    assert!(
+        join.contains("leftInputSpec=[JoinKeyContainsUniqueKey], rightInputSpec=[NoUniqueKey]"),
+        "{join}"
+    );
+}

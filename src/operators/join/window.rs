@@ -114,6 +114,7 @@ impl OperatorFactory for WindowJoin {
                         .map(|f| encode_expr(f, &joined))
                         .transpose()?,
                     null_equal: false,
+                    unique_keys: [None, None],
                     state_ttl_ms: None,
                 },
                 ends: self.ends,
