@@ -260,16 +260,13 @@ impl OperatorFactory for JoinFactory {
         let keys_of = RowConverter::new(join.key_types()?.into_iter().map(SortField::new).collect())?;
         Ok(Box::new(JoinOperator {
             rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
-            sides: [
-                SideState {
-                    dedupe: join.updating[0],
-                    ..Default::default()
-                },
-                SideState {
-                    dedupe: join.updating[1],
-                    ..Default::default()
-                },
-            ],
+            sides: [0, 1].map(|side| {
+                SideState::new(
+                    join.updating[side],
+                    join.kind.counts_matches(side),
+                    join.state_ttl.is_some(),
+                )
+            }),
             keys_of,
             max_parallelism: ctx.max_parallelism,
             swept: 0,
@@ -307,6 +304,9 @@ struct Candidates {
     starts: Vec<usize>,
     /// The entry of the other side's bucket of the row's key.
     entries: Vec<usize>,
+    /// Its tally when the batch came (for sides whose tallies the batch
+    /// does not change: no second lookup of the key).
+    tallies: Vec<Tally>,
     /// The other side's columns of every pair (None: no pairs).
     columns: Option<Vec<ArrayRef>>,
     /// Whether each pair satisfies the residual condition.
@@ -339,6 +339,7 @@ impl JoinOperator {
         let mut starts = Vec::with_capacity(data.num_rows() + 1);
         let mut inputs: Vec<u32> = Vec::new();
         let mut entries = Vec::new();
+        let mut tallies = Vec::new();
         let mut rows = Vec::new();
         let parser = self.rows_of[1 - side].parser();
         for i in 0..data.num_rows() {
@@ -347,10 +348,11 @@ impl JoinOperator {
                 continue;
             }
             if let Some(bucket) = other.buckets.get(keys.row(i).as_ref()) {
-                for (j, entry) in bucket.iter().enumerate() {
+                for j in 0..bucket.len() {
                     inputs.push(i as u32);
                     entries.push(j);
-                    rows.push(parser.parse(&entry.row));
+                    tallies.push(bucket.tally(j));
+                    rows.push(parser.parse(bucket.row(j)));
                 }
             }
         }
@@ -359,6 +361,7 @@ impl JoinOperator {
             return Ok(Candidates {
                 starts,
                 entries,
+                tallies,
                 columns: None,
                 matched: Vec::new(),
             });
@@ -376,6 +379,7 @@ impl JoinOperator {
         Ok(Candidates {
             starts,
             entries,
+            tallies,
             columns: Some(columns),
             matched,
         })
@@ -416,22 +420,29 @@ impl JoinOperator {
             pairs.clear();
             pairs.extend((candidates.starts[i]..candidates.starts[i + 1]).filter(|p| candidates.matched[*p]));
             emits.clear();
-            let copies = match other.buckets.get_mut(key.as_ref()) {
-                Some(bucket) if !pairs.is_empty() => {
-                    tallies.clear();
-                    tallies.extend(pairs.iter().map(|p| bucket[candidates.entries[*p]].tally));
-                    let copies = decide_for(join, side, *kind, &mut tallies, &mut emits);
-                    if counts.1 {
+            let copies = if pairs.is_empty() {
+                decide_for(join, side, *kind, &mut [], &mut emits)
+            } else if !counts.1 {
+                // The other side's tallies do not change: as the batch
+                // found them, without looking the key up again.
+                tallies.clear();
+                tallies.extend(pairs.iter().map(|p| candidates.tallies[*p]));
+                decide_for(join, side, *kind, &mut tallies, &mut emits)
+            } else {
+                match other.buckets.get_mut(key.as_ref()) {
+                    Some(bucket) => {
+                        tallies.clear();
+                        tallies.extend(pairs.iter().map(|p| bucket.tally(candidates.entries[*p])));
+                        let copies = decide_for(join, side, *kind, &mut tallies, &mut emits);
                         // Their match counts were written.
                         for (p, tally) in pairs.iter().zip(&tallies) {
-                            let entry = &mut bucket[candidates.entries[*p]];
-                            entry.tally = *tally;
-                            entry.written = now;
+                            bucket.set_tally(candidates.entries[*p], *tally);
+                            bucket.touch(candidates.entries[*p], now);
                         }
+                        copies
                     }
-                    copies
+                    None => decide_for(join, side, *kind, &mut [], &mut emits),
                 }
-                _ => decide_for(join, side, *kind, &mut [], &mut emits),
             };
             for emit in &emits {
                 emitted.push(*emit, i as u32, &pairs);
@@ -511,11 +522,11 @@ impl JoinOperator {
         let mut tallies = Vec::new();
         let mut written = Vec::new();
         for (key, bucket) in &state.buckets {
-            for entry in bucket {
+            for j in 0..bucket.len() {
                 keys.push(key_parser.parse(key));
-                rows.push(row_parser.parse(&entry.row));
-                tallies.push(entry.tally);
-                written.push(entry.written);
+                rows.push(row_parser.parse(bucket.row(j)));
+                tallies.push(bucket.tally(j));
+                written.push(bucket.written(j));
             }
         }
         let n = rows.len();
@@ -575,19 +586,21 @@ impl JoinOperator {
                 .clone()
         });
         let state = &mut self.sides[side];
+        let tallies = state.tallies;
         for i in 0..rows.num_rows() {
             state
                 .buckets
                 .entry(keys.row(i).as_ref().into())
                 .or_default()
-                .push(state::Entry {
-                    row: converted.row(i).as_ref().into(),
-                    tally: Tally {
+                .push(
+                    converted.row(i).as_ref(),
+                    Some(Tally {
                         count: counts.value(i),
                         matches: matches.value(i),
-                    },
-                    written: written.as_ref().map_or(0, |w| w.value(i)),
-                });
+                    })
+                    .filter(|_| tallies),
+                    written.as_ref().map(|w| w.value(i)),
+                );
         }
         Ok(())
     }

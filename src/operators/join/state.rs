@@ -16,16 +16,104 @@ pub struct Tally {
     pub matches: i64,
 }
 
-/// One stored row (Arrow row format bytes) with its tally.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// The row's columns as row-format bytes.
-    pub row: Box<[u8]>,
-    /// Its copies and matches.
-    pub tally: Tally,
-    /// When it was last written (ms, processing time): added, taken away
-    /// from, or its match count changed. Read only with a state TTL.
-    pub written: i64,
+/// One key's rows: their row-format bytes back to back, and beside them,
+/// only where a side needs them, their tallies and write times. A side
+/// whose rows are each there once and never count matches (an insert-only
+/// side of an inner join) keeps just the bytes: about a third of a row per
+/// allocation, and no allocation per row.
+#[derive(Debug, Default, Clone)]
+pub struct Bucket {
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+    tallies: Vec<Tally>,
+    written: Vec<i64>,
+}
+
+impl Bucket {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether it has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Row `j`'s bytes.
+    pub fn row(&self, j: usize) -> &[u8] {
+        let start = if j == 0 { 0 } else { self.ends[j - 1] as usize };
+        &self.bytes[start..self.ends[j] as usize]
+    }
+
+    /// Row `j`'s tally (one copy, no matches where none are kept).
+    pub fn tally(&self, j: usize) -> Tally {
+        self.tallies
+            .get(j)
+            .copied()
+            .unwrap_or(Tally { count: 1, matches: 0 })
+    }
+
+    /// Sets row `j`'s tally (on a side that keeps them).
+    pub fn set_tally(&mut self, j: usize, tally: Tally) {
+        if let Some(t) = self.tallies.get_mut(j) {
+            *t = tally;
+        }
+    }
+
+    /// When row `j` was last written (0 where not kept).
+    pub fn written(&self, j: usize) -> i64 {
+        self.written.get(j).copied().unwrap_or(0)
+    }
+
+    /// Row `j` was written at `now` (on a side with a TTL).
+    pub fn touch(&mut self, j: usize, now: i64) {
+        if let Some(w) = self.written.get_mut(j) {
+            *w = now;
+        }
+    }
+
+    /// Appends a row, with its tally and write time where kept.
+    pub fn push(&mut self, row: &[u8], tally: Option<Tally>, written: Option<i64>) {
+        self.bytes.extend_from_slice(row);
+        self.ends.push(self.bytes.len() as u32);
+        self.tallies.extend(tally);
+        self.written.extend(written);
+    }
+
+    /// The first row equal to `row`.
+    pub fn position(&self, row: &[u8]) -> Option<usize> {
+        (0..self.len()).find(|j| self.row(*j) == row)
+    }
+
+    /// Removes row `j`.
+    pub fn remove(&mut self, j: usize) {
+        let start = if j == 0 { 0 } else { self.ends[j - 1] as usize };
+        let end = self.ends[j] as usize;
+        self.bytes.drain(start..end);
+        self.ends.remove(j);
+        let width = (end - start) as u32;
+        self.ends[j..].iter_mut().for_each(|e| *e -= width);
+        if j < self.tallies.len() {
+            self.tallies.remove(j);
+        }
+        if j < self.written.len() {
+            self.written.remove(j);
+        }
+    }
+
+    /// Keeps the rows for which `keep(j)` holds.
+    pub fn retain(&mut self, keep: impl Fn(usize) -> bool) {
+        let mut kept = Bucket::default();
+        for j in 0..self.len() {
+            if keep(j) {
+                let tally = self.tallies.get(j).copied();
+                let written = self.written.get(j).copied();
+                kept.push(self.row(j), tally, written);
+            }
+        }
+        *self = kept;
+    }
 }
 
 /// Keys' bytes hashed with foldhash (std's SipHash was a fifth of a join's
@@ -36,13 +124,28 @@ pub type ByKey<V> = HashMap<Box<[u8]>, V, foldhash::fast::FixedState>;
 #[derive(Debug, Default)]
 pub struct SideState {
     /// Each key's rows, in arrival order.
-    pub buckets: ByKey<Vec<Entry>>,
+    pub buckets: ByKey<Bucket>,
     /// Whether equal rows share an entry (an updating side, whose rows may
     /// be taken away); an insert-only side appends without looking.
     pub dedupe: bool,
+    /// Whether rows keep tallies (copies, matches): an updating side, or
+    /// one whose rows count their matches.
+    pub tallies: bool,
+    /// Whether rows keep their write time (a state TTL).
+    pub ttl: bool,
 }
 
 impl SideState {
+    /// An empty side.
+    pub fn new(dedupe: bool, counts_matches: bool, ttl: bool) -> Self {
+        SideState {
+            buckets: ByKey::default(),
+            dedupe,
+            tallies: dedupe || counts_matches,
+            ttl,
+        }
+    }
+
     /// Adds a copy of `row` under `key` at `now`, joined with `matches`
     /// rows of the other side.
     pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64, now: i64) {
@@ -52,25 +155,25 @@ impl SideState {
             None => self.buckets.entry(key.into()).or_default(),
         };
         if self.dedupe
-            && let Some(entry) = bucket.iter_mut().find(|e| &*e.row == row)
+            && let Some(j) = bucket.position(row)
         {
-            entry.tally.count += 1;
-            entry.tally.matches = matches;
-            entry.written = now;
+            let mut tally = bucket.tally(j);
+            tally.count += 1;
+            tally.matches = matches;
+            bucket.set_tally(j, tally);
+            bucket.touch(j, now);
             return;
         }
-        bucket.push(Entry {
-            row: row.into(),
-            tally: Tally { count: 1, matches },
-            written: now,
-        });
+        let tally = self.tallies.then_some(Tally { count: 1, matches });
+        bucket.push(row, tally, self.ttl.then_some(now));
     }
 
     /// Forgets the rows of `key` not written for `ttl` ms at `now`
     /// (Flink's state TTL: nothing is emitted for them).
     pub fn expire_key(&mut self, key: &[u8], now: i64, ttl: i64) {
         if let Some(bucket) = self.buckets.get_mut(key) {
-            bucket.retain(|e| now - e.written < ttl);
+            let written: Vec<i64> = (0..bucket.len()).map(|j| bucket.written(j)).collect();
+            bucket.retain(|j| now - written[j] < ttl);
             if bucket.is_empty() {
                 self.buckets.remove(key);
             }
@@ -80,7 +183,8 @@ impl SideState {
     /// Forgets every row not written for `ttl` ms at `now`.
     pub fn expire(&mut self, now: i64, ttl: i64) {
         self.buckets.retain(|_, bucket| {
-            bucket.retain(|e| now - e.written < ttl);
+            let written: Vec<i64> = (0..bucket.len()).map(|j| bucket.written(j)).collect();
+            bucket.retain(|j| now - written[j] < ttl);
             !bucket.is_empty()
         });
     }
@@ -91,12 +195,14 @@ impl SideState {
         let Some(bucket) = self.buckets.get_mut(key) else {
             return false;
         };
-        let Some(at) = bucket.iter().position(|e| &*e.row == row) else {
+        let Some(at) = bucket.position(row) else {
             return false;
         };
-        bucket[at].tally.count -= 1;
-        bucket[at].written = now;
-        if bucket[at].tally.count <= 0 {
+        let mut tally = bucket.tally(at);
+        tally.count -= 1;
+        bucket.set_tally(at, tally);
+        bucket.touch(at, now);
+        if tally.count <= 0 {
             bucket.remove(at);
         }
         if bucket.is_empty() {
@@ -107,7 +213,7 @@ impl SideState {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.buckets.values().map(Vec::len).sum()
+        self.buckets.values().map(Bucket::len).sum()
     }
 
     /// Whether it holds no rows.
@@ -290,15 +396,12 @@ mod tests {
 
     #[test]
     fn a_side_keeps_copies_of_equal_rows_when_it_updates() {
-        let mut side = SideState {
-            dedupe: true,
-            ..Default::default()
-        };
+        let mut side = SideState::new(true, false, false);
         side.add(b"k", b"r", 0, 0);
         side.add(b"k", b"r", 0, 0);
         assert_eq!(side.len(), 1);
         assert!(side.retract(b"k", b"r", 0));
-        assert_eq!(side.buckets[&b"k"[..]][0].tally.count, 1);
+        assert_eq!(side.buckets[&b"k"[..]].tally(0).count, 1);
         assert!(side.retract(b"k", b"r", 0));
         assert!(side.is_empty());
         assert!(!side.retract(b"k", b"r", 0), "nothing left to take away");
@@ -306,7 +409,7 @@ mod tests {
 
     #[test]
     fn rows_not_written_for_the_ttl_are_forgotten() {
-        let mut side = SideState::default();
+        let mut side = SideState::new(false, false, true);
         side.add(b"k", b"old", 0, 0);
         side.add(b"k", b"new", 0, 900);
         side.add(b"j", b"old", 0, 0);
