@@ -13,7 +13,7 @@
 //!  right ──HASH──►┘  r.time < w - upper can join nothing more: dropped
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -202,13 +202,18 @@ struct Kept {
 /// which time, to drop expired rows in time order.
 #[derive(Debug, Default)]
 struct Side {
-    keys: HashMap<Box<[u8]>, BTreeMap<i64, Vec<Kept>>>,
+    keys: super::state::ByKey<BTreeMap<i64, Vec<Kept>>>,
     times: BTreeMap<i64, Vec<Box<[u8]>>>,
 }
 
 impl Side {
     fn keep(&mut self, key: &[u8], time: i64, kept: Kept) {
-        let rows = self.keys.entry(key.into()).or_default().entry(time).or_default();
+        // Look up before `entry`, which would copy the key every time.
+        let by_time = match self.keys.get_mut(key) {
+            Some(by_time) => by_time,
+            None => self.keys.entry(key.into()).or_default(),
+        };
+        let rows = by_time.entry(time).or_default();
         if rows.is_empty() {
             self.times.entry(time).or_default().push(key.into());
         }
