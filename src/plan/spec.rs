@@ -884,7 +884,7 @@ fn build_join(
     output: &SchemaRef,
     ctx: &DecodeContext,
 ) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::{Join, JoinFactory, joined_schema};
+    use crate::operators::join::{Join, JoinFactory};
     let [left, right] = inputs else {
         return Err(Error::State("a serialized join does not have two inputs".into()));
     };
@@ -892,18 +892,10 @@ fn build_join(
         crate::changelog::without_op(left),
         crate::changelog::without_op(right),
     ];
-    let joined = joined_schema(&data_inputs);
     Ok(Arc::new(JoinFactory(Arc::new(Join {
         kind: data.kind,
-        keys: [
-            decode_exprs(&data.left_keys, &data_inputs[0], ctx)?,
-            decode_exprs(&data.right_keys, &data_inputs[1], ctx)?,
-        ],
-        filter: data
-            .filter
-            .as_ref()
-            .map(|f| decode_expr(f, &joined, ctx))
-            .transpose()?,
+        keys: decode_join_keys(data, &data_inputs, ctx)?,
+        filter: decode_join_filter(data, &data_inputs, ctx)?,
         updating: [crate::changelog::has_op(left), crate::changelog::has_op(right)],
         inputs: data_inputs,
         null_equal: data.null_equal,
@@ -921,26 +913,16 @@ fn build_interval_join(
     ctx: &DecodeContext,
 ) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
     use crate::operators::join::interval::IntervalJoin;
-    use crate::operators::join::joined_schema;
     let [left, right] = inputs else {
         return Err(Error::State(
             "a serialized interval join does not have two inputs".into(),
         ));
     };
     let inputs = [left.clone(), right.clone()];
-    let joined = joined_schema(&inputs);
     Ok(Arc::new(IntervalJoin {
         kind: data.join.kind,
-        keys: [
-            decode_exprs(&data.join.left_keys, &inputs[0], ctx)?,
-            decode_exprs(&data.join.right_keys, &inputs[1], ctx)?,
-        ],
-        filter: data
-            .join
-            .filter
-            .as_ref()
-            .map(|f| decode_expr(f, &joined, ctx))
-            .transpose()?,
+        keys: decode_join_keys(&data.join, &inputs, ctx)?,
+        filter: decode_join_filter(&data.join, &inputs, ctx)?,
         inputs,
         times: data.times,
         lower: data.lower,
@@ -957,7 +939,6 @@ fn build_window_join(
     output: &SchemaRef,
     ctx: &DecodeContext,
 ) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::joined_schema;
     use crate::operators::join::window::WindowJoin;
     let [left, right] = inputs else {
         return Err(Error::State(
@@ -965,19 +946,10 @@ fn build_window_join(
         ));
     };
     let inputs = [left.clone(), right.clone()];
-    let joined = joined_schema(&inputs);
     Ok(Arc::new(WindowJoin {
         kind: data.join.kind,
-        keys: [
-            decode_exprs(&data.join.left_keys, &inputs[0], ctx)?,
-            decode_exprs(&data.join.right_keys, &inputs[1], ctx)?,
-        ],
-        filter: data
-            .join
-            .filter
-            .as_ref()
-            .map(|f| decode_expr(f, &joined, ctx))
-            .transpose()?,
+        keys: decode_join_keys(&data.join, &inputs, ctx)?,
+        filter: decode_join_filter(&data.join, &inputs, ctx)?,
         inputs,
         ends: data.ends,
         schema: output.clone(),
@@ -991,7 +963,6 @@ fn build_lookup_join(
     output: &SchemaRef,
     ctx: &DecodeContext,
 ) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::joined_schema;
     use crate::operators::join::lookup::LookupJoin;
     let [stream, table] = inputs else {
         return Err(Error::State(
@@ -999,18 +970,10 @@ fn build_lookup_join(
         ));
     };
     let inputs = [stream.clone(), table.clone()];
-    let joined = joined_schema(&inputs);
     Ok(Arc::new(LookupJoin {
         kind: data.kind,
-        keys: [
-            decode_exprs(&data.left_keys, &inputs[0], ctx)?,
-            decode_exprs(&data.right_keys, &inputs[1], ctx)?,
-        ],
-        filter: data
-            .filter
-            .as_ref()
-            .map(|f| decode_expr(f, &joined, ctx))
-            .transpose()?,
+        keys: decode_join_keys(data, &inputs, ctx)?,
+        filter: decode_join_filter(data, &inputs, ctx)?,
         inputs,
         schema: output.clone(),
     }))
@@ -1023,7 +986,6 @@ fn build_temporal_join(
     output: &SchemaRef,
     ctx: &DecodeContext,
 ) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::joined_schema;
     use crate::operators::join::temporal::TemporalJoin;
     let [stream, table] = inputs else {
         return Err(Error::State(
@@ -1034,21 +996,37 @@ fn build_temporal_join(
         crate::changelog::without_op(stream),
         crate::changelog::without_op(table),
     ];
-    let joined = joined_schema(&inputs);
     Ok(Arc::new(TemporalJoin {
         kind: data.join.kind,
-        keys: [
-            decode_exprs(&data.join.left_keys, &inputs[0], ctx)?,
-            decode_exprs(&data.join.right_keys, &inputs[1], ctx)?,
-        ],
-        filter: data
-            .join
-            .filter
-            .as_ref()
-            .map(|f| decode_expr(f, &joined, ctx))
-            .transpose()?,
+        keys: decode_join_keys(&data.join, &inputs, ctx)?,
+        filter: decode_join_filter(&data.join, &inputs, ctx)?,
         inputs,
         times: data.times,
         schema: output.clone(),
     }))
+}
+
+/// A join's key expressions, over its inputs `inputs`.
+fn decode_join_keys(
+    data: &JoinData,
+    inputs: &[SchemaRef; 2],
+    ctx: &DecodeContext,
+) -> Result<[Vec<Arc<dyn datafusion_physical_expr::PhysicalExpr>>; 2]> {
+    Ok([
+        decode_exprs(&data.left_keys, &inputs[0], ctx)?,
+        decode_exprs(&data.right_keys, &inputs[1], ctx)?,
+    ])
+}
+
+/// A join's residual condition, over both inputs side by side.
+fn decode_join_filter(
+    data: &JoinData,
+    inputs: &[SchemaRef; 2],
+    ctx: &DecodeContext,
+) -> Result<Option<Arc<dyn datafusion_physical_expr::PhysicalExpr>>> {
+    let joined = crate::operators::join::joined_schema(inputs);
+    data.filter
+        .as_ref()
+        .map(|f| decode_expr(f, &joined, ctx))
+        .transpose()
 }

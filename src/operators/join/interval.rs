@@ -27,12 +27,11 @@ use datafusion_physical_expr::PhysicalExpr;
 
 use super::{JoinKind, key_rows, pair_matches};
 use crate::Result;
-use crate::operators::calc::expr_text;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
 
 /// An interval join of two inputs.
 #[derive(Debug, Clone)]
@@ -60,14 +59,7 @@ pub struct IntervalJoin {
 impl IntervalJoin {
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
-        let mut conditions: Vec<String> = self.keys[0]
-            .iter()
-            .zip(&self.keys[1])
-            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
-            .collect();
-        if let Some(filter) = &self.filter {
-            conditions.push(expr_text(filter.as_ref()));
-        }
+        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
         format!(
             "IntervalJoin(joinType=[{}], windowBounds=[isRowTime={}, leftLowerBound={}, leftUpperBound={}, \
              leftTimeIndex={}, rightTimeIndex={}], where=[{}])",
@@ -77,7 +69,7 @@ impl IntervalJoin {
             self.upper,
             self.times[0],
             self.times[1],
-            conditions.join(" AND ")
+            conditions
         )
     }
 
@@ -104,30 +96,13 @@ impl IntervalJoin {
     }
 
     fn key_types(&self) -> Result<Vec<DataType>> {
-        if self.keys[0].is_empty() {
-            return Ok(vec![DataType::Int8]);
-        }
-        self.keys[0]
-            .iter()
-            .map(|k| Ok(k.data_type(&self.inputs[0])?))
-            .collect()
+        super::key_types(&self.keys, &self.inputs[0])
     }
 
     /// `_key_group`, `_side`, the left columns, the right ones, `_time`,
     /// `_emitted`.
     fn state_schema(&self) -> SchemaRef {
-        let mut fields = vec![
-            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
-            Field::new("_side", DataType::Int8, false),
-        ];
-        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
-            fields.extend(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
-            );
-        }
+        let mut fields = super::two_sided_fields(&self.inputs);
         fields.push(Field::new("_time", DataType::Int64, false));
         fields.push(Field::new("_emitted", DataType::Boolean, false));
         Arc::new(Schema::new(fields))
@@ -523,17 +498,7 @@ impl Operator for IntervalJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        let mut columns: Option<Vec<ArrayRef>> = None;
-        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
-            columns = Some(match columns {
-                None => side,
-                Some(before) => before
-                    .iter()
-                    .zip(&side)
-                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
-                    .collect::<Result<Vec<_>>>()?,
-            });
-        }
+        let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         // The watermark is saved too: which rows are kept depends on it.
         let rows = columns
             .map(|c| sorted_state_rows(&self.spec.state_schema(), c))

@@ -26,7 +26,6 @@ use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::{JoinKind, key_rows, pair_matches};
-use crate::operators::calc::expr_text;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
@@ -52,29 +51,16 @@ pub struct LookupJoin {
 impl LookupJoin {
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
-        let mut conditions: Vec<String> = self.keys[0]
-            .iter()
-            .zip(&self.keys[1])
-            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
-            .collect();
-        if let Some(filter) = &self.filter {
-            conditions.push(expr_text(filter.as_ref()));
-        }
+        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
         format!(
             "LookupJoin(joinType=[{}], where=[{}])",
             self.kind.flink_name(),
-            conditions.join(" AND ")
+            conditions
         )
     }
 
     fn key_types(&self) -> Result<Vec<DataType>> {
-        if self.keys[0].is_empty() {
-            return Ok(vec![DataType::Int8]);
-        }
-        self.keys[0]
-            .iter()
-            .map(|k| Ok(k.data_type(&self.inputs[0])?))
-            .collect()
+        super::key_types(&self.keys, &self.inputs[0])
     }
 
     /// Waiting stream rows: `_key_group` (0: not keyed), then its columns.

@@ -126,14 +126,7 @@ pub struct Join {
 impl Join {
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
-        let mut conditions: Vec<String> = self.keys[0]
-            .iter()
-            .zip(&self.keys[1])
-            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
-            .collect();
-        if let Some(filter) = &self.filter {
-            conditions.push(expr_text(filter.as_ref()));
-        }
+        let conditions = condition_text(&self.keys, self.filter.as_ref());
         let ttl = match self.state_ttl {
             Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
             None => String::new(),
@@ -141,7 +134,7 @@ impl Join {
         format!(
             "Join(joinType=[{}], where=[{}], leftInputSpec=[{}], rightInputSpec=[{}]{ttl})",
             self.kind.flink_name(),
-            conditions.join(" AND "),
+            conditions,
             self.input_spec(0),
             self.input_spec(1)
         )
@@ -172,31 +165,14 @@ impl Join {
     /// The key columns' types (the left's; the right's are cast to them).
     /// Without keys (a join on a condition only), one constant key.
     fn key_types(&self) -> Result<Vec<DataType>> {
-        if self.keys[0].is_empty() {
-            return Ok(vec![DataType::Int8]);
-        }
-        self.keys[0]
-            .iter()
-            .map(|k| Ok(k.data_type(&self.inputs[0])?))
-            .collect()
+        key_types(&self.keys, &self.inputs[0])
     }
 
     /// `_key_group`, `_side` (0 left, 1 right), every left column, every
     /// right column (the other side's are NULL), `_count`, `_matches`, and
     /// `_written` with a state TTL.
     fn state_schema(&self) -> SchemaRef {
-        let mut fields = vec![
-            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
-            Field::new("_side", DataType::Int8, false),
-        ];
-        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
-            fields.extend(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
-            );
-        }
+        let mut fields = two_sided_fields(&self.inputs);
         fields.push(Field::new("_count", DataType::Int64, false));
         fields.push(Field::new("_matches", DataType::Int64, false));
         if self.state_ttl.is_some() {
@@ -273,6 +249,64 @@ impl OperatorFactory for JoinFactory {
             join,
         }))
     }
+}
+
+/// `l = r AND ... AND filter`, as EXPLAIN shows a join's condition.
+pub(crate) fn condition_text(
+    keys: &[Vec<Arc<dyn PhysicalExpr>>; 2],
+    filter: Option<&Arc<dyn PhysicalExpr>>,
+) -> String {
+    keys[0]
+        .iter()
+        .zip(&keys[1])
+        .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
+        .chain(filter.map(|f| expr_text(f.as_ref())))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// The key columns' types: the left's (the right's are cast to them);
+/// without keys (a join on a condition only), one constant key.
+pub(crate) fn key_types(keys: &[Vec<Arc<dyn PhysicalExpr>>; 2], left: &Schema) -> Result<Vec<DataType>> {
+    if keys[0].is_empty() {
+        return Ok(vec![DataType::Int8]);
+    }
+    keys[0].iter().map(|k| Ok(k.data_type(left)?)).collect()
+}
+
+/// `_key_group`, `_side` (0 left, 1 right), then every left and every
+/// right column (NULL in the other side's rows): the first columns of a
+/// two-input join's state rows.
+pub(crate) fn two_sided_fields(inputs: &[SchemaRef; 2]) -> Vec<Field> {
+    let mut fields = vec![
+        Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+        Field::new("_side", DataType::Int8, false),
+    ];
+    for (prefix, input) in ["left", "right"].iter().zip(inputs) {
+        fields.extend(
+            input
+                .fields()
+                .iter()
+                .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
+        );
+    }
+    fields
+}
+
+/// Both sides' state columns, one side's rows after the other's.
+pub(crate) fn concat_sides(sides: [Option<Vec<ArrayRef>>; 2]) -> Result<Option<Vec<ArrayRef>>> {
+    let mut columns: Option<Vec<ArrayRef>> = None;
+    for side in sides.into_iter().flatten() {
+        columns = Some(match columns {
+            None => side,
+            Some(before) => before
+                .iter()
+                .zip(&side)
+                .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
+                .collect::<Result<Vec<_>>>()?,
+        });
+    }
+    Ok(columns)
 }
 
 /// The left data columns then the right ones.
@@ -745,17 +779,7 @@ impl Operator for JoinOperator {
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
         let schema = self.join.state_schema();
-        let mut columns: Option<Vec<ArrayRef>> = None;
-        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
-            columns = Some(match columns {
-                None => side,
-                Some(before) => before
-                    .iter()
-                    .zip(&side)
-                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
-                    .collect::<Result<Vec<_>>>()?,
-            });
-        }
+        let columns = concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         let Some(columns) = columns else {
             return Ok(None);
         };

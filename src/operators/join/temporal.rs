@@ -31,12 +31,11 @@ use super::state::ByKey;
 use super::{JoinKind, key_rows, pair_matches};
 use crate::Result;
 use crate::changelog;
-use crate::operators::calc::expr_text;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
 
 /// An event-time temporal join.
 #[derive(Debug, Clone)]
@@ -58,43 +57,24 @@ pub struct TemporalJoin {
 impl TemporalJoin {
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
-        let conditions: Vec<String> = self.keys[0]
-            .iter()
-            .zip(&self.keys[1])
-            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
-            .chain(self.filter.iter().map(|f| expr_text(f.as_ref())))
-            .collect();
+        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
         format!(
             "TemporalJoin(joinType=[{}], where=[{}], leftTimeIndex={}, rightTimeIndex={})",
             self.kind.flink_name(),
-            conditions.join(" AND "),
+            conditions,
             self.times[0],
             self.times[1]
         )
     }
 
     fn key_types(&self) -> Result<Vec<DataType>> {
-        self.keys[0]
-            .iter()
-            .map(|k| Ok(k.data_type(&self.inputs[0])?))
-            .collect()
+        super::key_types(&self.keys, &self.inputs[0])
     }
 
     /// `_key_group`, `_side`, stream columns, table columns, `_time`,
     /// `_deleted` (a version that removes its key).
     fn state_schema(&self) -> SchemaRef {
-        let mut fields = vec![
-            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
-            Field::new("_side", DataType::Int8, false),
-        ];
-        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
-            fields.extend(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
-            );
-        }
+        let mut fields = super::two_sided_fields(&self.inputs);
         fields.push(Field::new("_time", DataType::Int64, false));
         fields.push(Field::new("_deleted", DataType::Boolean, false));
         Arc::new(Schema::new(fields))
@@ -391,17 +371,7 @@ impl Operator for TemporalJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        let mut columns: Option<Vec<ArrayRef>> = None;
-        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
-            columns = Some(match columns {
-                None => side,
-                Some(before) => before
-                    .iter()
-                    .zip(&side)
-                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
-                    .collect::<Result<Vec<_>>>()?,
-            });
-        }
+        let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         let rows = columns
             .map(|c| sorted_state_rows(&self.spec.state_schema(), c))
             .transpose()?;

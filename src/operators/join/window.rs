@@ -16,19 +16,18 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, UInt32Array, new_null_array};
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef, TimeUnit, TimestampMillisecondType};
+use arrow::datatypes::{DataType, Int8Type, Schema, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::{JoinKind, key_rows, pair_matches};
 use crate::Result;
-use crate::operators::calc::expr_text;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
 
 /// A window join of two window TVFs.
 #[derive(Debug, Clone)]
@@ -50,42 +49,21 @@ pub struct WindowJoin {
 impl WindowJoin {
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
-        let mut conditions: Vec<String> = self.keys[0]
-            .iter()
-            .zip(&self.keys[1])
-            .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
-            .collect();
-        if let Some(filter) = &self.filter {
-            conditions.push(expr_text(filter.as_ref()));
-        }
+        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
         format!(
             "WindowJoin(joinType=[{}], where=[{}])",
             self.kind.flink_name(),
-            conditions.join(" AND ")
+            conditions
         )
     }
 
     fn key_types(&self) -> Result<Vec<DataType>> {
-        self.keys[0]
-            .iter()
-            .map(|k| Ok(k.data_type(&self.inputs[0])?))
-            .collect()
+        super::key_types(&self.keys, &self.inputs[0])
     }
 
     /// `_key_group`, `_side`, the left columns, the right ones.
     fn state_schema(&self) -> SchemaRef {
-        let mut fields = vec![
-            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
-            Field::new("_side", DataType::Int8, false),
-        ];
-        for (prefix, input) in ["left", "right"].iter().zip(&self.inputs) {
-            fields.extend(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| Field::new(format!("{prefix}_{}", f.name()), f.data_type().clone(), true)),
-            );
-        }
+        let fields = super::two_sided_fields(&self.inputs);
         Arc::new(Schema::new(fields))
     }
 }
@@ -340,17 +318,7 @@ impl Operator for WindowJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        let mut columns: Option<Vec<ArrayRef>> = None;
-        for side in [self.side_state(0)?, self.side_state(1)?].into_iter().flatten() {
-            columns = Some(match columns {
-                None => side,
-                Some(before) => before
-                    .iter()
-                    .zip(&side)
-                    .map(|(x, y)| Ok(arrow::compute::concat(&[x.as_ref(), y.as_ref()])?))
-                    .collect::<Result<Vec<_>>>()?,
-            });
-        }
+        let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         // The watermark is saved even without rows: after a restore, a row
         // of a window that had fired is late, as it was before.
         let rows = columns
