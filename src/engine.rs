@@ -978,7 +978,10 @@ impl Session {
             watermark: None,
             primary_key: create.primary_key.clone(),
             partition_keys: create.partition_keys.clone(),
-            options: TableOptions::new(create.options.clone())?,
+            options: TableOptions::new(crate::frontend::legacy_options::translate(
+                &create.name,
+                create.options.clone(),
+            )?)?,
         };
         // Type the computed columns by binding them over the physical columns.
         let computed: Vec<usize> = (0..table.columns.len())

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 pub use nexmark::{
     CountChar, NexmarkOptions, Progress, QUERIES, QueryResult, query, query_script, run, run_script,
+    write_side_input,
 };
 
 use crate::connectors::filesystem::random_uuid;

@@ -159,8 +159,23 @@ pub fn query_script(
     let views = DDL_VIEWS.replace("${NEXMARK_TABLE}", "datagen");
     let query_sql = query_sql
         .replace("${NEXMARK_DIR}", &nexmark_dir.display().to_string())
+        .replace("${FLINK_HOME}", &nexmark_dir.display().to_string())
         .replace("${SUBMIT_TIME}", &submit_time.to_string());
     format!("{ddl};\n{views};\n{query_sql};\n")
+}
+
+/// Rows in Nexmark's side input file (its `side_input_gen.sh --num`).
+pub const SIDE_INPUT_ROWS: u64 = 10_000;
+
+/// Writes `<flink_home>/data/side_input.txt` as Nexmark's `side_input_gen.sh`
+/// does before q13 (rows `i,i` for `i` in `0..10000`); returns its path.
+pub fn write_side_input(flink_home: &Path) -> Result<PathBuf> {
+    let dir = flink_home.join("data");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let path = dir.join("side_input.txt");
+    let text: String = (0..SIDE_INPUT_ROWS).map(|i| format!("{i},{i}\n")).collect();
+    std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    Ok(path)
 }
 
 /// Runs one query (by its SQL) and measures it.
@@ -177,6 +192,7 @@ pub fn run_script(
     let submit_time = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    write_side_input(&scratch.path)?;
     let script = query_script(query_sql, options, &scratch.path, submit_time);
     if let Some(interval) = options.checkpoint_interval {
         engine.set(

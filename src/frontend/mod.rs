@@ -8,6 +8,7 @@ pub mod flink_aggregates;
 pub mod flink_functions;
 pub mod functions;
 pub mod group_window;
+pub mod legacy_options;
 pub mod listagg;
 pub mod naming;
 pub mod parser;

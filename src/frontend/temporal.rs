@@ -68,10 +68,14 @@ pub fn versioned_table(plan: &LogicalPlan) -> Option<&VersionedTableNode> {
     }
 }
 
-/// The `AS OF` column as a column reference.
+/// The `AS OF` column as a column reference; the qualifier is taken as
+/// written (a `&str` qualifier would be parsed and lower-cased).
 pub fn as_of_column(time: &[String]) -> datafusion_common::Column {
     match time {
-        [.., qualifier, name] => datafusion_common::Column::new(Some(qualifier.as_str()), name),
+        [.., qualifier, name] => datafusion_common::Column::new(
+            Some(datafusion_common::TableReference::bare(qualifier.as_str())),
+            name,
+        ),
         _ => datafusion_common::Column::new_unqualified(time.last().map_or("", |s| s.as_str())),
     }
 }

@@ -175,7 +175,7 @@ fn bench_runs_end_to_end_on_a_few_events() {
             "bench",
             "nexmark",
             "--queries",
-            "q0,q3,q9,q10,q11,q14",
+            "q0,q3,q9,q10,q11,q13,q14",
             "--events",
             "3000",
             "--parallelism",
@@ -206,6 +206,8 @@ fn bench_runs_end_to_end_on_a_few_events() {
     let q9 = by_name("q9")["status"].as_str().unwrap().to_string();
     assert!(q9.starts_with("does not plan: "), "{q9}");
     assert_eq!(by_name("q10")["output_rows"], 2760);
+    // q13 reads the side input file the runner writes, as Nexmark's setup does.
+    assert_eq!(by_name("q13")["output_rows"], 2760);
     // q10 writes under --output-dir/data/output/<submit time>/bid/, as Nexmark's scripts do.
     let runs: Vec<_> = std::fs::read_dir(dir.path().join("nexmark/data/output"))
         .unwrap()
@@ -260,4 +262,38 @@ fn the_checkpoint_benchmark_runs_end_to_end_on_a_few_rows() {
     assert!(r["recovery_state_rows"].as_u64().unwrap() >= 1000, "{r}");
     assert!(r["recovery_ms"].as_f64().unwrap() > 0.0);
     assert!(r["plain_rows_per_second"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn q13_enriches_every_bid_with_its_side_input_row_from_the_legacy_file_table() {
+    let dir = tempfile::tempdir().unwrap();
+    weir::bench::write_side_input(dir.path()).unwrap();
+    let q13 = weir::bench::query("q13").unwrap();
+    // Flink's file unchanged, except that the rows are collected instead of
+    // written to a blackhole.
+    let (ddl, select) = q13.split_once("INSERT INTO nexmark_q13").unwrap();
+    let options = weir::bench::NexmarkOptions {
+        events: EVENTS,
+        event_rate: 10_000,
+        ..Default::default()
+    };
+    for parallelism in [1, 2] {
+        let script = weir::bench::query_script(&format!("{ddl}{select}"), &options, dir.path(), 0);
+        let batches = crate::engine(parallelism)
+            .sql(&script)
+            .unwrap()
+            .collect()
+            .unwrap();
+        let mut bids = 0;
+        for batch in &batches {
+            let auction = batch.column(0).as_primitive::<Int64Type>();
+            let value = batch.column(4).as_string::<i32>();
+            for i in 0..batch.num_rows() {
+                assert_eq!(value.value(i), (auction.value(i) % 10_000).to_string());
+                bids += 1;
+            }
+        }
+        // 46 of every 50 events are bids, and every one finds its key.
+        assert_eq!(bids, EVENTS * 46 / 50, "at parallelism {parallelism}");
+    }
 }
