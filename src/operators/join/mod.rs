@@ -34,7 +34,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 use serde::{Deserialize, Serialize};
 
-use self::state::{Emit, SideState, Tally, decide};
+use self::state::{Emit, Layout, SideState, Tally, decide};
 use crate::changelog::{self, RowKind};
 use crate::operators::calc::expr_text;
 use crate::plan::changelog::ChangelogRole;
@@ -135,20 +135,15 @@ impl Join {
             "Join(joinType=[{}], where=[{}], leftInputSpec=[{}], rightInputSpec=[{}]{ttl})",
             self.kind.flink_name(),
             conditions,
-            self.input_spec(0),
-            self.input_spec(1)
+            self.layout(0).flink_name(),
+            self.layout(1).flink_name()
         )
     }
 
-    /// Flink's name for what side `side` is unique on: its join key
-    /// (`JoinKeyContainsUniqueKey`: at most one row per join key), another
-    /// key (`HasUniqueKey`), or nothing (`NoUniqueKey`). Its state is the
-    /// same multiset of rows in each case; with a unique key, an update
-    /// retracts the old row, so it holds one row per unique key.
-    pub fn input_spec(&self, side: usize) -> &'static str {
-        let Some(unique) = &self.unique_keys[side] else {
-            return "NoUniqueKey";
-        };
+    /// How side `side` keeps its rows, from what it is unique on: its join
+    /// key (one row per join key), another key (one row per unique key), or
+    /// nothing (a multiset), as Flink's `JoinInputSideSpec`.
+    pub fn layout(&self, side: usize) -> Layout {
         let key_columns: Vec<usize> = self.keys[side]
             .iter()
             .filter_map(|k| {
@@ -156,10 +151,11 @@ impl Join {
                     .map(|c| c.index())
             })
             .collect();
-        match unique.iter().all(|u| key_columns.contains(u)) {
-            true => "JoinKeyContainsUniqueKey",
-            false => "HasUniqueKey",
-        }
+        Layout::of(
+            self.unique_keys[side].as_deref(),
+            &key_columns,
+            self.updating[side],
+        )
     }
 
     /// The key columns' types (the left's; the right's are cast to them).
@@ -238,7 +234,7 @@ impl OperatorFactory for JoinFactory {
             rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
             sides: [0, 1].map(|side| {
                 SideState::new(
-                    join.updating[side],
+                    join.layout(side),
                     join.kind.counts_matches(side),
                     join.state_ttl.is_some(),
                 )

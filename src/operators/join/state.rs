@@ -120,16 +120,56 @@ impl Bucket {
 /// time; xxh3's streaming hasher as slow on short keys).
 pub type ByKey<V> = HashMap<Box<[u8]>, V, foldhash::fast::FixedState>;
 
+/// How a side's rows are kept, from what its input is unique on (Flink's
+/// `JoinInputSideSpec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The join key contains a unique key: at most one row per join key. A
+    /// new row replaces the key's row; a retraction clears it.
+    OneRowPerJoinKey,
+    /// The input has a unique key: one row per unique key, no copy counts.
+    /// A retraction takes away the row equal to it (for a consistent
+    /// changelog, the one of its unique key).
+    OneRowPerUniqueKey,
+    /// No unique key: a multiset. With `dedupe` (an updating side, whose rows
+    /// may be taken away), equal rows share an entry and count copies; an
+    /// insert-only side appends without looking.
+    Multiset {
+        /// Whether equal rows share an entry.
+        dedupe: bool,
+    },
+}
+
+impl Layout {
+    /// The layout of a side with `unique_key` (its columns), given its join
+    /// key columns and whether it updates.
+    pub fn of(unique_key: Option<&[usize]>, join_key: &[usize], updating: bool) -> Layout {
+        match unique_key {
+            Some(unique) if unique.iter().all(|u| join_key.contains(u)) => Layout::OneRowPerJoinKey,
+            Some(_) => Layout::OneRowPerUniqueKey,
+            None => Layout::Multiset { dedupe: updating },
+        }
+    }
+
+    /// Flink's name for it, as EXPLAIN shows (`leftInputSpec=[...]`).
+    pub fn flink_name(self) -> &'static str {
+        match self {
+            Layout::OneRowPerJoinKey => "JoinKeyContainsUniqueKey",
+            Layout::OneRowPerUniqueKey => "HasUniqueKey",
+            Layout::Multiset { .. } => "NoUniqueKey",
+        }
+    }
+}
+
 /// The rows of one side by join key (row-format bytes of the key).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SideState {
     /// Each key's rows, in arrival order.
     pub buckets: ByKey<Bucket>,
-    /// Whether equal rows share an entry (an updating side, whose rows may
-    /// be taken away); an insert-only side appends without looking.
-    pub dedupe: bool,
-    /// Whether rows keep tallies (copies, matches): an updating side, or
-    /// one whose rows count their matches.
+    /// How rows are kept.
+    pub layout: Layout,
+    /// Whether rows keep tallies (copies, matches): a multiset side that
+    /// dedupes, or one whose rows count their matches.
     pub tallies: bool,
     /// Whether rows keep their write time (a state TTL).
     pub ttl: bool,
@@ -137,11 +177,11 @@ pub struct SideState {
 
 impl SideState {
     /// An empty side.
-    pub fn new(dedupe: bool, counts_matches: bool, ttl: bool) -> Self {
+    pub fn new(layout: Layout, counts_matches: bool, ttl: bool) -> Self {
         SideState {
             buckets: ByKey::default(),
-            dedupe,
-            tallies: dedupe || counts_matches,
+            layout,
+            tallies: layout == (Layout::Multiset { dedupe: true }) || counts_matches,
             ttl,
         }
     }
@@ -154,15 +194,19 @@ impl SideState {
             Some(bucket) => bucket,
             None => self.buckets.entry(key.into()).or_default(),
         };
-        if self.dedupe
-            && let Some(j) = bucket.position(row)
-        {
-            let mut tally = bucket.tally(j);
-            tally.count += 1;
-            tally.matches = matches;
-            bucket.set_tally(j, tally);
-            bucket.touch(j, now);
-            return;
+        match self.layout {
+            Layout::OneRowPerJoinKey => *bucket = Bucket::default(),
+            Layout::Multiset { dedupe: true } => {
+                if let Some(j) = bucket.position(row) {
+                    let mut tally = bucket.tally(j);
+                    tally.count += 1;
+                    tally.matches = matches;
+                    bucket.set_tally(j, tally);
+                    bucket.touch(j, now);
+                    return;
+                }
+            }
+            Layout::OneRowPerUniqueKey | Layout::Multiset { dedupe: false } => {}
         }
         let tally = self.tallies.then_some(Tally { count: 1, matches });
         bucket.push(row, tally, self.ttl.then_some(now));
@@ -195,6 +239,10 @@ impl SideState {
         let Some(bucket) = self.buckets.get_mut(key) else {
             return false;
         };
+        if self.layout == Layout::OneRowPerJoinKey {
+            self.buckets.remove(key);
+            return true;
+        }
         let Some(at) = bucket.position(row) else {
             return false;
         };
@@ -202,7 +250,7 @@ impl SideState {
         tally.count -= 1;
         bucket.set_tally(at, tally);
         bucket.touch(at, now);
-        if tally.count <= 0 {
+        if tally.count <= 0 || self.layout == Layout::OneRowPerUniqueKey {
             bucket.remove(at);
         }
         if bucket.is_empty() {
@@ -396,7 +444,7 @@ mod tests {
 
     #[test]
     fn a_side_keeps_copies_of_equal_rows_when_it_updates() {
-        let mut side = SideState::new(true, false, false);
+        let mut side = SideState::new(Layout::Multiset { dedupe: true }, false, false);
         side.add(b"k", b"r", 0, 0);
         side.add(b"k", b"r", 0, 0);
         assert_eq!(side.len(), 1);
@@ -408,8 +456,40 @@ mod tests {
     }
 
     #[test]
+    fn a_side_unique_on_its_join_key_keeps_one_row_per_key() {
+        let mut side = SideState::new(Layout::OneRowPerJoinKey, false, false);
+        side.add(b"k", b"v1", 0, 0);
+        side.add(b"k", b"v2", 0, 0);
+        assert_eq!(side.len(), 1, "the new row replaced the key's row");
+        assert_eq!(side.buckets[&b"k"[..]].row(0), b"v2");
+        assert!(side.retract(b"k", b"v2", 0));
+        assert!(side.is_empty());
+        assert!(!side.tallies, "no copy counts are kept");
+    }
+
+    #[test]
+    fn a_side_with_a_unique_key_keeps_one_entry_per_row_without_counts() {
+        let mut side = SideState::new(Layout::OneRowPerUniqueKey, false, false);
+        side.add(b"k", b"a", 0, 0);
+        side.add(b"k", b"b", 0, 0);
+        assert!(!side.tallies);
+        assert!(side.retract(b"k", b"a", 0));
+        assert_eq!(side.len(), 1);
+        assert_eq!(side.buckets[&b"k"[..]].row(0), b"b");
+        assert!(!side.retract(b"k", b"a", 0), "the row is gone");
+    }
+
+    #[test]
+    fn the_layout_follows_what_the_input_is_unique_on() {
+        assert_eq!(Layout::of(Some(&[0]), &[0, 1], true), Layout::OneRowPerJoinKey);
+        assert_eq!(Layout::of(Some(&[2]), &[0], true), Layout::OneRowPerUniqueKey);
+        assert_eq!(Layout::of(None, &[0], true), Layout::Multiset { dedupe: true });
+        assert_eq!(Layout::of(None, &[0], false), Layout::Multiset { dedupe: false });
+    }
+
+    #[test]
     fn rows_not_written_for_the_ttl_are_forgotten() {
-        let mut side = SideState::new(false, false, true);
+        let mut side = SideState::new(Layout::Multiset { dedupe: false }, false, true);
         side.add(b"k", b"old", 0, 0);
         side.add(b"k", b"new", 0, 900);
         side.add(b"j", b"old", 0, 0);

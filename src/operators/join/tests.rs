@@ -106,6 +106,28 @@ fn an_updating_left_side_retracts_its_old_rows_with_their_matches() {
 }
 
 #[test]
+fn an_aggregate_side_unique_on_the_join_key_keeps_one_row_per_key_across_a_restore() {
+    let mut h = counts_left_join();
+    h.push_to(0, "+I 1 1\n+I 2 1").unwrap();
+    h.push_to(0, "-U 1 1\n+U 1 2\n-U 1 2\n+U 1 3").unwrap();
+    let snapshot = h.restart().unwrap().expect("state");
+    let rows = snapshot.rows.unwrap();
+    assert_eq!(rows.num_rows(), 2, "one row for each of keys 1 and 2");
+    let count = rows.column_by_name("_count").unwrap();
+    let count = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(count);
+    assert!(count.iter().all(|c| c == Some(1)));
+    // The restored row of key 1 is its latest, and still replaced by an update.
+    assert_eq!(
+        h.push_to(1, "1 b").unwrap(),
+        lines(&["-D 1 3 null null", "+I 1 3 1 b"])
+    );
+    assert_eq!(
+        h.push_to(0, "-U 1 3\n+U 1 4").unwrap(),
+        lines(&["-D 1 3 1 b", "+I 1 4 1 b"])
+    );
+}
+
+#[test]
 fn join_state_survives_a_snapshot_and_restore_with_its_match_counts() {
     let mut h = harness("FULL JOIN");
     h.push_to(0, "1 a\n2 x").unwrap();
