@@ -31,6 +31,11 @@ pub const STATE_TTL: &str = "table.exec.state.ttl";
 /// `table.exec.sink.upsert-materialize`: `AUTO`, `FORCE` or `NONE`: whether a
 /// sink with a primary key gets its input's changes materialized by that key.
 pub const SINK_UPSERT_MATERIALIZE: &str = "table.exec.sink.upsert-materialize";
+/// `table.optimizer.join.broadcast-threshold`: a regular join broadcasts
+/// a bounded side estimated at most this many bytes (negative: never).
+pub const BROADCAST_THRESHOLD: &str = "table.optimizer.join.broadcast-threshold";
+/// Flink's default broadcast threshold, 1 MB.
+pub const DEFAULT_BROADCAST_THRESHOLD: u64 = 1024 * 1024;
 /// `weir.batch-size`: rows per batch that sources aim for.
 pub const BATCH_SIZE: &str = "weir.batch-size";
 /// `weir.channel-capacity`: batches a channel holds before the sender blocks.
@@ -110,6 +115,7 @@ impl SessionConfig {
             BUFFER_TIMEOUT => self.buffer_timeout().map(drop),
             SOURCE_IDLE_TIMEOUT => self.source_idle_timeout().map(drop),
             STATE_TTL => self.state_ttl().map(drop),
+            BROADCAST_THRESHOLD => self.broadcast_threshold().map(drop),
             BATCH_SIZE => self.batch_size().map(drop),
             CHANNEL_CAPACITY => self.channel_capacity().map(drop),
             key if crate::checkpoint::config::KEYS.contains(&key) => {
@@ -228,6 +234,23 @@ impl SessionConfig {
                     SOURCE_IDLE_TIMEOUT,
                     v,
                     "a duration such as '5 s' (0 turns it off)",
+                )),
+            },
+        }
+    }
+
+    /// `table.optimizer.join.broadcast-threshold` in bytes (default 1 MB);
+    /// `None` when negative (no join is broadcast).
+    pub fn broadcast_threshold(&self) -> Result<Option<u64>> {
+        match self.get(BROADCAST_THRESHOLD) {
+            None => Ok(Some(DEFAULT_BROADCAST_THRESHOLD)),
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if n < 0 => Ok(None),
+                Ok(n) => Ok(Some(n as u64)),
+                Err(_) => Err(bad_value(
+                    BROADCAST_THRESHOLD,
+                    v,
+                    "a number of bytes (-1: never broadcast)",
                 )),
             },
         }

@@ -255,6 +255,17 @@ impl SourceFactory for DatagenFactory {
         self.total.is_some()
     }
 
+    /// Rows times their width (a string as 100 bytes, datagen's default length).
+    fn estimated_bytes(&self) -> Option<u64> {
+        let width: u64 = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().primitive_width().unwrap_or(100) as u64)
+            .sum();
+        Some(self.total? * width)
+    }
+
     fn supports_checkpoints(&self) -> bool {
         true
     }

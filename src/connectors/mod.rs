@@ -134,6 +134,10 @@ impl SourceFactory for ConnectorSource {
         self.inner.is_bounded()
     }
 
+    fn estimated_bytes(&self) -> Option<u64> {
+        self.inner.estimated_bytes()
+    }
+
     fn create_reader(
         &self,
         ctx: &crate::runtime::TaskContext,

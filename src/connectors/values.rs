@@ -28,6 +28,15 @@ impl SourceFactory for ValuesSourceFactory {
         true
     }
 
+    fn estimated_bytes(&self) -> Option<u64> {
+        Some(
+            self.batches
+                .iter()
+                .map(|b| b.get_array_memory_size() as u64)
+                .sum(),
+        )
+    }
+
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         // One split, read by subtask 0.
         Ok(Box::new(ValuesReader {

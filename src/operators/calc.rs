@@ -184,6 +184,10 @@ impl Operator for Calc {
 }
 
 impl OperatorFactory for Calc {
+    fn keeps_no_rows(&self) -> bool {
+        true
+    }
+
     fn describe(&self) -> String {
         Calc::describe(self)
     }

@@ -31,6 +31,10 @@ impl Operator for Union {
 }
 
 impl OperatorFactory for Union {
+    fn keeps_no_rows(&self) -> bool {
+        true
+    }
+
     fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
         crate::plan::changelog::ChangelogRole::PassThrough
     }

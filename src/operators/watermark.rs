@@ -77,6 +77,10 @@ pub struct WatermarkAssigner {
 }
 
 impl OperatorFactory for WatermarkAssigner {
+    fn keeps_no_rows(&self) -> bool {
+        true
+    }
+
     fn spec(&self, inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
         let input = inputs
             .first()

@@ -7,6 +7,7 @@
 //!  └────────────── one vertex (chained) ──────────────┘          └──────── one vertex ────────┘
 //! ```
 
+pub mod broadcast;
 pub mod changelog;
 pub mod codec;
 pub mod interval;

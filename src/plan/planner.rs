@@ -772,6 +772,8 @@ impl<'a> Planner<'a> {
             filter,
             inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
             schema: schema.clone(),
+            table_side: 1,
+            broadcast: false,
         };
         self.push(
             NodeKind::Operator(Arc::new(operator)),
@@ -939,6 +941,11 @@ impl<'a> Planner<'a> {
         if !insert_only {
             schema = crate::changelog::with_op(&schema);
         }
+        let facts = self.side_facts([left, right]);
+        let threshold = self.config.broadcast_threshold()?;
+        if let Some(table_side) = crate::plan::broadcast::broadcast_side(kind, facts, threshold) {
+            return self.push_broadcast_join(kind, [left, right], table_side, keys, filter, schema);
+        }
         let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edges = vec![
@@ -966,6 +973,91 @@ impl<'a> Planner<'a> {
             state_ttl: self.config.state_ttl()?,
         }));
         self.push(NodeKind::Operator(Arc::new(factory)), edges, parallelism, schema)
+    }
+
+    /// The nodes `node` reads from, itself included.
+    fn ancestors(&self, node: NodeId) -> std::collections::BTreeSet<NodeId> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = vec![node];
+        while let Some(n) = stack.pop() {
+            if seen.insert(n) {
+                stack.extend(self.nodes[n].inputs.iter().map(|(i, _)| *i));
+            }
+        }
+        seen
+    }
+
+    /// What the broadcast decision needs of each side of a join: whether it
+    /// updates, and its sources' size when it could be read again after a
+    /// restore (bounded sources, no node keeping rows, none shared with the
+    /// other side).
+    fn side_facts(&self, sides: [NodeId; 2]) -> [crate::plan::broadcast::SideFacts; 2] {
+        let ancestors = sides.map(|s| self.ancestors(s));
+        let shared = !ancestors[0].is_disjoint(&ancestors[1]);
+        [0, 1].map(|side| {
+            let mut bytes = Some(0u64).filter(|_| !shared);
+            for id in &ancestors[side] {
+                match &self.nodes[*id].kind {
+                    NodeKind::Source(s) if s.is_bounded() => {
+                        bytes = bytes.zip(s.estimated_bytes()).map(|(a, b)| a + b);
+                    }
+                    NodeKind::Operator(o) if o.keeps_no_rows() => {}
+                    _ => bytes = None,
+                }
+            }
+            crate::plan::broadcast::SideFacts {
+                updating: self.nodes[sides[side]].mode().is_updating(),
+                replayable_bytes: bytes,
+            }
+        })
+    }
+
+    /// A regular join with side `table_side` broadcast to every subtask (its
+    /// sources read again after a restore) and the other side forwarded.
+    fn push_broadcast_join(
+        &mut self,
+        kind: JoinKind,
+        sides: [NodeId; 2],
+        table_side: usize,
+        keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        schema: SchemaRef,
+    ) -> Result<NodeId> {
+        let (stream, table) = (sides[1 - table_side], sides[table_side]);
+        for id in self.ancestors(table) {
+            if let NodeKind::Source(source) = &self.nodes[id].kind {
+                let replayed = crate::runtime::source::Replayed(source.clone());
+                self.nodes[id].kind = NodeKind::Source(Arc::new(replayed));
+            }
+        }
+        let parallelism = self.nodes[stream].parallelism;
+        let table_edge = match parallelism == 1 && self.nodes[table].parallelism == 1 {
+            true => Exchange::Forward,
+            false => Exchange::Broadcast,
+        };
+        let [left_keys, right_keys] = keys;
+        let keys = match table_side {
+            0 => [right_keys, left_keys],
+            _ => [left_keys, right_keys],
+        };
+        let operator = LookupJoin {
+            kind,
+            keys,
+            filter,
+            inputs: [
+                self.nodes[stream].schema.clone(),
+                self.nodes[table].schema.clone(),
+            ],
+            schema: schema.clone(),
+            table_side,
+            broadcast: true,
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(operator)),
+            vec![(stream, Exchange::Forward), (table, table_edge)],
+            parallelism,
+            schema,
+        )
     }
 
     fn plan_scan(&mut self, scan: &TableScan) -> Result<NodeId> {

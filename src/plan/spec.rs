@@ -126,6 +126,14 @@ pub enum NodeSpec {
     WindowJoin(Box<WindowJoinData>),
     /// A lookup join of a stream (input 0) with a bounded table (input 1).
     LookupJoin(Box<JoinData>),
+    /// A regular join whose small bounded side (`table_side` of the SQL
+    /// join) is input 1, broadcast; the other side is input 0.
+    BroadcastJoin {
+        /// Kind, keys (input 0's as `left_keys`), condition.
+        join: Box<JoinData>,
+        /// Which side of the SQL join input 1 is.
+        table_side: usize,
+    },
     /// An event-time temporal join (its `times`; no bounds).
     TemporalJoin(Box<IntervalJoinData>),
     /// Union of the inputs.
@@ -685,7 +693,12 @@ impl NodeSpec {
                 NodeKind::Operator(build_interval_join(data, inputs, output, ctx)?)
             }
             NodeSpec::WindowJoin(data) => NodeKind::Operator(build_window_join(data, inputs, output, ctx)?),
-            NodeSpec::LookupJoin(data) => NodeKind::Operator(build_lookup_join(data, inputs, output, ctx)?),
+            NodeSpec::LookupJoin(data) => {
+                NodeKind::Operator(build_lookup_join(data, (1, false), inputs, output, ctx)?)
+            }
+            NodeSpec::BroadcastJoin { join, table_side } => {
+                NodeKind::Operator(build_lookup_join(join, (*table_side, true), inputs, output, ctx)?)
+            }
             NodeSpec::TemporalJoin(data) => {
                 NodeKind::Operator(build_temporal_join(data, inputs, output, ctx)?)
             }
@@ -959,6 +972,7 @@ fn build_window_join(
 /// The lookup join a [`JoinData`] describes.
 fn build_lookup_join(
     data: &JoinData,
+    (table_side, broadcast): (usize, bool),
     inputs: &[SchemaRef],
     output: &SchemaRef,
     ctx: &DecodeContext,
@@ -970,12 +984,18 @@ fn build_lookup_join(
         ));
     };
     let inputs = [stream.clone(), table.clone()];
+    let sql_inputs = match table_side {
+        0 => [table.clone(), stream.clone()],
+        _ => inputs.clone(),
+    };
     Ok(Arc::new(LookupJoin {
         kind: data.kind,
         keys: decode_join_keys(data, &inputs, ctx)?,
-        filter: decode_join_filter(data, &inputs, ctx)?,
+        filter: decode_join_filter(data, &sql_inputs, ctx)?,
         inputs,
         schema: output.clone(),
+        table_side,
+        broadcast,
     }))
 }
 

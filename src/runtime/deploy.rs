@@ -215,10 +215,15 @@ pub fn restore_task(
                 chain[index].name()
             )));
         }
-        let sources = if chain[index].is_keyed() {
-            keyed_sources(old_parallelism, ctx.subtask, ctx.parallelism, ctx.max_parallelism)
+        // Keyed state: the rows of this subtask's key groups; per-subtask
+        // state: all rows of the old subtasks it takes over, whatever key
+        // group they carry.
+        let (sources, wanted) = if chain[index].is_keyed() {
+            let sources = keyed_sources(old_parallelism, ctx.subtask, ctx.parallelism, ctx.max_parallelism);
+            (sources, range.clone())
         } else {
-            round_robin_sources(old_parallelism, ctx.subtask, ctx.parallelism)
+            let sources = round_robin_sources(old_parallelism, ctx.subtask, ctx.parallelism);
+            (sources, 0..=usize::MAX)
         };
         let mut snapshots = Vec::new();
         for task in sources.iter().map(|k| old[*k]) {
@@ -226,8 +231,8 @@ pub fn restore_task(
                 continue;
             };
             let rows = match &saved.file {
-                Some(file) if overlaps(&(file.key_groups.0..=file.key_groups.1), &range) => {
-                    read_state_file(&restored.dir.join(&file.path), &range)?
+                Some(file) if overlaps(&(file.key_groups.0..=file.key_groups.1), &wanted) => {
+                    read_state_file(&restored.dir.join(&file.path), &wanted)?
                 }
                 _ => None,
             };

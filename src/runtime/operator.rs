@@ -430,6 +430,13 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
         crate::plan::changelog::ChangelogRole::InsertOnly
     }
 
+    /// Whether its operator keeps no rows in its state (at most a
+    /// watermark), so that its input may be read again from the start after
+    /// a restore: the table side of a lookup or broadcast join.
+    fn keeps_no_rows(&self) -> bool {
+        false
+    }
+
     /// The factory as data (see [`crate::plan::spec`]); `inputs` are the
     /// schemas of its inputs.
     fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {

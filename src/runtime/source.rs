@@ -101,6 +101,12 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     /// The reader for one subtask.
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>>;
 
+    /// Roughly how many bytes it reads in all, when it is bounded and that
+    /// is known when planning (whether a join broadcasts it).
+    fn estimated_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether its readers checkpoint their positions; a job reading a source
     /// that cannot is refused when checkpoints are on.
     fn supports_checkpoints(&self) -> bool {
@@ -117,7 +123,7 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
 }
 
 /// A bounded source read again from its start after every restore: the
-/// table side of a lookup join, which the join holds in memory only (it is
+/// table side of a lookup or broadcast join, which the join holds in memory only (it is
 /// the same on every subtask, so a checkpoint need not carry it).
 #[derive(Debug)]
 pub struct Replayed(pub std::sync::Arc<dyn SourceFactory>);
@@ -129,8 +135,9 @@ impl SourceReader for ReplayedReader {
         self.0.poll_next()
     }
 
+    /// No splits to hand on: a restore reads the source from its start.
     fn snapshot_position(&mut self) -> Result<serde_json::Value> {
-        Ok(serde_json::json!({ "replayed": true }))
+        Ok(serde_json::json!({ "splits": [], "replayed": true }))
     }
 
     fn restore_position(&mut self, _position: &serde_json::Value) -> Result<()> {
@@ -145,6 +152,10 @@ impl SourceFactory for Replayed {
 
     fn is_bounded(&self) -> bool {
         self.0.is_bounded()
+    }
+
+    fn estimated_bytes(&self) -> Option<u64> {
+        self.0.estimated_bytes()
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {

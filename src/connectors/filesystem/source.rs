@@ -208,6 +208,18 @@ impl SourceFactory for FileSourceFactory {
         true
     }
 
+    /// The files' sizes, where they are known when planning.
+    fn estimated_bytes(&self) -> Option<u64> {
+        let FileList::Under(path) = &self.files else {
+            return None;
+        };
+        let files = list_files(path).ok()?;
+        files
+            .iter()
+            .map(|f| std::fs::metadata(f).ok().map(|m| m.len()))
+            .sum()
+    }
+
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {
         // Each file is a split; subtask `s` reads the files `i % parallelism == s`.
         let files = self.files()?;

@@ -14,6 +14,16 @@
 //!                     LookupJoin ──► +I joined (or padded, LEFT)
 //!  table ──BROADCAST─►┘  (input 1 ends: the table is complete)
 //! ```
+//!
+//! The same operator runs a regular join whose one side is small and
+//! bounded ([`LookupJoin::broadcast`]; the planner decides by
+//! `table.optimizer.join.broadcast-threshold`): the small side is the table,
+//! on either side of the SQL join, and the other side is neither hashed nor
+//! kept once the table is complete. Its kinds are those whose outer side, if
+//! any, is the stream: `INNER`, `LEFT`/`RIGHT` with the stream outer, `SEMI`
+//! and `ANTI` with the table on the right. Its rows are final, so they are
+//! all `+I`, with an op column where the regular join's changelog mode has
+//! one (the mode does not depend on the plan's shape).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,26 +46,61 @@ use crate::{Error, Result};
 /// A lookup join of a stream (input 0) with a bounded table (input 1).
 #[derive(Debug, Clone)]
 pub struct LookupJoin {
-    /// `Inner` or `Left`.
+    /// `Inner` or `Left` (a lookup join); also `Right`, `Semi`, `Anti`
+    /// (a broadcast join), the outer side being the stream.
     pub kind: JoinKind,
-    /// Each side's key expressions.
+    /// The stream's key expressions, then the table's.
     pub keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
-    /// The rest of the condition, over the stream's and the table's columns.
+    /// The rest of the condition, over the SQL join's left then right columns.
     pub filter: Option<Arc<dyn PhysicalExpr>>,
     /// The stream's columns and the table's.
     pub inputs: [SchemaRef; 2],
-    /// Stream columns then table columns.
+    /// The SQL join's left columns then its right ones (the left only for
+    /// a semi or anti join), with an op column where its mode has one.
     pub schema: SchemaRef,
+    /// Which side of the SQL join the table is (1 for a lookup join).
+    pub table_side: usize,
+    /// A regular join planned with its small bounded side broadcast, not a
+    /// `FOR SYSTEM_TIME AS OF` lookup join.
+    pub broadcast: bool,
 }
 
 impl LookupJoin {
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
-        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
-        format!(
-            "LookupJoin(joinType=[{}], where=[{}])",
-            self.kind.flink_name(),
-            conditions
+        let keys = match self.table_side {
+            0 => [self.keys[1].clone(), self.keys[0].clone()],
+            _ => self.keys.clone(),
+        };
+        let conditions = super::condition_text(&keys, self.filter.as_ref());
+        match self.broadcast {
+            false => format!(
+                "LookupJoin(joinType=[{}], where=[{}])",
+                self.kind.flink_name(),
+                conditions
+            ),
+            true => format!(
+                "BroadcastJoin(joinType=[{}], where=[{}], broadcast=[{}])",
+                self.kind.flink_name(),
+                conditions,
+                ["left", "right"][self.table_side]
+            ),
+        }
+    }
+
+    /// The SQL join's inputs in its order (left, right).
+    fn sql_inputs(&self) -> [SchemaRef; 2] {
+        match self.table_side {
+            0 => [self.inputs[1].clone(), self.inputs[0].clone()],
+            _ => self.inputs.clone(),
+        }
+    }
+
+    /// Whether stream rows without a match come out padded with NULLs.
+    fn stream_outer(&self) -> bool {
+        matches!(
+            (self.kind, self.table_side),
+            (JoinKind::Left, 1) | (JoinKind::Right, 0)
         )
     }
 
@@ -77,27 +122,36 @@ impl OperatorFactory for LookupJoin {
     }
 
     fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::InsertOnly
+        match crate::changelog::has_op(&self.schema) {
+            // A broadcast outer or anti join keeps the regular join's mode.
+            true => ChangelogRole::Retracting,
+            false => ChangelogRole::InsertOnly,
+        }
     }
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
         use crate::plan::codec::{encode_expr, encode_exprs};
-        let joined = super::joined_schema(&self.inputs);
-        Ok(crate::plan::spec::NodeSpec::LookupJoin(Box::new(
-            crate::plan::spec::JoinData {
-                kind: self.kind,
-                left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
-                right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
-                filter: self
-                    .filter
-                    .as_ref()
-                    .map(|f| encode_expr(f, &joined))
-                    .transpose()?,
-                null_equal: false,
-                unique_keys: [None, None],
-                state_ttl_ms: None,
+        let joined = super::joined_schema(&self.sql_inputs());
+        let data = Box::new(crate::plan::spec::JoinData {
+            kind: self.kind,
+            left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
+            right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
+            filter: self
+                .filter
+                .as_ref()
+                .map(|f| encode_expr(f, &joined))
+                .transpose()?,
+            null_equal: false,
+            unique_keys: [None, None],
+            state_ttl_ms: None,
+        });
+        Ok(match self.broadcast {
+            false => crate::plan::spec::NodeSpec::LookupJoin(data),
+            true => crate::plan::spec::NodeSpec::BroadcastJoin {
+                join: data,
+                table_side: self.table_side,
             },
-        )))
+        })
     }
 
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
@@ -183,22 +237,67 @@ impl LookupJoinOperator {
         let pairs = UInt32Array::from(rows.clone());
         let matched = pair_matches(
             self.spec.filter.as_ref(),
-            &self.spec.inputs,
-            0,
+            &self.spec.sql_inputs(),
+            1 - self.spec.table_side,
             batch,
             &pairs,
             &table_columns,
         )?;
+        let (stream_side, table_side) = self.pick(batch.num_rows(), &rows, &matched);
+        if stream_side.is_empty() {
+            return Ok(());
+        }
+        let stream_columns = batch
+            .columns()
+            .iter()
+            .map(|c| Ok(take(c, &stream_side, None)?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let mut columns = match self.spec.kind.is_semi_or_anti() {
+            true => stream_columns,
+            false => {
+                let table_columns = table_columns
+                    .iter()
+                    .map(|c| match c.is_empty() {
+                        true => Ok(new_null_array(c.data_type(), stream_side.len())),
+                        false => Ok(take(c, &table_side, None)?),
+                    })
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                match self.spec.table_side {
+                    0 => table_columns.into_iter().chain(stream_columns).collect(),
+                    _ => stream_columns.into_iter().chain(table_columns).collect(),
+                }
+            }
+        };
+        if crate::changelog::has_op(&self.spec.schema) {
+            columns.push(Arc::new(arrow::array::Int8Array::from(vec![
+                crate::changelog::RowKind::Insert
+                    as i8;
+                stream_side.len()
+            ])));
+        }
+        out.batch(RecordBatch::try_new(self.spec.schema.clone(), columns)?);
+        Ok(())
+    }
+
+    /// The output pairs, by stream row and table row (NULL: padded) from the
+    /// candidate pairs (stream row `rows[p]`, table row `p`) that `matched`.
+    fn pick(&self, n: usize, rows: &[u32], matched: &[bool]) -> (UInt32Array, UInt32Array) {
         let (mut stream_side, mut table_side) = (UInt32Builder::new(), UInt32Builder::new());
-        let mut joined = vec![false; batch.num_rows()];
+        let mut joined = vec![false; n];
         for (p, ok) in matched.iter().enumerate() {
             if *ok {
+                let first = !joined[rows[p] as usize];
                 joined[rows[p] as usize] = true;
-                stream_side.append_value(rows[p]);
-                table_side.append_value(p as u32);
+                if self.spec.kind == JoinKind::Semi && first {
+                    stream_side.append_value(rows[p]);
+                    table_side.append_null();
+                } else if !self.spec.kind.is_semi_or_anti() {
+                    stream_side.append_value(rows[p]);
+                    table_side.append_value(p as u32);
+                }
             }
         }
-        if self.spec.kind == JoinKind::Left {
+        if self.spec.stream_outer() || self.spec.kind == JoinKind::Anti {
             for (i, hit) in joined.iter().enumerate() {
                 if !hit {
                     stream_side.append_value(i as u32);
@@ -206,22 +305,7 @@ impl LookupJoinOperator {
                 }
             }
         }
-        let (stream_side, table_side) = (stream_side.finish(), table_side.finish());
-        if stream_side.is_empty() {
-            return Ok(());
-        }
-        let mut columns: Vec<ArrayRef> = Vec::new();
-        for c in batch.columns() {
-            columns.push(take(c, &stream_side, None)?);
-        }
-        for c in &table_columns {
-            columns.push(match c.is_empty() {
-                true => new_null_array(c.data_type(), stream_side.len()),
-                false => take(c, &table_side, None)?,
-            });
-        }
-        out.batch(RecordBatch::try_new(self.spec.schema.clone(), columns)?);
-        Ok(())
+        (stream_side.finish(), table_side.finish())
     }
 
     fn flush(&mut self, out: &mut Output) -> Result<()> {

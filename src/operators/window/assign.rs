@@ -34,6 +34,10 @@ pub struct WindowAssign {
 }
 
 impl OperatorFactory for WindowAssign {
+    fn keeps_no_rows(&self) -> bool {
+        true
+    }
+
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
         Ok(crate::plan::spec::NodeSpec::WindowAssign {
             window: self.window.into(),
