@@ -28,6 +28,20 @@ trap 'rm -f "$tmp"' EXIT
 printf '%-22s %3s %10s %14s %10s\n' workload p "median s" "events/s" "peak RSS"
 workloads=("$bench_dir/passthrough_seq.sql" "$bench_dir/tumble_seq.sql" "$bench_dir/hop_seq.sql"
   benches/groupby_seq.sql benches/groupby_1m_keys.sql benches/join_seq.sql benches/interval_join_seq.sql)
+# measure LABEL PATH ROWS P [weir options...]: median time and peak RSS of $runs runs.
+measure() {
+  local label=$1 path=$2 rows=$3 p=$4
+  shift 4
+  local times=() peak=0 out rss median
+  for _ in $(seq "$runs"); do
+    /usr/bin/time -o "$tmp" -f "%e %M" "$weir" run "$path" --set parallelism.default=$p "$@" >/dev/null 2>&1
+    out=$(tail -1 "$tmp")
+    times+=("${out% *}"); rss=${out#* }; [ "$rss" -gt "$peak" ] && peak=$rss
+  done
+  median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  printf '%-22s %3s %10s %14s %8s MB\n' "$label" "$p" "$median" \
+    "$(awk -v r=$rows -v t="$median" 'BEGIN {printf "%.1fM", r / t / 1e6}')" "$((peak / 1024))"
+}
 for path in "${workloads[@]}"; do
   file=$(basename "$path" .sql)
   case "$file" in *$only*) ;; *) continue ;; esac
@@ -38,15 +52,12 @@ for path in "${workloads[@]}"; do
     *) rows=30000000 ;;
   esac
   for p in 1 2; do
-    times=(); peak=0
-    for _ in $(seq "$runs"); do
-      /usr/bin/time -o "$tmp" -f "%e %M" "$weir" run "$path" --set parallelism.default=$p >/dev/null 2>&1
-      out=$(tail -1 "$tmp")
-      times+=("${out% *}"); rss=${out#* }; [ "$rss" -gt "$peak" ] && peak=$rss
-    done
-    median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    printf '%-22s %3s %10s %14s %8s MB\n' "$file" "$p" "$median" \
-      "$(awk -v r=$rows -v t="$median" 'BEGIN {printf "%.1fM", r / t / 1e6}')" "$((peak / 1024))"
+    measure "$file" "$path" "$rows" "$p"
+    # The regular join's small side qualifies for a broadcast; measure the
+    # hashed join too (Flink's streaming planner never broadcasts).
+    if [ "$file" = join_seq ]; then
+      measure "$file (hashed)" "$path" "$rows" "$p" --set table.optimizer.join.broadcast-threshold=-1
+    fi
     if [ "$flink" = 1 ]; then
       /tmp/flinkenv/venv/bin/python ../shared/flink/run_sql.py "$path" -p "$p" \
         --conf table.local-time-zone=UTC 2>/dev/null | grep -E "^ *events/s" | sed 's/^ */    flink: /'

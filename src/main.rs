@@ -201,14 +201,20 @@ struct NexmarkArgs {
     output_dir: Option<PathBuf>,
 }
 
-/// mimalloc's `mi_option_purge_delay` (its v2 header's option 15): how many
-/// milliseconds freed memory stays committed before it goes back to the
-/// kernel. Set to 10 ms (the header's documented default), the peak
-/// resident memory of a GROUP BY over a million keys is 163–165 MB; left
-/// as the bundled build has it, 202–213 MB (benches/groupby_1m_keys.sql).
-/// 0 ms costs a tenth of the throughput in page faults.
+/// mimalloc's `mi_option_purge_delay` (option 15 in both its v2 and v3
+/// headers): how many milliseconds freed memory stays committed before it
+/// goes back to the kernel. At 10 ms (the header's default) a job that
+/// allocates and frees output batches at a high rate spends a quarter of
+/// its time faulting in and zeroing pages it had just given back: the
+/// interval join of benches/interval_join_seq.sql ran in 12.7-13.2 s at
+/// parallelism 1, against 9.3-9.9 s at 1 s; the hashed regular join
+/// (benches/join_seq.sql, threshold -1) 4.9-5.3 s against 4.4-4.6 s. The
+/// price is peak memory: 136-144 MB against 159-174 MB for the interval
+/// join, 166 MB against 197 MB for a GROUP BY over a million keys
+/// (benches/groupby_1m_keys.sql). Never purging (-1) is no faster than 1 s,
+/// and a long-running job should give memory back after a burst.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-const PURGE_DELAY_MS: std::ffi::c_long = 10;
+const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 
 fn main() -> ExitCode {
     // mimalloc's own variable, when set, decides.

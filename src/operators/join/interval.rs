@@ -173,12 +173,22 @@ struct Kept {
     joined: bool,
 }
 
-/// One side's rows by key, then by time; and which keys have rows at
-/// which time, to drop expired rows in time order.
+/// One side's rows by key, then by time; and every row's key by time, to
+/// drop expired rows in time order. A row is `(time, seq)` in both, `seq`
+/// counting the side's rows, so that each is one entry: no vector per time,
+/// and the key is shared (`Arc`), not copied, per row.
 #[derive(Debug, Default)]
 struct Side {
-    keys: super::state::ByKey<BTreeMap<i64, Vec<Kept>>>,
-    times: BTreeMap<i64, Vec<Box<[u8]>>>,
+    keys: std::collections::HashMap<Arc<[u8]>, KeyRows, foldhash::fast::FixedState>,
+    times: BTreeMap<(i64, u64), Arc<[u8]>>,
+    seq: u64,
+}
+
+/// One key's rows by `(time, seq)`.
+#[derive(Debug)]
+struct KeyRows {
+    key: Arc<[u8]>,
+    rows: BTreeMap<(i64, u64), Kept>,
 }
 
 impl Side {
@@ -186,33 +196,37 @@ impl Side {
         // Look up before `entry`, which would copy the key every time.
         let by_time = match self.keys.get_mut(key) {
             Some(by_time) => by_time,
-            None => self.keys.entry(key.into()).or_default(),
+            None => {
+                let key: Arc<[u8]> = key.into();
+                self.keys.entry(key.clone()).or_insert(KeyRows {
+                    key,
+                    rows: BTreeMap::new(),
+                })
+            }
         };
-        let rows = by_time.entry(time).or_default();
-        if rows.is_empty() {
-            self.times.entry(time).or_default().push(key.into());
-        }
-        rows.push(kept);
+        self.seq += 1;
+        by_time.rows.insert((time, self.seq), kept);
+        self.times.insert((time, self.seq), by_time.key.clone());
     }
 
     /// Drops the rows up to `time`; returns those that never joined.
     fn expire(&mut self, time: i64) -> Vec<Box<[u8]>> {
         let mut unjoined = Vec::new();
         while let Some(entry) = self.times.first_entry() {
-            if *entry.key() > time {
+            if entry.key().0 > time {
                 break;
             }
-            let (t, keys) = entry.remove_entry();
-            for key in keys {
-                let Some(by_time) = self.keys.get_mut(&key) else {
-                    continue;
-                };
-                if let Some(rows) = by_time.remove(&t) {
-                    unjoined.extend(rows.into_iter().filter(|r| !r.joined).map(|r| r.row));
-                }
-                if by_time.is_empty() {
-                    self.keys.remove(&key);
-                }
+            let (at, key) = entry.remove_entry();
+            let Some(by_time) = self.keys.get_mut(&key[..]) else {
+                continue;
+            };
+            if let Some(kept) = by_time.rows.remove(&at)
+                && !kept.joined
+            {
+                unjoined.push(kept.row);
+            }
+            if by_time.rows.is_empty() {
+                self.keys.remove(&key[..]);
             }
         }
         unjoined
@@ -279,12 +293,10 @@ impl IntervalJoinOperator {
                 continue;
             };
             let (from, to) = spec.window(side, *time);
-            for (t, kept) in by_time.range(from..=to) {
-                for (j, row) in kept.iter().enumerate() {
-                    inputs.push(i as u32);
-                    places.push((*t, j));
-                    found.push(parser.parse(&row.row));
-                }
+            for (at, kept) in by_time.rows.range((from, 0)..=(to, u64::MAX)) {
+                inputs.push(i as u32);
+                places.push(*at);
+                found.push(parser.parse(&kept.row));
             }
         }
         let other = match found.is_empty() {
@@ -306,15 +318,13 @@ impl IntervalJoinOperator {
             joined[i] = true;
             pairs.input.push(Some(i as u32));
             pairs.other.push(Some(p as u32));
-            if spec.kind.outer(1 - side) {
-                let (t, j) = places[p];
-                if let Some(kept) = self.sides[1 - side]
+            if spec.kind.outer(1 - side)
+                && let Some(kept) = self.sides[1 - side]
                     .keys
                     .get_mut(keys.row(i).as_ref())
-                    .and_then(|m| m.get_mut(&t))
-                {
-                    kept[j].joined = true;
-                }
+                    .and_then(|m| m.rows.get_mut(&places[p]))
+            {
+                kept.joined = true;
             }
         }
         for (i, time) in times.iter().enumerate() {
@@ -396,13 +406,11 @@ impl IntervalJoinOperator {
         let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
         let (mut keys, mut rows, mut times, mut joined) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (key, by_time) in &self.sides[side].keys {
-            for (t, kept) in by_time {
-                for k in kept {
-                    keys.push(key_parser.parse(key));
-                    rows.push(row_parser.parse(&k.row));
-                    times.push(*t);
-                    joined.push(k.joined);
-                }
+            for ((t, _), k) in &by_time.rows {
+                keys.push(key_parser.parse(key));
+                rows.push(row_parser.parse(&k.row));
+                times.push(*t);
+                joined.push(k.joined);
             }
         }
         if rows.is_empty() {
