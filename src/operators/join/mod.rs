@@ -238,6 +238,7 @@ impl OperatorFactory for JoinFactory {
                     join.kind.counts_matches(side),
                     join.state_ttl.is_some(),
                 )
+                .with_width(state::row_width(&join.inputs[side]))
             }),
             keys_of,
             max_parallelism: ctx.max_parallelism,
@@ -618,19 +619,15 @@ impl JoinOperator {
         let state = &mut self.sides[side];
         let tallies = state.tallies;
         for i in 0..rows.num_rows() {
-            state
-                .buckets
-                .entry(keys.row(i).as_ref().into())
-                .or_default()
-                .push(
-                    converted.row(i).as_ref(),
-                    Some(Tally {
-                        count: counts.value(i),
-                        matches: matches.value(i),
-                    })
-                    .filter(|_| tallies),
-                    written.as_ref().map(|w| w.value(i)),
-                );
+            state.bucket(keys.row(i).as_ref()).push(
+                converted.row(i).as_ref(),
+                Some(Tally {
+                    count: counts.value(i),
+                    matches: matches.value(i),
+                })
+                .filter(|_| tallies),
+                written.as_ref().map(|w| w.value(i)),
+            );
         }
         Ok(())
     }

@@ -17,33 +17,58 @@ pub struct Tally {
 }
 
 /// One key's rows: their row-format bytes back to back, and beside them,
-/// only where a side needs them, their tallies and write times. A side
+/// only where a side needs them, their ends, tallies and write times. A side
 /// whose rows are each there once and never count matches (an insert-only
 /// side of an inner join) keeps just the bytes: about a third of a row per
-/// allocation, and no allocation per row.
+/// allocation, and no allocation per row. Rows of only fixed-width columns
+/// all have one length (`width`), so their ends are not kept either.
 #[derive(Debug, Default, Clone)]
 pub struct Bucket {
     bytes: Vec<u8>,
+    /// Each row's length when rows have one (0: they vary, see `ends`).
+    width: u32,
     ends: Vec<u32>,
     tallies: Vec<Tally>,
     written: Vec<i64>,
 }
 
 impl Bucket {
+    /// An empty bucket of rows `width` bytes long (0: of varying length).
+    pub fn with_width(width: u32) -> Self {
+        Bucket {
+            width,
+            ..Bucket::default()
+        }
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        match self.width {
+            0 => self.ends.len(),
+            w => self.bytes.len() / w as usize,
+        }
     }
 
     /// Whether it has no rows.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.bytes.is_empty() && self.ends.is_empty()
+    }
+
+    /// Where row `j` starts and ends in `bytes`.
+    fn span(&self, j: usize) -> (usize, usize) {
+        match self.width {
+            0 => {
+                let start = if j == 0 { 0 } else { self.ends[j - 1] as usize };
+                (start, self.ends[j] as usize)
+            }
+            w => (j * w as usize, (j + 1) * w as usize),
+        }
     }
 
     /// Row `j`'s bytes.
     pub fn row(&self, j: usize) -> &[u8] {
-        let start = if j == 0 { 0 } else { self.ends[j - 1] as usize };
-        &self.bytes[start..self.ends[j] as usize]
+        let (start, end) = self.span(j);
+        &self.bytes[start..end]
     }
 
     /// Row `j`'s tally (one copy, no matches where none are kept).
@@ -75,8 +100,11 @@ impl Bucket {
 
     /// Appends a row, with its tally and write time where kept.
     pub fn push(&mut self, row: &[u8], tally: Option<Tally>, written: Option<i64>) {
+        debug_assert!(self.width == 0 || row.len() == self.width as usize);
         self.bytes.extend_from_slice(row);
-        self.ends.push(self.bytes.len() as u32);
+        if self.width == 0 {
+            self.ends.push(self.bytes.len() as u32);
+        }
         self.tallies.extend(tally);
         self.written.extend(written);
     }
@@ -88,12 +116,13 @@ impl Bucket {
 
     /// Removes row `j`.
     pub fn remove(&mut self, j: usize) {
-        let start = if j == 0 { 0 } else { self.ends[j - 1] as usize };
-        let end = self.ends[j] as usize;
+        let (start, end) = self.span(j);
         self.bytes.drain(start..end);
-        self.ends.remove(j);
-        let width = (end - start) as u32;
-        self.ends[j..].iter_mut().for_each(|e| *e -= width);
+        if self.width == 0 {
+            self.ends.remove(j);
+            let width = (end - start) as u32;
+            self.ends[j..].iter_mut().for_each(|e| *e -= width);
+        }
         if j < self.tallies.len() {
             self.tallies.remove(j);
         }
@@ -104,7 +133,7 @@ impl Bucket {
 
     /// Keeps the rows for which `keep(j)` holds.
     pub fn retain(&mut self, keep: impl Fn(usize) -> bool) {
-        let mut kept = Bucket::default();
+        let mut kept = Bucket::with_width(self.width);
         for j in 0..self.len() {
             if keep(j) {
                 let tally = self.tallies.get(j).copied();
@@ -116,9 +145,14 @@ impl Bucket {
     }
 }
 
+/// A key's row-format bytes; up to 16 (two numeric columns) inline, so a
+/// lookup compares them in the table's own memory instead of following a
+/// pointer to them (a cache miss per row on a large table).
+pub type Key = smallvec::SmallVec<[u8; 16]>;
+
 /// Keys' bytes hashed with foldhash (std's SipHash was a fifth of a join's
 /// time; xxh3's streaming hasher as slow on short keys).
-pub type ByKey<V> = HashMap<Box<[u8]>, V, foldhash::fast::FixedState>;
+pub type ByKey<V> = HashMap<Key, V, foldhash::fast::FixedState>;
 
 /// How a side's rows are kept, from what its input is unique on (Flink's
 /// `JoinInputSideSpec`).
@@ -173,6 +207,8 @@ pub struct SideState {
     pub tallies: bool,
     /// Whether rows keep their write time (a state TTL).
     pub ttl: bool,
+    /// The length of every row, when its columns are all fixed-width (0: rows vary).
+    pub width: u32,
 }
 
 impl SideState {
@@ -183,19 +219,38 @@ impl SideState {
             layout,
             tallies: layout == (Layout::Multiset { dedupe: true }) || counts_matches,
             ttl,
+            width: 0,
         }
+    }
+
+    /// Rows of `width` bytes each (see [`row_width`]).
+    pub fn with_width(mut self, width: u32) -> Self {
+        self.width = width;
+        self
+    }
+
+    /// The key's bucket, made when it has none.
+    pub fn bucket(&mut self, key: &[u8]) -> &mut Bucket {
+        // Look up before `entry`, which would copy the key on every call.
+        if !self.buckets.contains_key(key) {
+            self.buckets.insert(key.into(), Bucket::with_width(self.width));
+        }
+        self.buckets.get_mut(key).expect("just inserted")
     }
 
     /// Adds a copy of `row` under `key` at `now`, joined with `matches`
     /// rows of the other side.
     pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64, now: i64) {
-        // Look up before `entry`, which would copy the key on every call.
+        let width = self.width;
         let bucket = match self.buckets.get_mut(key) {
             Some(bucket) => bucket,
-            None => self.buckets.entry(key.into()).or_default(),
+            None => self
+                .buckets
+                .entry(key.into())
+                .or_insert(Bucket::with_width(width)),
         };
         match self.layout {
-            Layout::OneRowPerJoinKey => *bucket = Bucket::default(),
+            Layout::OneRowPerJoinKey => *bucket = Bucket::with_width(width),
             Layout::Multiset { dedupe: true } => {
                 if let Some(j) = bucket.position(row) {
                     let mut tally = bucket.tally(j);
@@ -268,6 +323,17 @@ impl SideState {
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
+}
+
+/// The length of every row of `schema` in arrow's row format when it has
+/// only fixed-width columns (a null byte and the value each); 0 otherwise.
+pub fn row_width(schema: &arrow::datatypes::Schema) -> u32 {
+    let widths: Option<Vec<usize>> = schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().primitive_width().map(|w| w + 1))
+        .collect();
+    widths.map_or(0, |w| w.iter().sum::<usize>() as u32)
 }
 
 /// One row to emit for an input row: the input row joined with a matched
@@ -477,6 +543,47 @@ mod tests {
         assert_eq!(side.len(), 1);
         assert_eq!(side.buckets[&b"k"[..]].row(0), b"b");
         assert!(!side.retract(b"k", b"a", 0), "the row is gone");
+    }
+
+    #[test]
+    fn fixed_width_rows_keep_no_ends_and_read_back_the_same() {
+        let mut side = SideState::new(Layout::Multiset { dedupe: true }, false, false).with_width(2);
+        side.add(b"k", b"ab", 0, 0);
+        side.add(b"k", b"cd", 0, 0);
+        side.add(b"k", b"ab", 0, 0);
+        let bucket = &side.buckets[&b"k"[..]];
+        assert_eq!(
+            (bucket.len(), bucket.row(0), bucket.row(1)),
+            (2, &b"ab"[..], &b"cd"[..])
+        );
+        assert!(bucket.ends.is_empty());
+        assert!(side.retract(b"k", b"ab", 0) && side.retract(b"k", b"ab", 0));
+        assert_eq!(side.buckets[&b"k"[..]].row(0), b"cd");
+    }
+
+    #[test]
+    fn rows_of_fixed_width_columns_have_one_length_in_the_row_format() {
+        use arrow::array::{ArrayRef, Int32Array, Int64Array};
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int32, true),
+        ]);
+        let converter = arrow::row::RowConverter::new(vec![
+            arrow::row::SortField::new(DataType::Int64),
+            arrow::row::SortField::new(DataType::Int32),
+        ])
+        .unwrap();
+        let columns: Vec<ArrayRef> = vec![
+            std::sync::Arc::new(Int64Array::from(vec![Some(1), None, Some(-7)])),
+            std::sync::Arc::new(Int32Array::from(vec![None, Some(2), Some(3)])),
+        ];
+        let rows = converter.convert_columns(&columns).unwrap();
+        for i in 0..3 {
+            assert_eq!(rows.row(i).as_ref().len() as u32, row_width(&schema));
+        }
+        let strings = Schema::new(vec![Field::new("s", DataType::Utf8, true)]);
+        assert_eq!(row_width(&strings), 0);
     }
 
     #[test]

@@ -219,7 +219,7 @@ impl TemporalJoinOperator {
             for (key, row) in rows {
                 let version = self
                     .versions
-                    .get(key)
+                    .get(&key[..])
                     .and_then(|v| v.range(..=time).next_back())
                     .and_then(|(_, (row, deleted))| (!deleted).then_some(row));
                 left.push(left_parser.parse(row));
@@ -424,7 +424,7 @@ impl Operator for TemporalJoinOperator {
                     0 => self.waiting.entry(times.value(i)).or_default().push((key, row)),
                     _ => {
                         self.versions
-                            .entry(key)
+                            .entry(key[..].into())
                             .or_default()
                             .insert(times.value(i), (row, deleted.value(i)));
                     }
