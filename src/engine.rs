@@ -471,15 +471,22 @@ impl Engine {
                         || f.aliases().iter().any(|a| a.eq_ignore_ascii_case(&name))
                 });
                 if registered {
-                    Ok(TableResult::done())
-                } else {
-                    Err(Error::sql_at(
+                    return Ok(TableResult::done());
+                }
+                match crate::frontend::ported_udfs::port(&implementation, &name) {
+                    Some(port) => {
+                        session.user_functions.push(Arc::new(port));
+                        Ok(TableResult::done())
+                    }
+                    None => Err(Error::sql_at(
                         format!(
                             "function '{name}' ({implementation}) is not registered: weir runs no Java; \
-                             register a Rust implementation with Engine::register_udf before this statement"
+                             it has Rust ports of {}, and a Rust implementation of any other can be \
+                             registered with Engine::register_udf before this statement",
+                            crate::frontend::ported_udfs::PORTED_CLASSES.join(", ")
                         ),
                         Some(position),
-                    ))
+                    )),
                 }
             }
             Statement::Drop(drop) => {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::DataType;
-use datafusion_expr::ScalarUDF;
 use sqllogictest::{DBOutput, DefaultColumnType, Runner};
 use weir::Engine;
 use weir::connectors::format::text::{TextStyle, format_column};
@@ -107,7 +106,6 @@ impl sqllogictest::DB for WeirDb {
 fn new_db(parallelism: usize) -> weir::Result<WeirDb> {
     let engine = Engine::new();
     // Nexmark q14's UDF, as `weir bench nexmark` registers it.
-    engine.register_udf(ScalarUDF::from(weir::bench::CountChar::new()));
     engine.set("parallelism.default", &parallelism.to_string())?;
     engine.set("table.local-time-zone", "UTC")?;
     Ok(WeirDb { engine })

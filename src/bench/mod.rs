@@ -8,9 +8,10 @@ pub mod slow;
 
 use std::path::{Path, PathBuf};
 
+/// Nexmark's q14 UDF, a port of its Java class (see [`crate::frontend::ported_udfs`]).
+pub use crate::frontend::ported_udfs::CountChar;
 pub use nexmark::{
-    CountChar, NexmarkOptions, Progress, QUERIES, QueryResult, query, query_script, run, run_script,
-    write_side_input,
+    NexmarkOptions, Progress, QUERIES, QueryResult, query, query_script, run, run_script, write_side_input,
 };
 
 use crate::connectors::filesystem::random_uuid;

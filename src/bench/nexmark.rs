@@ -7,14 +7,9 @@
 //! share of the generator's own speed it reached.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
-use arrow::datatypes::DataType;
-use datafusion_common::{Result as DFResult, ScalarValue};
-use datafusion_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use serde::Serialize;
 
 use super::{ScratchDir, cpu_seconds, peak_rss_bytes, reset_peak_rss};
@@ -187,7 +182,6 @@ pub fn run_script(
 ) -> Result<QueryResult> {
     let engine = Engine::new();
     engine.set("parallelism.default", &options.parallelism.to_string())?;
-    engine.register_udf(ScalarUDF::from(CountChar::new()));
     let scratch = ScratchDir::new(options.output_dir.as_deref())?;
     let submit_time = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -306,62 +300,4 @@ pub fn run(options: &NexmarkOptions, progress: &mut dyn FnMut(&str, Progress)) -
         }
     }
     Ok(results)
-}
-
-/// Nexmark's q14 UDF `count_char(s, c)`: how many bytes of `s` equal the first
-/// byte of `c` (0 for a NULL `s`). An example of a scalar function written in
-/// Rust and registered with [`Engine::register_udf`].
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct CountChar {
-    signature: Signature,
-}
-
-impl CountChar {
-    /// The function.
-    pub fn new() -> Self {
-        CountChar {
-            signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Immutable),
-        }
-    }
-}
-
-impl Default for CountChar {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ScalarUDFImpl for CountChar {
-    fn name(&self) -> &str {
-        "count_char"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arg_types: &[DataType]) -> DFResult<DataType> {
-        Ok(DataType::Int64)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
-        let arrays: Vec<ArrayRef> = ColumnarValue::values_to_arrays(&args.args)?;
-        let (text, character) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
-        let counts: Int64Array = (0..text.len())
-            .map(|row| {
-                if text.is_null(row) {
-                    return Some(0);
-                }
-                if character.is_null(row) {
-                    return None;
-                }
-                let wanted = *character.value(row).as_bytes().first()?;
-                Some(text.value(row).bytes().filter(|b| *b == wanted).count() as i64)
-            })
-            .collect();
-        if args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&counts, 0)?));
-        }
-        Ok(ColumnarValue::Array(Arc::new(counts)))
-    }
 }

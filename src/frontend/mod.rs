@@ -12,6 +12,7 @@ pub mod legacy_options;
 pub mod listagg;
 pub mod naming;
 pub mod parser;
+pub mod ported_udfs;
 pub mod temporal;
 pub mod types;
 pub mod window_tvf;

@@ -297,3 +297,29 @@ fn q13_enriches_every_bid_with_its_side_input_row_from_the_legacy_file_table() {
         assert_eq!(bids, EVENTS * 46 / 50, "at parallelism {parallelism}");
     }
 }
+
+#[test]
+fn weir_run_runs_q14_whose_create_function_names_a_java_class_with_a_rust_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = weir::bench::NexmarkOptions {
+        events: EVENTS,
+        event_rate: 10_000,
+        ..Default::default()
+    };
+    let q14 = weir::bench::query("q14").unwrap();
+    // Flink's file, with the rows printed instead of dropped.
+    let q14 = q14.replace("'connector' = 'blackhole'", "'connector' = 'print'");
+    let file = dir.path().join("q14.sql");
+    std::fs::write(&file, weir::bench::query_script(&q14, &options, dir.path(), 0)).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("run")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rows = stdout.lines().filter(|l| l.starts_with("+I[")).count();
+    // q14 keeps the bids priced over 1,000,000 cents and below 50,000,000.
+    assert!(rows > 0 && rows < EVENTS as usize, "{rows} rows\n{stderr}");
+}
