@@ -467,8 +467,8 @@ impl ContextProvider for Binder {
         self.functions.aggregate(name)
     }
 
-    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
-        None
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.functions.window(name)
     }
 
     fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
@@ -492,7 +492,7 @@ impl ContextProvider for Binder {
     }
 
     fn udwf_names(&self) -> Vec<String> {
-        vec![]
+        self.functions.window_names()
     }
 }
 

@@ -18,6 +18,7 @@ use super::{flink_aggregates, flink_functions, listagg};
 pub struct FunctionRegistry {
     scalars: HashMap<String, Arc<ScalarUDF>>,
     aggregates: HashMap<String, Arc<AggregateUDF>>,
+    windows: HashMap<String, Arc<datafusion_expr::WindowUDF>>,
     /// Planners for syntax that maps to functions (`EXTRACT`, `a.b`, `x[1]`, ...).
     pub expr_planners: Vec<Arc<dyn ExprPlanner>>,
 }
@@ -28,6 +29,7 @@ impl FunctionRegistry {
         let mut registry = FunctionRegistry {
             scalars: HashMap::new(),
             aggregates: HashMap::new(),
+            windows: HashMap::new(),
             expr_planners: vec![
                 Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
                 Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
@@ -53,7 +55,23 @@ impl FunctionRegistry {
             registry.register_aggregate(f);
         }
         registry.register_aggregate(listagg::listagg_udaf());
+        for f in datafusion_functions_window::all_default_window_functions() {
+            registry.windows.insert(f.name().to_lowercase(), f.clone());
+            for alias in f.aliases() {
+                registry.windows.insert(alias.to_lowercase(), f.clone());
+            }
+        }
         registry
+    }
+
+    /// A window function (`ROW_NUMBER`, `RANK`, ...) by name.
+    pub fn window(&self, name: &str) -> Option<Arc<datafusion_expr::WindowUDF>> {
+        self.windows.get(&name.to_lowercase()).cloned()
+    }
+
+    /// Names of all window functions.
+    pub fn window_names(&self) -> Vec<String> {
+        self.windows.keys().cloned().collect()
     }
 
     /// Adds (or replaces) a scalar function under its name and aliases.

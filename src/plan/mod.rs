@@ -12,6 +12,7 @@ pub mod changelog;
 pub mod codec;
 pub mod interval;
 mod planner;
+pub mod rank;
 pub mod spec;
 
 use std::fmt::Write;

@@ -442,6 +442,9 @@ impl<'a> Planner<'a> {
                 self.add_calc(input, None, Some(exprs), arrow_schema(plan.schema()))
             }
             LogicalPlan::Filter(f) => {
+                if let Some(top_n) = self.plan_top_n(f)? {
+                    return Ok(top_n);
+                }
                 let input = self.plan(&f.input)?;
                 // The optimizer copies a temporal join's column-keeping
                 // condition below the join too: it is no filter.
@@ -973,6 +976,81 @@ impl<'a> Planner<'a> {
             state_ttl: self.config.state_ttl()?,
         }));
         self.push(NodeKind::Operator(Arc::new(factory)), edges, parallelism, schema)
+    }
+
+    /// `Filter(rank <= N)` right over `WindowAggr(ROW_NUMBER() OVER
+    /// (PARTITION BY ... ORDER BY ...))`: a TopN, as Flink's planner
+    /// recognises it. `None` when the filter is not over a window.
+    fn plan_top_n(&mut self, filter: &datafusion_expr::logical_plan::Filter) -> Result<Option<NodeId>> {
+        let LogicalPlan::Window(window) = filter.input.as_ref() else {
+            return Ok(None);
+        };
+        let [Expr::WindowFunction(function)] = window.window_expr.as_slice() else {
+            return Ok(None);
+        };
+        let name = function.fun.name().to_lowercase();
+        if name != "row_number" {
+            return Err(unsupported(&format!(
+                "a TopN by {}() (ROW_NUMBER() is supported)",
+                name.to_uppercase()
+            )));
+        }
+        let rank_column = window.schema.field(window.input.schema().fields().len()).name();
+        let Some(((start, end), rest)) = crate::plan::rank::rank_range(&filter.predicate, rank_column) else {
+            return Err(unsupported(
+                "a filter on ROW_NUMBER() that does not bound it above (rn <= N, rn < N, rn = N, rn BETWEEN a AND b)",
+            ));
+        };
+        let params = &function.params;
+        if params.order_by.is_empty() {
+            return Err(Error::Plan("a TopN needs ORDER BY in its OVER clause".into()));
+        }
+        let input = self.plan(&window.input)?;
+        if self.nodes[input].mode().is_updating() {
+            return Err(unsupported("a TopN over an updating input"));
+        }
+        let in_schema = window.input.schema();
+        let partition = params
+            .partition_by
+            .iter()
+            .map(|e| self.physical(e, in_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let order = params
+            .order_by
+            .iter()
+            .map(|s| {
+                let options = arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                };
+                Ok((self.physical(&s.expr, in_schema)?, options))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let schema = crate::changelog::with_op(&arrow_schema(filter.input.schema()));
+        let keyless = partition.is_empty();
+        let parallelism = if keyless { 1 } else { self.parallelism };
+        let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
+        let operator = crate::operators::rank::TopN {
+            partition,
+            order,
+            start,
+            end,
+            input: crate::changelog::without_op(&self.nodes[input].schema),
+            schema: schema.clone(),
+        };
+        let top_n = self.push(
+            NodeKind::Operator(Arc::new(operator)),
+            vec![(input, edge)],
+            parallelism,
+            schema.clone(),
+        )?;
+        // The filter's other conditions, on the TopN's rows.
+        let Some(rest) = datafusion_expr::utils::conjunction(rest) else {
+            return Ok(Some(top_n));
+        };
+        let rest = self.physical(&rest, filter.input.schema())?;
+        let data = arrow_schema(filter.input.schema());
+        Ok(Some(self.add_calc(top_n, Some(rest), None, data)?))
     }
 
     /// The nodes `node` reads from, itself included.

@@ -136,6 +136,17 @@ pub enum NodeSpec {
     },
     /// An event-time temporal join (its `times`; no bounds).
     TemporalJoin(Box<IntervalJoinData>),
+    /// A TopN (`ROW_NUMBER` filtered on the rank, insert-only input).
+    TopN {
+        /// `PARTITION BY` expressions.
+        partition: Vec<ExprNode>,
+        /// `ORDER BY` expressions, each with `descending` and `nulls_first`.
+        order: Vec<(ExprNode, bool, bool)>,
+        /// First rank kept.
+        start: u64,
+        /// Last rank kept.
+        end: u64,
+    },
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -677,6 +688,35 @@ impl NodeSpec {
             NodeSpec::DropUpdateBefore { key } => {
                 NodeKind::Operator(Arc::new(crate::operators::upsert::DropUpdateBefore {
                     key: key.clone(),
+                }))
+            }
+            NodeSpec::TopN {
+                partition,
+                order,
+                start,
+                end,
+            } => {
+                let input = input()?;
+                let order = order
+                    .iter()
+                    .map(|(e, descending, nulls_first)| {
+                        let options = arrow::compute::SortOptions {
+                            descending: *descending,
+                            nulls_first: *nulls_first,
+                        };
+                        Ok((decode_expr(e, &input, ctx)?, options))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                NodeKind::Operator(Arc::new(crate::operators::rank::TopN {
+                    partition: partition
+                        .iter()
+                        .map(|e| decode_expr(e, &input, ctx))
+                        .collect::<Result<Vec<_>>>()?,
+                    order,
+                    start: *start,
+                    end: *end,
+                    input,
+                    schema: output.clone(),
                 }))
             }
             NodeSpec::SinkMaterializer { key } => {
