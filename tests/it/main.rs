@@ -13,6 +13,7 @@ mod metrics;
 mod nexmark;
 mod partitioned;
 mod plan_spec;
+mod rank_differential;
 mod recovery;
 mod repl;
 mod repl_pty;

@@ -319,6 +319,26 @@ fn a_broadcast_left_join_killed_three_times_ends_with_the_exact_table() {
 }
 
 #[test]
+fn a_top_n_killed_three_times_ends_with_the_exact_table() {
+    let (expected, got, context) = crash_three_times(
+        "changelog-topn",
+        4,
+        UNALIGNED,
+        SEQUENCE,
+        "k BIGINT, v BIGINT, rn BIGINT",
+        // Distinct order keys (a multiple of the id modulo a prime), so
+        // ranks do not depend on arrival order.
+        "SELECT k, v, rn FROM (
+           SELECT id % 97 AS k, id * 7919 % 1000003 AS v,
+             ROW_NUMBER() OVER (PARTITION BY id % 97 ORDER BY id * 7919 % 1000003 DESC) AS rn
+           FROM seq) WHERE rn <= 3",
+    );
+    let (expected, got) = (changelog_table(&expected), changelog_table(&got));
+    assert_eq!(expected.len(), 97 * 3, "{context}");
+    assert_eq!(got, expected, "final table after crashes: {context}");
+}
+
+#[test]
 fn an_interval_join_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
     // Ids 0 to 10 apart (0 to 100 ms) with equal id % 7: each row joins
     // itself and the row 7 ahead; state is dropped as the watermark passes.
