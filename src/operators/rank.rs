@@ -42,9 +42,13 @@ pub struct TopN {
     pub start: u64,
     /// The last rank kept.
     pub end: u64,
+    /// Whether the rank number is output (Flink's `outputRankNumber`).
+    /// Without it, a row entering the ranks is `+I` and one leaving `-D`:
+    /// no updates of the rows whose rank shifted.
+    pub rank_output: bool,
     /// The input's columns (insert-only).
     pub input: SchemaRef,
-    /// The input's columns, the rank (`UInt64`), and the op column.
+    /// The input's columns, the rank (`UInt64`) when output, and the op column.
     pub schema: SchemaRef,
 }
 
@@ -59,11 +63,12 @@ impl TopN {
             .collect();
         format!(
             "Rank(strategy=[AppendFastStrategy], rankType=[ROW_NUMBER], rankRange=[rankStart={}, rankEnd={}], \
-             partitionBy=[{}], orderBy=[{}], select=[*, w0$o0])",
+             partitionBy=[{}], orderBy=[{}], select=[*{}])",
             self.start,
             self.end,
             names(self.partition.iter().map(|e| e.to_string()).collect()),
-            names(order)
+            names(order),
+            if self.rank_output { ", w0$o0" } else { "" }
         )
     }
 
@@ -103,6 +108,7 @@ impl OperatorFactory for TopN {
                 .collect::<Result<Vec<_>>>()?,
             start: self.start,
             end: self.end,
+            rank_output: self.rank_output,
         })
     }
 
@@ -198,6 +204,32 @@ impl TopNOperator {
         if at as u64 >= end {
             return;
         }
+        if !self.spec.rank_output {
+            // The rows ranked start..=end before and after: what leaves is
+            // deleted, what enters inserted.
+            let window = |rows: &[Ranked]| -> Vec<(u64, Box<[u8]>)> {
+                rows.iter()
+                    .skip(start as usize - 1)
+                    .take((end - start + 1) as usize)
+                    .map(|r| (r.seq, r.row.clone()))
+                    .collect()
+            };
+            let before = window(rows);
+            rows.insert(at, row);
+            rows.truncate(end as usize);
+            let after = window(rows);
+            for (seq, bytes) in &before {
+                if !after.iter().any(|(s, _)| s == seq) {
+                    out.push((bytes.clone(), 0, RowKind::Delete));
+                }
+            }
+            for (seq, bytes) in after {
+                if !before.iter().any(|(s, _)| *s == seq) {
+                    out.push((bytes, 0, RowKind::Insert));
+                }
+            }
+            return;
+        }
         for (rank, held) in shifted_ranks(at, rows.len(), start, end) {
             let i = rank as usize - 1;
             let new = if i == at { &row.row } else { &rows[i - 1].row };
@@ -242,9 +274,11 @@ impl Operator for TopNOperator {
         let mut columns = self
             .rows_of
             .convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r)))?;
-        columns.push(Arc::new(UInt64Array::from_iter_values(
-            changes.iter().map(|(_, rank, _)| *rank),
-        )));
+        if self.spec.rank_output {
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                changes.iter().map(|(_, rank, _)| *rank),
+            )));
+        }
         let kinds: Vec<RowKind> = changes.iter().map(|(_, _, k)| *k).collect();
         out.batch(changelog::with_kinds(&self.spec.schema, columns, &kinds)?);
         Ok(())
@@ -383,6 +417,23 @@ mod tests {
             h.push("1 10\n2 5\n3 7").unwrap(),
             lines(&["+I 1 10 1", "-U 1 10 1", "+U 2 5 1"])
         );
+    }
+
+    #[test]
+    fn without_the_rank_in_the_output_rows_enter_and_leave_without_updates() {
+        let mut h = Harness::of(
+            &[
+                SETUP[0],
+                "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
+            ],
+            "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 2",
+            "Rank",
+            0,
+        )
+        .unwrap();
+        assert_eq!(h.push("1 10\n1 30").unwrap(), lines(&["+I 1 10", "+I 1 30"]));
+        assert_eq!(h.push("1 20").unwrap(), lines(&["-D 1 10", "+I 1 20"]));
+        assert_eq!(h.push("1 5").unwrap(), Vec::<String>::new());
     }
 
     #[test]

@@ -433,7 +433,15 @@ impl<'a> Planner<'a> {
     fn plan(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
         match plan {
             LogicalPlan::Projection(p) => {
-                let input = self.plan(&p.input)?;
+                // A TopN whose rank the projection drops outputs no rank.
+                let top_n = match p.input.as_ref() {
+                    LogicalPlan::Filter(f) if !uses_rank(&p.expr, f) => self.plan_top_n(f, false)?,
+                    _ => None,
+                };
+                let input = match top_n {
+                    Some(node) => node,
+                    None => self.plan(&p.input)?,
+                };
                 let exprs = p
                     .expr
                     .iter()
@@ -442,7 +450,7 @@ impl<'a> Planner<'a> {
                 self.add_calc(input, None, Some(exprs), arrow_schema(plan.schema()))
             }
             LogicalPlan::Filter(f) => {
-                if let Some(top_n) = self.plan_top_n(f)? {
+                if let Some(top_n) = self.plan_top_n(f, true)? {
                     return Ok(top_n);
                 }
                 let input = self.plan(&f.input)?;
@@ -981,7 +989,11 @@ impl<'a> Planner<'a> {
     /// `Filter(rank <= N)` right over `WindowAggr(ROW_NUMBER() OVER
     /// (PARTITION BY ... ORDER BY ...))`: a TopN, as Flink's planner
     /// recognises it. `None` when the filter is not over a window.
-    fn plan_top_n(&mut self, filter: &datafusion_expr::logical_plan::Filter) -> Result<Option<NodeId>> {
+    fn plan_top_n(
+        &mut self,
+        filter: &datafusion_expr::logical_plan::Filter,
+        rank_output: bool,
+    ) -> Result<Option<NodeId>> {
         let LogicalPlan::Window(window) = filter.input.as_ref() else {
             return Ok(None);
         };
@@ -1026,7 +1038,11 @@ impl<'a> Planner<'a> {
                 Ok((self.physical(&s.expr, in_schema)?, options))
             })
             .collect::<Result<Vec<_>>>()?;
-        let schema = crate::changelog::with_op(&arrow_schema(filter.input.schema()));
+        let data = match rank_output {
+            true => arrow_schema(filter.input.schema()),
+            false => arrow_schema(window.input.schema()),
+        };
+        let schema = crate::changelog::with_op(&data);
         let keyless = partition.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
@@ -1035,6 +1051,7 @@ impl<'a> Planner<'a> {
             order,
             start,
             end,
+            rank_output,
             input: crate::changelog::without_op(&self.nodes[input].schema),
             schema: schema.clone(),
         };
@@ -1049,7 +1066,6 @@ impl<'a> Planner<'a> {
             return Ok(Some(top_n));
         };
         let rest = self.physical(&rest, filter.input.schema())?;
-        let data = arrow_schema(filter.input.schema());
         Ok(Some(self.add_calc(top_n, Some(rest), None, data)?))
     }
 
@@ -1917,6 +1933,20 @@ fn without_time_attributes(schema: &SchemaRef) -> SchemaRef {
 
 /// How a join input reaches a join at `parallelism`: hashed by its keys,
 /// all to one subtask without keys, forward when both are one subtask.
+/// Whether `exprs` (a projection over `filter`) read the rank column of a
+/// TopN pattern (`filter` over a window); true when it is no such pattern.
+fn uses_rank(exprs: &[Expr], filter: &datafusion_expr::logical_plan::Filter) -> bool {
+    let LogicalPlan::Window(window) = filter.input.as_ref() else {
+        return true;
+    };
+    let Some(rank) = window.schema.fields().get(window.input.schema().fields().len()) else {
+        return true;
+    };
+    exprs
+        .iter()
+        .any(|e| e.column_refs().iter().any(|c| c.name == *rank.name()))
+}
+
 fn join_edge(node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>], parallelism: usize, keyless: bool) -> Exchange {
     match () {
         _ if parallelism == 1 && node.parallelism == 1 => Exchange::Forward,

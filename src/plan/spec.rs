@@ -146,6 +146,9 @@ pub enum NodeSpec {
         start: u64,
         /// Last rank kept.
         end: u64,
+        /// Whether the rank number is output.
+        #[serde(default)]
+        rank_output: bool,
     },
     /// Union of the inputs.
     Union,
@@ -695,6 +698,7 @@ impl NodeSpec {
                 order,
                 start,
                 end,
+                rank_output,
             } => {
                 let input = input()?;
                 let order = order
@@ -715,6 +719,7 @@ impl NodeSpec {
                     order,
                     start: *start,
                     end: *end,
+                    rank_output: *rank_output,
                     input,
                     schema: output.clone(),
                 }))
