@@ -563,8 +563,26 @@ impl<'a> Planner<'a> {
                 )
             }
             LogicalPlan::Join(join) => self.plan_join(join),
-            LogicalPlan::Sort(_) => Err(unsupported("ORDER BY on a stream")),
-            LogicalPlan::Limit(_) => Err(unsupported("LIMIT on a stream")),
+            LogicalPlan::Sort(sort) => match sort.fetch {
+                Some(fetch) => self.plan_sort_limit(sort, 0, fetch),
+                None => Err(unsupported("ORDER BY on a stream without LIMIT")),
+            },
+            LogicalPlan::Limit(limit) => {
+                use datafusion_expr::logical_plan::{FetchType, SkipType};
+                let (
+                    LogicalPlan::Sort(sort),
+                    Ok(SkipType::Literal(skip)),
+                    Ok(FetchType::Literal(Some(fetch))),
+                ) = (
+                    limit.input.as_ref(),
+                    limit.get_skip_type(),
+                    limit.get_fetch_type(),
+                )
+                else {
+                    return Err(unsupported("LIMIT on a stream without ORDER BY"));
+                };
+                self.plan_sort_limit(sort, skip, fetch)
+            }
             LogicalPlan::Window(_) => Err(unsupported("OVER windows")),
             LogicalPlan::Distinct(Distinct::All(input)) => self.plan_distinct(input, plan),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(unsupported("SELECT DISTINCT ON")),
@@ -1017,18 +1035,65 @@ impl<'a> Planner<'a> {
         if params.order_by.is_empty() {
             return Err(Error::Plan("a TopN needs ORDER BY in its OVER clause".into()));
         }
-        let input = self.plan(&window.input)?;
+        let data = match rank_output {
+            true => arrow_schema(filter.input.schema()),
+            false => arrow_schema(window.input.schema()),
+        };
+        let top_n = self.push_top_n(
+            &window.input,
+            &params.partition_by,
+            &params.order_by,
+            (start, end, rank_output),
+            data.clone(),
+        )?;
+        // The filter's other conditions, on the TopN's rows.
+        let Some(rest) = datafusion_expr::utils::conjunction(rest) else {
+            return Ok(Some(top_n));
+        };
+        let rest = self.physical(&rest, filter.input.schema())?;
+        Ok(Some(self.add_calc(top_n, Some(rest), None, data)?))
+    }
+
+    /// `ORDER BY ... LIMIT n [OFFSET m]` (a `Sort` with a fetch, under a
+    /// `Limit` with a skip or not): a global TopN without the rank, as Flink.
+    fn plan_sort_limit(
+        &mut self,
+        sort: &datafusion_expr::logical_plan::Sort,
+        skip: usize,
+        fetch: usize,
+    ) -> Result<NodeId> {
+        if fetch == 0 {
+            return Err(unsupported("LIMIT 0 on a stream"));
+        }
+        let range = (skip as u64 + 1, (skip + fetch) as u64, false);
+        self.push_top_n(
+            &sort.input,
+            &[],
+            &sort.expr,
+            range,
+            arrow_schema(sort.input.schema()),
+        )
+    }
+
+    /// A TopN of `input` (`data`: its output columns without the op column).
+    fn push_top_n(
+        &mut self,
+        input: &LogicalPlan,
+        partition_by: &[Expr],
+        order_by: &[datafusion_expr::SortExpr],
+        (start, end, rank_output): (u64, u64, bool),
+        data: SchemaRef,
+    ) -> Result<NodeId> {
+        let in_schema = input.schema();
+        let input = self.plan(input)?;
         if self.nodes[input].mode().is_updating() {
             return Err(unsupported("a TopN over an updating input"));
         }
-        let in_schema = window.input.schema();
-        let partition = params
-            .partition_by
+        let partition = partition_by
             .iter()
             .map(|e| self.physical(e, in_schema))
             .collect::<Result<Vec<_>>>()?;
-        let order = params
-            .order_by
+        let order = order_by
             .iter()
             .map(|s| {
                 let options = arrow::compute::SortOptions {
@@ -1038,10 +1103,6 @@ impl<'a> Planner<'a> {
                 Ok((self.physical(&s.expr, in_schema)?, options))
             })
             .collect::<Result<Vec<_>>>()?;
-        let data = match rank_output {
-            true => arrow_schema(filter.input.schema()),
-            false => arrow_schema(window.input.schema()),
-        };
         let schema = crate::changelog::with_op(&data);
         let keyless = partition.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
@@ -1055,18 +1116,12 @@ impl<'a> Planner<'a> {
             input: crate::changelog::without_op(&self.nodes[input].schema),
             schema: schema.clone(),
         };
-        let top_n = self.push(
+        self.push(
             NodeKind::Operator(Arc::new(operator)),
             vec![(input, edge)],
             parallelism,
-            schema.clone(),
-        )?;
-        // The filter's other conditions, on the TopN's rows.
-        let Some(rest) = datafusion_expr::utils::conjunction(rest) else {
-            return Ok(Some(top_n));
-        };
-        let rest = self.physical(&rest, filter.input.schema())?;
-        Ok(Some(self.add_calc(top_n, Some(rest), None, data)?))
+            schema,
+        )
     }
 
     /// The nodes `node` reads from, itself included.
