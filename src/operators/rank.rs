@@ -42,6 +42,11 @@ pub struct TopN {
     pub start: u64,
     /// The last rank kept.
     pub end: u64,
+    /// Ordered by processing time (a `PROCTIME()` attribute, Flink's
+    /// deduplication): by arrival, not by value; `Some(false)` keeps the
+    /// first rows (ascending: insert-only, as nothing can overtake them),
+    /// `Some(true)` the last.
+    pub arrival: Option<bool>,
     /// Whether the rank number is output (Flink's `outputRankNumber`).
     /// Without it, a row entering the ranks is `+I` and one leaving `-D`:
     /// no updates of the rows whose rank shifted.
@@ -53,8 +58,21 @@ pub struct TopN {
 }
 
 impl TopN {
+    /// Whether it emits inserts only: the first rows by arrival.
+    pub fn insert_only(&self) -> bool {
+        self.arrival == Some(false)
+    }
+
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
+        if let (Some(last), (1, 1)) = (self.arrival, (self.start, self.end)) {
+            let key: Vec<String> = self.partition.iter().map(|e| e.to_string()).collect();
+            return format!(
+                "Deduplicate(keep=[{}], key=[{}], order=[PROCTIME])",
+                if last { "LastRow" } else { "FirstRow" },
+                key.join(", ")
+            );
+        }
         let names = |exprs: Vec<String>| exprs.join(", ");
         let order = self
             .order
@@ -94,7 +112,10 @@ impl OperatorFactory for TopN {
     }
 
     fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::Retracting
+        match self.insert_only() {
+            true => ChangelogRole::InsertOnly,
+            false => ChangelogRole::Retracting,
+        }
     }
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
@@ -109,6 +130,7 @@ impl OperatorFactory for TopN {
             start: self.start,
             end: self.end,
             rank_output: self.rank_output,
+            arrival: self.arrival,
         })
     }
 
@@ -182,6 +204,17 @@ struct TopNOperator {
 }
 
 impl TopNOperator {
+    /// Each row's order key; `None` when ordered by arrival.
+    fn order_keys(&self, data: &RecordBatch) -> Result<Option<arrow::row::Rows>> {
+        if self.spec.arrival.is_some() {
+            return Ok(None);
+        }
+        let order: Vec<Arc<dyn PhysicalExpr>> = self.spec.order.iter().map(|(e, _)| e.clone()).collect();
+        Ok(Some(
+            self.order_of.convert_columns(&TopN::evaluate(&order, data)?)?,
+        ))
+    }
+
     /// Each row's partition key; `None` without `PARTITION BY` (one
     /// partition, the empty key).
     fn partition_keys(&self, data: &RecordBatch) -> Result<Option<arrow::row::Rows>> {
@@ -200,7 +233,11 @@ impl TopNOperator {
             Some(rows) => rows,
             None => self.partitions.entry(partition.into()).or_default(),
         };
-        let at = rows.partition_point(|r| (&r.order, r.seq) <= (&row.order, row.seq));
+        let at = match self.spec.arrival {
+            Some(true) => 0,
+            Some(false) => rows.len(),
+            None => rows.partition_point(|r| (&r.order, r.seq) <= (&row.order, row.seq)),
+        };
         if at as u64 >= end {
             return;
         }
@@ -253,14 +290,13 @@ impl Operator for TopNOperator {
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
         let data = changelog::data(&batch);
         let partitions = self.partition_keys(&data)?;
-        let order: Vec<Arc<dyn PhysicalExpr>> = self.spec.order.iter().map(|(e, _)| e.clone()).collect();
-        let orders = self.order_of.convert_columns(&TopN::evaluate(&order, &data)?)?;
+        let orders = self.order_keys(&data)?;
         let rows = self.rows_of.convert_columns(data.columns())?;
         let mut changes = Vec::new();
         for i in 0..data.num_rows() {
             self.seq += 1;
             let row = Ranked {
-                order: orders.row(i).as_ref().into(),
+                order: orders.as_ref().map_or(&[][..], |o| o.row(i).data()).into(),
                 seq: self.seq,
                 row: rows.row(i).as_ref().into(),
             };
@@ -280,7 +316,10 @@ impl Operator for TopNOperator {
             )));
         }
         let kinds: Vec<RowKind> = changes.iter().map(|(_, _, k)| *k).collect();
-        out.batch(changelog::with_kinds(&self.spec.schema, columns, &kinds)?);
+        match self.spec.insert_only() {
+            true => out.batch(RecordBatch::try_new(self.spec.schema.clone(), columns)?),
+            false => out.batch(changelog::with_kinds(&self.spec.schema, columns, &kinds)?),
+        }
         Ok(())
     }
 
@@ -324,8 +363,7 @@ impl Operator for TopNOperator {
             .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
         let positions = rows.column(width - 1).as_primitive::<UInt32Type>();
         let partitions = self.partition_keys(&data)?;
-        let order: Vec<Arc<dyn PhysicalExpr>> = self.spec.order.iter().map(|(e, _)| e.clone()).collect();
-        let orders = self.order_of.convert_columns(&TopN::evaluate(&order, &data)?)?;
+        let orders = self.order_keys(&data)?;
         let converted = self.rows_of.convert_columns(data.columns())?;
         let mut by_position: Vec<usize> = (0..data.num_rows()).collect();
         by_position.sort_by_key(|i| positions.value(*i));
@@ -333,7 +371,7 @@ impl Operator for TopNOperator {
             self.seq += 1;
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
             self.partitions.entry(partition.into()).or_default().push(Ranked {
-                order: orders.row(i).as_ref().into(),
+                order: orders.as_ref().map_or(&[][..], |o| o.row(i).data()).into(),
                 seq: self.seq,
                 row: converted.row(i).as_ref().into(),
             });
@@ -434,6 +472,43 @@ mod tests {
         assert_eq!(h.push("1 10\n1 30").unwrap(), lines(&["+I 1 10", "+I 1 30"]));
         assert_eq!(h.push("1 20").unwrap(), lines(&["-D 1 10", "+I 1 20"]));
         assert_eq!(h.push("1 5").unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn deduplication_on_processing_time_keeps_the_first_or_the_last_row_by_arrival() {
+        let setup = [
+            "CREATE TABLE bids (auction BIGINT, price BIGINT, p AS PROCTIME()) WITH ('connector' = 'datagen')",
+            "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
+        ];
+        let dedup = |order: &str| {
+            Harness::of(
+                &setup,
+                &format!(
+                    "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER \
+                     (PARTITION BY auction ORDER BY p {order}) AS rn FROM bids) WHERE rn = 1"
+                ),
+                "Deduplicate",
+                0,
+            )
+            .unwrap()
+        };
+        let mut first = dedup("ASC");
+        let rows = "1 10 2020-01-01T00:00:00Z\n1 30 2020-01-01T00:00:01Z\n2 5 2020-01-01T00:00:01Z";
+        assert_eq!(
+            first.push(rows).unwrap(),
+            lines(&["+I 1 10 2020-01-01T00:00:00Z 1", "+I 2 5 2020-01-01T00:00:01Z 1"]),
+            "the first row of each key, and nothing after"
+        );
+        let mut last = dedup("DESC");
+        assert_eq!(
+            last.push(rows).unwrap(),
+            lines(&[
+                "+I 1 10 2020-01-01T00:00:00Z 1",
+                "-U 1 10 2020-01-01T00:00:00Z 1",
+                "+U 1 30 2020-01-01T00:00:01Z 1",
+                "+I 2 5 2020-01-01T00:00:01Z 1"
+            ])
+        );
     }
 
     #[test]

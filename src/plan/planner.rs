@@ -1012,12 +1012,21 @@ impl<'a> Planner<'a> {
         filter: &datafusion_expr::logical_plan::Filter,
         rank_output: bool,
     ) -> Result<Option<NodeId>> {
-        let LogicalPlan::Window(window) = filter.input.as_ref() else {
-            return Ok(None);
+        // The optimizer may leave a projection of columns between the two.
+        let (window, middle) = match filter.input.as_ref() {
+            LogicalPlan::Window(window) => (window, None),
+            LogicalPlan::Projection(p) => match p.input.as_ref() {
+                LogicalPlan::Window(window) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
+                    (window, Some(p))
+                }
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
         };
         let [Expr::WindowFunction(function)] = window.window_expr.as_slice() else {
             return Ok(None);
         };
+        let rank_output = rank_output || middle.is_some();
         let name = function.fun.name().to_lowercase();
         if name != "row_number" {
             return Err(unsupported(&format!(
@@ -1036,16 +1045,29 @@ impl<'a> Planner<'a> {
             return Err(Error::Plan("a TopN needs ORDER BY in its OVER clause".into()));
         }
         let data = match rank_output {
-            true => arrow_schema(filter.input.schema()),
+            true => arrow_schema(&window.schema),
             false => arrow_schema(window.input.schema()),
         };
-        let top_n = self.push_top_n(
+        let mut top_n = self.push_top_n(
             &window.input,
             &params.partition_by,
             &params.order_by,
             (start, end, rank_output),
             data.clone(),
         )?;
+        // What the TopN (and the projection after it) outputs.
+        let data = match rank_output {
+            true => arrow_schema(filter.input.schema()),
+            false => data,
+        };
+        if let Some(middle) = middle {
+            let exprs = middle
+                .expr
+                .iter()
+                .map(|e| self.physical(e, &window.schema))
+                .collect::<Result<Vec<_>>>()?;
+            top_n = self.add_calc(top_n, None, Some(exprs), data.clone())?;
+        }
         // The filter's other conditions, on the TopN's rows.
         let Some(rest) = datafusion_expr::utils::conjunction(rest) else {
             return Ok(Some(top_n));
@@ -1103,7 +1125,15 @@ impl<'a> Planner<'a> {
                 Ok((self.physical(&s.expr, in_schema)?, options))
             })
             .collect::<Result<Vec<_>>>()?;
-        let schema = crate::changelog::with_op(&data);
+        // One processing-time order key: Flink's deduplication, by arrival.
+        let arrival = match order_by {
+            [only] if is_proctime_column(&only.expr, in_schema) => Some(!only.asc),
+            _ => None,
+        };
+        let schema = match arrival {
+            Some(false) => data,
+            _ => crate::changelog::with_op(&data),
+        };
         let keyless = partition.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
@@ -1113,6 +1143,7 @@ impl<'a> Planner<'a> {
             start,
             end,
             rank_output,
+            arrival,
             input: crate::changelog::without_op(&self.nodes[input].schema),
             schema: schema.clone(),
         };
@@ -1988,6 +2019,16 @@ fn without_time_attributes(schema: &SchemaRef) -> SchemaRef {
 
 /// How a join input reaches a join at `parallelism`: hashed by its keys,
 /// all to one subtask without keys, forward when both are one subtask.
+/// Whether `e` is a column that is a processing-time attribute.
+fn is_proctime_column(e: &Expr, schema: &DFSchema) -> bool {
+    let Expr::Column(column) = e else {
+        return false;
+    };
+    schema
+        .qualified_field_from_column(column)
+        .is_ok_and(|(_, f)| is_proctime(f))
+}
+
 /// Whether `exprs` (a projection over `filter`) read the rank column of a
 /// TopN pattern (`filter` over a window); true when it is no such pattern.
 fn uses_rank(exprs: &[Expr], filter: &datafusion_expr::logical_plan::Filter) -> bool {

@@ -149,6 +149,9 @@ pub enum NodeSpec {
         /// Whether the rank number is output.
         #[serde(default)]
         rank_output: bool,
+        /// Ordered by arrival (processing time): descending or not.
+        #[serde(default)]
+        arrival: Option<bool>,
     },
     /// Union of the inputs.
     Union,
@@ -699,6 +702,7 @@ impl NodeSpec {
                 start,
                 end,
                 rank_output,
+                arrival,
             } => {
                 let input = input()?;
                 let order = order
@@ -720,6 +724,7 @@ impl NodeSpec {
                     start: *start,
                     end: *end,
                     rank_output: *rank_output,
+                    arrival: *arrival,
                     input,
                     schema: output.clone(),
                 }))
