@@ -431,6 +431,17 @@ pub fn build_attempt(
                     vertex_uids,
                     &ctx,
                 )?;
+                // What a restore reads again from a source is not replayed too.
+                let replayed_source = vertex.source.as_ref().is_some_and(|s| s.is_replayed());
+                let replayed_inputs = vertex
+                    .operators
+                    .first()
+                    .map(|o| o.replayed_inputs())
+                    .unwrap_or_default();
+                replay.retain(|r| match r {
+                    Replay::Output { .. } => !replayed_source,
+                    Replay::Input { input, .. } => !replayed_inputs.contains(input),
+                });
             }
             let input = match reader {
                 Some(reader) => TaskInput::Source(reader),

@@ -430,6 +430,14 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
         crate::plan::changelog::ChangelogRole::InsertOnly
     }
 
+    /// The inputs whose records are read again from their sources after a
+    /// restore (the table of a lookup or broadcast join): their in-flight
+    /// records in an unaligned checkpoint are not replayed, or they would
+    /// arrive twice.
+    fn replayed_inputs(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// Whether its operator keeps no rows in its state (at most a
     /// watermark), so that its input may be read again from the start after
     /// a restore: the table side of a lookup or broadcast join.

@@ -101,6 +101,12 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     /// The reader for one subtask.
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>>;
 
+    /// Whether a restore reads it again from its start ([`Replayed`]), so
+    /// that its in-flight records in a checkpoint are not to be replayed.
+    fn is_replayed(&self) -> bool {
+        false
+    }
+
     /// Roughly how many bytes it reads in all, when it is bounded and that
     /// is known when planning (whether a join broadcasts it).
     fn estimated_bytes(&self) -> Option<u64> {
@@ -156,6 +162,10 @@ impl SourceFactory for Replayed {
 
     fn estimated_bytes(&self) -> Option<u64> {
         self.0.estimated_bytes()
+    }
+
+    fn is_replayed(&self) -> bool {
+        true
     }
 
     fn create_reader(&self, ctx: &TaskContext) -> Result<Box<dyn SourceReader>> {

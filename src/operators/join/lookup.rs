@@ -121,6 +121,10 @@ impl OperatorFactory for LookupJoin {
         LookupJoin::describe(self)
     }
 
+    fn replayed_inputs(&self) -> Vec<usize> {
+        vec![1]
+    }
+
     fn changelog_role(&self) -> ChangelogRole {
         match crate::changelog::has_op(&self.schema) {
             // A broadcast outer or anti join keeps the regular join's mode.
