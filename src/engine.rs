@@ -466,28 +466,7 @@ impl Engine {
                 Ok(TableResult::done())
             }
             Statement::CreateFunction { name, implementation } => {
-                let registered = session.user_functions.iter().any(|f| {
-                    f.name().eq_ignore_ascii_case(&name)
-                        || f.aliases().iter().any(|a| a.eq_ignore_ascii_case(&name))
-                });
-                if registered {
-                    return Ok(TableResult::done());
-                }
-                match crate::frontend::ported_udfs::port(&implementation, &name) {
-                    Some(port) => {
-                        session.user_functions.push(Arc::new(port));
-                        Ok(TableResult::done())
-                    }
-                    None => Err(Error::sql_at(
-                        format!(
-                            "function '{name}' ({implementation}) is not registered: weir runs no Java; \
-                             it has Rust ports of {}, and a Rust implementation of any other can be \
-                             registered with Engine::register_udf before this statement",
-                            crate::frontend::ported_udfs::PORTED_CLASSES.join(", ")
-                        ),
-                        Some(position),
-                    )),
-                }
+                create_function(&mut session, &name, &implementation, Some(position))
             }
             Statement::Drop(drop) => {
                 let mut catalog = (*session.catalog).clone();
@@ -1095,5 +1074,36 @@ impl Session {
         let _ = catalog.drop_table(&table.name);
         catalog.add_table(table.clone())?;
         self.binder_over(Arc::new(catalog))
+    }
+}
+
+/// `CREATE FUNCTION name AS 'class'`: a function registered under `name`,
+/// else a Rust port of the class, else an error naming both ways.
+fn create_function(
+    session: &mut Session,
+    name: &str,
+    implementation: &str,
+    position: Option<crate::error::Position>,
+) -> Result<TableResult> {
+    let registered = session.user_functions.iter().any(|f| {
+        f.name().eq_ignore_ascii_case(name) || f.aliases().iter().any(|a| a.eq_ignore_ascii_case(name))
+    });
+    if registered {
+        return Ok(TableResult::done());
+    }
+    match crate::frontend::ported_udfs::port(implementation, name) {
+        Some(port) => {
+            session.user_functions.push(Arc::new(port));
+            Ok(TableResult::done())
+        }
+        None => Err(Error::sql_at(
+            format!(
+                "function '{name}' ({implementation}) is not registered: weir runs no Java; \
+                 it has Rust ports of {}, and a Rust implementation of any other can be \
+                 registered with Engine::register_udf before this statement",
+                crate::frontend::ported_udfs::PORTED_CLASSES.join(", ")
+            ),
+            position,
+        )),
     }
 }

@@ -563,26 +563,7 @@ impl<'a> Planner<'a> {
                 )
             }
             LogicalPlan::Join(join) => self.plan_join(join),
-            LogicalPlan::Sort(sort) => match sort.fetch {
-                Some(fetch) => self.plan_sort_limit(sort, 0, fetch),
-                None => Err(unsupported("ORDER BY on a stream without LIMIT")),
-            },
-            LogicalPlan::Limit(limit) => {
-                use datafusion_expr::logical_plan::{FetchType, SkipType};
-                let (
-                    LogicalPlan::Sort(sort),
-                    Ok(SkipType::Literal(skip)),
-                    Ok(FetchType::Literal(Some(fetch))),
-                ) = (
-                    limit.input.as_ref(),
-                    limit.get_skip_type(),
-                    limit.get_fetch_type(),
-                )
-                else {
-                    return Err(unsupported("LIMIT on a stream without ORDER BY"));
-                };
-                self.plan_sort_limit(sort, skip, fetch)
-            }
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => self.plan_sort_or_limit(plan),
             LogicalPlan::Window(_) => Err(unsupported("OVER windows")),
             LogicalPlan::Distinct(Distinct::All(input)) => self.plan_distinct(input, plan),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(unsupported("SELECT DISTINCT ON")),
@@ -622,16 +603,7 @@ impl<'a> Planner<'a> {
             // everything; as Flink, without keys (one subtask).
             return self.plan_null_aware_anti_join(join, left, right, &both);
         }
-        let keys = [
-            join.on
-                .iter()
-                .map(|(l, _)| self.physical(l, join.left.schema()))
-                .collect::<Result<Vec<_>>>()?,
-            join.on
-                .iter()
-                .map(|(_, r)| self.physical(r, join.right.schema()))
-                .collect::<Result<Vec<_>>>()?,
-        ];
+        let keys = self.join_keys(join)?;
         let insert_only = !self.nodes[left].mode().is_updating() && !self.nodes[right].mode().is_updating();
         if let Some(ends) = crate::frontend::window_tvf::window_join_ends(join).filter(|_| insert_only) {
             let filter = join
@@ -639,16 +611,7 @@ impl<'a> Planner<'a> {
                 .as_ref()
                 .map(|f| self.physical(f, &both))
                 .transpose()?;
-            let edges = vec![
-                (
-                    left,
-                    join_edge(&self.nodes[left], &keys[0], self.parallelism, false),
-                ),
-                (
-                    right,
-                    join_edge(&self.nodes[right], &keys[1], self.parallelism, false),
-                ),
-            ];
+            let edges = self.join_edges([left, right], &keys, self.parallelism, false);
             let schema = arrow_schema(&join.schema);
             let operator = WindowJoin {
                 kind,
@@ -701,13 +664,7 @@ impl<'a> Planner<'a> {
         let schema = arrow_schema(&join.schema);
         let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
-        let edges = vec![
-            (left, join_edge(&self.nodes[left], &keys[0], parallelism, keyless)),
-            (
-                right,
-                join_edge(&self.nodes[right], &keys[1], parallelism, keyless),
-            ),
-        ];
+        let edges = self.join_edges([left, right], &keys, parallelism, keyless);
         let operator = IntervalJoin {
             kind,
             keys,
@@ -775,16 +732,7 @@ impl<'a> Planner<'a> {
                 node.kind = NodeKind::Source(Arc::new(crate::runtime::source::Replayed(source.clone())));
             }
         }
-        let keys = [
-            join.on
-                .iter()
-                .map(|(l, _)| self.physical(l, join.left.schema()))
-                .collect::<Result<Vec<_>>>()?,
-            join.on
-                .iter()
-                .map(|(_, r)| self.physical(r, join.right.schema()))
-                .collect::<Result<Vec<_>>>()?,
-        ];
+        let keys = self.join_keys(join)?;
         let both = join.left.schema().join(join.right.schema())?;
         let filter = without_as_of(join, time)
             .map(|f| self.physical(&f, &both))
@@ -876,30 +824,12 @@ impl<'a> Planner<'a> {
         let right = self.plan(&join.right);
         self.temporal_side = false;
         let right = right?;
-        let keys = [
-            join.on
-                .iter()
-                .map(|(l, _)| self.physical(l, join.left.schema()))
-                .collect::<Result<Vec<_>>>()?,
-            join.on
-                .iter()
-                .map(|(_, r)| self.physical(r, join.right.schema()))
-                .collect::<Result<Vec<_>>>()?,
-        ];
+        let keys = self.join_keys(join)?;
         let both = join.left.schema().join(join.right.schema())?;
         let filter = without_as_of(join, time)
             .map(|f| self.physical(&f, &both))
             .transpose()?;
-        let edges = vec![
-            (
-                left,
-                join_edge(&self.nodes[left], &keys[0], self.parallelism, false),
-            ),
-            (
-                right,
-                join_edge(&self.nodes[right], &keys[1], self.parallelism, false),
-            ),
-        ];
+        let edges = self.join_edges([left, right], &keys, self.parallelism, false);
         let schema = arrow_schema(&join.schema);
         let operator = TemporalJoin {
             kind,
@@ -977,13 +907,7 @@ impl<'a> Planner<'a> {
         }
         let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
-        let edges = vec![
-            (left, join_edge(&self.nodes[left], &keys[0], parallelism, keyless)),
-            (
-                right,
-                join_edge(&self.nodes[right], &keys[1], parallelism, keyless),
-            ),
-        ];
+        let edges = self.join_edges([left, right], &keys, parallelism, keyless);
         let factory = JoinFactory(Arc::new(Join {
             kind,
             keys,
@@ -1076,6 +1000,34 @@ impl<'a> Planner<'a> {
         Ok(Some(self.add_calc(top_n, Some(rest), None, data)?))
     }
 
+    /// A `Sort` with a fetch, or a `Limit` over a `Sort`: a global TopN;
+    /// anything else of the two is refused.
+    fn plan_sort_or_limit(&mut self, plan: &LogicalPlan) -> Result<NodeId> {
+        match plan {
+            LogicalPlan::Sort(sort) => match sort.fetch {
+                Some(fetch) => self.plan_sort_limit(sort, 0, fetch),
+                None => Err(unsupported("ORDER BY on a stream without LIMIT")),
+            },
+            LogicalPlan::Limit(limit) => {
+                use datafusion_expr::logical_plan::{FetchType, SkipType};
+                let (
+                    LogicalPlan::Sort(sort),
+                    Ok(SkipType::Literal(skip)),
+                    Ok(FetchType::Literal(Some(fetch))),
+                ) = (
+                    limit.input.as_ref(),
+                    limit.get_skip_type(),
+                    limit.get_fetch_type(),
+                )
+                else {
+                    return Err(unsupported("LIMIT on a stream without ORDER BY"));
+                };
+                self.plan_sort_limit(sort, skip, fetch)
+            }
+            _ => Err(Error::Internal("not a sort or limit".into())),
+        }
+    }
+
     /// `ORDER BY ... LIMIT n [OFFSET m]` (a `Sort` with a fetch, under a
     /// `Limit` with a skip or not): a global TopN without the rank, as Flink.
     fn plan_sort_limit(
@@ -1153,6 +1105,41 @@ impl<'a> Planner<'a> {
             parallelism,
             schema,
         )
+    }
+
+    /// Each side's equi-join key expressions, over that side's columns.
+    fn join_keys(
+        &self,
+        join: &datafusion_expr::logical_plan::Join,
+    ) -> Result<[Vec<Arc<dyn PhysicalExpr>>; 2]> {
+        let side = |pick: fn(&(Expr, Expr)) -> &Expr, schema: &DFSchema| {
+            join.on
+                .iter()
+                .map(|pair| self.physical(pick(pair), schema))
+                .collect::<Result<Vec<_>>>()
+        };
+        Ok([
+            side(|(l, _)| l, join.left.schema())?,
+            side(|(_, r)| r, join.right.schema())?,
+        ])
+    }
+
+    /// Both inputs of a two-input join, each hashed on its keys (see [`join_edge`]).
+    fn join_edges(
+        &self,
+        sides: [NodeId; 2],
+        keys: &[Vec<Arc<dyn PhysicalExpr>>; 2],
+        parallelism: usize,
+        keyless: bool,
+    ) -> Vec<(NodeId, Exchange)> {
+        (0..2)
+            .map(|s| {
+                (
+                    sides[s],
+                    join_edge(&self.nodes[sides[s]], &keys[s], parallelism, keyless),
+                )
+            })
+            .collect()
     }
 
     /// The nodes `node` reads from, itself included.

@@ -289,6 +289,22 @@ fn channel_state(
     Ok(replay)
 }
 
+/// Drops the in-flight records a restore reads again from a source anyway:
+/// all output of a replayed source's chain, and the inputs the chain's
+/// first operator says are replayed (a lookup or broadcast join's table).
+fn drop_replayed(vertex: &super::job::Vertex, replay: &mut Vec<Replay>) {
+    let replayed_source = vertex.source.as_ref().is_some_and(|s| s.is_replayed());
+    let replayed_inputs = vertex
+        .operators
+        .first()
+        .map(|o| o.replayed_inputs())
+        .unwrap_or_default();
+    replay.retain(|r| match r {
+        Replay::Output { .. } => !replayed_source,
+        Replay::Input { input, .. } => !replayed_inputs.contains(input),
+    });
+}
+
 /// Builds every subtask of attempt `attempt` (0 first) of `graph`, restored
 /// from `restore` when given; `metrics` are reused (by task index) so
 /// counters add up across attempts.
@@ -431,17 +447,7 @@ pub fn build_attempt(
                     vertex_uids,
                     &ctx,
                 )?;
-                // What a restore reads again from a source is not replayed too.
-                let replayed_source = vertex.source.as_ref().is_some_and(|s| s.is_replayed());
-                let replayed_inputs = vertex
-                    .operators
-                    .first()
-                    .map(|o| o.replayed_inputs())
-                    .unwrap_or_default();
-                replay.retain(|r| match r {
-                    Replay::Output { .. } => !replayed_source,
-                    Replay::Input { input, .. } => !replayed_inputs.contains(input),
-                });
+                drop_replayed(vertex, &mut replay);
             }
             let input = match reader {
                 Some(reader) => TaskInput::Source(reader),
