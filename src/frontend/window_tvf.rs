@@ -578,7 +578,7 @@ pub fn window_join_ends(join: &datafusion_expr::logical_plan::Join) -> Option<[u
     let column = |plan: &LogicalPlan, e: &Expr| match e {
         Expr::Column(c) => {
             let index = plan.schema().index_of_column(c).ok()?;
-            window_column(plan, index).map(|(window, property)| (window, property, index))
+            window_column(plan, index).map(|(window, property, _)| (window, property, index))
         }
         _ => None,
     };
@@ -599,12 +599,43 @@ pub fn window_join_ends(join: &datafusion_expr::logical_plan::Join) -> Option<[u
     end.filter(|_| start)
 }
 
+/// A window TopN's partition, as Flink recognises it: `partition_by`
+/// (over `plan`) includes `window_start` and `window_end` of the same
+/// windows. The `window_end` column, and whether the windows are over
+/// processing time.
+pub fn window_partition_end(plan: &LogicalPlan, partition_by: &[Expr]) -> Option<(usize, bool)> {
+    use crate::operators::window::aggregate::WindowProperty;
+    let columns: Vec<(TvfWindow, WindowProperty, bool, usize)> = partition_by
+        .iter()
+        .filter_map(|e| match e {
+            Expr::Column(c) => {
+                let index = plan.schema().index_of_column(c).ok()?;
+                let (window, property, proctime) = window_column(plan, index)?;
+                Some((window, property, proctime, index))
+            }
+            _ => None,
+        })
+        .collect();
+    columns.iter().find_map(|(window, property, proctime, index)| {
+        let start = columns
+            .iter()
+            .any(|(w, p, _, _)| w == window && *p == WindowProperty::Start);
+        (*property == WindowProperty::End && start).then_some((*index, *proctime))
+    })
+}
+
 /// The window TVF column that column `index` of `plan` is, through
-/// aliases, filters and projections.
+/// aliases, filters, projections and grouping (a window aggregation's
+/// `window_start`, `window_end`), with whether the windows are over
+/// processing time.
 fn window_column(
     plan: &LogicalPlan,
     index: usize,
-) -> Option<(TvfWindow, crate::operators::window::aggregate::WindowProperty)> {
+) -> Option<(
+    TvfWindow,
+    crate::operators::window::aggregate::WindowProperty,
+    bool,
+)> {
     use crate::operators::window::aggregate::WindowProperty;
     match plan {
         LogicalPlan::Extension(e) => {
@@ -615,8 +646,22 @@ fn window_column(
                 2 => WindowProperty::Time,
                 _ => return None,
             };
-            Some((node.window, property))
+            let proctime = node
+                .input
+                .schema()
+                .qualified_field_from_column(&node.time_column)
+                .is_ok_and(|(_, f)| {
+                    f.metadata()
+                        .get(crate::frontend::catalog::TIME_ATTRIBUTE_KEY)
+                        .map(String::as_str)
+                        == Some(crate::frontend::catalog::PROCTIME)
+                });
+            Some((node.window, property, proctime))
         }
+        LogicalPlan::Aggregate(a) => match a.group_expr.get(index)? {
+            Expr::Column(c) => window_column(&a.input, a.input.schema().index_of_column(c).ok()?),
+            _ => None,
+        },
         LogicalPlan::SubqueryAlias(a) => window_column(&a.input, index),
         LogicalPlan::Filter(f) => window_column(&f.input, index),
         LogicalPlan::Projection(p) => match p.expr.get(index)? {

@@ -951,17 +951,17 @@ impl<'a> Planner<'a> {
             return Ok(None);
         };
         let rank_output = rank_output || middle.is_some();
-        let name = function.fun.name().to_lowercase();
-        if name != "row_number" {
+        let name = function.fun.name();
+        let Some(rank_type) = crate::operators::rank::RankType::of(name) else {
             return Err(unsupported(&format!(
-                "a TopN by {}() (ROW_NUMBER() is supported)",
+                "a filter on {}() OVER (...) (a TopN ranks by ROW_NUMBER(), RANK() or DENSE_RANK())",
                 name.to_uppercase()
             )));
-        }
+        };
         let rank_column = window.schema.field(window.input.schema().fields().len()).name();
         let Some(((start, end), rest)) = crate::plan::rank::rank_range(&filter.predicate, rank_column) else {
             return Err(unsupported(
-                "a filter on ROW_NUMBER() that does not bound it above (rn <= N, rn < N, rn = N, rn BETWEEN a AND b)",
+                "a filter on a rank that does not bound it above (rn <= N, rn < N, rn = N, rn BETWEEN a AND b)",
             ));
         };
         let params = &function.params;
@@ -976,7 +976,7 @@ impl<'a> Planner<'a> {
             &window.input,
             &params.partition_by,
             &params.order_by,
-            (start, end, rank_output),
+            (rank_type, start, end, rank_output),
             data.clone(),
         )?;
         // What the TopN (and the projection after it) outputs.
@@ -1039,7 +1039,8 @@ impl<'a> Planner<'a> {
         if fetch == 0 {
             return Err(unsupported("LIMIT 0 on a stream"));
         }
-        let range = (skip as u64 + 1, (skip + fetch) as u64, false);
+        use crate::operators::rank::RankType;
+        let range = (RankType::RowNumber, skip as u64 + 1, (skip + fetch) as u64, false);
         self.push_top_n(
             &sort.input,
             &[],
@@ -1052,17 +1053,15 @@ impl<'a> Planner<'a> {
     /// A TopN of `input` (`data`: its output columns without the op column).
     fn push_top_n(
         &mut self,
-        input: &LogicalPlan,
+        input_plan: &LogicalPlan,
         partition_by: &[Expr],
         order_by: &[datafusion_expr::SortExpr],
-        (start, end, rank_output): (u64, u64, bool),
+        (rank_type, start, end, rank_output): (crate::operators::rank::RankType, u64, u64, bool),
         data: SchemaRef,
     ) -> Result<NodeId> {
-        let in_schema = input.schema();
-        let input = self.plan(input)?;
-        if self.nodes[input].mode().is_updating() {
-            return Err(unsupported("a TopN over an updating input"));
-        }
+        let in_schema = input_plan.schema();
+        let input = self.plan(input_plan)?;
+        let retract = self.nodes[input].mode().is_updating();
         let partition = partition_by
             .iter()
             .map(|e| self.physical(e, in_schema))
@@ -1077,27 +1076,41 @@ impl<'a> Planner<'a> {
                 Ok((self.physical(&s.expr, in_schema)?, options))
             })
             .collect::<Result<Vec<_>>>()?;
-        // One processing-time order key: Flink's deduplication, by arrival.
-        let arrival = match order_by {
-            [only] if is_proctime_column(&only.expr, in_schema) => Some(!only.asc),
-            _ => None,
-        };
-        let schema = match arrival {
-            Some(false) => data,
-            _ => crate::changelog::with_op(&data),
-        };
-        let keyless = partition.is_empty();
-        let parallelism = if keyless { 1 } else { self.parallelism };
-        let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
+        let ordering = top_n_ordering(order_by, in_schema, rank_type, (start, end));
+        if ordering.arrival.is_some() && retract {
+            return Err(unsupported(
+                "a deduplication on processing time over an updating input (Flink's Deduplicate takes inserts only)",
+            ));
+        }
+        // PARTITION BY window_start, window_end of event-time windows over
+        // insert-only input: a window TopN.
+        let window_end = crate::frontend::window_tvf::window_partition_end(input_plan, partition_by)
+            .filter(|(_, proctime)| !proctime && !retract && ordering.arrival.is_none())
+            .map(|(column, _)| column);
         let operator = crate::operators::rank::TopN {
             partition,
             order,
+            rank_type,
             start,
             end,
             rank_output,
-            arrival,
+            arrival: ordering.arrival,
+            newest_ties_first: ordering.newest_ties_first,
+            retract,
+            window_end,
             input: crate::changelog::without_op(&self.nodes[input].schema),
+            schema: data.clone(),
+        };
+        let schema = match operator.insert_only() {
+            true => data,
+            false => crate::changelog::with_op(&data),
+        };
+        let keyless = operator.partition.is_empty();
+        let parallelism = if keyless { 1 } else { self.parallelism };
+        let edge = join_edge(&self.nodes[input], &operator.partition, parallelism, keyless);
+        let operator = crate::operators::rank::TopN {
             schema: schema.clone(),
+            ..operator
         };
         self.push(
             NodeKind::Operator(Arc::new(operator)),
@@ -2004,16 +2017,40 @@ fn without_time_attributes(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// How a join input reaches a join at `parallelism`: hashed by its keys,
-/// all to one subtask without keys, forward when both are one subtask.
-/// Whether `e` is a column that is a processing-time attribute.
-fn is_proctime_column(e: &Expr, schema: &DFSchema) -> bool {
-    let Expr::Column(column) = e else {
-        return false;
+/// How a TopN orders rows beyond its ORDER BY values.
+struct TopNOrdering {
+    /// By arrival: one processing-time order key (Flink's deduplication);
+    /// descending or not.
+    arrival: Option<bool>,
+    /// Ties rank newest first: a deduplication keeping the last row by one
+    /// event-time order key, whose ties Flink resolves to the latest row.
+    newest_ties_first: bool,
+}
+
+/// A plain function of the TopN's ORDER BY and rank range.
+fn top_n_ordering(
+    order_by: &[datafusion_expr::SortExpr],
+    schema: &DFSchema,
+    rank_type: crate::operators::rank::RankType,
+    range: (u64, u64),
+) -> TopNOrdering {
+    let [only] = order_by else {
+        return TopNOrdering {
+            arrival: None,
+            newest_ties_first: false,
+        };
     };
-    schema
-        .qualified_field_from_column(column)
-        .is_ok_and(|(_, f)| is_proctime(f))
+    let time = |kind: &str| match &only.expr {
+        Expr::Column(c) => schema
+            .qualified_field_from_column(c)
+            .is_ok_and(|(_, f)| f.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) == Some(kind)),
+        _ => false,
+    };
+    let dedup = range == (1, 1) && rank_type == crate::operators::rank::RankType::RowNumber;
+    TopNOrdering {
+        arrival: time(PROCTIME).then_some(!only.asc),
+        newest_ties_first: dedup && !only.asc && time(ROWTIME),
+    }
 }
 
 /// Whether `exprs` (a projection over `filter`) read the rank column of a
@@ -2030,6 +2067,8 @@ fn uses_rank(exprs: &[Expr], filter: &datafusion_expr::logical_plan::Filter) -> 
         .any(|e| e.column_refs().iter().any(|c| c.name == *rank.name()))
 }
 
+/// How a join input reaches a join at `parallelism`: hashed by its keys,
+/// all to one subtask without keys, forward when both are one subtask.
 fn join_edge(node: &PlanNode, keys: &[Arc<dyn PhysicalExpr>], parallelism: usize, keyless: bool) -> Exchange {
     match () {
         _ if parallelism == 1 && node.parallelism == 1 => Exchange::Forward,

@@ -136,7 +136,7 @@ pub enum NodeSpec {
     },
     /// An event-time temporal join (its `times`; no bounds).
     TemporalJoin(Box<IntervalJoinData>),
-    /// A TopN (`ROW_NUMBER` filtered on the rank, insert-only input).
+    /// A TopN (a ranking function filtered on the rank).
     TopN {
         /// `PARTITION BY` expressions.
         partition: Vec<ExprNode>,
@@ -152,6 +152,18 @@ pub enum NodeSpec {
         /// Ordered by arrival (processing time): descending or not.
         #[serde(default)]
         arrival: Option<bool>,
+        /// `ROW_NUMBER`, `RANK` or `DENSE_RANK`.
+        #[serde(default)]
+        rank_type: crate::operators::rank::RankType,
+        /// Ties rank newest first.
+        #[serde(default)]
+        newest_ties_first: bool,
+        /// The input updates.
+        #[serde(default)]
+        retract: bool,
+        /// A window TopN's window-end input column.
+        #[serde(default)]
+        window_end: Option<usize>,
     },
     /// Union of the inputs.
     Union,
@@ -703,8 +715,12 @@ impl NodeSpec {
                 end,
                 rank_output,
                 arrival,
+                rank_type,
+                newest_ties_first,
+                retract,
+                window_end,
             } => {
-                let input = input()?;
+                let input = crate::changelog::without_op(&input()?);
                 let order = order
                     .iter()
                     .map(|(e, descending, nulls_first)| {
@@ -725,6 +741,10 @@ impl NodeSpec {
                     end: *end,
                     rank_output: *rank_output,
                     arrival: *arrival,
+                    rank_type: *rank_type,
+                    newest_ties_first: *newest_ties_first,
+                    retract: *retract,
+                    window_end: *window_end,
                     input,
                     schema: output.clone(),
                 }))

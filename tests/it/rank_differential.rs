@@ -1,8 +1,11 @@
-//! Differential test of TopN: weir's streaming `ROW_NUMBER()` TopN against
-//! DataFusion's batch `ROW_NUMBER()` (a sort and a window aggregation) over
-//! the same random rows, at parallelism 1, 2 and 4. Partition keys repeat and
-//! are NULL now and then; order keys are distinct, so that the ranks are
-//! the same whatever order the rows arrive in.
+//! Differential test of TopN: weir's streaming TopN against DataFusion's
+//! batch ranking functions (a sort and a window aggregation) over the same
+//! random rows, at parallelism 1, 2 and 4. Partition keys repeat and are
+//! NULL now and then. For `ROW_NUMBER()` order keys are distinct, so that
+//! the ranks are the same whatever order the rows arrive in; `RANK()` and
+//! `DENSE_RANK()` rank ties alike, so their rows have many. A TopN over a
+//! non-windowed aggregation (updating input) is compared with the ranks of
+//! the aggregation's final rows.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -34,15 +37,30 @@ fn generate(rng: &mut SmallRng, rows: usize) -> Vec<(Option<i64>, i64)> {
         .collect()
 }
 
-/// DataFusion's `ROW_NUMBER() OVER ([PARTITION BY k] ORDER BY v DESC)` of
+/// A ranking function: its SQL name and DataFusion's batch function.
+type Ranking = (&'static str, fn() -> Arc<datafusion_expr::WindowUDF>);
+
+const ROW_NUMBER: Ranking = (
+    "ROW_NUMBER",
+    datafusion_functions_window::row_number::row_number_udwf,
+);
+const RANK: Ranking = ("RANK", datafusion_functions_window::rank::rank_udwf);
+const DENSE_RANK: Ranking = ("DENSE_RANK", datafusion_functions_window::rank::dense_rank_udwf);
+
+/// DataFusion's `function() OVER ([PARTITION BY k] ORDER BY v DESC)` of
 /// `rows`, as rows `k, v, rn` with `rn` in `start..=end`.
-fn batch_top_n(rows: &[(Option<i64>, i64)], partitioned: bool, (start, end): (u64, u64)) -> Vec<String> {
+fn batch_top_n(
+    rows: &[(Option<i64>, Option<i64>)],
+    function: Ranking,
+    partitioned: bool,
+    (start, end): (u64, u64),
+) -> Vec<String> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, true),
         Field::new("v", DataType::Int64, true),
     ]));
     let k: ArrayRef = Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>());
-    let v: ArrayRef = Arc::new(rows.iter().map(|r| Some(r.1)).collect::<Int64Array>());
+    let v: ArrayRef = Arc::new(rows.iter().map(|r| r.1).collect::<Int64Array>());
     let batch = RecordBatch::try_new(schema.clone(), vec![k, v]).unwrap();
     let input = TestMemoryExec::try_new_exec(&[vec![batch]], schema.clone(), None).unwrap();
     let column = |name: &str, i: usize| Arc::new(Column::new(name, i)) as Arc<dyn PhysicalExpr>;
@@ -62,7 +80,7 @@ fn batch_top_n(rows: &[(Option<i64>, i64)], partitioned: bool, (start, end): (u6
     sort.extend(order_by.clone());
     let sorted = Arc::new(SortExec::new(LexOrdering::new(sort).unwrap(), input));
     let row_number = create_window_expr(
-        &WindowFunctionDefinition::WindowUDF(datafusion_functions_window::row_number::row_number_udwf()),
+        &WindowFunctionDefinition::WindowUDF((function.1)()),
         "rn".to_string(),
         &[],
         &partition_by,
@@ -89,12 +107,11 @@ fn batch_top_n(rows: &[(Option<i64>, i64)], partitioned: bool, (start, end): (u6
         for i in 0..batch.num_rows() {
             let rank = rn.value(i);
             if rank >= start && rank <= end {
-                let k = if k.is_null(i) {
-                    "NULL".to_string()
-                } else {
-                    k.value(i).to_string()
+                let text = |a: &arrow::array::Int64Array| match a.is_null(i) {
+                    true => "NULL".to_string(),
+                    false => a.value(i).to_string(),
                 };
-                out.push(format!("{k}|{}|{rank}", v.value(i)));
+                out.push(format!("{}|{}|{rank}", text(k), text(v)));
             }
         }
     }
@@ -120,21 +137,50 @@ fn weir_top_n(dir: &std::path::Path, parallelism: usize, sql: &str) -> Vec<Strin
     crate::sorted_rows(&[result.materialize().unwrap()])
 }
 
-#[test]
-fn top_n_equals_datafusions_batch_row_number_at_every_parallelism() {
+fn seeded() -> (u64, SmallRng) {
     let seed: u64 = std::env::var("WEIR_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    (seed, SmallRng::seed_from_u64(seed))
+}
+
+fn nullable(rows: &[(Option<i64>, i64)]) -> Vec<(Option<i64>, Option<i64>)> {
+    rows.iter().map(|(k, v)| (*k, Some(*v))).collect()
+}
+
+/// Writes `rows` as `t.csv` in a new directory.
+fn table(rows: &[(Option<i64>, i64)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let rows = generate(&mut rng, 2000);
     let mut text = String::new();
-    for (k, v) in &rows {
+    for (k, v) in rows {
         let k = k.map_or("NULL".to_string(), |k| k.to_string());
         let _ = writeln!(text, "{k},{v}");
     }
     std::fs::write(dir.path().join("t.csv"), text).unwrap();
+    dir
+}
+
+fn assert_same(dir: &std::path::Path, sql: &str, expected: &[String], seed: u64) {
+    assert!(!expected.is_empty());
+    for parallelism in [1, 2, 4] {
+        let got = weir_top_n(dir, parallelism, sql);
+        assert!(
+            got == expected,
+            "{sql} at parallelism {parallelism}, WEIR_TEST_SEED={seed}: {} rows, expected {}; \
+             first differing: {:?}",
+            got.len(),
+            expected.len(),
+            got.iter().zip(expected).find(|(g, e)| g != e)
+        );
+    }
+}
+
+#[test]
+fn top_n_equals_datafusions_batch_row_number_at_every_parallelism() {
+    let (seed, mut rng) = seeded();
+    let rows = generate(&mut rng, 2000);
+    let dir = table(&rows);
     let cases = [
         (true, (1, 3), "rn <= 3"),
         (true, (2, 4), "rn BETWEEN 2 AND 4"),
@@ -149,18 +195,69 @@ fn top_n_equals_datafusions_batch_row_number_at_every_parallelism() {
         let sql = format!(
             "SELECT k, v, rn FROM (SELECT k, v, ROW_NUMBER() OVER ({over}) AS rn FROM t) WHERE {filter}"
         );
-        let expected = batch_top_n(&rows, partitioned, range);
-        assert!(!expected.is_empty());
-        for parallelism in [1, 2, 4] {
-            let got = weir_top_n(dir.path(), parallelism, &sql);
-            assert!(
-                got == expected,
-                "{filter} ({over}) at parallelism {parallelism}, WEIR_TEST_SEED={seed}: {} rows, expected {}; \
-                 first differing: {:?}",
-                got.len(),
-                expected.len(),
-                got.iter().zip(&expected).find(|(g, e)| g != e)
+        assert_same(
+            dir.path(),
+            &sql,
+            &batch_top_n(&nullable(&rows), ROW_NUMBER, partitioned, range),
+            seed,
+        );
+    }
+}
+
+#[test]
+fn rank_and_dense_rank_top_n_equal_datafusions_batch_functions_with_ties() {
+    let (seed, mut rng) = seeded();
+    let rows: Vec<(Option<i64>, i64)> = generate(&mut rng, 2000)
+        .into_iter()
+        .map(|(k, v)| (k, v.rem_euclid(40)))
+        .collect();
+    let dir = table(&rows);
+    for function in [RANK, DENSE_RANK] {
+        for (range, filter) in [((1, 3), "rn <= 3"), ((2, 5), "rn BETWEEN 2 AND 5")] {
+            let sql = format!(
+                "SELECT k, v, rn FROM (SELECT k, v, {}() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM t) \
+                 WHERE {filter}",
+                function.0
+            );
+            assert_same(
+                dir.path(),
+                &sql,
+                &batch_top_n(&nullable(&rows), function, true, range),
+                seed,
             );
         }
+    }
+}
+
+#[test]
+fn a_top_n_over_an_updating_aggregation_equals_the_batch_ranks_of_its_final_rows() {
+    let (seed, mut rng) = seeded();
+    let rows = generate(&mut rng, 3000);
+    let dir = table(&rows);
+    // The aggregation's final rows: per group g = v % 300, the sum of k;
+    // ranked per g % 7 by that sum. Sums tie now and then: RANK ranks ties
+    // alike whatever order they come in, and the rows compared leave g out.
+    let mut sums: std::collections::BTreeMap<i64, Option<i64>> = Default::default();
+    for (k, v) in &rows {
+        let sum = sums.entry(v % 300).or_insert(None);
+        if let Some(k) = k {
+            *sum = Some(sum.unwrap_or(0) + k);
+        }
+    }
+    let finals: Vec<(Option<i64>, Option<i64>)> = sums.iter().map(|(g, s)| (Some(g % 7), *s)).collect();
+    for (function, range, filter) in [(RANK, (1, 4), "rn <= 4"), (ROW_NUMBER, (1, 1), "rn = 1")] {
+        let sql = format!(
+            "SELECT p, s, rn FROM (SELECT p, s, {}() OVER (PARTITION BY p ORDER BY s DESC) AS rn \
+             FROM (SELECT g % 7 AS p, s FROM (SELECT v % 300 AS g, SUM(k) AS s FROM t GROUP BY v % 300))) \
+             WHERE {filter}",
+            function.0
+        );
+        // (Rank 1 of a ROW_NUMBER tie is either row: the same p, s, 1.)
+        assert_same(
+            dir.path(),
+            &sql,
+            &batch_top_n(&finals, function, true, range),
+            seed,
+        );
     }
 }

@@ -135,7 +135,7 @@ struct WindowJoinOperator {
 }
 
 /// The values of a timestamp column in ms (NULL: `i64::MIN`).
-fn millis(column: &ArrayRef) -> Result<Vec<i64>> {
+pub(crate) fn millis(column: &ArrayRef) -> Result<Vec<i64>> {
     let column = arrow::compute::cast(column, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
     let column = column.as_primitive::<TimestampMillisecondType>();
     Ok((0..column.len())

@@ -1,0 +1,592 @@
+//! TopN (Flink's `Rank` node): per partition, the rows ranked `start..=end`
+//! by the ORDER BY of `ROW_NUMBER()`, `RANK()` or `DENSE_RANK() OVER
+//! (PARTITION BY ... ORDER BY ...)` filtered on the rank.
+//!
+//! Over insert-only input (Flink's `AppendOnlyTopNFunction`) a partition
+//! keeps only the rows ranked up to `end`: a row ranked after them can never
+//! come back up, as nothing leaves. Over updating input (Flink's
+//! `RetractableTopNFunction`) it keeps every row, as a retraction can bring
+//! any of them up. Each row that enters or leaves changes the ranks after it;
+//! what is emitted is the difference of the ranks before and after
+//! ([`changes::rank_changes`]). Rows with equal order keys rank in arrival
+//! order (the newest first for a keep-last deduplication).
+//!
+//! A window TopN (the partition includes a window TVF's `window_start` and
+//! `window_end`) emits nothing until the watermark passes the window's end,
+//! then its ranks as inserts, and frees the window (Flink's `WindowRank`).
+//!
+//! ```text
+//!  input ──HASH[partition]──► Rank(rankType=[ROW_NUMBER], rankRange=[rankStart=1, rankEnd=3], ...)
+//! ```
+
+pub mod changes;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, UInt32Array, UInt64Array};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion_physical_expr::PhysicalExpr;
+
+use crate::changelog::{self, RowKind};
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::{CheckpointId, Timestamp};
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::{Error, Result};
+pub use changes::{Change, RankType};
+
+/// A TopN: which rows, by what order, which ranks.
+#[derive(Debug, Clone)]
+pub struct TopN {
+    /// `PARTITION BY` expressions over the input.
+    pub partition: Vec<Arc<dyn PhysicalExpr>>,
+    /// `ORDER BY` expressions over the input, each with its direction.
+    pub order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    /// The ranking function.
+    pub rank_type: RankType,
+    /// The first rank kept (1-based).
+    pub start: u64,
+    /// The last rank kept.
+    pub end: u64,
+    /// Ordered by processing time (a `PROCTIME()` attribute, Flink's
+    /// deduplication): by arrival, not by value; `Some(false)` keeps the
+    /// first rows (ascending: insert-only, as nothing can overtake them),
+    /// `Some(true)` the last.
+    pub arrival: Option<bool>,
+    /// Rows with equal order keys rank newest first (a deduplication keeping
+    /// the last row by event time, as Flink's keeps the latest of a tie).
+    pub newest_ties_first: bool,
+    /// Whether the rank number is output (Flink's `outputRankNumber`).
+    /// Without it, a row entering the ranks is `+I` and one leaving `-D`:
+    /// no updates of the rows whose rank shifted.
+    pub rank_output: bool,
+    /// Whether the input updates (retractions): every row is then kept.
+    pub retract: bool,
+    /// A window TopN: the input column of the windows' end (event time);
+    /// ranks are emitted when the watermark passes it.
+    pub window_end: Option<usize>,
+    /// The input's columns.
+    pub input: SchemaRef,
+    /// The input's columns, the rank (`UInt64`) when output, and the op column.
+    pub schema: SchemaRef,
+}
+
+impl TopN {
+    /// Whether it emits inserts only: the first rows by arrival, or a window
+    /// TopN's final ranks.
+    pub fn insert_only(&self) -> bool {
+        self.arrival == Some(false) || self.window_end.is_some()
+    }
+
+    fn newest_first(&self) -> bool {
+        self.arrival == Some(true) || self.newest_ties_first
+    }
+
+    /// The text EXPLAIN shows.
+    pub fn describe(&self) -> String {
+        let names = |exprs: Vec<String>| exprs.join(", ");
+        let key = names(self.partition.iter().map(|e| e.to_string()).collect());
+        if let (Some(last), (1, 1)) = (self.arrival, (self.start, self.end)) {
+            return format!(
+                "Deduplicate(keep=[{}], key=[{key}], order=[PROCTIME])",
+                if last { "LastRow" } else { "FirstRow" },
+            );
+        }
+        let order = self
+            .order
+            .iter()
+            .map(|(e, o)| format!("{e} {}", if o.descending { "DESC" } else { "ASC" }))
+            .collect();
+        let (node, strategy) = match (self.window_end, self.retract) {
+            (Some(_), _) => ("WindowRank(", String::new()),
+            (None, true) => ("Rank(", "strategy=[RetractStrategy], ".to_string()),
+            (None, false) => ("Rank(", "strategy=[AppendFastStrategy], ".to_string()),
+        };
+        format!(
+            "{node}{strategy}rankType=[{}], rankRange=[rankStart={}, rankEnd={}], \
+             partitionBy=[{key}], orderBy=[{}], select=[*{}])",
+            self.rank_type.name(),
+            self.start,
+            self.end,
+            names(order),
+            if self.rank_output { ", w0$o0" } else { "" }
+        )
+    }
+
+    /// `_key_group`, the input's columns, `_position` (0-based rank).
+    fn state_schema(&self) -> SchemaRef {
+        let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
+        fields.extend(self.input.fields().iter().map(|f| f.as_ref().clone()));
+        fields.push(Field::new("_position", DataType::UInt32, false));
+        Arc::new(Schema::new(fields))
+    }
+
+    fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        exprs
+            .iter()
+            .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+            .collect()
+    }
+}
+
+impl OperatorFactory for TopN {
+    fn describe(&self) -> String {
+        TopN::describe(self)
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        match self.insert_only() {
+            true => ChangelogRole::InsertOnly,
+            false => ChangelogRole::Retracting,
+        }
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        use crate::plan::codec::{encode_expr, encode_exprs};
+        Ok(crate::plan::spec::NodeSpec::TopN {
+            partition: encode_exprs(&self.partition, &self.input)?,
+            order: self
+                .order
+                .iter()
+                .map(|(e, o)| Ok((encode_expr(e, &self.input)?, o.descending, o.nulls_first)))
+                .collect::<Result<Vec<_>>>()?,
+            rank_type: self.rank_type,
+            start: self.start,
+            end: self.end,
+            rank_output: self.rank_output,
+            arrival: self.arrival,
+            newest_ties_first: self.newest_ties_first,
+            retract: self.retract,
+            window_end: self.window_end,
+        })
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let sort_fields =
+            |exprs: &[Arc<dyn PhysicalExpr>], options: Vec<SortOptions>| -> Result<RowConverter> {
+                let fields = exprs
+                    .iter()
+                    .zip(options)
+                    .map(|(e, o)| Ok(SortField::new_with_options(e.data_type(&self.input)?, o)))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(RowConverter::new(fields)?)
+            };
+        let order: Vec<Arc<dyn PhysicalExpr>> = self.order.iter().map(|(e, _)| e.clone()).collect();
+        let rows = self
+            .input
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Box::new(TopNOperator {
+            partitions_of: sort_fields(
+                &self.partition,
+                vec![SortOptions::default(); self.partition.len()],
+            )?,
+            order_of: sort_fields(&order, self.order.iter().map(|(_, o)| *o).collect())?,
+            rows_of: RowConverter::new(rows)?,
+            partitions: HashMap::default(),
+            windows: BTreeMap::new(),
+            watermark: Timestamp::MIN,
+            seq: 0,
+            max_parallelism: ctx.max_parallelism,
+            metrics: ctx.metrics.clone(),
+            spec: Arc::new(self.clone()),
+        }))
+    }
+}
+
+/// A kept row's place: its order key and a unique number (its arrival,
+/// counted down when ties rank newest first), which breaks ties.
+type Place = (Box<[u8]>, u64);
+
+/// A partition's kept rows (their bytes), in rank order.
+type Entries = BTreeMap<Place, Arc<[u8]>>;
+
+/// A row of a partition's ranks: its number, its rank, its bytes.
+type RankedRow = (u64, u64, Arc<[u8]>);
+
+struct TopNOperator {
+    spec: Arc<TopN>,
+    partitions_of: RowConverter,
+    order_of: RowConverter,
+    rows_of: RowConverter,
+    partitions: HashMap<Box<[u8]>, Entries, foldhash::fast::FixedState>,
+    /// A window TopN's partitions by the end of their window.
+    windows: BTreeMap<Timestamp, Vec<Box<[u8]>>>,
+    watermark: Timestamp,
+    seq: u64,
+    max_parallelism: usize,
+    metrics: Arc<TaskMetrics>,
+}
+
+/// The ranks from `from` on (up to `end`), continuing after the row ranked
+/// `previous` whose order key was `last` at `position` (1-based; 0 for none);
+/// and the place of the first row ranked after `end`, if any.
+fn ranks_from(
+    rows: &Entries,
+    from: Bound<&Place>,
+    (position, previous, last): (u64, u64, Option<&[u8]>),
+    kind: RankType,
+    end: u64,
+) -> (Vec<RankedRow>, Option<Place>) {
+    let mut ranked = Vec::new();
+    let (mut position, mut previous, mut last) = (position, previous, last.map(<[u8]>::to_vec));
+    for (place, row) in rows.range((from, Bound::Unbounded)) {
+        position += 1;
+        let tie = last.as_deref() == Some(&place.0[..]);
+        let rank = kind.next(position, previous, tie);
+        if rank > end {
+            return (ranked, Some(place.clone()));
+        }
+        ranked.push((place.1, rank, row.clone()));
+        (previous, last) = (rank, Some(place.0.to_vec()));
+    }
+    (ranked, None)
+}
+
+/// The position (1-based), rank and order key of a row.
+type Preceding = (u64, u64, Option<Box<[u8]>>);
+
+/// The position, rank and order key of the last row before `place`; `None`
+/// when that rank is already after `end` (so is every rank from `place`).
+fn before(rows: &Entries, place: &Place, kind: RankType, end: u64) -> Option<Preceding> {
+    let (mut position, mut previous, mut last): (u64, u64, Option<&[u8]>) = (0, 0, None);
+    for (p, _) in rows.range(..place) {
+        position += 1;
+        previous = kind.next(position, previous, last == Some(&p.0[..]));
+        if previous > end {
+            return None;
+        }
+        last = Some(&p.0[..]);
+    }
+    Some((position, previous, last.map(Into::into)))
+}
+
+impl TopNOperator {
+    /// Each row's order key; `None` when ordered by arrival.
+    fn order_keys(&self, data: &RecordBatch) -> Result<Option<arrow::row::Rows>> {
+        if self.spec.arrival.is_some() {
+            return Ok(None);
+        }
+        let order: Vec<Arc<dyn PhysicalExpr>> = self.spec.order.iter().map(|(e, _)| e.clone()).collect();
+        Ok(Some(
+            self.order_of.convert_columns(&TopN::evaluate(&order, data)?)?,
+        ))
+    }
+
+    /// Each row's partition key; `None` without `PARTITION BY` (one
+    /// partition, the empty key).
+    fn partition_keys(&self, data: &RecordBatch) -> Result<Option<arrow::row::Rows>> {
+        if self.spec.partition.is_empty() {
+            return Ok(None);
+        }
+        let keys = TopN::evaluate(&self.spec.partition, data)?;
+        Ok(Some(self.partitions_of.convert_columns(&keys)?))
+    }
+
+    /// The next row's place number.
+    fn next_number(&mut self) -> u64 {
+        self.seq += 1;
+        match self.spec.newest_first() {
+            true => u64::MAX - self.seq,
+            false => self.seq,
+        }
+    }
+
+    /// Adds (`insert`) or retracts `row` (ordered by `order`) in its
+    /// partition; the rows to emit, as (bytes, rank, kind), onto `out`.
+    /// Whether it created the partition.
+    fn change(
+        &mut self,
+        partition: &[u8],
+        (order, row): (&[u8], &[u8]),
+        insert: bool,
+        out: &mut Vec<(Arc<[u8]>, u64, RowKind)>,
+    ) -> bool {
+        let (kind, end) = (self.spec.rank_type, self.spec.end);
+        let keep_all = self.spec.retract;
+        let number = if insert { self.next_number() } else { 0 };
+        let created = !self.partitions.contains_key(partition);
+        if !insert && created {
+            return false;
+        }
+        let rows = match self.partitions.get_mut(partition) {
+            Some(rows) => rows,
+            None => self.partitions.entry(partition.into()).or_default(),
+        };
+        // Insert-only ROW_NUMBER: a row after a full partition never ranks.
+        if insert && !keep_all && kind == RankType::RowNumber && rows.len() as u64 >= end {
+            let last = rows.last_key_value().map(|(p, _)| p);
+            if last.is_some_and(|(o, n)| (order, number) > (&o[..], *n)) {
+                return false;
+            }
+        }
+        let place: Place = match insert {
+            true => (order.into(), number),
+            false => {
+                let low = (Box::<[u8]>::from(order), 0);
+                let high = (Box::<[u8]>::from(order), u64::MAX);
+                match rows.range(low..=high).find(|(_, r)| &r[..] == row) {
+                    Some((place, _)) => place.clone(),
+                    None => return false,
+                }
+            }
+        };
+        let Some((position, previous, last)) = before(rows, &place, kind, end) else {
+            // Ranked after `end`: kept only when every row is.
+            if keep_all {
+                match insert {
+                    true => rows.insert(place, row.into()),
+                    false => rows.remove(&place),
+                };
+            }
+            return false;
+        };
+        let context = (position, previous, last.as_deref());
+        let (old, _) = ranks_from(rows, Bound::Included(&place), context, kind, end);
+        match insert {
+            true => rows.insert(place.clone(), row.into()),
+            false => rows.remove(&place),
+        };
+        let (new, after_end) = ranks_from(rows, Bound::Included(&place), context, kind, end);
+        if let (false, Some(after_end)) = (keep_all, after_end) {
+            rows.split_off(&after_end);
+        }
+        if rows.is_empty() {
+            self.partitions.remove(partition);
+        }
+        if self.spec.window_end.is_some() {
+            return created;
+        }
+        let ids = |ranked: &[RankedRow]| ranked.iter().map(|(n, r, _)| (*n, *r)).collect::<Vec<_>>();
+        for change in changes::rank_changes(&ids(&old), &ids(&new), self.spec.start, self.spec.rank_output) {
+            match change {
+                Change::Update(i, j) => {
+                    out.push((old[i].2.clone(), old[i].1, RowKind::UpdateBefore));
+                    out.push((new[j].2.clone(), new[j].1, RowKind::UpdateAfter));
+                }
+                Change::Delete(i) => out.push((old[i].2.clone(), old[i].1, RowKind::Delete)),
+                Change::Insert(j) => out.push((new[j].2.clone(), new[j].1, RowKind::Insert)),
+            }
+        }
+        created
+    }
+
+    /// Rows as a batch of the output schema, each with its rank and kind.
+    fn emit(&self, changes: &[(Arc<[u8]>, u64, RowKind)], out: &mut Output) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let parser = self.rows_of.parser();
+        let mut columns = self
+            .rows_of
+            .convert_rows(changes.iter().map(|(r, _, _)| parser.parse(r)))?;
+        if self.spec.rank_output {
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                changes.iter().map(|(_, rank, _)| *rank),
+            )));
+        }
+        let kinds: Vec<RowKind> = changes.iter().map(|(_, _, k)| *k).collect();
+        match self.spec.insert_only() {
+            true => out.batch(RecordBatch::try_new(self.spec.schema.clone(), columns)?),
+            false => out.batch(changelog::with_kinds(&self.spec.schema, columns, &kinds)?),
+        }
+        Ok(())
+    }
+
+    /// Each row's window end for a window TopN (`Some(0)` for others);
+    /// `None` for a late row (its window fired), which is dropped and counted.
+    fn window_ends(&mut self, data: &RecordBatch) -> Result<Vec<Option<Timestamp>>> {
+        let Some(column) = self.spec.window_end else {
+            return Ok(vec![Some(0); data.num_rows()]);
+        };
+        let ends = crate::operators::join::window::millis(data.column(column))?;
+        let watermark = self.watermark;
+        let ends: Vec<Option<Timestamp>> = ends
+            .into_iter()
+            .map(|end| (end != i64::MIN && end - 1 > watermark).then_some(end))
+            .collect();
+        let late = ends.iter().filter(|e| e.is_none()).count();
+        TaskMetrics::add(&self.metrics.late_records_dropped, late as u64);
+        Ok(ends)
+    }
+
+    /// Remembers a window TopN's new partition for firing at `end`.
+    fn created(&mut self, partition: &[u8], end: Timestamp) {
+        if self.spec.window_end.is_some() {
+            self.windows.entry(end).or_default().push(partition.into());
+        }
+    }
+}
+
+impl Operator for TopNOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        let kinds = changelog::row_kinds(&batch)?;
+        let data = changelog::data(&batch);
+        let partitions = self.partition_keys(&data)?;
+        let ends = self.window_ends(&data)?;
+        let orders = self.order_keys(&data)?;
+        let rows = self.rows_of.convert_columns(data.columns())?;
+        let mut changes = Vec::new();
+        for (i, end) in ends.into_iter().enumerate() {
+            let Some(end) = end else { continue };
+            let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
+            let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
+            let insert = matches!(kinds[i], RowKind::Insert | RowKind::UpdateAfter);
+            if self.change(partition, (order, rows.row(i).data()), insert, &mut changes) {
+                self.created(partition, end);
+            }
+        }
+        self.emit(&changes, out)
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        if self.spec.window_end.is_some() {
+            let mut fired = Vec::new();
+            while let Some(entry) = self.windows.first_entry() {
+                if entry.key().saturating_sub(1) > self.watermark {
+                    break;
+                }
+                for partition in entry.remove() {
+                    let Some(rows) = self.partitions.remove(&partition) else {
+                        continue;
+                    };
+                    let (ranked, _) = ranks_from(
+                        &rows,
+                        Bound::Unbounded,
+                        (0, 0, None),
+                        self.spec.rank_type,
+                        self.spec.end,
+                    );
+                    fired.extend(
+                        ranked
+                            .into_iter()
+                            .filter(|(_, rank, _)| *rank >= self.spec.start)
+                            .map(|(_, rank, row)| (row, rank, RowKind::Insert)),
+                    );
+                }
+            }
+            self.emit(&fired, out)?;
+        }
+        out.watermark(watermark);
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        let kept: Vec<(usize, &Arc<[u8]>)> = self
+            .partitions
+            .values()
+            .flat_map(|rows| rows.values().enumerate())
+            .collect();
+        let rows = match kept.is_empty() {
+            true => None,
+            false => {
+                let parser = self.rows_of.parser();
+                let data = self
+                    .rows_of
+                    .convert_rows(kept.iter().map(|(_, r)| parser.parse(r)))?;
+                let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
+                let partition = TopN::evaluate(&self.spec.partition, &batch)?;
+                let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(
+                    &partition,
+                    kept.len(),
+                    self.max_parallelism,
+                )?)];
+                columns.extend(data);
+                columns.push(Arc::new(UInt32Array::from_iter_values(
+                    kept.iter().map(|(p, _)| *p as u32),
+                )));
+                Some(sorted_state_rows(&self.spec.state_schema(), columns)?)
+            }
+        };
+        match (self.spec.window_end, rows) {
+            // A window TopN saves its watermark even without rows: a row of
+            // a window that fired stays late after a restore.
+            (Some(_), rows) => Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows))),
+            (None, None) => Ok(None),
+            (None, Some(rows)) => Ok(Some(OperatorSnapshot {
+                meta: serde_json::Value::Null,
+                rows: Some(rows),
+            })),
+        }
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        if self.spec.window_end.is_some() {
+            self.watermark = snapshot.watermark(&self.spec.describe())?;
+        }
+        let Some(rows) = &snapshot.rows else {
+            return Ok(());
+        };
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        let width = rows.num_columns();
+        let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..width - 1].to_vec())
+            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
+        let positions = rows.column(width - 1).as_primitive::<UInt32Type>();
+        let partitions = self.partition_keys(&data)?;
+        let ends = self.window_ends(&data)?;
+        let orders = self.order_keys(&data)?;
+        let converted = self.rows_of.convert_columns(data.columns())?;
+        let mut by_position: Vec<usize> = (0..data.num_rows()).collect();
+        by_position.sort_by_key(|i| positions.value(*i));
+        // Numbers that keep each partition's order and rank before any new
+        // row's (after it, when ties rank newest first).
+        let base = self.seq;
+        self.seq += by_position.len() as u64 + 1;
+        for (n, i) in by_position.into_iter().enumerate() {
+            let number = match self.spec.newest_first() {
+                true => u64::MAX - self.seq + 1 + n as u64,
+                false => base + 1 + n as u64,
+            };
+            let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
+            let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
+            let row: Arc<[u8]> = converted.row(i).data().into();
+            match self.partitions.get_mut(partition) {
+                Some(rows) => {
+                    rows.insert((order.into(), number), row);
+                }
+                None => {
+                    self.partitions
+                        .insert(partition.into(), Entries::from([((order.into(), number), row)]));
+                    self.created(partition, ends[i].unwrap_or(i64::MIN));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        if self.spec.window_end.is_none() {
+            for snapshot in snapshots {
+                self.restore(snapshot)?;
+            }
+            return Ok(());
+        }
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(&self.spec.state_schema())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}

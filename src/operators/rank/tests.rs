@@ -1,0 +1,298 @@
+//! The TopN operator through the harness: rank changes as rows enter and
+//! leave, each ranking function, window TopN, snapshot and restore.
+
+use crate::operators::harness::Harness;
+
+const SETUP: &[&str] = &[
+    "CREATE TABLE bids (auction BIGINT, price BIGINT) WITH ('connector' = 'datagen')",
+    "CREATE TABLE out (auction BIGINT, price BIGINT, rn BIGINT) WITH ('connector' = 'blackhole')",
+];
+
+fn top2() -> Harness {
+    Harness::of(
+        SETUP,
+        "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 2",
+        "Rank",
+        0,
+    )
+    .unwrap()
+}
+
+fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_top_2_emits_rank_changes_as_higher_rows_arrive() {
+    let mut h = top2();
+    assert_eq!(h.push("1 10\n2 5").unwrap(), lines(&["+I 1 10 1", "+I 2 5 1"]));
+    assert_eq!(
+        h.push("1 30").unwrap(),
+        lines(&["-U 1 10 1", "+U 1 30 1", "+I 1 10 2"])
+    );
+    assert_eq!(
+        h.push("1 20").unwrap(),
+        lines(&["-U 1 10 2", "+U 1 20 2"]),
+        "the row at rank 2 is pushed out"
+    );
+    assert_eq!(
+        h.push("1 5\n1 20").unwrap(),
+        Vec::<String>::new(),
+        "ties rank after"
+    );
+}
+
+#[test]
+fn a_top_n_without_partition_by_ranks_all_rows_together() {
+    let mut h = Harness::of(
+        SETUP,
+        "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY price ASC) AS rn FROM bids) WHERE rn = 1",
+        "Rank",
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        h.push("1 10\n2 5\n3 7").unwrap(),
+        lines(&["+I 1 10 1", "-U 1 10 1", "+U 2 5 1"])
+    );
+}
+
+#[test]
+fn without_the_rank_in_the_output_rows_enter_and_leave_without_updates() {
+    let mut h = Harness::of(
+        &[
+            SETUP[0],
+            "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 2",
+        "Rank",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push("1 10\n1 30").unwrap(), lines(&["+I 1 10", "+I 1 30"]));
+    assert_eq!(h.push("1 20").unwrap(), lines(&["-D 1 10", "+I 1 20"]));
+    assert_eq!(h.push("1 5").unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn deduplication_on_processing_time_keeps_the_first_or_the_last_row_by_arrival() {
+    let setup = [
+        "CREATE TABLE bids (auction BIGINT, price BIGINT, p AS PROCTIME()) WITH ('connector' = 'datagen')",
+        "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
+    ];
+    let dedup = |order: &str| {
+        Harness::of(
+            &setup,
+            &format!(
+                "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER \
+                 (PARTITION BY auction ORDER BY p {order}) AS rn FROM bids) WHERE rn = 1"
+            ),
+            "Deduplicate",
+            0,
+        )
+        .unwrap()
+    };
+    let mut first = dedup("ASC");
+    let rows = "1 10 2020-01-01T00:00:00Z\n1 30 2020-01-01T00:00:01Z\n2 5 2020-01-01T00:00:01Z";
+    assert_eq!(
+        first.push(rows).unwrap(),
+        lines(&["+I 1 10 2020-01-01T00:00:00Z 1", "+I 2 5 2020-01-01T00:00:01Z 1"]),
+        "the first row of each key, and nothing after"
+    );
+    let mut last = dedup("DESC");
+    assert_eq!(
+        last.push(rows).unwrap(),
+        lines(&[
+            "+I 1 10 2020-01-01T00:00:00Z 1",
+            "-U 1 10 2020-01-01T00:00:00Z 1",
+            "+U 1 30 2020-01-01T00:00:01Z 1",
+            "+I 2 5 2020-01-01T00:00:01Z 1"
+        ])
+    );
+}
+
+#[test]
+fn a_top_2_restores_its_kept_rows_in_rank_order() {
+    let mut h = top2();
+    h.push("1 10\n1 30\n1 20").unwrap();
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 2, "only the top 2 are kept");
+    assert_eq!(h.push("1 25").unwrap(), lines(&["-U 1 20 2", "+U 1 25 2"]));
+}
+
+#[test]
+fn a_top_n_over_an_updating_input_moves_the_next_row_up_when_one_is_retracted() {
+    let mut h = Harness::of(
+        &[
+            SETUP[0],
+            "CREATE TABLE out2 (auction BIGINT, n BIGINT, rn BIGINT) WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO out2 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY n DESC) AS rn FROM \
+         (SELECT auction, SUM(price) AS n FROM bids GROUP BY auction)) WHERE rn <= 2",
+        "Rank(strategy=[RetractStrategy]",
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        h.push("+I 1 5\n+I 2 3\n+I 3 1").unwrap(),
+        lines(&["+I 1 5 1", "+I 2 3 2"]),
+        "a row ranked third is kept but not emitted"
+    );
+    assert_eq!(
+        h.push("-U 1 5\n+U 1 0").unwrap(),
+        lines(&["-U 1 5 1", "+U 2 3 1", "-U 2 3 2", "+U 3 1 2"]),
+        "the third row comes back up; the updated row ranks fourth"
+    );
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 3, "every row is kept");
+    assert_eq!(
+        h.push("-D 2 3").unwrap(),
+        lines(&["-U 2 3 1", "+U 3 1 1", "-U 3 1 2", "+U 1 0 2"])
+    );
+}
+
+fn ranked(function: &str) -> Harness {
+    Harness::of(
+        SETUP,
+        &format!(
+            "INSERT INTO out SELECT * FROM (SELECT *, {function}() OVER (PARTITION BY auction ORDER BY price DESC) \
+             AS rk FROM bids) WHERE rk <= 2"
+        ),
+        "Rank",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn rank_gives_ties_one_rank_and_skips_the_ranks_they_fill() {
+    let mut h = ranked("RANK");
+    assert_eq!(h.push("1 10").unwrap(), lines(&["+I 1 10 1"]));
+    assert_eq!(
+        h.push("1 20").unwrap(),
+        lines(&["-U 1 10 1", "+U 1 20 1", "+I 1 10 2"])
+    );
+    assert_eq!(
+        h.push("1 20").unwrap(),
+        lines(&["-D 1 10 2", "+I 1 20 1"]),
+        "a tie at rank 1 pushes the next row to rank 3"
+    );
+    assert_eq!(
+        h.push("1 15").unwrap(),
+        Vec::<String>::new(),
+        "ranked 3 after the ties"
+    );
+}
+
+#[test]
+fn dense_rank_gives_ties_one_rank_without_gaps() {
+    let mut h = ranked("DENSE_RANK");
+    h.push("1 10\n1 20").unwrap();
+    assert_eq!(h.push("1 20").unwrap(), lines(&["+I 1 20 1"]), "10 stays second");
+    assert_eq!(h.push("1 5").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("1 15").unwrap(), lines(&["-U 1 10 2", "+U 1 15 2"]));
+}
+
+const EVENTS: &[&str] = &[
+    "CREATE TABLE bids (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) \
+     WITH ('connector' = 'datagen')",
+    "CREATE TABLE out (auction BIGINT, price BIGINT, ts TIMESTAMP(3), rn BIGINT) WITH ('connector' = 'blackhole')",
+];
+
+#[test]
+fn deduplication_keeping_the_last_row_by_event_time_keeps_the_latest_of_a_tie() {
+    let dedup = |order: &str| {
+        Harness::of(
+            EVENTS,
+            &format!(
+                "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY ts {order}) \
+                 AS rn FROM bids) WHERE rn = 1"
+            ),
+            "Rank",
+            0,
+        )
+        .unwrap()
+    };
+    let rows = "1 10 2020-01-01T00:00:01\n1 20 2020-01-01T00:00:01";
+    assert_eq!(
+        dedup("DESC").push(rows).unwrap(),
+        lines(&[
+            "+I 1 10 2020-01-01T00:00:01 1",
+            "-U 1 10 2020-01-01T00:00:01 1",
+            "+U 1 20 2020-01-01T00:00:01 1"
+        ])
+    );
+    assert_eq!(
+        dedup("ASC").push(rows).unwrap(),
+        lines(&["+I 1 10 2020-01-01T00:00:01 1"]),
+        "keeping the first row, the earliest of a tie"
+    );
+}
+
+fn window_top2() -> Harness {
+    Harness::of(
+        &[
+            EVENTS[0],
+            "CREATE TABLE out2 (auction BIGINT, price BIGINT, ts TIMESTAMP(3), ws TIMESTAMP(3), we TIMESTAMP(3), \
+             wt TIMESTAMP(3), rn BIGINT) WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO out2 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end \
+         ORDER BY price DESC) AS rn FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND))) \
+         WHERE rn <= 2",
+        "WindowRank",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_window_top_n_emits_each_windows_ranks_when_the_watermark_passes_its_end() {
+    let mut h = window_top2();
+    let window = |t: &str, price: u32, start: u32| {
+        format!(
+            "1 {price} 2020-01-01T00:00:{t} 2020-01-01T00:00:{start:02} 2020-01-01T00:00:{:02} \
+             2020-01-01T00:00:{:02}.999",
+            start + 10,
+            start + 9
+        )
+    };
+    let rows = [
+        window("01", 10, 0),
+        window("02", 30, 0),
+        window("03", 20, 0),
+        window("11", 5, 10),
+    ];
+    assert_eq!(
+        h.push(&rows.join("\n")).unwrap(),
+        Vec::<String>::new(),
+        "nothing before the window ends"
+    );
+    let end = 1577836810000i64; // 2020-01-01T00:00:10
+    assert_eq!(
+        h.watermark(end - 1).unwrap(),
+        lines(&[
+            "+I 1 30 2020-01-01T00:00:02 2020-01-01T00:00:00 2020-01-01T00:00:10 2020-01-01T00:00:09.999 1",
+            "+I 1 20 2020-01-01T00:00:03 2020-01-01T00:00:00 2020-01-01T00:00:10 2020-01-01T00:00:09.999 2",
+            &format!("wm {}", end - 1),
+        ])
+    );
+    assert_eq!(
+        h.push(&window("04", 99, 0)).unwrap(),
+        Vec::<String>::new(),
+        "late: dropped"
+    );
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 1, "only the open window's row");
+    assert_eq!(
+        h.push(&window("05", 99, 0)).unwrap(),
+        Vec::<String>::new(),
+        "still late after a restore"
+    );
+    assert_eq!(
+        h.watermark(end + 10_000).unwrap(),
+        lines(&[
+            "+I 1 5 2020-01-01T00:00:11 2020-01-01T00:00:10 2020-01-01T00:00:20 2020-01-01T00:00:19.999 1",
+            &format!("wm {}", end + 10_000),
+        ])
+    );
+}
