@@ -6,6 +6,7 @@ pub mod groups;
 #[cfg(test)]
 pub mod harness;
 pub mod join;
+pub mod over;
 pub mod rank;
 pub mod union;
 pub mod upsert;

@@ -11,6 +11,7 @@ pub mod broadcast;
 pub mod changelog;
 pub mod codec;
 pub mod interval;
+pub mod over;
 mod planner;
 pub mod rank;
 pub mod spec;

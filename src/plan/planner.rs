@@ -564,7 +564,7 @@ impl<'a> Planner<'a> {
             }
             LogicalPlan::Join(join) => self.plan_join(join),
             LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => self.plan_sort_or_limit(plan),
-            LogicalPlan::Window(_) => Err(unsupported("OVER windows")),
+            LogicalPlan::Window(window) => self.plan_over(window),
             LogicalPlan::Distinct(Distinct::All(input)) => self.plan_distinct(input, plan),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(unsupported("SELECT DISTINCT ON")),
             LogicalPlan::Unnest(_) => Err(unsupported("UNNEST")),
@@ -998,6 +998,92 @@ impl<'a> Planner<'a> {
         };
         let rest = self.physical(&rest, filter.input.schema())?;
         Ok(Some(self.add_calc(top_n, Some(rest), None, data)?))
+    }
+
+    /// A window aggregation of aggregate functions over one window: an
+    /// OVER aggregation, ordered by a time attribute, as Flink's.
+    fn plan_over(&mut self, window: &datafusion_expr::logical_plan::Window) -> Result<NodeId> {
+        use datafusion_expr::WindowFunctionDefinition;
+        let in_schema = window.input.schema();
+        let output = arrow_schema(&window.schema);
+        let mut calls = Vec::new();
+        for e in &window.window_expr {
+            let Expr::WindowFunction(f) = strip_alias(e) else {
+                return Err(Error::Internal(format!("not a window function: {e}")));
+            };
+            let WindowFunctionDefinition::AggregateUDF(function) = &f.fun else {
+                return Err(unsupported(&format!(
+                    "{}() OVER (...) other than in a TopN (a filter on its rank)",
+                    f.fun.name().to_uppercase()
+                )));
+            };
+            if f.params.filter.is_some() {
+                return Err(unsupported("FILTER (WHERE ...) in an OVER aggregate"));
+            }
+            calls.push((e, function.clone(), &f.params));
+        }
+        let Some((_, _, first)) = calls.first() else {
+            return Err(Error::Internal("a window aggregation without functions".into()));
+        };
+        let window_of = |p: &datafusion_expr::expr::WindowFunctionParams| {
+            (p.partition_by.clone(), p.order_by.clone(), p.window_frame.clone())
+        };
+        if calls.iter().any(|(_, _, p)| window_of(p) != window_of(first)) {
+            return Err(Error::Plan(
+                "all aggregates of an OVER query must be computed over the same window, as in Flink".into(),
+            ));
+        }
+        let time = over_order(&first.order_by, in_schema)?;
+        let frame = crate::plan::over::frame_of(&first.window_frame)?;
+        let input = self.plan(&window.input)?;
+        if self.nodes[input].mode().is_updating() {
+            return Err(unsupported("an OVER aggregation over an updating input"));
+        }
+        let stream_schema = crate::changelog::without_op(&self.nodes[input].schema);
+        let mut aggregates = Vec::new();
+        for (i, (e, function, params)) in calls.iter().enumerate() {
+            // COUNT(*) OVER (...) keeps its `*`: count a constant instead.
+            #[allow(deprecated)]
+            let star = |a: &Expr| matches!(a, Expr::Wildcard { .. });
+            let args = params
+                .args
+                .iter()
+                .map(|a| match star(a) {
+                    true => self.physical(&datafusion_expr::lit(1i64), in_schema),
+                    false => self.physical(a, in_schema),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let name = output.field(in_schema.fields().len() + i).name().clone();
+            let built = AggregateExprBuilder::new(function.clone(), args)
+                .schema(stream_schema.clone())
+                .alias(name)
+                .human_display(e.human_display().to_string())
+                .with_distinct(params.distinct)
+                .build()?;
+            aggregates.push(Arc::new(built));
+        }
+        let partition = first
+            .partition_by
+            .iter()
+            .map(|e| self.physical(e, in_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let keyless = partition.is_empty();
+        let parallelism = if keyless { 1 } else { self.parallelism };
+        let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
+        let operator = crate::operators::over::OverAggregate {
+            partition,
+            time,
+            frame,
+            aggregates,
+            input: stream_schema,
+            schema: output.clone(),
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(operator)),
+            vec![(input, edge)],
+            parallelism,
+            output,
+        )
     }
 
     /// A `Sort` with a fetch, or a `Limit` over a `Sort`: a global TopN;
@@ -2050,6 +2136,37 @@ fn top_n_ordering(
     TopNOrdering {
         arrival: time(PROCTIME).then_some(!only.asc),
         newest_ties_first: dedup && !only.asc && time(ROWTIME),
+    }
+}
+
+/// The event-time column an OVER window is ordered by (`None`: processing
+/// time): one time attribute, ascending, as Flink requires.
+fn over_order(order_by: &[datafusion_expr::SortExpr], schema: &DFSchema) -> Result<Option<usize>> {
+    let refuse = || {
+        Error::Plan(
+            "OVER windows' ordering in stream mode must be defined on a time attribute, ascending \
+             (one ORDER BY column, a rowtime or a PROCTIME())"
+                .into(),
+        )
+    };
+    let [only] = order_by else {
+        return Err(refuse());
+    };
+    let Expr::Column(c) = &only.expr else {
+        return Err(refuse());
+    };
+    let index = schema.index_of_column(c)?;
+    match (
+        only.asc,
+        schema
+            .field(index)
+            .metadata()
+            .get(TIME_ATTRIBUTE_KEY)
+            .map(String::as_str),
+    ) {
+        (true, Some(ROWTIME)) => Ok(Some(index)),
+        (true, Some(PROCTIME)) => Ok(None),
+        _ => Err(refuse()),
     }
 }
 

@@ -165,6 +165,17 @@ pub enum NodeSpec {
         #[serde(default)]
         window_end: Option<usize>,
     },
+    /// An OVER aggregation (insert-only input).
+    OverAggregate {
+        /// `PARTITION BY` expressions.
+        partition: Vec<ExprNode>,
+        /// The event-time column it is ordered by; `None`: processing time.
+        time: Option<usize>,
+        /// The frame.
+        frame: crate::operators::over::Frame,
+        /// The aggregates.
+        aggregates: Vec<AggregateNode>,
+    },
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -699,6 +710,28 @@ impl NodeSpec {
             }
             NodeSpec::SessionAggregate(data) => {
                 NodeKind::Operator(build_session_aggregate(data, &input()?, output, ctx)?)
+            }
+            NodeSpec::OverAggregate {
+                partition,
+                time,
+                frame,
+                aggregates,
+            } => {
+                let input = input()?;
+                NodeKind::Operator(Arc::new(crate::operators::over::OverAggregate {
+                    partition: partition
+                        .iter()
+                        .map(|e| decode_expr(e, &input, ctx))
+                        .collect::<Result<Vec<_>>>()?,
+                    time: *time,
+                    frame: *frame,
+                    aggregates: aggregates
+                        .iter()
+                        .map(|a| decode_aggregate(a, &input, ctx).map(Arc::new))
+                        .collect::<Result<Vec<_>>>()?,
+                    input,
+                    schema: output.clone(),
+                }))
             }
             NodeSpec::Union => NodeKind::Operator(Arc::new(Union {
                 schema: output.clone(),

@@ -11,6 +11,7 @@ mod join_differential;
 mod lifecycle;
 mod metrics;
 mod nexmark;
+mod over_differential;
 mod partitioned;
 mod plan_spec;
 mod rank_differential;

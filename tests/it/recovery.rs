@@ -339,6 +339,23 @@ fn a_top_n_killed_three_times_ends_with_the_exact_table() {
 }
 
 #[test]
+fn an_over_aggregation_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // Rows wait for the watermark (1 s behind), frames of 6 rows and 2 s
+    // keep rows to take away again: pending rows, frames and accumulators
+    // all cross the restores.
+    crash_three_times_then_finish(
+        "over",
+        (4, UNALIGNED),
+        SEQUENCE,
+        "k BIGINT, id BIGINT, s BIGINT, m BIGINT",
+        "SELECT id % 13, id,
+           SUM(id) OVER (PARTITION BY id % 13 ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW),
+           MAX(id * 7919 % 1000003) OVER (PARTITION BY id % 13 ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)
+         FROM seq",
+    );
+}
+
+#[test]
 fn an_interval_join_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
     // Ids 0 to 10 apart (0 to 100 ms) with equal id % 7: each row joins
     // itself and the row 7 ahead; state is dropped as the watermark passes.

@@ -1,0 +1,468 @@
+//! OVER aggregation (Flink's `OverAggregate`): each row with aggregates over
+//! the rows of its partition before it, `ROWS` or `RANGE`, bounded or
+//! unbounded, ordered by a time attribute.
+//!
+//! On event time a row waits until the watermark passes its time; then the
+//! rows the watermark released enter in time order (ties in arrival order),
+//! so the output is final and insert-only. A row no later than the last row
+//! its partition has released is late, as in Flink (whose timer of the last
+//! fired time is per key): dropped and counted (`lateRecordsDropped`). On
+//! processing time rows enter as they arrive, a batch's rows all at the
+//! current time.
+//!
+//! Each partition is a group of retractable accumulators (those of the
+//! non-windowed aggregation): a row entering is added; for a bounded frame
+//! the rows that fall out of it are taken away ([`frame::Frame::leaving`]),
+//! which is why the rows of a bounded frame are kept. Rows enter in steps,
+//! at most one unit (a row, or a RANGE's peers) per partition per step, so
+//! each accumulator call covers many partitions.
+//!
+//! ```text
+//!  input ──HASH[partition]──► OverAggregate(... window=[ROWS BETWEEN 10 PRECEDING AND CURRENT ROW]) ──► row + aggregates
+//! ```
+
+pub mod frame;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow::row::{RowConverter, SortField};
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use crate::Result;
+use crate::operators::group::accumulator::RetractAccumulator;
+use crate::plan::changelog::ChangelogRole;
+use crate::runtime::message::{CheckpointId, Timestamp};
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+pub use frame::Frame;
+
+/// An OVER aggregation: partition, order, frame, aggregates.
+#[derive(Debug, Clone)]
+pub struct OverAggregate {
+    /// `PARTITION BY` expressions over the input.
+    pub partition: Vec<Arc<dyn PhysicalExpr>>,
+    /// The event-time input column it is ordered by; `None`: processing time.
+    pub time: Option<usize>,
+    /// The frame every aggregate shares.
+    pub frame: Frame,
+    /// The aggregates, over the input's columns.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// The input's columns (insert-only).
+    pub input: SchemaRef,
+    /// The input's columns, then one per aggregate.
+    pub schema: SchemaRef,
+}
+
+impl OverAggregate {
+    /// The text EXPLAIN shows.
+    pub fn describe(&self) -> String {
+        let partition: Vec<String> = self.partition.iter().map(|e| e.to_string()).collect();
+        let order = match self.time {
+            Some(i) => format!("{} ASC", self.input.field(i).name()),
+            None => "PROCTIME ASC".to_string(),
+        };
+        let aggregates: Vec<String> = self
+            .aggregates
+            .iter()
+            .map(|a| a.human_display().unwrap_or(a.name()).to_string())
+            .collect();
+        format!(
+            "OverAggregate(partitionBy=[{}], orderBy=[{order}], window=[{}], select=[*, {}])",
+            partition.join(", "),
+            self.frame.describe(),
+            aggregates.join(", ")
+        )
+    }
+
+    /// Every aggregate's arguments, one after another.
+    fn arguments(&self) -> Vec<Arc<dyn PhysicalExpr>> {
+        self.aggregates.iter().flat_map(|a| a.expressions()).collect()
+    }
+
+    fn accumulators(&self) -> Result<Vec<Box<dyn RetractAccumulator>>> {
+        self.aggregates
+            .iter()
+            .map(|a| crate::operators::group::accumulator_for(a, &self.input, self.frame.bounded()))
+            .collect()
+    }
+}
+
+fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+        .collect()
+}
+
+fn converter(exprs: &[Arc<dyn PhysicalExpr>], schema: &Schema) -> Result<RowConverter> {
+    let fields = exprs
+        .iter()
+        .map(|e| Ok(SortField::new(e.data_type(schema)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RowConverter::new(fields)?)
+}
+
+impl OperatorFactory for OverAggregate {
+    fn describe(&self) -> String {
+        OverAggregate::describe(self)
+    }
+
+    fn changelog_role(&self) -> ChangelogRole {
+        ChangelogRole::InsertOnly
+    }
+
+    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        use crate::plan::codec::{encode_aggregate, encode_exprs};
+        Ok(crate::plan::spec::NodeSpec::OverAggregate {
+            partition: encode_exprs(&self.partition, &self.input)?,
+            time: self.time,
+            frame: self.frame,
+            aggregates: self
+                .aggregates
+                .iter()
+                .map(|a| encode_aggregate(a, &self.input))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let rows = self
+            .input
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Box::new(OverOperator {
+            keys_of: converter(&self.partition, &self.input)?,
+            args_of: converter(&self.arguments(), &self.input)?,
+            rows_of: RowConverter::new(rows)?,
+            accumulators: self.accumulators()?,
+            groups: HashMap::default(),
+            keys: Vec::new(),
+            frames: Vec::new(),
+            last: Vec::new(),
+            pending: BTreeMap::new(),
+            watermark: Timestamp::MIN,
+            seq: 0,
+            max_parallelism: ctx.max_parallelism,
+            metrics: ctx.metrics.clone(),
+            spec: Arc::new(self.clone()),
+        }))
+    }
+}
+
+/// A row of a bounded frame: its time and its aggregates' arguments.
+type FrameRow = (Timestamp, Box<[u8]>);
+
+/// A row waiting for the watermark: its group and its bytes.
+type Waiting = (usize, Box<[u8]>);
+
+struct OverOperator {
+    spec: Arc<OverAggregate>,
+    keys_of: RowConverter,
+    args_of: RowConverter,
+    rows_of: RowConverter,
+    accumulators: Vec<Box<dyn RetractAccumulator>>,
+    /// Each partition key's group (its accumulators' index).
+    groups: HashMap<Box<[u8]>, usize, foldhash::fast::FixedState>,
+    /// Each group's partition key.
+    keys: Vec<Box<[u8]>>,
+    /// A bounded frame's rows of each group (time, arguments), oldest first.
+    frames: Vec<VecDeque<FrameRow>>,
+    /// Each group's time of the last rows it released (event time).
+    last: Vec<Timestamp>,
+    /// Event-time rows waiting for the watermark, by (time, arrival), with
+    /// their group.
+    pending: BTreeMap<(Timestamp, u64), Waiting>,
+    watermark: Timestamp,
+    seq: u64,
+    max_parallelism: usize,
+    metrics: Arc<TaskMetrics>,
+}
+
+/// The rows of one step and each aggregate's result for them.
+type StepResult = (Vec<u32>, Vec<ArrayRef>);
+
+impl OverOperator {
+    /// Each row's group, new partitions added.
+    fn groups_of(&mut self, data: &RecordBatch) -> Result<Vec<usize>> {
+        if self.spec.partition.is_empty() {
+            if self.keys.is_empty() {
+                self.add_group(&[]);
+            }
+            return Ok(vec![0; data.num_rows()]);
+        }
+        let keys = self
+            .keys_of
+            .convert_columns(&evaluate(&self.spec.partition, data)?)?;
+        Ok((0..data.num_rows())
+            .map(|i| {
+                let key = keys.row(i);
+                match self.groups.get(key.as_ref()) {
+                    Some(g) => *g,
+                    None => self.add_group(key.as_ref()),
+                }
+            })
+            .collect())
+    }
+
+    fn add_group(&mut self, key: &[u8]) -> usize {
+        let group = self.keys.len();
+        self.groups.insert(key.into(), group);
+        self.keys.push(key.into());
+        self.frames.push(VecDeque::new());
+        self.last.push(Timestamp::MIN);
+        self.accumulators.iter_mut().for_each(|a| a.resize(group + 1));
+        group
+    }
+
+    /// Each aggregate's arguments among `args` (all aggregates' in a row).
+    fn split_arguments(&self, args: &[ArrayRef]) -> Vec<Vec<ArrayRef>> {
+        let mut offset = 0;
+        self.spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                let n = a.expressions().len();
+                offset += n;
+                args[offset - n..offset].to_vec()
+            })
+            .collect()
+    }
+
+    /// Adds or takes away rows (their arguments) of `groups`.
+    fn update(&mut self, args: &[ArrayRef], groups: &[usize], retract: bool) -> Result<()> {
+        let total = self.keys.len();
+        let taken = vec![true; groups.len()];
+        let split = self.split_arguments(args);
+        for (acc, args) in self.accumulators.iter_mut().zip(split) {
+            acc.update(&args, groups, retract.then_some(&taken[..]), total)?;
+        }
+        Ok(())
+    }
+
+    /// Rows entering in order (`groups[i]`, `times[i]` each one's group and
+    /// time): each with its aggregates, as output.
+    fn enter(
+        &mut self,
+        data: &RecordBatch,
+        groups: &[usize],
+        times: &[Timestamp],
+        out: &mut Output,
+    ) -> Result<()> {
+        if data.num_rows() == 0 {
+            return Ok(());
+        }
+        for (g, t) in groups.iter().zip(times) {
+            self.last[*g] = self.last[*g].max(*t);
+        }
+        let args = evaluate(&self.spec.arguments(), data)?;
+        let arg_rows = match self.spec.frame.bounded() {
+            true => Some(self.args_of.convert_columns(&args)?),
+            false => None,
+        };
+        let steps = self.spec.frame.steps(groups, times);
+        let mut by_step: Vec<Vec<u32>> = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            if by_step.len() <= *step {
+                by_step.resize(step + 1, Vec::new());
+            }
+            by_step[*step].push(i as u32);
+        }
+        let mut results: Vec<StepResult> = Vec::with_capacity(by_step.len());
+        for rows in by_step {
+            let indices = UInt32Array::from(rows.clone());
+            let step_groups: Vec<usize> = rows.iter().map(|i| groups[*i as usize]).collect();
+            let step_args = args
+                .iter()
+                .map(|a| Ok(arrow::compute::take(a, &indices, None)?))
+                .collect::<Result<Vec<_>>>()?;
+            self.update(&step_args, &step_groups, false)?;
+            if let Some(arg_rows) = &arg_rows {
+                for i in &rows {
+                    let i = *i as usize;
+                    self.frames[groups[i]].push_back((times[i], arg_rows.row(i).as_ref().into()));
+                }
+                self.let_go(&rows, groups, times)?;
+            }
+            results.push((rows, self.evaluate(&step_groups)?));
+        }
+        self.emit(data, results, out)
+    }
+
+    /// Takes the rows that left the frames of the groups of a step away.
+    fn let_go(&mut self, rows: &[u32], groups: &[usize], times: &[Timestamp]) -> Result<()> {
+        let mut leaving: Vec<Box<[u8]>> = Vec::new();
+        let mut leaving_groups = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for i in rows {
+            let (g, time) = (groups[*i as usize], times[*i as usize]);
+            if !seen.insert(g) {
+                continue;
+            }
+            let frame = &mut self.frames[g];
+            let n = self
+                .spec
+                .frame
+                .leaving(frame.iter().map(|(t, _)| *t), frame.len(), time);
+            for (_, row) in frame.drain(..n) {
+                leaving.push(row);
+                leaving_groups.push(g);
+            }
+        }
+        if leaving.is_empty() {
+            return Ok(());
+        }
+        let parser = self.args_of.parser();
+        let args = self
+            .args_of
+            .convert_rows(leaving.iter().map(|r| parser.parse(r)))?;
+        self.update(&args, &leaving_groups, true)
+    }
+
+    /// Each aggregate's result for each row of `groups`.
+    fn evaluate(&self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
+        let mut unique: Vec<usize> = groups.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let at: Vec<u32> = groups
+            .iter()
+            .map(|g| unique.binary_search(g).expect("a group of the step") as u32)
+            .collect();
+        let at = UInt32Array::from(at);
+        self.accumulators
+            .iter()
+            .map(|a| Ok(arrow::compute::take(&a.evaluate(&unique)?, &at, None)?))
+            .collect()
+    }
+
+    /// The rows of each step with their results, as one batch.
+    fn emit(&self, data: &RecordBatch, results: Vec<StepResult>, out: &mut Output) -> Result<()> {
+        let order = UInt32Array::from(
+            results
+                .iter()
+                .flat_map(|(rows, _)| rows.iter().copied())
+                .collect::<Vec<_>>(),
+        );
+        let mut columns = data
+            .columns()
+            .iter()
+            .map(|c| Ok(arrow::compute::take(c, &order, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        for a in 0..self.spec.aggregates.len() {
+            let parts: Vec<&dyn arrow::array::Array> = results.iter().map(|(_, r)| r[a].as_ref()).collect();
+            let values = arrow::compute::concat(&parts)?;
+            let field: &Field = self.spec.schema.field(data.num_columns() + a);
+            columns.push(crate::operators::group::accumulator::to_output(
+                &values,
+                field.data_type(),
+            )?);
+        }
+        out.batch(RecordBatch::try_new(self.spec.schema.clone(), columns)?);
+        Ok(())
+    }
+}
+
+impl Operator for OverOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        let groups = self.groups_of(&batch)?;
+        let Some(column) = self.spec.time else {
+            let now = wall_clock_millis();
+            return self.enter(&batch, &groups, &vec![now; batch.num_rows()], out);
+        };
+        let times = crate::operators::join::window::millis(batch.column(column))?;
+        let rows = self.rows_of.convert_columns(batch.columns())?;
+        let mut late = 0;
+        for (i, (time, group)) in times.into_iter().zip(groups).enumerate() {
+            if time == i64::MIN || time <= self.last[group] {
+                late += 1;
+                continue;
+            }
+            self.seq += 1;
+            self.pending
+                .insert((time, self.seq), (group, rows.row(i).as_ref().into()));
+        }
+        TaskMetrics::add(&self.metrics.late_records_dropped, late);
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        let released = match self.watermark.checked_add(1) {
+            Some(next) => {
+                let waiting = self.pending.split_off(&(next, 0));
+                std::mem::replace(&mut self.pending, waiting)
+            }
+            None => std::mem::take(&mut self.pending),
+        };
+        if !released.is_empty() {
+            let parser = self.rows_of.parser();
+            let columns = self
+                .rows_of
+                .convert_rows(released.values().map(|(_, r)| parser.parse(r)))?;
+            let data = RecordBatch::try_new(self.spec.input.clone(), columns)?;
+            let times: Vec<Timestamp> = released.keys().map(|(t, _)| *t).collect();
+            let groups: Vec<usize> = released.values().map(|(g, _)| *g).collect();
+            for start in (0..data.num_rows()).step_by(RELEASE_BATCH) {
+                let end = (start + RELEASE_BATCH).min(data.num_rows());
+                let slice = data.slice(start, end - start);
+                self.enter(&slice, &groups[start..end], &times[start..end], out)?;
+            }
+        }
+        out.watermark(watermark);
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot::with_watermark(
+            self.watermark,
+            state::rows(self)?,
+        )))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        self.watermark = self.watermark.max(snapshot.watermark(&self.spec.describe())?);
+        match &snapshot.rows {
+            Some(rows) => state::restore(self, rows),
+            None => Ok(()),
+        }
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => {
+                self.watermark = merged.watermark(&self.spec.describe())?;
+                match &merged.rows {
+                    Some(rows) => state::restore(self, rows),
+                    None => Ok(()),
+                }
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(crate::state::snapshot::schema_signature(&*state::schema(
+            &self.spec,
+        )?)))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}
+
+/// Rows the watermark releases enter in batches of at most this many.
+const RELEASE_BATCH: usize = 8192;
