@@ -23,6 +23,7 @@ use super::dialect::table_factor;
 use super::functions::FunctionRegistry;
 use super::group_window::rewrite_group_windows;
 use super::naming::name_select_items;
+use super::qualify::qualify_window_filters;
 use super::types::{unit_for_precision, with_zone};
 use super::window_tvf::FlinkRelationPlanner;
 use crate::error::Position;
@@ -124,6 +125,7 @@ impl Binder {
     /// and names select items as Flink does. Views are stored prepared.
     pub fn prepare_query(query: &mut ast::Query) -> Result<()> {
         rewrite_group_windows(query)?;
+        qualify_window_filters(query);
         name_select_items(query);
         Ok(())
     }

@@ -13,6 +13,7 @@ pub mod listagg;
 pub mod naming;
 pub mod parser;
 pub mod ported_udfs;
+pub mod qualify;
 pub mod temporal;
 pub mod types;
 pub mod window_tvf;

@@ -1036,8 +1036,12 @@ impl<'a> Planner<'a> {
         let time = over_order(&first.order_by, in_schema)?;
         let frame = crate::plan::over::frame_of(&first.window_frame)?;
         let input = self.plan(&window.input)?;
-        if self.nodes[input].mode().is_updating() {
-            return Err(unsupported("an OVER aggregation over an updating input"));
+        let retract = self.nodes[input].mode().is_updating();
+        if retract && (time.is_none() || !frame.bounded()) {
+            return Err(unsupported(
+                "an OVER aggregation over an updating input on processing time or with an unbounded frame \
+                 (every later row would change with each update)",
+            ));
         }
         let stream_schema = crate::changelog::without_op(&self.nodes[input].schema);
         let mut aggregates = Vec::new();
@@ -1075,14 +1079,19 @@ impl<'a> Planner<'a> {
             time,
             frame,
             aggregates,
+            retract,
             input: stream_schema,
-            schema: output.clone(),
+            schema: match retract {
+                true => crate::changelog::with_op(&output),
+                false => output.clone(),
+            },
         };
+        let schema = operator.schema.clone();
         self.push(
             NodeKind::Operator(Arc::new(operator)),
             vec![(input, edge)],
             parallelism,
-            output,
+            schema,
         )
     }
 
@@ -1162,8 +1171,12 @@ impl<'a> Planner<'a> {
                 Ok((self.physical(&s.expr, in_schema)?, options))
             })
             .collect::<Result<Vec<_>>>()?;
-        let ordering = top_n_ordering(order_by, in_schema, rank_type, (start, end));
-        if ordering.arrival.is_some() && retract {
+        // One processing-time order key: Flink's deduplication, by arrival.
+        let arrival = match order_by {
+            [only] if is_proctime_column(&only.expr, in_schema) => Some(!only.asc),
+            _ => None,
+        };
+        if arrival.is_some() && retract {
             return Err(unsupported(
                 "a deduplication on processing time over an updating input (Flink's Deduplicate takes inserts only)",
             ));
@@ -1171,7 +1184,7 @@ impl<'a> Planner<'a> {
         // PARTITION BY window_start, window_end of event-time windows over
         // insert-only input: a window TopN.
         let window_end = crate::frontend::window_tvf::window_partition_end(input_plan, partition_by)
-            .filter(|(_, proctime)| !proctime && !retract && ordering.arrival.is_none())
+            .filter(|(_, proctime)| !proctime && !retract && arrival.is_none())
             .map(|(column, _)| column);
         let operator = crate::operators::rank::TopN {
             partition,
@@ -1180,8 +1193,7 @@ impl<'a> Planner<'a> {
             start,
             end,
             rank_output,
-            arrival: ordering.arrival,
-            newest_ties_first: ordering.newest_ties_first,
+            arrival,
             retract,
             window_end,
             input: crate::changelog::without_op(&self.nodes[input].schema),
@@ -2103,40 +2115,14 @@ fn without_time_attributes(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-/// How a TopN orders rows beyond its ORDER BY values.
-struct TopNOrdering {
-    /// By arrival: one processing-time order key (Flink's deduplication);
-    /// descending or not.
-    arrival: Option<bool>,
-    /// Ties rank newest first: a deduplication keeping the last row by one
-    /// event-time order key, whose ties Flink resolves to the latest row.
-    newest_ties_first: bool,
-}
-
-/// A plain function of the TopN's ORDER BY and rank range.
-fn top_n_ordering(
-    order_by: &[datafusion_expr::SortExpr],
-    schema: &DFSchema,
-    rank_type: crate::operators::rank::RankType,
-    range: (u64, u64),
-) -> TopNOrdering {
-    let [only] = order_by else {
-        return TopNOrdering {
-            arrival: None,
-            newest_ties_first: false,
-        };
+/// Whether `e` is a column that is a processing-time attribute.
+fn is_proctime_column(e: &Expr, schema: &DFSchema) -> bool {
+    let Expr::Column(column) = e else {
+        return false;
     };
-    let time = |kind: &str| match &only.expr {
-        Expr::Column(c) => schema
-            .qualified_field_from_column(c)
-            .is_ok_and(|(_, f)| f.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) == Some(kind)),
-        _ => false,
-    };
-    let dedup = range == (1, 1) && rank_type == crate::operators::rank::RankType::RowNumber;
-    TopNOrdering {
-        arrival: time(PROCTIME).then_some(!only.asc),
-        newest_ties_first: dedup && !only.asc && time(ROWTIME),
-    }
+    schema
+        .qualified_field_from_column(column)
+        .is_ok_and(|(_, f)| is_proctime(f))
 }
 
 /// The event-time column an OVER window is ordered by (`None`: processing

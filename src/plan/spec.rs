@@ -155,9 +155,6 @@ pub enum NodeSpec {
         /// `ROW_NUMBER`, `RANK` or `DENSE_RANK`.
         #[serde(default)]
         rank_type: crate::operators::rank::RankType,
-        /// Ties rank newest first.
-        #[serde(default)]
-        newest_ties_first: bool,
         /// The input updates.
         #[serde(default)]
         retract: bool,
@@ -175,6 +172,9 @@ pub enum NodeSpec {
         frame: crate::operators::over::Frame,
         /// The aggregates.
         aggregates: Vec<AggregateNode>,
+        /// The input updates.
+        #[serde(default)]
+        retract: bool,
     },
     /// Union of the inputs.
     Union,
@@ -716,8 +716,9 @@ impl NodeSpec {
                 time,
                 frame,
                 aggregates,
+                retract,
             } => {
-                let input = input()?;
+                let input = crate::changelog::without_op(&input()?);
                 NodeKind::Operator(Arc::new(crate::operators::over::OverAggregate {
                     partition: partition
                         .iter()
@@ -725,6 +726,7 @@ impl NodeSpec {
                         .collect::<Result<Vec<_>>>()?,
                     time: *time,
                     frame: *frame,
+                    retract: *retract,
                     aggregates: aggregates
                         .iter()
                         .map(|a| decode_aggregate(a, &input, ctx).map(Arc::new))
@@ -749,7 +751,6 @@ impl NodeSpec {
                 rank_output,
                 arrival,
                 rank_type,
-                newest_ties_first,
                 retract,
                 window_end,
             } => {
@@ -775,7 +776,6 @@ impl NodeSpec {
                     rank_output: *rank_output,
                     arrival: *arrival,
                     rank_type: *rank_type,
-                    newest_ties_first: *newest_ties_first,
                     retract: *retract,
                     window_end: *window_end,
                     input,

@@ -259,3 +259,85 @@ fn over_aggregations_equal_datafusions_batch_window_functions_at_every_paralleli
         }
     }
 }
+
+#[test]
+fn an_over_aggregation_of_an_updating_input_equals_the_batch_functions_over_its_final_rows() {
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    // Rows (g, k, v, ts), v and ts distinct; the input of the OVER is each
+    // g's highest v (a TopN, which updates as higher values arrive).
+    let mut values: Vec<i64> = (0..2000).collect();
+    rand::seq::SliceRandom::shuffle(&mut values[..], &mut rng);
+    let rows: Vec<(i64, Option<i64>, i64, i64)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let k = (rng.random_range(0..10) != 0).then(|| rng.random_range(0..5));
+            (
+                rng.random_range(0..300),
+                k,
+                *v,
+                1_600_000_000_000 + i as i64 * 1000,
+            )
+        })
+        .collect();
+    let mut best: std::collections::BTreeMap<i64, (Option<i64>, i64, i64)> = Default::default();
+    for (g, k, v, ts) in &rows {
+        if best.get(g).is_none_or(|b| b.1 < *v) {
+            best.insert(*g, (*k, *v, *ts));
+        }
+    }
+    let finals: Vec<Row> = best.values().map(|(k, v, ts)| (*k, Some(*v), *ts)).collect();
+    let frame = WindowFrame::new_bounds(
+        WindowFrameUnits::Rows,
+        WindowFrameBound::Preceding(ScalarValue::UInt64(Some(3))),
+        WindowFrameBound::CurrentRow,
+    );
+    let expected = batch_over(&finals, frame);
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for (g, k, v, ts) in &rows {
+        let time = chrono::DateTime::from_timestamp_millis(*ts).unwrap().naive_utc();
+        let k = k.map_or("NULL".to_string(), |k| k.to_string());
+        let _ = writeln!(text, "{g},{k},{v},{}", time.format("%Y-%m-%d %H:%M:%S%.3f"));
+    }
+    std::fs::write(dir.path().join("t.csv"), text).unwrap();
+    for parallelism in [1, 2, 4] {
+        let engine = Engine::new();
+        engine
+            .set("parallelism.default", &parallelism.to_string())
+            .unwrap();
+        engine.set("weir.batch-size", "64").unwrap();
+        engine
+            .sql(&format!(
+                "CREATE TABLE t (g BIGINT, k BIGINT, v BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH (
+                   'connector' = 'filesystem', 'path' = '{}', 'format' = 'csv', 'csv.null-literal' = 'NULL')",
+                dir.path().join("t.csv").display()
+            ))
+            .unwrap();
+        let calls: Vec<String> = AGGREGATES.iter().map(|a| format!("{a}(v) OVER w")).collect();
+        let sql = format!(
+            "SELECT k, v, ts, {} FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC) \
+             AS rn FROM t) WHERE rn = 1) WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW)",
+            calls.join(", ")
+        );
+        let result = engine.sql(&sql).unwrap();
+        assert!(
+            result.is_updating(),
+            "an OVER aggregation of updating input updates"
+        );
+        let table = result.materialize().unwrap();
+        let mut got: Vec<String> = (0..table.num_rows()).map(|i| render(&table, i)).collect();
+        got.sort();
+        assert!(
+            got == expected,
+            "parallelism {parallelism}, WEIR_TEST_SEED={seed}: {} rows, expected {}; first differing: {:?}",
+            got.len(),
+            expected.len(),
+            got.iter().zip(&expected).find(|(g, e)| g != e)
+        );
+    }
+}

@@ -3,8 +3,9 @@
 //! unbounded, ordered by a time attribute.
 //!
 //! On event time a row waits until the watermark passes its time; then the
-//! rows the watermark released enter in time order (ties in arrival order),
-//! so the output is final and insert-only. A row no later than the last row
+//! rows the watermark released enter in time order,
+//! so the output is final and insert-only; rows of equal time enter by their
+//! values, so that the results do not depend on arrival order. A row no later than the last row
 //! its partition has released is late, as in Flink (whose timer of the last
 //! fired time is per key): dropped and counted (`lateRecordsDropped`). On
 //! processing time rows enter as they arrive, a batch's rows all at the
@@ -22,6 +23,7 @@
 //! ```
 
 pub mod frame;
+pub mod retract;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -55,9 +57,13 @@ pub struct OverAggregate {
     pub frame: Frame,
     /// The aggregates, over the input's columns.
     pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    /// The input's columns (insert-only).
+    /// Whether the input updates ([`retract`]): every row is kept and
+    /// results change as rows come and go.
+    pub retract: bool,
+    /// The input's columns.
     pub input: SchemaRef,
-    /// The input's columns, then one per aggregate.
+    /// The input's columns, then one per aggregate (and the op column when
+    /// the input updates).
     pub schema: SchemaRef,
 }
 
@@ -75,7 +81,8 @@ impl OverAggregate {
             .map(|a| a.human_display().unwrap_or(a.name()).to_string())
             .collect();
         format!(
-            "OverAggregate(partitionBy=[{}], orderBy=[{order}], window=[{}], select=[*, {}])",
+            "{}OverAggregate(partitionBy=[{}], orderBy=[{order}], window=[{}], select=[*, {}])",
+            if self.retract { "Retract" } else { "" },
             partition.join(", "),
             self.frame.describe(),
             aggregates.join(", ")
@@ -116,7 +123,10 @@ impl OperatorFactory for OverAggregate {
     }
 
     fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::InsertOnly
+        match self.retract {
+            true => ChangelogRole::Retracting,
+            false => ChangelogRole::InsertOnly,
+        }
     }
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
@@ -125,6 +135,7 @@ impl OperatorFactory for OverAggregate {
             partition: encode_exprs(&self.partition, &self.input)?,
             time: self.time,
             frame: self.frame,
+            retract: self.retract,
             aggregates: self
                 .aggregates
                 .iter()
@@ -134,6 +145,12 @@ impl OperatorFactory for OverAggregate {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        if self.retract {
+            return Ok(Box::new(retract::RetractOverOperator::new(
+                Arc::new(self.clone()),
+                ctx.max_parallelism,
+            )?));
+        }
         let rows = self
             .input
             .fields()
@@ -162,8 +179,10 @@ impl OperatorFactory for OverAggregate {
 /// A row of a bounded frame: its time and its aggregates' arguments.
 type FrameRow = (Timestamp, Box<[u8]>);
 
-/// A row waiting for the watermark: its group and its bytes.
-type Waiting = (usize, Box<[u8]>);
+/// A row waiting for the watermark: its time, its bytes (ties enter by
+/// their values, so that results do not depend on arrival order), its
+/// arrival (tells equal rows apart).
+type Waiting = (Timestamp, Box<[u8]>, u64);
 
 struct OverOperator {
     spec: Arc<OverAggregate>,
@@ -179,9 +198,9 @@ struct OverOperator {
     frames: Vec<VecDeque<FrameRow>>,
     /// Each group's time of the last rows it released (event time).
     last: Vec<Timestamp>,
-    /// Event-time rows waiting for the watermark, by (time, arrival), with
-    /// their group.
-    pending: BTreeMap<(Timestamp, u64), Waiting>,
+    /// Event-time rows waiting for the watermark, in the order they will
+    /// enter, with their group.
+    pending: BTreeMap<Waiting, usize>,
     watermark: Timestamp,
     seq: u64,
     max_parallelism: usize,
@@ -392,7 +411,7 @@ impl Operator for OverOperator {
             }
             self.seq += 1;
             self.pending
-                .insert((time, self.seq), (group, rows.row(i).as_ref().into()));
+                .insert((time, rows.row(i).as_ref().into(), self.seq), group);
         }
         TaskMetrics::add(&self.metrics.late_records_dropped, late);
         Ok(())
@@ -402,7 +421,7 @@ impl Operator for OverOperator {
         self.watermark = self.watermark.max(watermark);
         let released = match self.watermark.checked_add(1) {
             Some(next) => {
-                let waiting = self.pending.split_off(&(next, 0));
+                let waiting = self.pending.split_off(&(next, Box::from(&[][..]), 0));
                 std::mem::replace(&mut self.pending, waiting)
             }
             None => std::mem::take(&mut self.pending),
@@ -411,10 +430,10 @@ impl Operator for OverOperator {
             let parser = self.rows_of.parser();
             let columns = self
                 .rows_of
-                .convert_rows(released.values().map(|(_, r)| parser.parse(r)))?;
+                .convert_rows(released.keys().map(|(_, r, _)| parser.parse(r)))?;
             let data = RecordBatch::try_new(self.spec.input.clone(), columns)?;
-            let times: Vec<Timestamp> = released.keys().map(|(t, _)| *t).collect();
-            let groups: Vec<usize> = released.values().map(|(g, _)| *g).collect();
+            let times: Vec<Timestamp> = released.keys().map(|(t, _, _)| *t).collect();
+            let groups: Vec<usize> = released.values().copied().collect();
             for start in (0..data.num_rows()).step_by(RELEASE_BATCH) {
                 let end = (start + RELEASE_BATCH).min(data.num_rows());
                 let slice = data.slice(start, end - start);

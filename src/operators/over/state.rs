@@ -161,11 +161,11 @@ pub(super) fn rows(op: &OverOperator) -> Result<Option<RecordBatch>> {
         let parser = op.rows_of.parser();
         let input = op
             .rows_of
-            .convert_rows(op.pending.values().map(|(_, r)| parser.parse(r)))?;
+            .convert_rows(op.pending.keys().map(|(_, r, _)| parser.parse(r)))?;
         let batch = RecordBatch::try_new(op.spec.input.clone(), input.clone())?;
         parts.push(Part {
             role: WAITING_ROW,
-            times: op.pending.keys().map(|(t, _)| Some(*t)).collect(),
+            times: op.pending.keys().map(|(t, _, _)| Some(*t)).collect(),
             keys: evaluate(&op.spec.partition, &batch)?,
             input: Some(input),
             args: None,
@@ -276,8 +276,8 @@ pub(super) fn restore(op: &mut OverOperator, rows: &RecordBatch) -> Result<()> {
         }
         op.seq += 1;
         op.pending.insert(
-            (times.value(*r), op.seq),
-            (groups[*r], input.row(n).as_ref().into()),
+            (times.value(*r), input.row(n).as_ref().into(), op.seq),
+            groups[*r],
         );
     }
     Ok(())

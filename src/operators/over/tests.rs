@@ -118,3 +118,43 @@ fn on_processing_time_rows_enter_as_they_arrive() {
     let sums: Vec<&str> = out.iter().map(|l| l.rsplit(' ').next().unwrap()).collect();
     assert_eq!(sums, vec!["10", "30", "60"]);
 }
+
+#[test]
+fn over_an_updating_input_a_retracted_row_changes_the_results_of_the_rows_after_it() {
+    let mut h = Harness::of(
+        &[
+            EVENTS,
+            "CREATE TABLE out (auction BIGINT, price BIGINT, ts TIMESTAMP(3), s BIGINT) WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO out SELECT auction, price, ts, SUM(price) OVER (ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) \
+         FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) \
+         WHERE rn = 1)",
+        "RetractOverAggregate",
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        h.push(&format!("+I 1 10 {}\n+I 2 5 {}", at(1), at(2))).unwrap(),
+        lines(&[&format!("+I 1 10 {} 10", at(1)), &format!("+I 2 5 {} 15", at(2))]),
+        "emitted at once: the result follows the input"
+    );
+    assert_eq!(
+        h.push(&format!("-U 1 10 {}\n+U 1 30 {}", at(1), at(3))).unwrap(),
+        lines(&[
+            &format!("-D 1 10 {} 10", at(1)),
+            &format!("-U 2 5 {} 15", at(2)),
+            &format!("+U 2 5 {} 5", at(2)),
+            &format!("+I 1 30 {} 35", at(3)),
+        ])
+    );
+    let snapshot = h.restart().unwrap().expect("state");
+    assert_eq!(snapshot.rows.unwrap().num_rows(), 2, "every row is kept");
+    assert_eq!(
+        h.push(&format!("-D 2 5 {}", at(2))).unwrap(),
+        lines(&[
+            &format!("-D 2 5 {} 5", at(2)),
+            &format!("-U 1 30 {} 35", at(3)),
+            &format!("+U 1 30 {} 30", at(3)),
+        ])
+    );
+}

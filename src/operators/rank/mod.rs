@@ -8,8 +8,9 @@
 //! `RetractableTopNFunction`) it keeps every row, as a retraction can bring
 //! any of them up. Each row that enters or leaves changes the ranks after it;
 //! what is emitted is the difference of the ranks before and after
-//! ([`changes::rank_changes`]). Rows with equal order keys rank in arrival
-//! order (the newest first for a keep-last deduplication).
+//! ([`changes::rank_changes`]). Rows with equal order keys rank by their
+//! values, so that a result never depends on the order rows arrive in (nor
+//! on the parallelism); ordered by processing time, rows rank by arrival.
 //!
 //! A window TopN (the partition includes a window TVF's `window_start` and
 //! `window_end`) emits nothing until the watermark passes the window's end,
@@ -61,9 +62,6 @@ pub struct TopN {
     /// first rows (ascending: insert-only, as nothing can overtake them),
     /// `Some(true)` the last.
     pub arrival: Option<bool>,
-    /// Rows with equal order keys rank newest first (a deduplication keeping
-    /// the last row by event time, as Flink's keeps the latest of a tie).
-    pub newest_ties_first: bool,
     /// Whether the rank number is output (Flink's `outputRankNumber`).
     /// Without it, a row entering the ranks is `+I` and one leaving `-D`:
     /// no updates of the rows whose rank shifted.
@@ -87,7 +85,7 @@ impl TopN {
     }
 
     fn newest_first(&self) -> bool {
-        self.arrival == Some(true) || self.newest_ties_first
+        self.arrival == Some(true)
     }
 
     /// The text EXPLAIN shows.
@@ -163,7 +161,6 @@ impl OperatorFactory for TopN {
             end: self.end,
             rank_output: self.rank_output,
             arrival: self.arrival,
-            newest_ties_first: self.newest_ties_first,
             retract: self.retract,
             window_end: self.window_end,
         })
@@ -197,6 +194,7 @@ impl OperatorFactory for TopN {
             windows: BTreeMap::new(),
             watermark: Timestamp::MIN,
             seq: 0,
+            no_tie: Arc::from(&[][..]),
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
             spec: Arc::new(self.clone()),
@@ -204,9 +202,10 @@ impl OperatorFactory for TopN {
     }
 }
 
-/// A kept row's place: its order key and a unique number (its arrival,
-/// counted down when ties rank newest first), which breaks ties.
-type Place = (Box<[u8]>, u64);
+/// A kept row's place: its order key, its bytes (empty when ordered by
+/// arrival), which break ties, and a unique number (its arrival, counted
+/// down for the newest first), which tells equal rows apart.
+type Place = (Box<[u8]>, Arc<[u8]>, u64);
 
 /// A partition's kept rows (their bytes), in rank order.
 type Entries = BTreeMap<Place, Arc<[u8]>>;
@@ -224,6 +223,8 @@ struct TopNOperator {
     windows: BTreeMap<Timestamp, Vec<Box<[u8]>>>,
     watermark: Timestamp,
     seq: u64,
+    /// The tie breaker of rows ordered by arrival: none.
+    no_tie: Arc<[u8]>,
     max_parallelism: usize,
     metrics: Arc<TaskMetrics>,
 }
@@ -247,7 +248,7 @@ fn ranks_from(
         if rank > end {
             return (ranked, Some(place.clone()));
         }
-        ranked.push((place.1, rank, row.clone()));
+        ranked.push((place.2, rank, row.clone()));
         (previous, last) = (rank, Some(place.0.to_vec()));
     }
     (ranked, None)
@@ -315,6 +316,11 @@ impl TopNOperator {
         let (kind, end) = (self.spec.rank_type, self.spec.end);
         let keep_all = self.spec.retract;
         let number = if insert { self.next_number() } else { 0 };
+        let row: Arc<[u8]> = row.into();
+        let tie = match self.spec.arrival {
+            Some(_) => self.no_tie.clone(),
+            None => row.clone(),
+        };
         let created = !self.partitions.contains_key(partition);
         if !insert && created {
             return false;
@@ -326,16 +332,16 @@ impl TopNOperator {
         // Insert-only ROW_NUMBER: a row after a full partition never ranks.
         if insert && !keep_all && kind == RankType::RowNumber && rows.len() as u64 >= end {
             let last = rows.last_key_value().map(|(p, _)| p);
-            if last.is_some_and(|(o, n)| (order, number) > (&o[..], *n)) {
+            if last.is_some_and(|(o, t, n)| (order, &tie[..], number) > (&o[..], &t[..], *n)) {
                 return false;
             }
         }
         let place: Place = match insert {
-            true => (order.into(), number),
+            true => (order.into(), tie, number),
             false => {
-                let low = (Box::<[u8]>::from(order), 0);
-                let high = (Box::<[u8]>::from(order), u64::MAX);
-                match rows.range(low..=high).find(|(_, r)| &r[..] == row) {
+                let low = (Box::<[u8]>::from(order), tie.clone(), 0);
+                let high = (Box::<[u8]>::from(order), tie, u64::MAX);
+                match rows.range(low..=high).find(|(_, r)| r[..] == row[..]) {
                     Some((place, _)) => place.clone(),
                     None => return false,
                 }
@@ -345,7 +351,7 @@ impl TopNOperator {
             // Ranked after `end`: kept only when every row is.
             if keep_all {
                 match insert {
-                    true => rows.insert(place, row.into()),
+                    true => rows.insert(place, row),
                     false => rows.remove(&place),
                 };
             }
@@ -354,7 +360,7 @@ impl TopNOperator {
         let context = (position, previous, last.as_deref());
         let (old, _) = ranks_from(rows, Bound::Included(&place), context, kind, end);
         match insert {
-            true => rows.insert(place.clone(), row.into()),
+            true => rows.insert(place.clone(), row),
             false => rows.remove(&place),
         };
         let (new, after_end) = ranks_from(rows, Bound::Included(&place), context, kind, end);
@@ -555,13 +561,19 @@ impl Operator for TopNOperator {
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
             let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
             let row: Arc<[u8]> = converted.row(i).data().into();
+            let tie = match self.spec.arrival {
+                Some(_) => self.no_tie.clone(),
+                None => row.clone(),
+            };
             match self.partitions.get_mut(partition) {
                 Some(rows) => {
-                    rows.insert((order.into(), number), row);
+                    rows.insert((order.into(), tie, number), row);
                 }
                 None => {
-                    self.partitions
-                        .insert(partition.into(), Entries::from([((order.into(), number), row)]));
+                    self.partitions.insert(
+                        partition.into(),
+                        Entries::from([((order.into(), tie, number), row)]),
+                    );
                     self.created(partition, ends[i].unwrap_or(i64::MIN));
                 }
             }

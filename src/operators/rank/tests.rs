@@ -200,32 +200,30 @@ const EVENTS: &[&str] = &[
 ];
 
 #[test]
-fn deduplication_keeping_the_last_row_by_event_time_keeps_the_latest_of_a_tie() {
-    let dedup = |order: &str| {
+fn a_tie_ranks_by_the_rows_values_whatever_order_the_rows_arrive_in() {
+    let dedup = || {
         Harness::of(
             EVENTS,
-            &format!(
-                "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY ts {order}) \
-                 AS rn FROM bids) WHERE rn = 1"
-            ),
+            "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY ts DESC) \
+             AS rn FROM bids) WHERE rn = 1",
             "Rank",
             0,
         )
         .unwrap()
     };
-    let rows = "1 10 2020-01-01T00:00:01\n1 20 2020-01-01T00:00:01";
+    let (ten, twenty) = ("1 10 2020-01-01T00:00:01", "1 20 2020-01-01T00:00:01");
     assert_eq!(
-        dedup("DESC").push(rows).unwrap(),
+        dedup().push(&format!("{twenty}\n{ten}")).unwrap(),
         lines(&[
-            "+I 1 10 2020-01-01T00:00:01 1",
-            "-U 1 10 2020-01-01T00:00:01 1",
-            "+U 1 20 2020-01-01T00:00:01 1"
+            &format!("+I {twenty} 1"),
+            &format!("-U {twenty} 1"),
+            &format!("+U {ten} 1")
         ])
     );
     assert_eq!(
-        dedup("ASC").push(rows).unwrap(),
-        lines(&["+I 1 10 2020-01-01T00:00:01 1"]),
-        "keeping the first row, the earliest of a tie"
+        dedup().push(&format!("{ten}\n{twenty}")).unwrap(),
+        lines(&[&format!("+I {ten} 1")]),
+        "the same row is kept"
     );
 }
 
