@@ -38,9 +38,17 @@ enum Command {
     /// keys, e.g. 'parallelism.default'); `INSERT INTO` starts a job; a `SELECT`
     /// prints its rows as they arrive. The command exits when every bounded job
     /// has finished, with status 1 if any statement or job failed.
+    ///
+    /// Several files run one after the other, as one script (Nexmark's
+    /// `ddl_gen.sql ddl_views.sql q10.sql`). A `${NAME}` in them is filled in
+    /// from `--define NAME=value`, else from the environment variable NAME.
     Run {
-        /// The SQL file.
-        file: PathBuf,
+        /// The SQL files.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        /// A value for `${NAME}` placeholders, as NAME=value (repeatable).
+        #[arg(long = "define", short = 'D', value_name = "NAME=VALUE")]
+        defines: Vec<String>,
         /// Settings applied before the file, as key=value (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         settings: Vec<String>,
@@ -237,7 +245,8 @@ fn main() -> ExitCode {
     };
     let result = match command {
         Command::Run {
-            file,
+            files,
+            defines,
             settings,
             restore,
             metrics_interval,
@@ -245,7 +254,7 @@ fn main() -> ExitCode {
             let interval = metrics_interval
                 .map(|text| duration_arg("metrics-interval", &text))
                 .transpose();
-            interval.and_then(|interval| run(&file, &settings, restore.as_deref(), interval))
+            interval.and_then(|interval| run(&files, &defines, &settings, restore.as_deref(), interval))
         }
         Command::Bench {
             benchmark: Benchmark::Nexmark(args),
@@ -274,13 +283,36 @@ fn main() -> ExitCode {
     }
 }
 
+/// A script file read, its `${NAME}` placeholders filled in.
+fn read_script(file: &Path, defines: &[String]) -> anyhow::Result<String> {
+    let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let mut values = std::collections::HashMap::new();
+    for define in defines {
+        let (name, value) = define
+            .split_once('=')
+            .with_context(|| format!("--define takes NAME=VALUE, got '{define}'"))?;
+        values.insert(name.trim().to_string(), value.to_string());
+    }
+    weir::frontend::placeholders::substitute(&sql, |name| {
+        values.get(name).cloned().or_else(|| std::env::var(name).ok())
+    })
+    .map_err(|(name, offset)| {
+        let line = sql[..offset].matches('\n').count() + 1;
+        let column = offset - sql[..offset].rfind('\n').map_or(0, |i| i + 1) + 1;
+        anyhow::anyhow!(
+            "{}:{line}:{column}: ${{{name}}} has no value: pass --define {name}=... or set the environment variable {name}",
+            file.display()
+        )
+    })
+}
+
 fn run(
-    file: &Path,
+    files: &[PathBuf],
+    defines: &[String],
     settings: &[String],
     restore: Option<&Path>,
     metrics_interval: Option<std::time::Duration>,
 ) -> anyhow::Result<()> {
-    let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let engine = Engine::new();
     if let Some(path) = restore {
         engine.set("execution.savepoint.path", &path.display().to_string())?;
@@ -291,7 +323,13 @@ fn run(
             .with_context(|| format!("--set takes KEY=VALUE, got '{setting}'"))?;
         engine.set(key.trim(), value.trim())?;
     }
-    let statements = weir::frontend::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
+    let mut scripts = Vec::new();
+    for file in files {
+        let sql = read_script(file, defines)?;
+        let statements =
+            weir::frontend::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
+        scripts.push((file, sql, statements));
+    }
     let started = Instant::now();
     let stop = StopOnSignal::install()?;
     if let Some(interval) = metrics_interval {
@@ -310,10 +348,13 @@ fn run(
             .context("cannot start the metrics thread")?;
     }
     let mut jobs = Vec::new();
-    for statement in statements {
+    for (file, sql, statement) in scripts
+        .iter()
+        .flat_map(|(file, sql, statements)| statements.iter().map(move |s| (file, sql, s)))
+    {
         let result = engine.sql(&statement.text).map_err(|e| {
             // Positions in errors are relative to the statement; make them the file's.
-            located(shift_position(e, statement.position), file, &sql)
+            located(shift_position(e, statement.position), file, sql)
         })?;
         if let Some(job) = result.job() {
             for note in job.notes() {

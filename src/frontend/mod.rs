@@ -12,6 +12,7 @@ pub mod legacy_options;
 pub mod listagg;
 pub mod naming;
 pub mod parser;
+pub mod placeholders;
 pub mod ported_udfs;
 pub mod qualify;
 pub mod temporal;

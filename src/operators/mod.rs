@@ -8,6 +8,7 @@ pub mod harness;
 pub mod join;
 pub mod over;
 pub mod rank;
+pub mod sort;
 pub mod union;
 pub mod upsert;
 pub mod watermark;

@@ -1101,7 +1101,7 @@ impl<'a> Planner<'a> {
         match plan {
             LogicalPlan::Sort(sort) => match sort.fetch {
                 Some(fetch) => self.plan_sort_limit(sort, 0, fetch),
-                None => Err(unsupported("ORDER BY on a stream without LIMIT")),
+                None => self.plan_temporal_sort(sort),
             },
             LogicalPlan::Limit(limit) => {
                 use datafusion_expr::logical_plan::{FetchType, SkipType};
@@ -1121,6 +1121,57 @@ impl<'a> Planner<'a> {
             }
             _ => Err(Error::Internal("not a sort or limit".into())),
         }
+    }
+
+    /// `ORDER BY` without `LIMIT`: on a stream only by a time attribute,
+    /// ascending, first (Flink's `TemporalSort`).
+    fn plan_temporal_sort(&mut self, sort: &datafusion_expr::logical_plan::Sort) -> Result<NodeId> {
+        let in_schema = sort.input.schema();
+        let refuse = || {
+            Error::Plan(
+                "Sort on a non-time-attribute field is not supported: ORDER BY on a stream must start with a \
+                 time attribute, ascending (add LIMIT for a TopN)"
+                    .into(),
+            )
+        };
+        let first = sort.expr.first().ok_or_else(refuse)?;
+        let Expr::Column(c) = &first.expr else {
+            return Err(refuse());
+        };
+        let index = in_schema.index_of_column(c)?;
+        let kind = in_schema.field(index).metadata().get(TIME_ATTRIBUTE_KEY).cloned();
+        let time = match (first.asc, kind.as_deref()) {
+            (true, Some(ROWTIME)) => Some(index),
+            (true, Some(PROCTIME)) => None,
+            _ => return Err(refuse()),
+        };
+        let then = sort.expr[1..]
+            .iter()
+            .map(|s| {
+                let options = arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                };
+                Ok((self.physical(&s.expr, in_schema)?, options))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let input = self.plan(&sort.input)?;
+        if self.nodes[input].mode().is_updating() {
+            return Err(unsupported("ORDER BY on an updating stream"));
+        }
+        let schema = self.nodes[input].schema.clone();
+        let edge = join_edge(&self.nodes[input], &[], 1, true);
+        let operator = crate::operators::sort::TemporalSort {
+            time,
+            then,
+            schema: schema.clone(),
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(operator)),
+            vec![(input, edge)],
+            1,
+            schema,
+        )
     }
 
     /// `ORDER BY ... LIMIT n [OFFSET m]` (a `Sort` with a fetch, under a

@@ -176,6 +176,13 @@ pub enum NodeSpec {
         #[serde(default)]
         retract: bool,
     },
+    /// A streaming sort by a time attribute.
+    TemporalSort {
+        /// The event-time column; `None`: processing time.
+        time: Option<usize>,
+        /// The other keys, each with `descending` and `nulls_first`.
+        then: Vec<(ExprNode, bool, bool)>,
+    },
     /// Union of the inputs.
     Union,
     /// `-U` rows dropped before an upsert sink keyed by `key`.
@@ -733,6 +740,24 @@ impl NodeSpec {
                         .collect::<Result<Vec<_>>>()?,
                     input,
                     schema: output.clone(),
+                }))
+            }
+            NodeSpec::TemporalSort { time, then } => {
+                let input = input()?;
+                let then = then
+                    .iter()
+                    .map(|(e, descending, nulls_first)| {
+                        let options = arrow::compute::SortOptions {
+                            descending: *descending,
+                            nulls_first: *nulls_first,
+                        };
+                        Ok((decode_expr(e, &input, ctx)?, options))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                NodeKind::Operator(Arc::new(crate::operators::sort::TemporalSort {
+                    time: *time,
+                    then,
+                    schema: input,
                 }))
             }
             NodeSpec::Union => NodeKind::Operator(Arc::new(Union {

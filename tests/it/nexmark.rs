@@ -388,3 +388,62 @@ fn every_nexmark_query_gives_the_same_rows_at_parallelism_1_2_and_4_unless_it_re
     eprintln!("rows per query: {checked:?}");
     assert_eq!(checked.len(), weir::bench::QUERIES.len());
 }
+
+#[test]
+fn weir_run_runs_q10_and_q13_from_nexmarks_files_with_their_placeholders_defined() {
+    let dir = tempfile::tempdir().unwrap();
+    weir::bench::write_side_input(dir.path()).unwrap();
+    let home = dir.path().display().to_string();
+    let defines = [
+        "TPS=10000".to_string(),
+        format!("EVENTS_NUM={EVENTS}"),
+        "PERSON_PROPORTION=1".into(),
+        "AUCTION_PROPORTION=3".into(),
+        "BID_PROPORTION=46".into(),
+        "NEXMARK_TABLE=datagen".into(),
+        format!("NEXMARK_DIR={home}"),
+        "SUBMIT_TIME=7".into(),
+    ];
+    let weir = |query: &str, extra: &[String]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+        command.arg("run");
+        for define in defines.iter().chain(extra) {
+            command.args(["--define", define]);
+        }
+        command
+            .args(["sql/nexmark/ddl_gen.sql", "sql/nexmark/ddl_views.sql"])
+            .arg(format!("sql/nexmark/{query}.sql"))
+            .output()
+            .unwrap()
+    };
+    let q10 = weir("q10", &[]);
+    assert!(q10.status.success(), "{}", String::from_utf8_lossy(&q10.stderr));
+    let partition = dir.path().join("data/output/7/bid/dt=2015-07-15/hm=00%3A00");
+    assert_eq!(crate::part_file_lines(&partition).len() as u64, EVENTS * 46 / 50);
+    // q13's ${FLINK_HOME} from the environment instead.
+    let q13 = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .env("FLINK_HOME", &home)
+        .arg("run")
+        .args(defines.iter().flat_map(|d| ["--define", d.as_str()]))
+        .args([
+            "sql/nexmark/ddl_gen.sql",
+            "sql/nexmark/ddl_views.sql",
+            "sql/nexmark/q13.sql",
+        ])
+        .output()
+        .unwrap();
+    assert!(q13.status.success(), "{}", String::from_utf8_lossy(&q13.stderr));
+    assert!(String::from_utf8_lossy(&q13.stderr).contains("finished"));
+    // A placeholder without a value is named, with where it is.
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .env_remove("FLINK_HOME")
+        .args(["run", "sql/nexmark/q13.sql"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(
+        stderr.contains("sql/nexmark/q13.sql:13:") && stderr.contains("${FLINK_HOME} has no value"),
+        "{stderr}"
+    );
+}
