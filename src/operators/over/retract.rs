@@ -6,10 +6,11 @@
 //!
 //! A partition keeps all its rows. A row entering or leaving changes the
 //! frames of the rows after it that reach back to it (the next `n` of a
-//! `ROWS n PRECEDING` frame, those of the next interval of a `RANGE` frame):
-//! their results before and after are compared ([`changes`], a plain
-//! function), and what changed is emitted as `-U`/`+U`, the row itself as
-//! `+I`/`-D`. Unbounded frames are refused for updating input: every later
+//! `ROWS n PRECEDING` frame, those of the next interval of a `RANGE` frame).
+//! Per batch (a mini-batch), the results of the rows its changes reached
+//! are compared before and after it ([`changes`], a plain function), and
+//! what changed is emitted as `-U`/`+U`, a row that came or went as
+//! `+I`/`-D`; a row that came and went within the batch is not emitted. Unbounded frames are refused for updating input: every later
 //! row would change.
 
 use std::collections::{BTreeMap, HashMap};
@@ -148,15 +149,15 @@ impl RetractOverOperator {
         Ok(results)
     }
 
-    /// Applies one row (added or taken away) to its partition; each row
-    /// whose frame it is in, with the frames it had before and has after
-    /// (indices into `frames`; `None`: not there).
+    /// Applies one row (added or taken away) to its partition, noting
+    /// each row whose frame it is in that `touched` has not noted yet, with
+    /// its frame before (an index into `frames`; `None`: not there).
     fn change(
         &mut self,
         partition: &[u8],
         (time, row): (Timestamp, Arc<[u8]>),
         add: bool,
-        affected: &mut Vec<Affected>,
+        touched: &mut Touched,
         frames: &mut Vec<Vec<Arc<[u8]>>>,
     ) {
         let rows = self.partitions.entry(partition.into()).or_default();
@@ -169,54 +170,72 @@ impl RetractOverOperator {
             (false, n) => (time, row, n - 1),
         };
         rows.insert(place.clone(), ());
-        // The frames with the row in, then without it.
         let rows = &self.partitions[partition];
         let reaching = self.reaching(rows, &place);
-        let mut with = Vec::new();
-        for p in &reaching {
-            with.push(Some(frames.len()));
-            frames.push(self.frame_of(rows, p).into_iter().cloned().collect());
+        if add {
+            // Before the change the row was not there.
+            self.partitions
+                .get_mut(partition)
+                .expect("the partition")
+                .remove(&place);
+        }
+        let rows = &self.partitions[partition];
+        for p in reaching {
+            let key = (Box::<[u8]>::from(partition), p);
+            if touched.before.contains_key(&key) {
+                continue;
+            }
+            let before = match add && key.1 == place {
+                true => None,
+                false => {
+                    frames.push(self.frame_of(rows, &key.1).into_iter().cloned().collect());
+                    Some(frames.len() - 1)
+                }
+            };
+            touched.order.push(key.clone());
+            touched.before.insert(key, before);
         }
         let rows = self.partitions.get_mut(partition).expect("the partition");
-        rows.remove(&place);
-        let rows = &self.partitions[partition];
-        let mut without = Vec::new();
-        for p in &reaching {
-            match *p == place {
-                true => without.push(None),
-                false => {
-                    without.push(Some(frames.len()));
-                    frames.push(self.frame_of(rows, p).into_iter().cloned().collect());
-                }
-            }
-        }
-        let (before, after) = match add {
-            true => (without, with),
-            false => (with, without),
-        };
-        affected.extend(
-            reaching
-                .iter()
-                .zip(before.into_iter().zip(after))
-                .map(|(p, (before, after))| Affected {
-                    row: p.1.clone(),
-                    before,
-                    after,
-                }),
-        );
         match add {
             true => {
-                self.partitions
-                    .get_mut(partition)
-                    .expect("the partition")
-                    .insert(place, ());
+                rows.insert(place, ());
             }
-            false if self.partitions[partition].is_empty() => {
-                self.partitions.remove(partition);
+            false => {
+                rows.remove(&place);
             }
-            false => {}
         }
     }
+
+    /// The rows a batch touched, with their frames before the batch and
+    /// after it.
+    fn settle(&self, touched: Touched, frames: &mut Vec<Vec<Arc<[u8]>>>) -> Vec<Affected> {
+        let mut affected = Vec::with_capacity(touched.order.len());
+        for key in touched.order {
+            let before = touched.before[&key];
+            let (partition, place) = key;
+            let after = match self.partitions.get(&partition) {
+                Some(rows) if rows.contains_key(&place) => {
+                    frames.push(self.frame_of(rows, &place).into_iter().cloned().collect());
+                    Some(frames.len() - 1)
+                }
+                _ => None,
+            };
+            affected.push(Affected {
+                row: place.1,
+                before,
+                after,
+            });
+        }
+        affected
+    }
+}
+
+/// The rows a batch's changes reached, in the order first reached, with
+/// their frames before the batch.
+#[derive(Default)]
+pub(super) struct Touched {
+    order: Vec<(Box<[u8]>, Place)>,
+    before: HashMap<(Box<[u8]>, Place), Option<usize>>,
 }
 
 /// A row whose result a change may have changed: its frames before and
@@ -303,13 +322,15 @@ impl Operator for RetractOverOperator {
         let keys = self.partition_keys(&data)?;
         let times = crate::operators::join::window::millis(data.column(self.time_column()?))?;
         let rows = self.rows_of.convert_columns(data.columns())?;
-        let (mut affected, mut frames) = (Vec::new(), Vec::new());
+        let (mut touched, mut frames) = (Touched::default(), Vec::new());
         for (i, kind) in kinds.iter().enumerate() {
             let partition = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
             let add = matches!(kind, RowKind::Insert | RowKind::UpdateAfter);
             let row: Arc<[u8]> = rows.row(i).data().into();
-            self.change(partition, (times[i], row), add, &mut affected, &mut frames);
+            self.change(partition, (times[i], row), add, &mut touched, &mut frames);
         }
+        self.partitions.retain(|_, rows| !rows.is_empty());
+        let affected = self.settle(touched, &mut frames);
         if affected.is_empty() {
             return Ok(());
         }
