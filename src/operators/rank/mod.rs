@@ -21,6 +21,7 @@
 //! ```
 
 pub mod changes;
+mod entries;
 #[cfg(test)]
 mod tests;
 
@@ -202,13 +203,7 @@ impl OperatorFactory for TopN {
     }
 }
 
-/// A kept row's place: its order key, its bytes (empty when ordered by
-/// arrival), which break ties, and a unique number (its arrival, counted
-/// down for the newest first), which tells equal rows apart.
-type Place = (Box<[u8]>, Arc<[u8]>, u64);
-
-/// A partition's kept rows (their bytes), in rank order.
-type Entries = BTreeMap<Place, Arc<[u8]>>;
+use entries::{Entries, Place};
 
 /// A row of a partition's ranks: its number, its rank, its bytes.
 type RankedRow = (u64, u64, Arc<[u8]>);
@@ -241,7 +236,7 @@ fn ranks_from(
 ) -> (Vec<RankedRow>, Option<Place>) {
     let mut ranked = Vec::new();
     let (mut position, mut previous, mut last) = (position, previous, last.map(<[u8]>::to_vec));
-    for (place, row) in rows.range((from, Bound::Unbounded)) {
+    for (place, row) in rows.from(from) {
         position += 1;
         let tie = last.as_deref() == Some(&place.0[..]);
         let rank = kind.next(position, previous, tie);
@@ -261,7 +256,7 @@ type Preceding = (u64, u64, Option<Box<[u8]>>);
 /// when that rank is already after `end` (so is every rank from `place`).
 fn before(rows: &Entries, place: &Place, kind: RankType, end: u64) -> Option<Preceding> {
     let (mut position, mut previous, mut last): (u64, u64, Option<&[u8]>) = (0, 0, None);
-    for (p, _) in rows.range(..place) {
+    for (p, _) in rows.before(place) {
         position += 1;
         previous = kind.next(position, previous, last == Some(&p.0[..]));
         if previous > end {
@@ -270,6 +265,62 @@ fn before(rows: &Entries, place: &Place, kind: RankType, end: u64) -> Option<Pre
         last = Some(&p.0[..]);
     }
     Some((position, previous, last.map(Into::into)))
+}
+
+/// What a row entering at `at` (0-based) of a partition holding `held` rows,
+/// keeping at most `end`, changes among ranks `start..=end` of a
+/// `ROW_NUMBER()`: for each rank whose row changes, the rank and whether a
+/// row held it before (an update) or not (an insert). The entering row
+/// takes rank `at + 1`; each row after it moves down one. A plain function.
+pub fn shifted_ranks(at: usize, held: usize, start: u64, end: u64) -> Vec<(u64, bool)> {
+    let filled = (held + 1).min(end as usize);
+    (at..filled)
+        .map(|i| (i as u64 + 1, i < held))
+        .filter(|(rank, _)| *rank >= start)
+        .collect()
+}
+
+/// A row entering a few rows of an insert-only `ROW_NUMBER()` TopN
+/// (Flink's `AppendOnlyTopNFunction`): the ranks it shifts are emitted
+/// directly ([`shifted_ranks`]), without comparing the ranks before and
+/// after; the same changes as [`changes::rank_changes`], for less work on
+/// the most common TopN.
+fn append_row_number(
+    rows: &mut Vec<(Place, Arc<[u8]>)>,
+    (place, row): (Place, Arc<[u8]>),
+    (start, end, rank_output): (u64, u64, bool),
+    out: &mut Vec<(Arc<[u8]>, u64, RowKind)>,
+) {
+    let at = rows.partition_point(|(p, _)| *p < place);
+    if at as u64 >= end {
+        return;
+    }
+    let (held, first) = (rows.len(), start as usize - 1);
+    if rank_output {
+        for (rank, was_held) in shifted_ranks(at, held, start, end) {
+            let i = rank as usize - 1;
+            let new = if i == at { &row } else { &rows[i - 1].1 };
+            if was_held {
+                out.push((rows[i].1.clone(), rank, RowKind::UpdateBefore));
+                out.push((new.clone(), rank, RowKind::UpdateAfter));
+            } else {
+                out.push((new.clone(), rank, RowKind::Insert));
+            }
+        }
+    } else {
+        // The row pushed out of the range leaves; the one shifted into its
+        // first rank (or the new row) enters.
+        if held as u64 >= end {
+            out.push((rows[end as usize - 1].1.clone(), 0, RowKind::Delete));
+        }
+        match at >= first {
+            true => out.push((row.clone(), 0, RowKind::Insert)),
+            false if held > first - 1 => out.push((rows[first - 1].1.clone(), 0, RowKind::Insert)),
+            false => {}
+        }
+    }
+    rows.insert(at, (place, row));
+    rows.truncate(end as usize);
 }
 
 impl TopNOperator {
@@ -331,17 +382,32 @@ impl TopNOperator {
         };
         // Insert-only ROW_NUMBER: a row after a full partition never ranks.
         if insert && !keep_all && kind == RankType::RowNumber && rows.len() as u64 >= end {
-            let last = rows.last_key_value().map(|(p, _)| p);
+            let last = rows.last();
             if last.is_some_and(|(o, t, n)| (order, &tie[..], number) > (&o[..], &t[..], *n)) {
                 return false;
+            }
+        }
+        if insert && !keep_all && kind == RankType::RowNumber && self.spec.window_end.is_none() {
+            if let Entries::Few(rows) = rows {
+                let place = (order.into(), tie, number);
+                append_row_number(
+                    rows,
+                    (place, row),
+                    (self.spec.start, end, self.spec.rank_output),
+                    out,
+                );
+                return created;
             }
         }
         let place: Place = match insert {
             true => (order.into(), tie, number),
             false => {
                 let low = (Box::<[u8]>::from(order), tie.clone(), 0);
-                let high = (Box::<[u8]>::from(order), tie, u64::MAX);
-                match rows.range(low..=high).find(|(_, r)| r[..] == row[..]) {
+                let found = rows
+                    .from(Bound::Included(&low))
+                    .take_while(|(p, _)| p.0 == low.0 && p.1 == tie)
+                    .find(|(_, r)| r[..] == row[..]);
+                match found {
                     Some((place, _)) => place.clone(),
                     None => return false,
                 }
@@ -365,7 +431,7 @@ impl TopNOperator {
         };
         let (new, after_end) = ranks_from(rows, Bound::Included(&place), context, kind, end);
         if let (false, Some(after_end)) = (keep_all, after_end) {
-            rows.split_off(&after_end);
+            rows.truncate_at(&after_end);
         }
         if rows.is_empty() {
             self.partitions.remove(partition);
@@ -496,7 +562,7 @@ impl Operator for TopNOperator {
         let kept: Vec<(usize, &Arc<[u8]>)> = self
             .partitions
             .values()
-            .flat_map(|rows| rows.values().enumerate())
+            .flat_map(|rows| rows.rows().map(|(_, r)| r).enumerate())
             .collect();
         let rows = match kept.is_empty() {
             true => None,
@@ -570,10 +636,9 @@ impl Operator for TopNOperator {
                     rows.insert((order.into(), tie, number), row);
                 }
                 None => {
-                    self.partitions.insert(
-                        partition.into(),
-                        Entries::from([((order.into(), tie, number), row)]),
-                    );
+                    let mut rows = Entries::default();
+                    rows.insert((order.into(), tie, number), row);
+                    self.partitions.insert(partition.into(), rows);
                     self.created(partition, ends[i].unwrap_or(i64::MIN));
                 }
             }

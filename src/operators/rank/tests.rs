@@ -3,6 +3,17 @@
 
 use crate::operators::harness::Harness;
 
+#[test]
+fn a_row_entering_a_full_partition_shifts_the_ranks_after_it() {
+    use super::shifted_ranks;
+    // Held 3 of 3, a row enters at rank 2: ranks 2 and 3 change.
+    assert_eq!(shifted_ranks(1, 3, 1, 3), vec![(2, true), (3, true)]);
+    // Held 1 of 3, a row enters first: rank 1 updates, rank 2 fills.
+    assert_eq!(shifted_ranks(0, 1, 1, 3), vec![(1, true), (2, false)]);
+    // Only ranks from `start` are output.
+    assert_eq!(shifted_ranks(0, 2, 2, 3), vec![(2, true), (3, false)]);
+}
+
 const SETUP: &[&str] = &[
     "CREATE TABLE bids (auction BIGINT, price BIGINT) WITH ('connector' = 'datagen')",
     "CREATE TABLE out (auction BIGINT, price BIGINT, rn BIGINT) WITH ('connector' = 'blackhole')",
