@@ -387,17 +387,11 @@ impl TopNOperator {
                 return false;
             }
         }
-        if insert && !keep_all && kind == RankType::RowNumber && self.spec.window_end.is_none() {
-            if let Entries::Few(rows) = rows {
-                let place = (order.into(), tie, number);
-                append_row_number(
-                    rows,
-                    (place, row),
-                    (self.spec.start, end, self.spec.rank_output),
-                    out,
-                );
-                return created;
-            }
+        let append = insert && !keep_all && kind == RankType::RowNumber && self.spec.window_end.is_none();
+        if let (true, Entries::Few(rows)) = (append, &mut *rows) {
+            let place = (order.into(), tie, number);
+            append_row_number(rows, (place, row), (self.spec.start, end, self.spec.rank_output), out);
+            return created;
         }
         let place: Place = match insert {
             true => (order.into(), tie, number),
