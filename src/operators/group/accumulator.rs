@@ -851,7 +851,8 @@ fn restore_bags(values: &Values, state: &[ArrayRef]) -> Result<Vec<Bag>> {
 pub struct Distinct {
     inner: Box<dyn RetractAccumulator>,
     values: Values,
-    seen: Vec<HashMap<OwnedRow, i64>>,
+    /// Per group, each value (its row bytes) and how often it is there.
+    seen: Vec<HashMap<Box<[u8]>, i64, foldhash::fast::FixedState>>,
 }
 
 impl Distinct {
@@ -867,7 +868,7 @@ impl Distinct {
 
 impl RetractAccumulator for Distinct {
     fn resize(&mut self, total: usize) {
-        self.seen.resize_with(total, HashMap::new);
+        self.seen.resize_with(total, HashMap::default);
         self.inner.resize(total);
     }
 
@@ -878,19 +879,27 @@ impl RetractAccumulator for Distinct {
         retract: Option<&[bool]>,
         total: usize,
     ) -> Result<()> {
-        self.seen.resize_with(total, HashMap::new);
+        self.seen.resize_with(total, HashMap::default);
         let rows = self.values.rows(&args[0])?;
         let mut changed = Vec::new();
         let mut changed_groups = Vec::new();
         let mut changed_retract = Vec::new();
         for (i, g, taken) in valid_rows(args, groups, retract) {
             let seen = &mut self.seen[g];
-            let value = rows.row(i).owned();
-            let count = seen.entry(value.clone()).or_insert(0);
-            *count += if taken { -1 } else { 1 };
-            let now = *count;
+            let value = rows.row(i);
+            let delta = if taken { -1 } else { 1 };
+            let now = match seen.get_mut(value.as_ref()) {
+                Some(count) => {
+                    *count += delta;
+                    *count
+                }
+                None => {
+                    seen.insert(value.as_ref().into(), delta);
+                    delta
+                }
+            };
             if now <= 0 {
-                seen.remove(&value);
+                seen.remove(value.as_ref());
             }
             if (taken && now == 0) || (!taken && now == 1) {
                 changed.push(i as u32);
@@ -930,9 +939,10 @@ impl RetractAccumulator for Distinct {
     }
 
     fn state(&self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
+        let parser = self.values.converter.parser();
         let bags: Vec<Bag> = groups
             .iter()
-            .map(|g| self.seen[*g].iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .map(|g| self.seen[*g].iter().map(|(k, v)| (parser.parse(k).owned(), *v)).collect())
             .collect();
         let mut state = bag_state(&self.values, bags.iter())?;
         state.extend(self.inner.state(groups)?);
@@ -940,9 +950,9 @@ impl RetractAccumulator for Distinct {
     }
 
     fn restore(&mut self, state: &[ArrayRef], groups: &[usize], total: usize) -> Result<()> {
-        self.seen.resize_with(total, HashMap::new);
+        self.seen.resize_with(total, HashMap::default);
         for (bag, g) in restore_bags(&self.values, state)?.into_iter().zip(groups) {
-            self.seen[*g] = bag.into_iter().collect();
+            self.seen[*g] = bag.into_iter().map(|(k, v)| (k.row().as_ref().into(), v)).collect();
         }
         self.inner.restore(&state[2.min(state.len())..], groups, total)
     }
