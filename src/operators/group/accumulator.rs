@@ -942,7 +942,12 @@ impl RetractAccumulator for Distinct {
         let parser = self.values.converter.parser();
         let bags: Vec<Bag> = groups
             .iter()
-            .map(|g| self.seen[*g].iter().map(|(k, v)| (parser.parse(k).owned(), *v)).collect())
+            .map(|g| {
+                self.seen[*g]
+                    .iter()
+                    .map(|(k, v)| (parser.parse(k).owned(), *v))
+                    .collect()
+            })
             .collect();
         let mut state = bag_state(&self.values, bags.iter())?;
         state.extend(self.inner.state(groups)?);
@@ -952,7 +957,10 @@ impl RetractAccumulator for Distinct {
     fn restore(&mut self, state: &[ArrayRef], groups: &[usize], total: usize) -> Result<()> {
         self.seen.resize_with(total, HashMap::default);
         for (bag, g) in restore_bags(&self.values, state)?.into_iter().zip(groups) {
-            self.seen[*g] = bag.into_iter().map(|(k, v)| (k.row().as_ref().into(), v)).collect();
+            self.seen[*g] = bag
+                .into_iter()
+                .map(|(k, v)| (k.row().as_ref().into(), v))
+                .collect();
         }
         self.inner.restore(&state[2.min(state.len())..], groups, total)
     }

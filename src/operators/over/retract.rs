@@ -235,7 +235,7 @@ impl RetractOverOperator {
 #[derive(Default)]
 pub(super) struct Touched {
     order: Vec<(Box<[u8]>, Place)>,
-    before: HashMap<(Box<[u8]>, Place), Option<usize>>,
+    before: HashMap<(Box<[u8]>, Place), Option<usize>, foldhash::fast::FixedState>,
 }
 
 /// A row whose result a change may have changed: its frames before and

@@ -390,7 +390,12 @@ impl TopNOperator {
         let append = insert && !keep_all && kind == RankType::RowNumber && self.spec.window_end.is_none();
         if let (true, Entries::Few(rows)) = (append, &mut *rows) {
             let place = (order.into(), tie, number);
-            append_row_number(rows, (place, row), (self.spec.start, end, self.spec.rank_output), out);
+            append_row_number(
+                rows,
+                (place, row),
+                (self.spec.start, end, self.spec.rank_output),
+                out,
+            );
             return created;
         }
         let place: Place = match insert {
