@@ -74,14 +74,9 @@ impl OperatorFactory for TemporalSort {
     }
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::encode_expr;
         Ok(crate::plan::spec::NodeSpec::TemporalSort {
             time: self.time,
-            then: self
-                .then
-                .iter()
-                .map(|(e, o)| Ok((encode_expr(e, &self.schema)?, o.descending, o.nulls_first)))
-                .collect::<Result<Vec<_>>>()?,
+            then: crate::plan::codec::encode_sort_keys(&self.then, &self.schema)?,
         })
     }
 

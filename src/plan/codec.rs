@@ -589,6 +589,34 @@ pub fn decode_aggregate(
     Ok(builder.build()?)
 }
 
+/// Sort keys over `input` as data: each expression with `descending` and
+/// `nulls_first`.
+pub fn encode_sort_keys(
+    keys: &[(Arc<dyn PhysicalExpr>, arrow::compute::SortOptions)],
+    input: &Schema,
+) -> Result<Vec<(ExprNode, bool, bool)>> {
+    keys.iter()
+        .map(|(e, o)| Ok((encode_expr(e, input)?, o.descending, o.nulls_first)))
+        .collect()
+}
+
+/// [`encode_sort_keys`] back, over `input`.
+pub fn decode_sort_keys(
+    keys: &[(ExprNode, bool, bool)],
+    input: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Vec<(Arc<dyn PhysicalExpr>, arrow::compute::SortOptions)>> {
+    keys.iter()
+        .map(|(e, descending, nulls_first)| {
+            let options = arrow::compute::SortOptions {
+                descending: *descending,
+                nulls_first: *nulls_first,
+            };
+            Ok((decode_expr(e, input, ctx)?, options))
+        })
+        .collect()
+}
+
 /// A data type's text (Arrow's), for specs that need only the type.
 pub fn type_text(data_type: &DataType) -> String {
     data_type.to_string()

@@ -1145,16 +1145,7 @@ impl<'a> Planner<'a> {
             (true, Some(PROCTIME)) => None,
             _ => return Err(refuse()),
         };
-        let then = sort.expr[1..]
-            .iter()
-            .map(|s| {
-                let options = arrow::compute::SortOptions {
-                    descending: !s.asc,
-                    nulls_first: s.nulls_first,
-                };
-                Ok((self.physical(&s.expr, in_schema)?, options))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let then = self.sort_keys(&sort.expr[1..], in_schema)?;
         let input = self.plan(&sort.input)?;
         if self.nodes[input].mode().is_updating() {
             return Err(unsupported("ORDER BY on an updating stream"));
@@ -1212,16 +1203,7 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|e| self.physical(e, in_schema))
             .collect::<Result<Vec<_>>>()?;
-        let order = order_by
-            .iter()
-            .map(|s| {
-                let options = arrow::compute::SortOptions {
-                    descending: !s.asc,
-                    nulls_first: s.nulls_first,
-                };
-                Ok((self.physical(&s.expr, in_schema)?, options))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let order = self.sort_keys(order_by, in_schema)?;
         // One processing-time order key: Flink's deduplication, by arrival.
         let arrival = match order_by {
             [only] if is_proctime_column(&only.expr, in_schema) => Some(!only.asc),
@@ -1267,6 +1249,23 @@ impl<'a> Planner<'a> {
             parallelism,
             schema,
         )
+    }
+
+    /// `ORDER BY` keys as physical expressions with their sort options.
+    fn sort_keys(
+        &self,
+        keys: &[datafusion_expr::SortExpr],
+        schema: &DFSchema,
+    ) -> Result<Vec<(Arc<dyn PhysicalExpr>, arrow::compute::SortOptions)>> {
+        keys.iter()
+            .map(|s| {
+                let options = arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                };
+                Ok((self.physical(&s.expr, schema)?, options))
+            })
+            .collect()
     }
 
     /// Each side's equi-join key expressions, over that side's columns.

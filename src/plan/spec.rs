@@ -744,16 +744,7 @@ impl NodeSpec {
             }
             NodeSpec::TemporalSort { time, then } => {
                 let input = input()?;
-                let then = then
-                    .iter()
-                    .map(|(e, descending, nulls_first)| {
-                        let options = arrow::compute::SortOptions {
-                            descending: *descending,
-                            nulls_first: *nulls_first,
-                        };
-                        Ok((decode_expr(e, &input, ctx)?, options))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let then = crate::plan::codec::decode_sort_keys(then, &input, ctx)?;
                 NodeKind::Operator(Arc::new(crate::operators::sort::TemporalSort {
                     time: *time,
                     then,
@@ -780,16 +771,7 @@ impl NodeSpec {
                 window_end,
             } => {
                 let input = crate::changelog::without_op(&input()?);
-                let order = order
-                    .iter()
-                    .map(|(e, descending, nulls_first)| {
-                        let options = arrow::compute::SortOptions {
-                            descending: *descending,
-                            nulls_first: *nulls_first,
-                        };
-                        Ok((decode_expr(e, &input, ctx)?, options))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let order = crate::plan::codec::decode_sort_keys(order, &input, ctx)?;
                 NodeKind::Operator(Arc::new(crate::operators::rank::TopN {
                     partition: partition
                         .iter()

@@ -149,14 +149,10 @@ impl OperatorFactory for TopN {
     }
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::{encode_expr, encode_exprs};
+        use crate::plan::codec::encode_exprs;
         Ok(crate::plan::spec::NodeSpec::TopN {
             partition: encode_exprs(&self.partition, &self.input)?,
-            order: self
-                .order
-                .iter()
-                .map(|(e, o)| Ok((encode_expr(e, &self.input)?, o.descending, o.nulls_first)))
-                .collect::<Result<Vec<_>>>()?,
+            order: crate::plan::codec::encode_sort_keys(&self.order, &self.input)?,
             rank_type: self.rank_type,
             start: self.start,
             end: self.end,
