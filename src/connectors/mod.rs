@@ -18,6 +18,7 @@ pub mod collect;
 pub mod datagen;
 pub mod filesystem;
 pub mod format;
+pub mod kafka;
 pub mod nexmark;
 pub mod print;
 pub mod sink;

@@ -8,6 +8,7 @@ mod fuzz_corpora;
 mod idle;
 mod inspect;
 mod join_differential;
+mod kafka;
 mod lifecycle;
 mod metrics;
 mod nexmark;

@@ -1,0 +1,120 @@
+//! Against a real Apache Kafka broker (KRaft, single node), started once per
+//! test run by `scripts/kafka.sh` (its jars fetched from Maven Central into
+//! a cache on first use), or the one `WEIR_KAFKA_BOOTSTRAP` names. If the
+//! broker cannot start, the tests fail and say why: Kafka is part of what
+//! weir does, not an optional extra.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use weir::connectors::kafka::transactions::{Recorded, Settlement, commit_recorded, describe};
+
+/// The broker's bootstrap address; the broker stops when this process ends.
+fn broker() -> &'static str {
+    static BROKER: OnceLock<String> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        if let Ok(bootstrap) = std::env::var("WEIR_KAFKA_BOOTSTRAP") {
+            return bootstrap;
+        }
+        let dir = std::env::temp_dir().join(format!("weir-kafka-{}", std::process::id()));
+        let output = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+            .arg("start")
+            .arg(&dir)
+            .env("WEIR_KAFKA_WATCH", std::process::id().to_string())
+            .output()
+            .expect("scripts/kafka.sh runs");
+        assert!(
+            output.status.success(),
+            "THE KAFKA BROKER DID NOT START, so the Kafka tests cannot run: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap().trim().to_string()
+    })
+}
+
+fn producer(transactional_id: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("transactional.id", transactional_id)
+        .create()
+        .unwrap()
+}
+
+/// Opens a transaction of `rows` into `topic` and flushes it, without
+/// committing; returns its record, as the sink records it at a barrier.
+fn open_transaction(transactional_id: &str, topic: &str, rows: &[&str]) -> Recorded {
+    let producer = producer(transactional_id);
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    for row in rows {
+        producer
+            .send(BaseRecord::<str, str>::to(topic).payload(*row))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let described = describe(broker(), transactional_id).unwrap();
+    assert_eq!(described.state, "Ongoing");
+    // As after a crash: the producer neither commits nor aborts.
+    std::mem::forget(producer);
+    Recorded {
+        transactional_id: transactional_id.into(),
+        producer_id: described.producer_id,
+        epoch: described.epoch,
+    }
+}
+
+/// What a `read_committed` consumer reads of `topic` within `wait`.
+fn read_committed(topic: &str, wait: Duration) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", format!("check-{topic}"))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut rows = Vec::new();
+    let start = std::time::Instant::now();
+    while start.elapsed() < wait {
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+            rows.push(message.payload_view::<str>().unwrap().unwrap().to_string());
+        }
+    }
+    rows
+}
+
+#[test]
+fn a_transaction_a_crash_left_open_is_committed_from_its_record_once() {
+    let recorded = open_transaction("weir-test-open", "settle-open", &["a", "b", "c"]);
+    assert!(
+        read_committed("settle-open", Duration::from_secs(3)).is_empty(),
+        "nothing is visible before the commit"
+    );
+    assert_eq!(commit_recorded(broker(), &recorded).unwrap(), Settlement::Commit);
+    assert_eq!(
+        read_committed("settle-open", Duration::from_secs(5)),
+        vec!["a", "b", "c"]
+    );
+    assert_eq!(
+        commit_recorded(broker(), &recorded).unwrap(),
+        Settlement::Committed,
+        "a second restore from the same checkpoint commits nothing again"
+    );
+}
+
+#[test]
+fn a_transaction_aborted_by_a_new_producer_is_reported_lost() {
+    let recorded = open_transaction("weir-test-fenced", "settle-fenced", &["x"]);
+    // A producer taking the transactional id aborts the open transaction.
+    producer("weir-test-fenced")
+        .init_transactions(Duration::from_secs(30))
+        .unwrap();
+    let error = commit_recorded(broker(), &recorded).unwrap_err().to_string();
+    assert!(error.contains("aborted or replaced"), "{error}");
+    assert!(read_committed("settle-fenced", Duration::from_secs(3)).is_empty());
+}
