@@ -137,45 +137,9 @@ pub enum NodeSpec {
     /// An event-time temporal join (its `times`; no bounds).
     TemporalJoin(Box<IntervalJoinData>),
     /// A TopN (a ranking function filtered on the rank).
-    TopN {
-        /// `PARTITION BY` expressions.
-        partition: Vec<ExprNode>,
-        /// `ORDER BY` expressions, each with `descending` and `nulls_first`.
-        order: Vec<(ExprNode, bool, bool)>,
-        /// First rank kept.
-        start: u64,
-        /// Last rank kept.
-        end: u64,
-        /// Whether the rank number is output.
-        #[serde(default)]
-        rank_output: bool,
-        /// Ordered by arrival (processing time): descending or not.
-        #[serde(default)]
-        arrival: Option<bool>,
-        /// `ROW_NUMBER`, `RANK` or `DENSE_RANK`.
-        #[serde(default)]
-        rank_type: crate::operators::rank::RankType,
-        /// The input updates.
-        #[serde(default)]
-        retract: bool,
-        /// A window TopN's window-end input column.
-        #[serde(default)]
-        window_end: Option<usize>,
-    },
-    /// An OVER aggregation (insert-only input).
-    OverAggregate {
-        /// `PARTITION BY` expressions.
-        partition: Vec<ExprNode>,
-        /// The event-time column it is ordered by; `None`: processing time.
-        time: Option<usize>,
-        /// The frame.
-        frame: crate::operators::over::Frame,
-        /// The aggregates.
-        aggregates: Vec<AggregateNode>,
-        /// The input updates.
-        #[serde(default)]
-        retract: bool,
-    },
+    TopN(Box<TopNData>),
+    /// An OVER aggregation.
+    OverAggregate(Box<OverData>),
     /// A streaming sort by a time attribute.
     TemporalSort {
         /// The event-time column; `None`: processing time.
@@ -197,6 +161,50 @@ pub enum NodeSpec {
     },
     /// A sink.
     Sink(SinkSpec),
+}
+
+/// A TopN as data (`NodeSpec::TopN`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopNData {
+    /// `PARTITION BY` expressions.
+    pub partition: Vec<ExprNode>,
+    /// `ORDER BY` expressions, each with `descending` and `nulls_first`.
+    pub order: Vec<(ExprNode, bool, bool)>,
+    /// First rank kept.
+    pub start: u64,
+    /// Last rank kept.
+    pub end: u64,
+    /// Whether the rank number is output.
+    #[serde(default)]
+    pub rank_output: bool,
+    /// Ordered by arrival (processing time): descending or not.
+    #[serde(default)]
+    pub arrival: Option<bool>,
+    /// `ROW_NUMBER`, `RANK` or `DENSE_RANK`.
+    #[serde(default)]
+    pub rank_type: crate::operators::rank::RankType,
+    /// The input updates.
+    #[serde(default)]
+    pub retract: bool,
+    /// A window TopN's window-end input column.
+    #[serde(default)]
+    pub window_end: Option<usize>,
+}
+
+/// An OVER aggregation as data (`NodeSpec::OverAggregate`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverData {
+    /// `PARTITION BY` expressions.
+    pub partition: Vec<ExprNode>,
+    /// The event-time column it is ordered by; `None`: processing time.
+    pub time: Option<usize>,
+    /// The frame.
+    pub frame: crate::operators::over::Frame,
+    /// The aggregates.
+    pub aggregates: Vec<AggregateNode>,
+    /// The input updates.
+    #[serde(default)]
+    pub retract: bool,
 }
 
 /// A regular join: keys over each input's data columns, the residual
@@ -718,30 +726,7 @@ impl NodeSpec {
             NodeSpec::SessionAggregate(data) => {
                 NodeKind::Operator(build_session_aggregate(data, &input()?, output, ctx)?)
             }
-            NodeSpec::OverAggregate {
-                partition,
-                time,
-                frame,
-                aggregates,
-                retract,
-            } => {
-                let input = crate::changelog::without_op(&input()?);
-                NodeKind::Operator(Arc::new(crate::operators::over::OverAggregate {
-                    partition: partition
-                        .iter()
-                        .map(|e| decode_expr(e, &input, ctx))
-                        .collect::<Result<Vec<_>>>()?,
-                    time: *time,
-                    frame: *frame,
-                    retract: *retract,
-                    aggregates: aggregates
-                        .iter()
-                        .map(|a| decode_aggregate(a, &input, ctx).map(Arc::new))
-                        .collect::<Result<Vec<_>>>()?,
-                    input,
-                    schema: output.clone(),
-                }))
-            }
+            NodeSpec::OverAggregate(data) => NodeKind::Operator(build_over(data, &input()?, output, ctx)?),
             NodeSpec::TemporalSort { time, then } => {
                 let input = input()?;
                 let then = crate::plan::codec::decode_sort_keys(then, &input, ctx)?;
@@ -759,36 +744,7 @@ impl NodeSpec {
                     key: key.clone(),
                 }))
             }
-            NodeSpec::TopN {
-                partition,
-                order,
-                start,
-                end,
-                rank_output,
-                arrival,
-                rank_type,
-                retract,
-                window_end,
-            } => {
-                let input = crate::changelog::without_op(&input()?);
-                let order = crate::plan::codec::decode_sort_keys(order, &input, ctx)?;
-                NodeKind::Operator(Arc::new(crate::operators::rank::TopN {
-                    partition: partition
-                        .iter()
-                        .map(|e| decode_expr(e, &input, ctx))
-                        .collect::<Result<Vec<_>>>()?,
-                    order,
-                    start: *start,
-                    end: *end,
-                    rank_output: *rank_output,
-                    arrival: *arrival,
-                    rank_type: *rank_type,
-                    retract: *retract,
-                    window_end: *window_end,
-                    input,
-                    schema: output.clone(),
-                }))
-            }
+            NodeSpec::TopN(data) => NodeKind::Operator(build_top_n(data, &input()?, output, ctx)?),
             NodeSpec::SinkMaterializer { key } => {
                 NodeKind::Operator(Arc::new(crate::operators::upsert::SinkUpsertMaterializer {
                     key: key.clone(),
@@ -1051,6 +1007,50 @@ fn build_interval_join(
         lower: data.lower,
         upper: data.upper,
         proctime: data.proctime,
+        schema: output.clone(),
+    }))
+}
+
+fn build_top_n(
+    data: &TopNData,
+    input: &SchemaRef,
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    let input = crate::changelog::without_op(input);
+    Ok(Arc::new(crate::operators::rank::TopN {
+        partition: decode_exprs(&data.partition, &input, ctx)?,
+        order: crate::plan::codec::decode_sort_keys(&data.order, &input, ctx)?,
+        start: data.start,
+        end: data.end,
+        rank_output: data.rank_output,
+        arrival: data.arrival,
+        rank_type: data.rank_type,
+        retract: data.retract,
+        window_end: data.window_end,
+        input,
+        schema: output.clone(),
+    }))
+}
+
+fn build_over(
+    data: &OverData,
+    input: &SchemaRef,
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    let input = crate::changelog::without_op(input);
+    Ok(Arc::new(crate::operators::over::OverAggregate {
+        partition: decode_exprs(&data.partition, &input, ctx)?,
+        time: data.time,
+        frame: data.frame,
+        retract: data.retract,
+        aggregates: data
+            .aggregates
+            .iter()
+            .map(|a| decode_aggregate(a, &input, ctx).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?,
+        input,
         schema: output.clone(),
     }))
 }

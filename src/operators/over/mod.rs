@@ -131,17 +131,19 @@ impl OperatorFactory for OverAggregate {
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
         use crate::plan::codec::{encode_aggregate, encode_exprs};
-        Ok(crate::plan::spec::NodeSpec::OverAggregate {
-            partition: encode_exprs(&self.partition, &self.input)?,
-            time: self.time,
-            frame: self.frame,
-            retract: self.retract,
-            aggregates: self
-                .aggregates
-                .iter()
-                .map(|a| encode_aggregate(a, &self.input))
-                .collect::<Result<_>>()?,
-        })
+        Ok(crate::plan::spec::NodeSpec::OverAggregate(Box::new(
+            crate::plan::spec::OverData {
+                partition: encode_exprs(&self.partition, &self.input)?,
+                time: self.time,
+                frame: self.frame,
+                retract: self.retract,
+                aggregates: self
+                    .aggregates
+                    .iter()
+                    .map(|a| encode_aggregate(a, &self.input))
+                    .collect::<Result<_>>()?,
+            },
+        )))
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {

@@ -150,17 +150,19 @@ impl OperatorFactory for TopN {
 
     fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
         use crate::plan::codec::encode_exprs;
-        Ok(crate::plan::spec::NodeSpec::TopN {
-            partition: encode_exprs(&self.partition, &self.input)?,
-            order: crate::plan::codec::encode_sort_keys(&self.order, &self.input)?,
-            rank_type: self.rank_type,
-            start: self.start,
-            end: self.end,
-            rank_output: self.rank_output,
-            arrival: self.arrival,
-            retract: self.retract,
-            window_end: self.window_end,
-        })
+        Ok(crate::plan::spec::NodeSpec::TopN(Box::new(
+            crate::plan::spec::TopNData {
+                partition: encode_exprs(&self.partition, &self.input)?,
+                order: crate::plan::codec::encode_sort_keys(&self.order, &self.input)?,
+                rank_type: self.rank_type,
+                start: self.start,
+                end: self.end,
+                rank_output: self.rank_output,
+                arrival: self.arrival,
+                retract: self.retract,
+                window_end: self.window_end,
+            },
+        )))
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
