@@ -13,7 +13,9 @@ use crate::checkpoint::storage::{RestorePoint, resolve_restore};
 use crate::checkpoint::{self, CheckpointConfig, RestartStrategy};
 use crate::config::SessionConfig;
 use crate::frontend::binder::Binder;
-use crate::frontend::catalog::{Catalog, ColumnDef, TableDef, TableOptions, ViewDef, WatermarkDef};
+use crate::frontend::catalog::{
+    Catalog, ColumnDef, MetadataColumn, TableDef, TableOptions, ViewDef, WatermarkDef,
+};
 use crate::frontend::functions::FunctionRegistry;
 use crate::frontend::parser::{
     ColumnSpec, CreateTable, ParsedStatement, ShowWhat, Statement, parse_statements,
@@ -749,7 +751,17 @@ fn describe(catalog: &Catalog, name: &str, position: crate::error::Position) -> 
                         .primary_key
                         .contains(&c.name)
                         .then(|| format!("PRI({})", table.primary_key.join(", "))),
-                    c.computed_text.as_ref().map(|t| format!("AS {t}")),
+                    c.computed_text.as_ref().map(|t| format!("AS {t}")).or_else(|| {
+                        c.metadata.as_ref().map(|m| {
+                            let from = if m.key == c.name {
+                                String::new()
+                            } else {
+                                format!(" FROM '{}'", m.key)
+                            };
+                            let virt = if m.is_virtual { " VIRTUAL" } else { "" };
+                            format!("METADATA{from}{virt}")
+                        })
+                    }),
                     table
                         .watermark
                         .as_ref()
@@ -942,12 +954,13 @@ impl Session {
                     name,
                     data_type,
                     nullable,
+                    metadata,
                 } => ColumnDef {
-                    name: name.clone(),
-                    data_type: data_type.clone(),
-                    nullable: *nullable,
-                    computed: None,
-                    computed_text: None,
+                    metadata: metadata.as_ref().map(|(key, is_virtual)| MetadataColumn {
+                        key: key.clone(),
+                        is_virtual: *is_virtual,
+                    }),
+                    ..ColumnDef::physical(name.clone(), data_type.clone(), *nullable)
                 },
                 ColumnSpec::Computed { name, expr } => ColumnDef {
                     name: name.clone(),
@@ -955,6 +968,7 @@ impl Session {
                     nullable: true,
                     computed: Some(expr.as_ref().clone()),
                     computed_text: Some(expr.to_string()),
+                    metadata: None,
                 },
             });
         }

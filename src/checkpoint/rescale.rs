@@ -51,13 +51,15 @@ pub fn overlaps(a: &RangeInclusive<usize>, b: &RangeInclusive<usize>) -> bool {
 /// The split positions of new source subtask `subtask` of `parallelism`,
 /// from every old subtask's position (`{"splits": [{"index": i, "count": n,
 /// ...}, ...]}`): the splits `i` with `i % parallelism == subtask`, in index
-/// order, as one position. `source` names the source in errors.
+/// order, as one position. `source` names the source in errors; unless
+/// `idle_subtasks` (a bounded source, Kafka), more subtasks than splits is
+/// an error.
 pub fn assign_splits(
     old_positions: &[&serde_json::Value],
     subtask: usize,
     parallelism: usize,
     source: &str,
-    bounded: bool,
+    idle_subtasks: bool,
 ) -> Result<serde_json::Value> {
     let bad = |position: &serde_json::Value| {
         Error::State(format!(
@@ -88,7 +90,7 @@ pub fn assign_splits(
                 "the checkpoint holds splits {indices:?} of {source}, expected each of 0..{n} once"
             )));
         }
-        if !bounded && parallelism as u64 > n {
+        if !idle_subtasks && parallelism as u64 > n {
             return Err(Error::State(format!(
                 "{source} has {n} split(s), fixed when the job was created: it cannot run at \
                  parallelism {parallelism} (at most {n})"
@@ -100,7 +102,14 @@ pub fn assign_splits(
         .filter(|(index, _)| *index as usize % parallelism == subtask)
         .map(|(_, split)| split)
         .collect();
-    Ok(serde_json::json!({ "splits": mine }))
+    // Other fields (a Kafka source's list of known partitions) are the same
+    // in every subtask's position: kept from the first.
+    let mut position = old_positions
+        .first()
+        .and_then(|p| p.as_object().cloned())
+        .unwrap_or_default();
+    position.insert("splits".into(), serde_json::Value::Array(mine));
+    Ok(serde_json::Value::Object(position))
 }
 
 #[cfg(test)]

@@ -430,7 +430,10 @@ impl SourceReader for DatagenReader {
         )?))
     }
 
-    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+    fn snapshot_position(
+        &mut self,
+        _checkpoint: crate::runtime::message::CheckpointId,
+    ) -> Result<serde_json::Value> {
         let mut position = CountedSplit::position(self.splits.iter().map(|s| s.split));
         // Each split carries the anchor, so that it survives rescaling.
         if let Some(splits) = position["splits"].as_array_mut() {
@@ -660,13 +663,11 @@ mod tests {
         use crate::frontend::catalog::{ColumnDef, TableOptions};
         let table = TableDef {
             name: "t".into(),
-            columns: vec![ColumnDef {
-                name: "at".into(),
-                data_type: DataType::Timestamp(TimeUnit::Millisecond, None),
-                nullable: true,
-                computed: None,
-                computed_text: None,
-            }],
+            columns: vec![ColumnDef::physical(
+                "at",
+                DataType::Timestamp(TimeUnit::Millisecond, None),
+                true,
+            )],
             watermark: None,
             primary_key: vec![],
             partition_keys: vec![],
@@ -693,6 +694,7 @@ mod tests {
                     }
                     SourcePoll::Idle(wait) => std::thread::sleep(wait.min(Duration::from_millis(5))),
                     SourcePoll::End => return values,
+                    other => panic!("datagen reads no splits: {other:?}"),
                 }
             }
         };
@@ -701,7 +703,7 @@ mod tests {
             SourcePoll::Batch(b) => b.num_rows(),
             _ => 0,
         };
-        let position = first.snapshot_position().unwrap();
+        let position = first.snapshot_position(1).unwrap();
         let expected = rest(&mut first);
         assert_eq!(head + expected.len(), 20);
         // A later run (another job id, another "now") restores the position.

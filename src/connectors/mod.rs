@@ -8,6 +8,7 @@
 //! | `print`      |        | yes  | [`print`]                 |
 //! | `blackhole`  |        | yes  | [`blackhole`]             |
 //! | `checkpoint` | yes    |      | [`checkpoint`]            |
+//! | `kafka`      | yes    |      | [`kafka`]                 |
 //!
 //! The embedded API's results go through [`collect`], an internal sink, and
 //! constant queries (`SELECT 1`, `VALUES`) through [`values`].
@@ -150,6 +151,14 @@ impl SourceFactory for ConnectorSource {
         self.inner.supports_checkpoints()
     }
 
+    fn idle_timeout(&self) -> Option<std::time::Duration> {
+        self.inner.idle_timeout()
+    }
+
+    fn allows_idle_subtasks(&self) -> bool {
+        self.inner.allows_idle_subtasks()
+    }
+
     fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
         Ok(self.spec.clone())
     }
@@ -195,6 +204,7 @@ fn connector_source(
         "filesystem" => filesystem::FileSourceFactory::try_new(table, projection, schema, config),
         "nexmark" => nexmark::NexmarkFactory::try_new(table, projection, schema, config),
         "checkpoint" => checkpoint::create_source(table, projection, schema),
+        "kafka" => kafka::source::KafkaSourceFactory::try_new(table, projection, schema, config),
         "print" | "blackhole" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be written to",
             table.name,
@@ -240,20 +250,30 @@ fn connector_sink(
 
 /// Validates a table's connector options at `CREATE TABLE` time.
 pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
-    match table.connector()? {
+    let connector = table.connector()?;
+    if !matches!(connector, "kafka")
+        && let Some((name, metadata)) = table.metadata_columns().next()
+    {
+        return Err(Error::sql(format!(
+            "table '{}': connector '{connector}' has no metadata, but column '{name}' reads the metadata key '{}'",
+            table.name, metadata.key
+        )));
+    }
+    match connector {
         "datagen" => datagen::validate(table),
         "filesystem" => filesystem::validate(table, config),
         "nexmark" => nexmark::validate(table),
         "print" => print::validate(table),
         "blackhole" => blackhole::validate(table),
         "checkpoint" => checkpoint::validate(table),
+        "kafka" => kafka::validate(table),
         other => Err(unknown_connector(table, other)),
     }
 }
 
 fn unknown_connector(table: &TableDef, name: &str) -> Error {
     Error::sql(format!(
-        "table '{}': unknown connector '{name}'; available: blackhole, checkpoint, datagen, filesystem, nexmark, print",
+        "table '{}': unknown connector '{name}'; available: blackhole, checkpoint, datagen, filesystem, kafka, nexmark, print",
         table.name
     ))
 }
@@ -281,5 +301,23 @@ pub fn parse_bool_option(table: &TableDef, key: &str, default: bool) -> Result<b
             "table '{}': invalid value '{v}' for option '{key}': expected true or false",
             table.name
         ))),
+    }
+}
+
+/// `scan.watermark.idle-timeout` of a table, else the session's
+/// `table.exec.source.idle-timeout`: how long a source split (or subtask)
+/// goes without data before it stops holding the watermark back.
+pub fn idle_timeout(table: &TableDef, config: &SessionConfig) -> Result<Option<std::time::Duration>> {
+    const KEY: &str = "scan.watermark.idle-timeout";
+    match table.option(KEY) {
+        None => config.source_idle_timeout(),
+        Some(v) => match crate::config::parse_duration(v) {
+            Some(d) if d.is_zero() => Ok(None),
+            Some(d) => Ok(Some(d)),
+            None => Err(Error::sql(format!(
+                "table '{}': invalid value '{v}' for option '{KEY}': expected a duration such as '5 s'",
+                table.name
+            ))),
+        },
     }
 }

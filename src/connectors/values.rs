@@ -82,7 +82,10 @@ impl SourceReader for ValuesReader {
         })
     }
 
-    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+    fn snapshot_position(
+        &mut self,
+        _checkpoint: crate::runtime::message::CheckpointId,
+    ) -> Result<serde_json::Value> {
         let splits: Vec<serde_json::Value> = self
             .split
             .iter()

@@ -192,7 +192,7 @@ impl Binder {
         let Some(table) = self.catalog.table(target) else {
             return Ok(());
         };
-        let physical = table.physical_schema();
+        let physical = table.write_schema();
         let targets: Vec<DataType> = if columns.is_empty() {
             physical.fields().iter().map(|f| f.data_type().clone()).collect()
         } else {
@@ -317,9 +317,14 @@ impl Binder {
             .map_err(bind_error)
     }
 
-    fn table_source(&self, table: &Arc<TableDef>, physical_only: bool) -> Arc<dyn TableSource> {
-        let base = if physical_only {
-            table.physical_schema()
+    /// The table as the binder sees it: the columns a source reads (binding
+    /// computed columns), the columns an `INSERT` writes, or all of them.
+    fn table_source(&self, table: &Arc<TableDef>, read: bool, written: bool) -> Arc<dyn TableSource> {
+        let physical_only = read || written;
+        let base = if written {
+            table.write_schema()
+        } else if read {
+            table.read_schema()
         } else {
             table.full_schema()
         };
@@ -429,8 +434,8 @@ impl ContextProvider for Binder {
         };
         match self.catalog.table(&table_name) {
             Some(table) => {
-                let physical_only = physical || self.insert_target.as_deref() == Some(table_name.as_str());
-                Ok(self.table_source(table, physical_only))
+                let written = !physical && self.insert_target.as_deref() == Some(table_name.as_str());
+                Ok(self.table_source(table, physical, written))
             }
             None => {
                 let hint = self

@@ -30,6 +30,32 @@ pub struct ColumnDef {
     pub computed: Option<sqlparser::ast::Expr>,
     /// Source text of the computed expression, for DESCRIBE and EXPLAIN.
     pub computed_text: Option<String>,
+    /// For a metadata column (`METADATA [FROM 'key'] [VIRTUAL]`), what it is.
+    pub metadata: Option<MetadataColumn>,
+}
+
+/// A metadata column: a value the connector reads (or writes) beside the
+/// record's fields, such as a Kafka record's partition, offset or timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataColumn {
+    /// The connector's metadata key (`FROM 'key'`, or the column's name).
+    pub key: String,
+    /// `VIRTUAL`: read only, not written by an `INSERT`.
+    pub is_virtual: bool,
+}
+
+impl ColumnDef {
+    /// A physical column.
+    pub fn physical(name: impl Into<String>, data_type: DataType, nullable: bool) -> Self {
+        ColumnDef {
+            name: name.into(),
+            data_type,
+            nullable,
+            computed: None,
+            computed_text: None,
+            metadata: None,
+        }
+    }
 }
 
 /// `WATERMARK FOR column AS expr`.
@@ -93,12 +119,33 @@ pub struct TableDef {
 }
 
 impl TableDef {
-    /// The physical columns: what the connector reads or writes.
+    /// The physical columns: the fields of the connector's records.
     pub fn physical_schema(&self) -> SchemaRef {
+        self.schema_of(|c| c.computed.is_none() && c.metadata.is_none())
+    }
+
+    /// The columns a source reads: physical and metadata columns, in order.
+    pub fn read_schema(&self) -> SchemaRef {
+        self.schema_of(|c| c.computed.is_none())
+    }
+
+    /// The columns an `INSERT` writes: physical and non-virtual metadata columns.
+    pub fn write_schema(&self) -> SchemaRef {
+        self.schema_of(|c| c.computed.is_none() && !c.metadata.as_ref().is_some_and(|m| m.is_virtual))
+    }
+
+    /// The metadata columns, by name.
+    pub fn metadata_columns(&self) -> impl Iterator<Item = (&str, &MetadataColumn)> {
+        self.columns
+            .iter()
+            .filter_map(|c| c.metadata.as_ref().map(|m| (c.name.as_str(), m)))
+    }
+
+    fn schema_of(&self, keep: impl Fn(&ColumnDef) -> bool) -> SchemaRef {
         Arc::new(Schema::new(
             self.columns
                 .iter()
-                .filter(|c| c.computed.is_none())
+                .filter(|c| keep(c))
                 .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
                 .collect::<Vec<_>>(),
         ))

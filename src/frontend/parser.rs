@@ -125,6 +125,9 @@ pub enum ColumnSpec {
         data_type: DataType,
         /// Whether NULL is allowed.
         nullable: bool,
+        /// `METADATA [FROM 'key'] [VIRTUAL]`: the connector's metadata key
+        /// and whether the column is virtual (read only).
+        metadata: Option<(String, bool)>,
     },
     /// Computed from other columns: `name AS expr`.
     Computed {
@@ -516,12 +519,16 @@ fn parse_create_table(
                 });
             } else {
                 let (data_type, mut nullable) = parse_type_with_nullability(parser)?;
-                if parser.peek_keyword(Keyword::METADATA) {
-                    return Err(ParserError::ParserError(format!(
-                        "metadata columns are not supported yet (column {column_name}){}",
-                        parser.peek_token().span.start
-                    )));
-                }
+                let metadata = if parser.parse_keyword(Keyword::METADATA) {
+                    let key = if parser.parse_keyword(Keyword::FROM) {
+                        parser.parse_literal_string()?
+                    } else {
+                        column_name.clone()
+                    };
+                    Some((key, parser.parse_keyword(Keyword::VIRTUAL)))
+                } else {
+                    None
+                };
                 if parser.parse_keywords(&[Keyword::PRIMARY, Keyword::KEY]) {
                     parser.expect_keywords(&[Keyword::NOT, Keyword::ENFORCED])?;
                     primary_key = vec![column_name.clone()];
@@ -532,6 +539,7 @@ fn parse_create_table(
                     name: column_name,
                     data_type,
                     nullable,
+                    metadata,
                 });
             }
         }

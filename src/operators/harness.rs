@@ -77,6 +77,28 @@ impl Harness {
         render(out)
     }
 
+    /// Runs one batch of `rows` of source split `split`; returns what it emitted.
+    pub fn push_split(&mut self, split: crate::runtime::SplitId, rows: &str) -> Result<Vec<String>> {
+        let batch = parse(&self.inputs[0], rows)?;
+        let mut out = Output::default();
+        self.operator.process_split_batch(split, batch, &mut out)?;
+        render(out)
+    }
+
+    /// Tells the operator the source reads `splits` now; returns what it emitted.
+    pub fn set_splits(&mut self, splits: &[crate::runtime::SplitId]) -> Result<Vec<String>> {
+        let mut out = Output::default();
+        self.operator.set_splits(splits, &mut out)?;
+        render(out)
+    }
+
+    /// The wall clock reached `now`; returns what it emitted.
+    pub fn processing_time(&mut self, now: i64) -> Result<Vec<String>> {
+        let mut out = Output::default();
+        self.operator.on_processing_time(now, &mut out)?;
+        render(out)
+    }
+
     /// Ends input `input` (all its channels ended); returns what it emitted.
     pub fn end_input(&mut self, input: usize) -> Result<Vec<String>> {
         let mut out = Output::default();

@@ -9,6 +9,7 @@ pub mod join;
 pub mod over;
 pub mod rank;
 pub mod sort;
+pub mod split_watermarks;
 pub mod union;
 pub mod upsert;
 pub mod watermark;

@@ -15,9 +15,10 @@ use arrow::datatypes::{
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 
+use super::split_watermarks::SplitWatermarks;
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
-use crate::runtime::operator::OperatorSnapshot;
-use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
+use crate::runtime::{Operator, OperatorFactory, Output, SplitId, TaskContext, Timestamp};
 use crate::{Error, Result};
 
 /// The epoch milliseconds of a timestamp column of any unit and zone.
@@ -74,6 +75,10 @@ pub struct WatermarkAssigner {
     /// the delay `d` in milliseconds: the watermark is then `max(rowtime) - d`,
     /// computed without evaluating the expression on every row.
     pub fixed_delay: Option<i64>,
+    /// Split idle timeout in ms (`scan.watermark.idle-timeout`, else
+    /// `table.exec.source.idle-timeout`): when the source reads splits, one
+    /// without data this long stops holding the watermark back.
+    pub idle_timeout: Option<i64>,
 }
 
 impl OperatorFactory for WatermarkAssigner {
@@ -91,12 +96,17 @@ impl OperatorFactory for WatermarkAssigner {
             expr: crate::plan::codec::encode_expr(&self.expr, input)?,
             text: self.text.clone(),
             fixed_delay: self.fixed_delay,
+            idle_timeout: self.idle_timeout,
         })
     }
 
     fn describe(&self) -> String {
+        let idle = self
+            .idle_timeout
+            .map(|ms| format!(", idleTimeout=[{ms} ms]"))
+            .unwrap_or_default();
         format!(
-            "WatermarkAssigner(rowtime=[{}], watermark=[{}])",
+            "WatermarkAssigner(rowtime=[{}], watermark=[{}]{idle})",
             self.rowtime, self.text
         )
     }
@@ -105,6 +115,8 @@ impl OperatorFactory for WatermarkAssigner {
         Ok(Box::new(WatermarkAssignerOperator {
             spec: self.clone(),
             current: MIN_WATERMARK,
+            splits: None,
+            now: wall_clock_millis(),
         }))
     }
 }
@@ -112,6 +124,41 @@ impl OperatorFactory for WatermarkAssigner {
 struct WatermarkAssignerOperator {
     spec: WatermarkAssigner,
     current: Timestamp,
+    /// Per-split watermarks, once the source says it reads splits.
+    splits: Option<SplitWatermarks>,
+    /// The wall clock at the last tick (when a split last had data).
+    now: Timestamp,
+}
+
+impl WatermarkAssignerOperator {
+    /// The watermark the rows of `batch` give: the largest value of the
+    /// watermark expression.
+    fn candidate(&self, batch: &RecordBatch) -> Result<Option<Timestamp>> {
+        if batch.column(self.spec.rowtime_index).null_count() > 0 {
+            return Err(Error::Execution(format!(
+                "the rowtime column '{}' must not be NULL; filter or convert NULLs before using it as a time attribute",
+                self.spec.rowtime
+            )));
+        }
+        Ok(match self.spec.fixed_delay {
+            Some(delay) => max(&to_epoch_millis(batch.column(self.spec.rowtime_index).as_ref())?)
+                .map(|m| m.saturating_sub(delay)),
+            None => {
+                let values = self.spec.expr.evaluate(batch)?.into_array(batch.num_rows())?;
+                max(&to_epoch_millis(values.as_ref())?)
+            }
+        })
+    }
+
+    /// Emits the splits' combined watermark when it is ahead.
+    fn emit_combined(&mut self, out: &mut Output) {
+        if let Some(combined) = self.splits.as_ref().and_then(SplitWatermarks::combined)
+            && combined > self.current
+        {
+            self.current = combined;
+            out.watermark(combined);
+        }
+    }
 }
 
 impl Operator for WatermarkAssignerOperator {
@@ -135,21 +182,43 @@ impl Operator for WatermarkAssignerOperator {
         Ok(())
     }
 
-    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        if batch.column(self.spec.rowtime_index).null_count() > 0 {
-            return Err(Error::Execution(format!(
-                "the rowtime column '{}' must not be NULL; filter or convert NULLs before using it as a time attribute",
-                self.spec.rowtime
-            )));
+    fn process_split_batch(&mut self, split: SplitId, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        let candidate = self.candidate(&batch)?;
+        out.batch(batch);
+        let (now, timeout) = (self.now, self.spec.idle_timeout);
+        self.splits
+            .get_or_insert_with(|| SplitWatermarks::new(timeout))
+            .on_data(split, candidate, now);
+        self.emit_combined(out);
+        Ok(())
+    }
+
+    fn set_splits(&mut self, splits: &[SplitId], out: &mut Output) -> Result<()> {
+        let (now, timeout) = (self.now, self.spec.idle_timeout);
+        self.splits
+            .get_or_insert_with(|| SplitWatermarks::new(timeout))
+            .set_splits(splits, now);
+        self.emit_combined(out);
+        Ok(())
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.spec.idle_timeout.is_some()
+    }
+
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        self.now = now;
+        if let Some(highest) = self.splits.as_mut().and_then(|s| s.on_time(now))
+            && highest > self.current
+        {
+            self.current = highest;
+            out.watermark(highest);
         }
-        let candidate = match self.spec.fixed_delay {
-            Some(delay) => max(&to_epoch_millis(batch.column(self.spec.rowtime_index).as_ref())?)
-                .map(|m| m.saturating_sub(delay)),
-            None => {
-                let values = self.spec.expr.evaluate(&batch)?.into_array(batch.num_rows())?;
-                max(&to_epoch_millis(values.as_ref())?)
-            }
-        };
+        Ok(())
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        let candidate = self.candidate(&batch)?;
         out.batch(batch);
         if let Some(candidate) = candidate
             && candidate > self.current
@@ -175,6 +244,60 @@ mod tests {
     use arrow::array::{TimestampMicrosecondArray, TimestampMillisecondArray};
 
     use super::*;
+    use crate::operators::harness::Harness;
+
+    fn assigner(set: &str) -> Harness {
+        Harness::of(
+            &[
+                set,
+                "CREATE TABLE t (v BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+                 WITH ('connector' = 'datagen')",
+                "CREATE TABLE s (v BIGINT) WITH ('connector' = 'blackhole')",
+            ],
+            "INSERT INTO s SELECT v FROM t",
+            "WatermarkAssigner",
+            0,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn split_watermarks_advance_with_the_slowest_split() {
+        let mut h = assigner("SET 'table.exec.source.idle-timeout' = '0'");
+        assert_eq!(h.set_splits(&[0, 1]).unwrap(), Vec::<String>::new());
+        let out = h.push_split(0, "1 1970-01-01T00:00:10").unwrap();
+        assert_eq!(
+            out,
+            vec!["+I 1 1970-01-01T00:00:10"],
+            "split 1 holds the watermark back"
+        );
+        let out = h.push_split(1, "2 1970-01-01T00:00:05").unwrap();
+        assert_eq!(out, vec!["+I 2 1970-01-01T00:00:05", "wm 4000"]);
+        let out = h.push_split(1, "3 1970-01-01T00:00:20").unwrap();
+        assert_eq!(out, vec!["+I 3 1970-01-01T00:00:20", "wm 9000"]);
+        // A restored assigner keeps its watermark; splits start over.
+        h.restart().unwrap();
+        h.set_splits(&[0, 1]).unwrap();
+        let out = h.push_split(0, "4 1970-01-01T00:00:30").unwrap();
+        assert_eq!(out, vec!["+I 4 1970-01-01T00:00:30"]);
+        let out = h.push_split(1, "5 1970-01-01T00:00:08").unwrap();
+        assert_eq!(
+            out,
+            vec!["+I 5 1970-01-01T00:00:08"],
+            "never behind the restored watermark"
+        );
+    }
+
+    #[test]
+    fn an_idle_split_lets_the_watermark_advance_after_the_idle_timeout() {
+        let mut h = assigner("SET 'table.exec.source.idle-timeout' = '1 s'");
+        h.processing_time(0).unwrap();
+        h.set_splits(&[0, 1]).unwrap();
+        h.processing_time(900).unwrap();
+        h.push_split(0, "1 1970-01-01T00:00:10").unwrap();
+        assert_eq!(h.processing_time(999).unwrap(), Vec::<String>::new());
+        assert_eq!(h.processing_time(1_000).unwrap(), vec!["wm 9000"]);
+    }
 
     #[test]
     fn epoch_millis_ignore_the_zone_and_scale_the_unit() {

@@ -1441,7 +1441,7 @@ impl<'a> Planner<'a> {
         }
         // Physical columns needed: directly, or by a needed computed column.
         let physical_names: Vec<String> = table
-            .physical_schema()
+            .read_schema()
             .fields()
             .iter()
             .map(|f| f.name().clone())
@@ -1525,6 +1525,7 @@ impl<'a> Planner<'a> {
                 expr: physical,
                 text: w.text.clone(),
                 fixed_delay: fixed_watermark_delay(expr, &w.column),
+                idle_timeout: connectors::idle_timeout(&table, self.config)?.map(|d| d.as_millis() as i64),
             };
             node = self.push(
                 NodeKind::Operator(Arc::new(assigner)),

@@ -27,7 +27,7 @@ use super::codec::{
 };
 use super::{NodeId, NodeKind, PlanNode, StreamPlan};
 use crate::config::SessionConfig;
-use crate::frontend::catalog::{ColumnDef, TableDef, TableOptions};
+use crate::frontend::catalog::{ColumnDef, MetadataColumn, TableDef, TableOptions};
 use crate::operators::window::aggregate::{GroupColumn, Phase, WindowProperty};
 use crate::operators::window::spec::{TimeShift, WindowKind, WindowSpec};
 use crate::runtime::Exchange;
@@ -98,6 +98,9 @@ pub enum NodeSpec {
         text: String,
         /// `rowtime - INTERVAL d`: the delay in ms.
         fixed_delay: Option<i64>,
+        /// Split idle timeout in ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_timeout: Option<i64>,
     },
     /// A window TVF without aggregation.
     WindowAssign {
@@ -442,8 +445,11 @@ pub fn phase_name(phase: Phase) -> String {
 pub struct TableData {
     /// Its name.
     pub name: String,
-    /// Its physical columns (types and nullability).
+    /// Its physical and metadata columns (types and nullability).
     pub columns: SchemaData,
+    /// The metadata columns among them: name, key, virtual.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata: Vec<(String, String, bool)>,
     /// `PRIMARY KEY`.
     pub primary_key: Vec<String>,
     /// `PARTITIONED BY`.
@@ -457,7 +463,11 @@ impl TableData {
     pub fn of(table: &TableDef) -> Result<Self> {
         Ok(TableData {
             name: table.name.clone(),
-            columns: SchemaData::encode(&table.physical_schema())?,
+            columns: SchemaData::encode(&table.read_schema())?,
+            metadata: table
+                .metadata_columns()
+                .map(|(name, m)| (name.to_string(), m.key.clone(), m.is_virtual))
+                .collect(),
             primary_key: table.primary_key.clone(),
             partition_keys: table.partition_keys.clone(),
             options: table.options.entries().to_vec(),
@@ -474,11 +484,13 @@ impl TableData {
                 .fields()
                 .iter()
                 .map(|f| ColumnDef {
-                    name: f.name().clone(),
-                    data_type: f.data_type().clone(),
-                    nullable: f.is_nullable(),
-                    computed: None,
-                    computed_text: None,
+                    metadata: self.metadata.iter().find(|(name, _, _)| name == f.name()).map(
+                        |(_, key, is_virtual)| MetadataColumn {
+                            key: key.clone(),
+                            is_virtual: *is_virtual,
+                        },
+                    ),
+                    ..ColumnDef::physical(f.name().clone(), f.data_type().clone(), f.is_nullable())
                 })
                 .collect(),
             watermark: None,
@@ -699,12 +711,14 @@ impl NodeSpec {
                 expr,
                 text,
                 fixed_delay,
+                idle_timeout,
             } => NodeKind::Operator(Arc::new(WatermarkAssigner {
                 rowtime: rowtime.clone(),
                 rowtime_index: *rowtime_index,
                 expr: decode_expr(expr, input()?.as_ref(), ctx)?,
                 text: text.clone(),
                 fixed_delay: *fixed_delay,
+                idle_timeout: *idle_timeout,
             })),
             NodeSpec::WindowAssign {
                 window,

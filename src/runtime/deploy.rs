@@ -166,7 +166,7 @@ pub fn restore_task(
     restored: &RestoredCheckpoint,
     vertex: usize,
     name: &str,
-    bounded: bool,
+    idle_subtasks: bool,
     reader: Option<&mut Box<dyn SourceReader>>,
     chain: &mut [Box<dyn Operator>],
     uids: &(Option<String>, Vec<String>),
@@ -184,7 +184,7 @@ pub fn restore_task(
         let old = saved_subtasks(restored, uid, |t| t.source_id.as_deref() == Some(uid.as_str()))?;
         let positions: Vec<&serde_json::Value> = old.iter().filter_map(|t| t.source.as_ref()).collect();
         if !positions.is_empty() {
-            let mine = assign_splits(&positions, ctx.subtask, ctx.parallelism, name, bounded)?;
+            let mine = assign_splits(&positions, ctx.subtask, ctx.parallelism, name, idle_subtasks)?;
             reader.restore_position(&mine).map_err(|e| {
                 Error::State(format!(
                     "checkpoint {}: source position of subtask {}: {e}",
@@ -441,7 +441,7 @@ pub fn build_attempt(
                     restored,
                     vertex_index,
                     &vertex_name,
-                    vertex.source.as_ref().is_some_and(|s| s.is_bounded()),
+                    vertex.source.as_ref().is_some_and(|s| s.allows_idle_subtasks()),
                     reader.as_mut(),
                     &mut chain,
                     vertex_uids,
@@ -514,7 +514,11 @@ pub fn build_attempt(
                 replay,
                 pending_snapshots: Vec::new(),
                 last_snapshot: None,
-                idle_timeout: settings.source_idle_timeout,
+                idle_timeout: vertex
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.idle_timeout())
+                    .or(settings.source_idle_timeout),
             });
         }
     }

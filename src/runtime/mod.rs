@@ -17,4 +17,4 @@ pub use job::{JobGraph, JobHandle, JobSettings, JobStatus};
 pub use message::{Message, Timestamp};
 pub use metrics::{BackpressureLevel, JobMetrics, TaskMetricsSnapshot};
 pub use operator::{Operator, OperatorFactory, Output, TaskContext};
-pub use source::{SourceFactory, SourcePoll, SourceReader};
+pub use source::{SourceFactory, SourcePoll, SourceReader, SplitId};

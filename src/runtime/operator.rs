@@ -146,6 +146,24 @@ pub trait Operator: Send {
     /// Handles one batch from input `input` (0 for single-input operators).
     fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()>;
 
+    /// Handles a batch of source split `split` (a source task's chain, when
+    /// its reader reads splits): the watermark assigner keeps a watermark
+    /// per split; other operators see a batch.
+    fn process_split_batch(
+        &mut self,
+        _split: super::SplitId,
+        batch: RecordBatch,
+        out: &mut Output,
+    ) -> Result<()> {
+        self.process_batch(0, batch, out)
+    }
+
+    /// The source's reader now reads these splits (see
+    /// [`Operator::process_split_batch`]).
+    fn set_splits(&mut self, _splits: &[super::SplitId], _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
     /// Handles a watermark: the operator's event time has reached `watermark`.
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
         out.watermark(watermark);

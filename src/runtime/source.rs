@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
 
+use super::message::CheckpointId;
 use super::operator::TaskContext;
 use crate::{Error, Result};
 
@@ -12,20 +13,36 @@ use crate::{Error, Result};
 pub enum SourcePoll {
     /// Rows.
     Batch(RecordBatch),
+    /// Rows of one split: watermarks are then generated per split, as
+    /// Flink's per-split watermarks (a Kafka partition's).
+    SplitBatch(SplitId, RecordBatch),
+    /// The splits the reader now reads (its first poll, and whenever the set
+    /// changes, as when a split ends): each one holds the watermark back
+    /// until it has data or is idle.
+    Splits(Vec<SplitId>),
     /// Nothing now; poll again after at most this long.
     Idle(Duration),
     /// The bounded input is done.
     End,
 }
 
+/// A split of a source, as its reader numbers it.
+pub type SplitId = u32;
+
 /// Reads one subtask's share of a source (its splits).
 pub trait SourceReader: Send {
     /// The next batch, or idle, or the end.
     fn poll_next(&mut self) -> Result<SourcePoll>;
 
-    /// The position after the last batch returned, for a checkpoint.
-    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+    /// The position after the last batch returned, for checkpoint `checkpoint`.
+    fn snapshot_position(&mut self, _checkpoint: CheckpointId) -> Result<serde_json::Value> {
         Err(Error::State("this source cannot checkpoint its position".into()))
+    }
+
+    /// Checkpoint `checkpoint` is complete (a Kafka source commits the
+    /// offsets it saved in it to its consumer group, for monitoring).
+    fn notify_checkpoint_complete(&mut self, _checkpoint: CheckpointId) -> Result<()> {
+        Ok(())
     }
 
     /// Continues from a position [`SourceReader::snapshot_position`] returned.
@@ -119,6 +136,20 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// How long its subtasks wait without data before they turn idle, when
+    /// the table says (`scan.watermark.idle-timeout`); otherwise the session's
+    /// `table.exec.source.idle-timeout` applies.
+    fn idle_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether it may run on more subtasks than it has splits (the extra
+    /// ones read nothing): bounded sources, and Kafka, whose partitions can
+    /// be fewer than its subtasks as in Flink.
+    fn allows_idle_subtasks(&self) -> bool {
+        self.is_bounded()
+    }
+
     /// The source as data (see [`crate::plan::spec`]).
     fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
         Err(crate::Error::Internal(format!(
@@ -142,7 +173,7 @@ impl SourceReader for ReplayedReader {
     }
 
     /// No splits to hand on: a restore reads the source from its start.
-    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+    fn snapshot_position(&mut self, _checkpoint: CheckpointId) -> Result<serde_json::Value> {
         Ok(serde_json::json!({ "splits": [], "replayed": true }))
     }
 

@@ -276,15 +276,25 @@ impl Task {
                 continue;
             }
             match reader.poll_next()? {
-                SourcePoll::Batch(batch) => {
+                poll @ (SourcePoll::Batch(_) | SourcePoll::SplitBatch(..)) => {
                     last_data = Instant::now();
                     if idle {
                         idle = false;
                         self.broadcast(Message::WatermarkStatus(WatermarkStatus::Active))?;
                     }
-                    TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
-                    self.push_batch(0, 0, batch)?;
+                    match poll {
+                        SourcePoll::SplitBatch(split, batch) => {
+                            TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
+                            self.push_split_batch(0, split, batch)?;
+                        }
+                        SourcePoll::Batch(batch) => {
+                            TaskMetrics::add(&self.metrics.records_in, batch.num_rows() as u64);
+                            self.push_batch(0, 0, batch)?;
+                        }
+                        _ => unreachable!("matched above"),
+                    }
                 }
+                SourcePoll::Splits(splits) => self.set_splits(&splits)?,
                 SourcePoll::Idle(wait) => {
                     let mut limit = clock.interval().unwrap_or(Duration::from_millis(50));
                     if self.checkpointing.is_some() {
@@ -382,7 +392,7 @@ impl Task {
                     if self.last_snapshot.is_some_and(|last| barrier.id <= last) {
                         continue;
                     }
-                    let position = match reader.as_deref_mut().map(|r| r.snapshot_position()) {
+                    let position = match reader.as_deref_mut().map(|r| r.snapshot_position(barrier.id)) {
                         Some(Err(e)) => {
                             self.decline(barrier.id, e.to_string());
                             continue;
@@ -400,8 +410,10 @@ impl Task {
                     };
                     self.write_snapshot(snapshot, Vec::new())?;
                 }
-                Ok(TaskControl::Complete(id)) => self.commit_all(id)?,
-                Ok(TaskControl::JobFinished(id) | TaskControl::Stop(id)) => return self.commit_all(id),
+                Ok(TaskControl::Complete(id)) => self.commit_all(id, reader.as_deref_mut())?,
+                Ok(TaskControl::JobFinished(id) | TaskControl::Stop(id)) => {
+                    return self.commit_all(id, reader.as_deref_mut());
+                }
                 Ok(TaskControl::Resume) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Err(coordinator_gone()),
@@ -410,7 +422,14 @@ impl Task {
     }
 
     /// Commits everything pre-committed up to `id`.
-    fn commit_all(&mut self, id: CheckpointId) -> Result<()> {
+    fn commit_all(
+        &mut self,
+        id: CheckpointId,
+        reader: Option<&mut (dyn SourceReader + 'static)>,
+    ) -> Result<()> {
+        if let Some(reader) = reader {
+            reader.notify_checkpoint_complete(id)?;
+        }
         for operator in &mut self.chain {
             operator.notify_checkpoint_complete(id)?;
         }
@@ -429,8 +448,8 @@ impl Task {
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline && !self.cancel.load(Ordering::Relaxed) {
             match control.recv_timeout(CONTROL_POLL) {
-                Ok(TaskControl::Stop(id)) => return self.commit_all(id),
-                Ok(TaskControl::Complete(id)) => self.commit_all(id)?,
+                Ok(TaskControl::Stop(id)) => return self.commit_all(id, None),
+                Ok(TaskControl::Complete(id)) => self.commit_all(id, None)?,
                 Ok(_) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -453,7 +472,7 @@ impl Task {
                 TaskControl::Trigger(barrier) | TaskControl::TriggerStop(barrier) => {
                     let stop = matches!(message, TaskControl::TriggerStop(_));
                     let position = match reader.as_deref_mut() {
-                        Some(reader) => match reader.snapshot_position() {
+                        Some(reader) => match reader.snapshot_position(barrier.id) {
                             Ok(position) => Some(position),
                             Err(e) => {
                                 self.decline(barrier.id, e.to_string());
@@ -465,9 +484,11 @@ impl Task {
                     self.checkpoint(barrier, position, Duration::ZERO, false)?;
                     self.paused |= stop;
                 }
-                TaskControl::Complete(id) | TaskControl::JobFinished(id) => self.commit_all(id)?,
+                TaskControl::Complete(id) | TaskControl::JobFinished(id) => {
+                    self.commit_all(id, reader.as_deref_mut())?
+                }
                 TaskControl::Stop(id) => {
-                    self.commit_all(id)?;
+                    self.commit_all(id, reader.as_deref_mut())?;
                     return Ok(Flow::Stop);
                 }
                 TaskControl::Resume => self.paused = false,
@@ -814,6 +835,37 @@ impl Task {
         let mut out = Output::default();
         self.chain[index].process_batch(input, batch, &mut out)?;
         self.forward(index + 1, out)
+    }
+
+    /// Pushes a batch of source split `split` into operator `index` and on.
+    fn push_split_batch(
+        &mut self,
+        index: usize,
+        split: crate::runtime::SplitId,
+        batch: RecordBatch,
+    ) -> Result<()> {
+        if index == self.chain.len() {
+            return self.push_batch(index, 0, batch);
+        }
+        let mut out = Output::default();
+        self.chain[index].process_split_batch(split, batch, &mut out)?;
+        for item in out.take() {
+            match item {
+                Emitted::Batch(batch) => self.push_split_batch(index + 1, split, batch)?,
+                Emitted::Watermark(wm) => self.push_watermark(index + 1, wm)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the chain which splits the source reads now.
+    fn set_splits(&mut self, splits: &[crate::runtime::SplitId]) -> Result<()> {
+        for index in 0..self.chain.len() {
+            let mut out = Output::default();
+            self.chain[index].set_splits(splits, &mut out)?;
+            self.forward(index + 1, out)?;
+        }
+        Ok(())
     }
 
     fn push_watermark(&mut self, index: usize, watermark: Timestamp) -> Result<()> {

@@ -606,13 +606,7 @@ mod tests {
     /// committing partitions with a success file at once (process time).
     fn partitioned(path: &Path) -> TableDef {
         use crate::frontend::catalog::{ColumnDef, TableOptions};
-        let column = |name: &str, data_type| ColumnDef {
-            name: name.into(),
-            data_type,
-            nullable: true,
-            computed: None,
-            computed_text: None,
-        };
+        let column = |name: &str, data_type| ColumnDef::physical(name, data_type, true);
         let options = [
             ("connector", "filesystem"),
             ("path", path.to_str().unwrap()),

@@ -499,7 +499,10 @@ impl SourceReader for FileReader {
         }
     }
 
-    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+    fn snapshot_position(
+        &mut self,
+        _checkpoint: crate::runtime::message::CheckpointId,
+    ) -> Result<serde_json::Value> {
         let skip = self.skip_rows;
         let splits: Vec<serde_json::Value> = self
             .splits
@@ -569,13 +572,7 @@ mod tests {
     fn reader(dir: &Path, batch_size: usize) -> Box<dyn SourceReader> {
         let table = TableDef {
             name: "t".into(),
-            columns: vec![ColumnDef {
-                name: "v".into(),
-                data_type: DataType::Int64,
-                nullable: true,
-                computed: None,
-                computed_text: None,
-            }],
+            columns: vec![ColumnDef::physical("v", DataType::Int64, true)],
             watermark: None,
             primary_key: vec![],
             partition_keys: vec![],
@@ -602,6 +599,7 @@ mod tests {
                 }
                 SourcePoll::End => break,
                 SourcePoll::Idle(_) => {}
+                other => panic!("files are read without splits: {other:?}"),
             }
         }
         values
@@ -617,7 +615,7 @@ mod tests {
         // Batches of 4 rows: after 4 polls the reader is inside b.csv.
         let mut first = reader(dir.path(), 4);
         let before = drain(first.as_mut(), 4);
-        let position = first.snapshot_position().unwrap();
+        let position = first.snapshot_position(1).unwrap();
         let mut second = reader(dir.path(), 4);
         second.restore_position(&position).unwrap();
         let after = drain(second.as_mut(), 100);

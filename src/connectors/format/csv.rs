@@ -214,53 +214,93 @@ impl<R: Read> CsvBatchReader<R> {
 
     /// Parses text columns into the target types; bad rows fail or are skipped.
     fn convert(&mut self, texts: &[ArrayRef], lines: &[u64]) -> Result<RecordBatch> {
-        let mut bad = vec![false; lines.len()];
-        let mut first_bad: Option<(usize, usize)> = None;
-        let mut columns = Vec::with_capacity(texts.len());
-        for (c, text) in texts.iter().enumerate() {
-            let target = self.schema.field(c).data_type();
-            let parsed = parse_text_column(text, target)?;
-            if parsed.null_count() > text.null_count() {
-                for (row, bad) in bad.iter_mut().enumerate() {
-                    if parsed.is_null(row) && !text.is_null(row) {
-                        *bad = true;
-                        if first_bad.is_none_or(|(r, _)| row < r) {
-                            first_bad = Some((row, c));
-                        }
+        let fields = convert_fields(texts, lines.len(), &self.schema)?;
+        let Some(message) = fields
+            .first_bad
+            .as_ref()
+            .map(|(row, column)| (*row, bad_value_message(texts, &self.schema, *row, *column)))
+        else {
+            return Ok(fields.batch);
+        };
+        if !self.options.ignore_parse_errors {
+            return Err(Error::Data {
+                file: self.file.clone(),
+                line: Some(lines[message.0]),
+                message: message.1,
+            });
+        }
+        self.skipped += fields.bad.iter().filter(|b| **b).count() as u64;
+        fields.good_rows()
+    }
+}
+
+/// Text fields parsed into their columns' types.
+pub struct ConvertedFields {
+    /// Every row; a bad row's bad values are NULL.
+    pub batch: RecordBatch,
+    /// Which rows have a value that does not parse.
+    pub bad: Vec<bool>,
+    /// The first bad value: row and column.
+    pub first_bad: Option<(usize, usize)>,
+}
+
+impl ConvertedFields {
+    /// The rows without a bad value.
+    pub fn good_rows(&self) -> Result<RecordBatch> {
+        if self.first_bad.is_none() {
+            return Ok(self.batch.clone());
+        }
+        let keep = BooleanArray::from(self.bad.iter().map(|b| !b).collect::<Vec<_>>());
+        Ok(filter_record_batch(&self.batch, &keep)?)
+    }
+}
+
+/// Parses text columns (one per field of `schema`, `rows` long) into the
+/// fields' types, finding the values that do not parse.
+pub fn convert_fields(texts: &[ArrayRef], rows: usize, schema: &SchemaRef) -> Result<ConvertedFields> {
+    let mut bad = vec![false; rows];
+    let mut first_bad: Option<(usize, usize)> = None;
+    let mut columns = Vec::with_capacity(texts.len());
+    for (c, text) in texts.iter().enumerate() {
+        let target = schema.field(c).data_type();
+        let parsed = parse_text_column(text, target)?;
+        if parsed.null_count() > text.null_count() {
+            for (row, bad) in bad.iter_mut().enumerate() {
+                if parsed.is_null(row) && !text.is_null(row) {
+                    *bad = true;
+                    if first_bad.is_none_or(|(r, _)| row < r) {
+                        first_bad = Some((row, c));
                     }
                 }
             }
-            columns.push(parsed);
         }
-        let batch = RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(lines.len())),
-        )?;
-        let Some((row, column)) = first_bad else {
-            return Ok(batch);
-        };
-        if !self.options.ignore_parse_errors {
-            let text = texts[column]
-                .as_any()
-                .downcast_ref::<arrow::array::StringArray>()
-                .map(|a| a.value(row));
-            let field = self.schema.field(column);
-            return Err(Error::Data {
-                file: self.file.clone(),
-                line: Some(lines[row]),
-                message: format!(
-                    "cannot parse '{}' as {} for column '{}'",
-                    text.unwrap_or_default(),
-                    flink_type_name(field.data_type()),
-                    field.name()
-                ),
-            });
-        }
-        self.skipped += bad.iter().filter(|b| **b).count() as u64;
-        let keep = BooleanArray::from(bad.iter().map(|b| !b).collect::<Vec<_>>());
-        Ok(filter_record_batch(&batch, &keep)?)
+        columns.push(parsed);
     }
+    let batch = RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?;
+    Ok(ConvertedFields {
+        batch,
+        bad,
+        first_bad,
+    })
+}
+
+/// What is wrong with the value at `row`, `column`: it does not parse.
+pub fn bad_value_message(texts: &[ArrayRef], schema: &SchemaRef, row: usize, column: usize) -> String {
+    let text = texts[column]
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .map(|a| a.value(row));
+    let field = schema.field(column);
+    format!(
+        "cannot parse '{}' as {} for column '{}'",
+        text.unwrap_or_default(),
+        flink_type_name(field.data_type()),
+        field.name()
+    )
 }
 
 /// Parses a text column into `target`; values that do not parse become NULL.

@@ -68,13 +68,6 @@ impl<R: BufRead> JsonBatchReader<R> {
         }
     }
 
-    fn decoder(&self, batch_size: usize) -> Result<Decoder> {
-        Ok(ReaderBuilder::new(self.schema.clone())
-            .with_batch_size(batch_size.max(1))
-            .with_strict_mode(false)
-            .build_decoder()?)
-    }
-
     /// The next batch of up to `max_rows` rows, or `None` at the end.
     pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
         while !self.done {
@@ -97,72 +90,141 @@ impl<R: BufRead> JsonBatchReader<R> {
             if lines.is_empty() {
                 continue;
             }
-            let mut decoder = self.decoder(lines.len())?;
-            let whole: Result<Option<RecordBatch>> = unpanicked(|| {
-                for (_, text) in &lines {
-                    decoder.decode(text.as_bytes())?;
-                }
-                Ok(decoder.flush()?)
-            });
-            let batch = match whole {
-                Ok(batch) => batch,
-                Err(_) => self.decode_line_by_line(&lines)?,
-            };
-            if let Some(batch) = batch {
-                self.check_missing(&batch, &lines)?;
-                if batch.num_rows() > 0 {
-                    return Ok(Some(batch));
-                }
+            let records: Vec<&[u8]> = lines.iter().map(|(_, text)| text.as_bytes()).collect();
+            let file = &self.file;
+            let decoded = decode_json_records(&self.schema, &self.options, &records, &|i| {
+                (file.clone(), Some(lines[i].0))
+            })?;
+            self.skipped += decoded.skipped.len() as u64;
+            if decoded.batch.num_rows() > 0 {
+                return Ok(Some(decoded.batch));
             }
         }
         Ok(None)
     }
+}
 
-    fn decode_line_by_line(&mut self, lines: &[(u64, String)]) -> Result<Option<RecordBatch>> {
-        let mut good = Vec::new();
-        for (line, text) in lines {
-            let mut decoder = self.decoder(1)?;
-            let result = unpanicked(|| Ok(decoder.decode(text.as_bytes()).and_then(|_| decoder.flush())?));
-            match result {
-                Ok(Some(batch)) => good.push(batch),
-                Ok(None) => {}
-                Err(_) if self.options.ignore_parse_errors => self.skipped += 1,
-                Err(e) => {
-                    return Err(Error::Data {
-                        file: self.file.clone(),
-                        line: Some(*line),
-                        message: e.to_string(),
-                    });
-                }
-            }
-        }
-        if good.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(arrow::compute::concat_batches(&self.schema, &good)?))
-    }
+/// Rows decoded from whole records (lines of a file, Kafka messages).
+#[derive(Debug)]
+pub struct Decoded {
+    /// The rows of the records that parsed, in order.
+    pub batch: RecordBatch,
+    /// The records skipped because they did not parse (with
+    /// `ignore-parse-errors`), by index.
+    pub skipped: Vec<usize>,
+}
 
-    fn check_missing(&self, batch: &RecordBatch, lines: &[(u64, String)]) -> Result<()> {
-        if !self.options.fail_on_missing_field {
-            return Ok(());
-        }
-        for (c, field) in self.schema.fields().iter().enumerate() {
-            if batch.column(c).null_count() == 0 {
-                continue;
+/// Where record `i` is, for errors: a file (or source) and a line.
+pub type Locate<'a> = &'a dyn Fn(usize) -> (String, Option<u64>);
+
+/// Decodes records holding one JSON object each into rows of `schema`.
+///
+/// All at once with Arrow's decoder; when that fails, or a record is not
+/// exactly one object, record by record to find the bad one: an error at
+/// `locate(i)`, or skipped with `json.ignore-parse-errors`.
+pub fn decode_json_records(
+    schema: &SchemaRef,
+    options: &JsonOptions,
+    records: &[&[u8]],
+    locate: Locate<'_>,
+) -> Result<Decoded> {
+    let whole: Result<Option<RecordBatch>> = unpanicked(|| {
+        let mut decoder = json_decoder(schema, records.len())?;
+        for (i, record) in records.iter().enumerate() {
+            let consumed = decoder.decode(record)?;
+            if decoder.len() != i + 1 || decoder.has_partial_record() || !only_space(&record[consumed..]) {
+                return Err(Error::Internal("not one object".into()));
             }
-            for (row, (line, text)) in lines.iter().enumerate().take(batch.num_rows()) {
-                let value: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-                if batch.column(c).is_null(row) && value.get(field.name()).is_none() {
-                    return Err(Error::Data {
-                        file: self.file.clone(),
-                        line: Some(*line),
-                        message: format!("field '{}' is missing", field.name()),
-                    });
-                }
-            }
         }
-        Ok(())
+        Ok(decoder.flush()?)
+    });
+    let (batch, skipped) = match whole {
+        Ok(batch) => (batch, Vec::new()),
+        Err(_) => decode_one_by_one(schema, options, records, locate)?,
+    };
+    let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(schema.clone()));
+    if options.fail_on_missing_field {
+        let kept: Vec<usize> = (0..records.len()).filter(|i| !skipped.contains(i)).collect();
+        check_missing(schema, &batch, records, &kept, locate)?;
     }
+    Ok(Decoded { batch, skipped })
+}
+
+fn only_space(rest: &[u8]) -> bool {
+    rest.iter().all(u8::is_ascii_whitespace)
+}
+
+fn json_decoder(schema: &SchemaRef, batch_size: usize) -> Result<Decoder> {
+    Ok(ReaderBuilder::new(schema.clone())
+        .with_batch_size(batch_size.max(1))
+        .with_strict_mode(false)
+        .build_decoder()?)
+}
+
+fn decode_one_by_one(
+    schema: &SchemaRef,
+    options: &JsonOptions,
+    records: &[&[u8]],
+    locate: Locate<'_>,
+) -> Result<(Option<RecordBatch>, Vec<usize>)> {
+    let mut good = Vec::new();
+    let mut skipped = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        let mut decoder = json_decoder(schema, 1)?;
+        let result = unpanicked(|| {
+            let consumed = decoder.decode(record)?;
+            if decoder.len() != 1 || decoder.has_partial_record() || !only_space(&record[consumed..]) {
+                return Err(Error::Execution("not one JSON object".into()));
+            }
+            Ok(decoder.flush()?)
+        });
+        match result {
+            Ok(Some(batch)) => good.push(batch),
+            Ok(None) => {}
+            Err(_) if options.ignore_parse_errors => skipped.push(i),
+            Err(e) => {
+                let (file, line) = locate(i);
+                let message = match e {
+                    Error::Arrow(e) => e.to_string(),
+                    Error::Execution(m) => m,
+                    other => other.to_string(),
+                };
+                return Err(Error::Data { file, line, message });
+            }
+        }
+    }
+    if good.is_empty() {
+        return Ok((None, skipped));
+    }
+    Ok((Some(arrow::compute::concat_batches(schema, &good)?), skipped))
+}
+
+/// With `json.fail-on-missing-field`: a NULL from a field the record lacks
+/// is an error. `kept[row]` is the record of each row.
+fn check_missing(
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    records: &[&[u8]],
+    kept: &[usize],
+    locate: Locate<'_>,
+) -> Result<()> {
+    for (c, field) in schema.fields().iter().enumerate() {
+        if batch.column(c).null_count() == 0 {
+            continue;
+        }
+        for (row, record) in kept.iter().enumerate().take(batch.num_rows()) {
+            let value: serde_json::Value = serde_json::from_slice(records[*record]).unwrap_or_default();
+            if batch.column(c).is_null(row) && value.get(field.name()).is_none() {
+                let (file, line) = locate(*record);
+                return Err(Error::Data {
+                    file,
+                    line,
+                    message: format!("field '{}' is missing", field.name()),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes batches as JSON lines, as Flink does: arrow-json's writer (nested

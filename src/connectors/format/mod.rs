@@ -2,6 +2,7 @@
 
 pub mod csv;
 pub mod json;
+pub mod records;
 pub mod text;
 
 /// Runs a parse of Arrow's, turning a panic into an error: arrow-cast 59

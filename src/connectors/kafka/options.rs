@@ -252,13 +252,7 @@ mod tests {
         entries.extend(options.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         TableDef {
             name: "t".into(),
-            columns: vec![ColumnDef {
-                name: "v".into(),
-                data_type: arrow::datatypes::DataType::Utf8,
-                nullable: true,
-                computed: None,
-                computed_text: None,
-            }],
+            columns: vec![ColumnDef::physical("v", arrow::datatypes::DataType::Utf8, true)],
             watermark: None,
             primary_key: vec![],
             partition_keys: vec![],

@@ -366,7 +366,10 @@ impl SourceReader for NexmarkReader {
         )?))
     }
 
-    fn snapshot_position(&mut self) -> Result<serde_json::Value> {
+    fn snapshot_position(
+        &mut self,
+        _checkpoint: crate::runtime::message::CheckpointId,
+    ) -> Result<serde_json::Value> {
         Ok(CountedSplit::position(self.splits.iter().copied()))
     }
 

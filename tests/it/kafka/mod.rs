@@ -11,10 +11,13 @@ use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use weir::connectors::kafka::transactions::{Recorded, Settlement, commit_recorded, describe};
+use weir::connectors::kafka::transactions::{Recorded, describe};
+
+mod source;
+mod transactions;
 
 /// The broker's bootstrap address; the broker stops when this process ends.
-fn broker() -> &'static str {
+pub fn broker() -> &'static str {
     static BROKER: OnceLock<String> = OnceLock::new();
     BROKER.get_or_init(|| {
         if let Ok(bootstrap) = std::env::var("WEIR_KAFKA_BOOTSTRAP") {
@@ -36,7 +39,7 @@ fn broker() -> &'static str {
     })
 }
 
-fn producer(transactional_id: &str) -> ThreadedProducer<DefaultProducerContext> {
+pub fn producer(transactional_id: &str) -> ThreadedProducer<DefaultProducerContext> {
     ClientConfig::new()
         .set("bootstrap.servers", broker())
         .set("transactional.id", transactional_id)
@@ -46,7 +49,7 @@ fn producer(transactional_id: &str) -> ThreadedProducer<DefaultProducerContext> 
 
 /// Opens a transaction of `rows` into `topic` and flushes it, without
 /// committing; returns its record, as the sink records it at a barrier.
-fn open_transaction(transactional_id: &str, topic: &str, rows: &[&str]) -> Recorded {
+pub fn open_transaction(transactional_id: &str, topic: &str, rows: &[&str]) -> Recorded {
     let producer = producer(transactional_id);
     producer.init_transactions(Duration::from_secs(30)).unwrap();
     producer.begin_transaction().unwrap();
@@ -69,7 +72,7 @@ fn open_transaction(transactional_id: &str, topic: &str, rows: &[&str]) -> Recor
 }
 
 /// What a `read_committed` consumer reads of `topic` within `wait`.
-fn read_committed(topic: &str, wait: Duration) -> Vec<String> {
+pub fn read_committed(topic: &str, wait: Duration) -> Vec<String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker())
         .set("group.id", format!("check-{topic}"))
@@ -88,33 +91,40 @@ fn read_committed(topic: &str, wait: Duration) -> Vec<String> {
     rows
 }
 
-#[test]
-fn a_transaction_a_crash_left_open_is_committed_from_its_record_once() {
-    let recorded = open_transaction("weir-test-open", "settle-open", &["a", "b", "c"]);
-    assert!(
-        read_committed("settle-open", Duration::from_secs(3)).is_empty(),
-        "nothing is visible before the commit"
-    );
-    assert_eq!(commit_recorded(broker(), &recorded).unwrap(), Settlement::Commit);
-    assert_eq!(
-        read_committed("settle-open", Duration::from_secs(5)),
-        vec!["a", "b", "c"]
-    );
-    assert_eq!(
-        commit_recorded(broker(), &recorded).unwrap(),
-        Settlement::Committed,
-        "a second restore from the same checkpoint commits nothing again"
-    );
+/// Creates `topic` with `partitions` partitions.
+pub fn create_topic(topic: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .create()
+        .unwrap();
+    let topics = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
+    let results = futures::executor::block_on(admin.create_topics(&topics, &AdminOptions::new())).unwrap();
+    for result in results {
+        result.unwrap();
+    }
 }
 
-#[test]
-fn a_transaction_aborted_by_a_new_producer_is_reported_lost() {
-    let recorded = open_transaction("weir-test-fenced", "settle-fenced", &["x"]);
-    // A producer taking the transactional id aborts the open transaction.
-    producer("weir-test-fenced")
-        .init_transactions(Duration::from_secs(30))
+/// A record to produce: partition, key, value, timestamp (ms).
+pub struct Rec<'a>(pub i32, pub Option<&'a str>, pub Option<&'a str>, pub i64);
+
+/// Writes `records` into `topic` (not transactional) and waits until they are acknowledged.
+pub fn produce(topic: &str, records: &[Rec]) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .create()
         .unwrap();
-    let error = commit_recorded(broker(), &recorded).unwrap_err().to_string();
-    assert!(error.contains("aborted or replaced"), "{error}");
-    assert!(read_committed("settle-fenced", Duration::from_secs(3)).is_empty());
+    for Rec(partition, key, value, timestamp) in records {
+        let mut record = BaseRecord::<str, str>::to(topic)
+            .partition(*partition)
+            .timestamp(*timestamp);
+        if let Some(key) = key {
+            record = record.key(*key);
+        }
+        if let Some(value) = value {
+            record = record.payload(*value);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
 }
