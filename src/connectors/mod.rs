@@ -8,7 +8,7 @@
 //! | `print`      |        | yes  | [`print`]                 |
 //! | `blackhole`  |        | yes  | [`blackhole`]             |
 //! | `checkpoint` | yes    |      | [`checkpoint`]            |
-//! | `kafka`      | yes    |      | [`kafka`]                 |
+//! | `kafka`      | yes    | yes  | [`kafka`]                 |
 //!
 //! The embedded API's results go through [`collect`], an internal sink, and
 //! constant queries (`SELECT 1`, `VALUES`) through [`values`].
@@ -239,6 +239,7 @@ fn connector_sink(
         "filesystem" => filesystem::FileSinkFactory::try_new(table, schema, config),
         "print" => print::PrintSinkFactory::try_new(table, schema, config),
         "blackhole" => blackhole::BlackholeSinkFactory::try_new(table),
+        "kafka" => kafka::sink::KafkaSinkFactory::try_new(table, schema),
         "datagen" | "nexmark" | "checkpoint" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be read",
             table.name,

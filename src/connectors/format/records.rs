@@ -224,6 +224,88 @@ impl RecordDecoder {
     }
 }
 
+/// Encoded rows: row `i`'s bytes are `bytes[ends[i - 1]..ends[i]]`.
+#[derive(Debug, Default)]
+pub struct Encoded {
+    /// Every row's bytes, one after another.
+    pub bytes: Vec<u8>,
+    /// Where each row ends.
+    pub ends: Vec<usize>,
+}
+
+impl Encoded {
+    /// Row `i`'s bytes.
+    pub fn row(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+impl RecordFormat {
+    /// Encodes each row of `batch` as one record, as Flink's formats write
+    /// them (json: an object of the columns by name).
+    pub fn encode(&self, batch: &RecordBatch) -> Result<Encoded> {
+        let mut encoded = Encoded::default();
+        match self {
+            RecordFormat::Json(_) => {
+                // One line per row (JSON escapes newlines inside strings).
+                super::json::write_json_lines(batch, &mut encoded.bytes)?;
+                let lines: Vec<usize> = encoded
+                    .bytes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| **b == b'\n')
+                    .map(|(i, _)| i)
+                    .collect();
+                encoded.ends = lines;
+                // Drop the newlines: each record ends where its line does.
+                let mut bytes = Vec::with_capacity(encoded.bytes.len());
+                let mut start = 0;
+                for end in &mut encoded.ends {
+                    bytes.extend_from_slice(&encoded.bytes[start..*end]);
+                    start = *end + 1;
+                    *end = bytes.len();
+                }
+                encoded.bytes = bytes;
+            }
+            RecordFormat::Csv(options) => {
+                let writer = super::csv::CsvRowWriter::new(options.clone());
+                for row in 0..batch.num_rows() {
+                    writer.write(&batch.slice(row, 1), &mut encoded.bytes)?;
+                    while encoded.bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                        encoded.bytes.pop();
+                    }
+                    encoded.ends.push(encoded.bytes.len());
+                }
+            }
+            RecordFormat::Raw => {
+                let column = batch.column(0);
+                for row in 0..batch.num_rows() {
+                    match column.data_type() {
+                        DataType::Utf8 => {
+                            let values = column.as_any().downcast_ref::<StringArray>().expect("utf8");
+                            encoded.bytes.extend_from_slice(values.value(row).as_bytes());
+                        }
+                        _ => {
+                            let values = column.as_any().downcast_ref::<BinaryArray>().expect("binary");
+                            encoded.bytes.extend_from_slice(values.value(row));
+                        }
+                    }
+                    encoded.ends.push(encoded.bytes.len());
+                }
+            }
+        }
+        if encoded.ends.len() != batch.num_rows() {
+            return Err(Error::Internal(format!(
+                "{} rows encoded as {} records",
+                batch.num_rows(),
+                encoded.ends.len()
+            )));
+        }
+        Ok(encoded)
+    }
+}
+
 /// The fields of one CSV record (`None`: the null literal).
 fn csv_fields(
     options: &CsvOptions,
@@ -343,6 +425,34 @@ mod tests {
             err.contains("offset 11") && err.contains("cannot parse 'x'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn rows_encode_as_one_record_each_and_decode_back() {
+        let batch = RecordBatch::try_new(
+            Arc::new(fields()),
+            vec![
+                Arc::new(arrow::array::Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some("a\nb"), Some("c,d")])),
+            ],
+        )
+        .unwrap();
+        let csv = RecordFormat::Csv(CsvOptions {
+            delimiter: b',',
+            quote: b'"',
+            allow_comments: false,
+            ignore_parse_errors: false,
+            null_literal: None,
+        });
+        for format in [json(false), csv] {
+            let encoded = format.encode(&batch).unwrap();
+            let records: Vec<&[u8]> = (0..2).map(|i| encoded.row(i)).collect();
+            let decoder = RecordDecoder::new(format.clone(), &fields(), &[0, 1], "t").unwrap();
+            let decoded = decoder.decode(&records, &at).unwrap();
+            assert_eq!(decoded.batch, batch, "{}", format.name());
+        }
+        let encoded = json(false).encode(&batch.slice(1, 1)).unwrap();
+        assert_eq!(encoded.row(0), br#"{"id":2,"name":"c,d"}"#);
     }
 
     #[test]

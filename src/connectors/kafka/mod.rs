@@ -8,6 +8,7 @@
 pub mod client;
 pub mod layout;
 pub mod options;
+pub mod sink;
 pub mod source;
 pub mod transactions;
 pub mod wire;

@@ -181,12 +181,6 @@ impl SourceOptions {
             "unbounded" => None,
             mode => Some(offsets(table, "scan.bounded", mode, false)?),
         };
-        if group_id.is_none() && (startup == Offsets::Group || bounded == Some(Offsets::Group)) {
-            return Err(Error::sql(format!(
-                "table '{}': 'group-offsets' needs the option 'properties.group.id'",
-                table.name
-            )));
-        }
         Ok(SourceOptions {
             topics,
             bootstrap: bootstrap.to_string(),
@@ -195,6 +189,21 @@ impl SourceOptions {
             startup,
             bounded,
         })
+    }
+}
+
+impl SourceOptions {
+    /// Reading from committed offsets needs a group (checked when the table
+    /// is read: a table only written needs none).
+    pub fn check_group(&self, table: &TableDef) -> Result<()> {
+        let uses_group = self.startup == Offsets::Group || self.bounded == Some(Offsets::Group);
+        if self.group_id.is_none() && uses_group {
+            return Err(Error::sql(format!(
+                "table '{}': 'group-offsets' needs the option 'properties.group.id'",
+                table.name
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -308,7 +317,16 @@ mod tests {
         let error = |options: &[(&str, &str)]| source(options).unwrap_err().to_string();
         assert!(error(&[]).contains("needs 'topic' or 'topic-pattern'"));
         assert!(error(&[("topic", "a"), ("topic-pattern", "b")]).contains("not both"));
-        assert!(error(&[("topic", "a")]).contains("'group-offsets' needs the option 'properties.group.id'"));
+        let t = table(&[("topic", "a")]);
+        let group = SourceOptions::parse(&t)
+            .unwrap()
+            .check_group(&t)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            group.contains("'group-offsets' needs the option 'properties.group.id'"),
+            "{group}"
+        );
         assert!(
             error(&[("topic", "a"), ("scan.startup.mode", "newest")])
                 .contains("expected one of earliest-offset")

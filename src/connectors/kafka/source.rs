@@ -49,6 +49,7 @@ impl KafkaSourceFactory {
     ) -> Result<Arc<dyn SourceFactory>> {
         super::validate(table)?;
         let options = SourceOptions::parse(table)?;
+        options.check_group(table)?;
         let layout = Layout::new(table, projection, schema)?;
         let consumer = client::consumer(&table.name, &options)?;
         let partitions = client::list_partitions(&table.name, &consumer, &options.topics)?;

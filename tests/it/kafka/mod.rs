@@ -13,6 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use weir::connectors::kafka::transactions::{Recorded, describe};
 
+mod sink;
 mod source;
 mod transactions;
 

@@ -1,0 +1,268 @@
+//! The Kafka sink against the real broker: delivery guarantees, and
+//! exactly-once output across SIGKILLs of `weir run` (aligned, unaligned,
+//! rescaled), checked by a `read_committed` consumer.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::{broker, create_topic};
+
+/// Every value in `topic` (all partitions, from the start) that a consumer
+/// with `isolation` reads until `quiet` passes without a record.
+pub fn read_all(topic: &str, isolation: &str, quiet: Duration) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", format!("read-{topic}"))
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        list.add_partition_offset(topic, p.id(), Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut values = Vec::new();
+    let mut last = Instant::now();
+    while last.elapsed() < quiet {
+        if let Some(message) = consumer.poll(Duration::from_millis(50)) {
+            let message = message.unwrap();
+            values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string());
+            last = Instant::now();
+        }
+    }
+    values
+}
+
+fn producer() -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("linger.ms", "20")
+        .create()
+        .unwrap()
+}
+
+#[test]
+fn an_exactly_once_sink_commits_each_checkpoint_and_the_end_of_its_input() {
+    create_topic("eo-basic-in", 2);
+    create_topic("eo-basic-out", 3);
+    let input = producer();
+    for i in 0..1_000 {
+        let value = format!(r#"{{"v":{i}}}"#);
+        input
+            .send(
+                BaseRecord::<str, str>::to("eo-basic-in")
+                    .partition(i % 2)
+                    .payload(&value),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    input.flush(Duration::from_secs(30)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = crate::engine(2);
+    engine.set("execution.checkpointing.interval", "100 ms").unwrap();
+    engine
+        .set("execution.checkpointing.dir", &dir.path().display().to_string())
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE TABLE src (v INT) WITH ('connector' = 'kafka', 'topic' = 'eo-basic-in', \
+             'properties.bootstrap.servers' = '{b}', 'format' = 'json', \
+             'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset')",
+            b = broker()
+        ))
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE TABLE dst (v INT, w STRING) WITH ('connector' = 'kafka', 'topic' = 'eo-basic-out', \
+             'properties.bootstrap.servers' = '{b}', 'format' = 'csv', \
+             'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = 'eo-basic')",
+            b = broker()
+        ))
+        .unwrap();
+    let explain = crate::sorted_rows(
+        &engine
+            .sql("EXPLAIN INSERT INTO dst SELECT v, 'x' FROM src")
+            .unwrap()
+            .collect()
+            .unwrap(),
+    )
+    .join("\n");
+    assert!(
+        explain.contains(
+            "kafka, topic=eo-basic-out, format=csv, exactly-once, transactional-id-prefix=eo-basic"
+        ),
+        "{explain}"
+    );
+    let result = engine
+        .sql("INSERT INTO dst SELECT v, CAST(v * 2 AS STRING) FROM src")
+        .unwrap();
+    result.job().unwrap().wait().unwrap();
+    let mut got = read_all("eo-basic-out", "read_committed", Duration::from_secs(2));
+    got.sort_by_key(|line| line.split(',').next().unwrap().parse::<i64>().unwrap());
+    let expected: Vec<String> = (0..1_000).map(|i| format!("{i},{}", i * 2)).collect();
+    assert_eq!(got, expected);
+}
+
+/// The input of the crash tests: `count` records `{"k", "v", "ts"}` over
+/// 4 partitions (by key), with event times 1 ms apart.
+fn fill_input(topic: &str, count: i64) -> BTreeMap<(i64, i64), i64> {
+    create_topic(topic, 4);
+    let input = producer();
+    let mut sums = BTreeMap::new();
+    for i in 0..count {
+        let (k, v) = (i % 10, i % 7);
+        let ts = i;
+        *sums.entry((k, ts / 1000 * 1000)).or_insert(0) += v;
+        let value = format!(r#"{{"k":{k},"v":{v},"ts":{ts}}}"#);
+        let record = BaseRecord::<str, str>::to(topic)
+            .partition((k % 4) as i32)
+            .timestamp(ts)
+            .payload(&value);
+        let mut record = record;
+        loop {
+            match input.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    input.flush(Duration::from_secs(60)).unwrap();
+    sums
+}
+
+/// A `weir run` file: tumbling one-second sums per key from `input` into
+/// `output`, exactly once, checkpointing every 300 ms.
+fn job_file(dir: &Path, name: &str, input: &str, output: &str, parallelism: usize, settings: &str) -> String {
+    let file = dir.join(format!("{name}-{parallelism}.sql"));
+    std::fs::write(
+        &file,
+        format!(
+            "SET 'execution.checkpointing.interval' = '300 ms';
+             SET 'execution.checkpointing.dir' = '{ckpt}';
+             SET 'pipeline.name' = '{name}';
+             SET 'parallelism.default' = '{parallelism}';
+             SET 'table.local-time-zone' = 'UTC';
+             {settings}
+             CREATE TABLE src (k BIGINT, v BIGINT, ts BIGINT,
+               rt AS TO_TIMESTAMP_LTZ(ts, 3), WATERMARK FOR rt AS rt - INTERVAL '1' SECOND)
+             WITH ('connector' = 'kafka', 'topic' = '{input}', 'properties.bootstrap.servers' = '{b}',
+                   'format' = 'json', 'scan.startup.mode' = 'earliest-offset',
+                   'scan.bounded.mode' = 'latest-offset', 'properties.group.id' = '{name}');
+             CREATE TABLE dst (k BIGINT, window_start BIGINT, s BIGINT)
+             WITH ('connector' = 'kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{b}',
+                   'format' = 'csv', 'sink.delivery-guarantee' = 'exactly-once',
+                   'sink.transactional-id-prefix' = '{name}');
+             INSERT INTO dst
+             SELECT k, MIN(ts) / 1000 * 1000, SUM(v)
+             FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(rt), INTERVAL '1' SECOND))
+             GROUP BY k, window_start, window_end;",
+            ckpt = dir.join("checkpoints").display(),
+            b = broker(),
+        ),
+    )
+    .unwrap();
+    file.display().to_string()
+}
+
+fn weir(file: &str, restore: Option<&Path>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
+        .arg("run")
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(path) = restore {
+        command.arg("--restore").arg(path);
+    }
+    command
+}
+
+/// Runs the tumbling sum over a 4-partition topic, killed with SIGKILL at a
+/// random moment in each run but the last of `parallelisms`, restored each
+/// time; a `read_committed` consumer must read exactly the sums.
+fn crash_and_check(name: &str, parallelisms: &[usize], settings: &str) {
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let context = format!("{name} {parallelisms:?}, WEIR_TEST_SEED={seed}");
+    let (input, output) = (format!("{name}-in"), format!("{name}-out"));
+    let sums = fill_input(&input, 300_000);
+    create_topic(&output, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let job_dir = dir.path().join("checkpoints").join(name);
+    let (last, killed) = parallelisms.split_last().unwrap();
+    for (attempt, parallelism) in killed.iter().enumerate() {
+        let file = job_file(dir.path(), name, &input, &output, *parallelism, settings);
+        let restore = (attempt > 0).then_some(job_dir.as_path());
+        let mut child = weir(&file, restore).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(700..2000)));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "run {attempt} ended before it was killed: {context}"
+        );
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let file = job_file(dir.path(), name, &input, &output, *last, settings);
+    let run = weir(&file, Some(&job_dir)).output().unwrap();
+    assert!(
+        run.status.success(),
+        "the restored run failed: {context}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = read_all(&output, "read_committed", Duration::from_secs(3));
+    let mut counted: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
+    for line in &got {
+        let fields: Vec<i64> = line.split(',').map(|f| f.parse().unwrap()).collect();
+        counted.entry((fields[0], fields[1])).or_default().push(fields[2]);
+    }
+    let doubled: Vec<_> = counted.iter().filter(|(_, s)| s.len() > 1).take(5).collect();
+    assert!(doubled.is_empty(), "rows written twice: {doubled:?}; {context}");
+    let missing: Vec<_> = sums.keys().filter(|k| !counted.contains_key(k)).take(5).collect();
+    assert!(missing.is_empty(), "rows lost: {missing:?}; {context}");
+    let wrong: Vec<_> = sums
+        .iter()
+        .filter(|(k, s)| counted.get(k).is_some_and(|got| got[0] != **s))
+        .take(5)
+        .collect();
+    assert!(wrong.is_empty(), "wrong sums: {wrong:?}; {context}");
+    assert_eq!(got.len(), sums.len(), "{context}");
+}
+
+#[test]
+fn a_tumbling_sum_from_kafka_to_kafka_killed_three_times_is_read_exactly_once() {
+    crash_and_check("eo-aligned", &[4, 4, 4, 4], "");
+}
+
+#[test]
+fn unaligned_a_tumbling_sum_from_kafka_to_kafka_killed_three_times_is_read_exactly_once() {
+    crash_and_check(
+        "eo-unaligned",
+        &[4, 4, 4, 4],
+        "SET 'execution.checkpointing.unaligned.enabled' = 'true';",
+    );
+}
+
+#[test]
+fn a_tumbling_sum_from_kafka_to_kafka_killed_and_rescaled_4_to_2_is_read_exactly_once() {
+    crash_and_check("eo-rescaled", &[4, 4, 2], "");
+}
