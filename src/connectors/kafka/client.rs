@@ -91,8 +91,10 @@ pub fn list_partitions(table: &str, consumer: &BaseConsumer, topics: &Topics) ->
     Ok(partitions)
 }
 
-/// The offset in each of `partitions` that `offsets` names (a start, or
-/// with `stop` an end). `reset` is `properties.auto.offset.reset`, for
+/// The offset in each of `partitions` that `offsets` names: where reading
+/// starts, or with `stop` where it ends (a specific end may lie beyond what
+/// the partition holds now; partitions a specific end does not name end at
+/// their latest offset). `reset` is `properties.auto.offset.reset`, for
 /// partitions without a committed offset under `group-offsets`.
 pub fn resolve(
     table: &str,
@@ -100,6 +102,7 @@ pub fn resolve(
     partitions: &[Partition],
     offsets: &Offsets,
     reset: Option<&str>,
+    stop: bool,
 ) -> Result<Vec<i64>> {
     let ends = |which: usize| -> Result<Vec<i64>> {
         partitions
@@ -121,12 +124,11 @@ pub fn resolve(
             Ok(partitions
                 .iter()
                 .enumerate()
-                .map(|(i, (_, p))| {
-                    given
-                        .get(p)
-                        .copied()
-                        .unwrap_or(earliest[i])
-                        .clamp(earliest[i], latest[i])
+                .map(|(i, (_, p))| match (given.get(p), stop) {
+                    (Some(o), true) => *o,
+                    (None, true) => latest[i],
+                    (Some(o), false) => (*o).clamp(earliest[i], latest[i]),
+                    (None, false) => earliest[i],
                 })
                 .collect())
         }

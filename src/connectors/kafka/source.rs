@@ -262,7 +262,7 @@ impl KafkaReader {
                 true => &Offsets::Earliest,
                 false => &self.options.startup,
             };
-            let starts = client::resolve(&self.table, &consumer, &partitions, startup, reset)?;
+            let starts = client::resolve(&self.table, &consumer, &partitions, startup, reset, false)?;
             for (i, start) in unresolved.iter().zip(starts) {
                 self.splits[*i].offset = Some(start);
             }
@@ -276,12 +276,7 @@ impl KafkaReader {
                 .map(|i| (self.splits[*i].topic.clone(), self.splits[*i].partition))
                 .collect();
             if !partitions.is_empty() {
-                let bounded = match bounded {
-                    // Partitions not named by specific offsets end at their latest offset.
-                    Offsets::Specific(_) | Offsets::Latest => bounded.clone(),
-                    other => other.clone(),
-                };
-                let stops = client::resolve(&self.table, &consumer, &partitions, &bounded, reset)?;
+                let stops = client::resolve(&self.table, &consumer, &partitions, bounded, reset, true)?;
                 for (i, stop) in open.iter().zip(stops) {
                     self.splits[*i].stop = Some(stop);
                 }

@@ -104,6 +104,69 @@ pub fn create_topic(topic: &str, partitions: i32) {
     for result in results {
         result.unwrap();
     }
+    // Wait until the broker serves every partition (a producer writing
+    // before then may fail its records).
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .create()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        let ready = metadata.topics().first().is_some_and(|t| {
+            t.error().is_none()
+                && t.partitions().len() == partitions as usize
+                && t.partitions().iter().all(|p| p.leader() >= 0)
+        });
+        if ready {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "topic {topic} is not served after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Records delivery failures of a test producer.
+#[derive(Clone, Default)]
+pub struct Failures(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl rdkafka::client::ClientContext for Failures {}
+
+impl rdkafka::producer::ProducerContext for Failures {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.0.lock().unwrap().push(e.to_string());
+        }
+    }
+}
+
+/// A producer whose failed deliveries [`Failures`] keeps.
+pub fn checked_producer() -> (ThreadedProducer<Failures>, Failures) {
+    let failures = Failures::default();
+    let producer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("linger.ms", "20")
+        .create_with_context(failures.clone())
+        .unwrap();
+    (producer, failures)
+}
+
+/// Flushes `producer` and fails the test if a record was not delivered.
+pub fn flush_checked(producer: &ThreadedProducer<Failures>, failures: &Failures) {
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let failed = failures.0.lock().unwrap();
+    assert!(
+        failed.is_empty(),
+        "records were not delivered: {:?}",
+        &failed[..failed.len().min(3)]
+    );
 }
 
 /// A record to produce: partition, key, value, timestamp (ms).
@@ -111,10 +174,7 @@ pub struct Rec<'a>(pub i32, pub Option<&'a str>, pub Option<&'a str>, pub i64);
 
 /// Writes `records` into `topic` (not transactional) and waits until they are acknowledged.
 pub fn produce(topic: &str, records: &[Rec]) {
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .create()
-        .unwrap();
+    let (producer, failures) = checked_producer();
     for Rec(partition, key, value, timestamp) in records {
         let mut record = BaseRecord::<str, str>::to(topic)
             .partition(*partition)
@@ -127,5 +187,5 @@ pub fn produce(topic: &str, records: &[Rec]) {
         }
         producer.send(record).map_err(|(e, _)| e).unwrap();
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    flush_checked(&producer, &failures);
 }

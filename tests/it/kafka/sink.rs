@@ -11,10 +11,10 @@ use rand::{Rng, SeedableRng};
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::{broker, create_topic};
+use super::{broker, checked_producer, create_topic, flush_checked};
 
 /// Every value in `topic` (all partitions, from the start) that a consumer
 /// with `isolation` reads until `quiet` passes without a record.
@@ -46,19 +46,11 @@ pub fn read_all(topic: &str, isolation: &str, quiet: Duration) -> Vec<String> {
     values
 }
 
-fn producer() -> ThreadedProducer<DefaultProducerContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("linger.ms", "20")
-        .create()
-        .unwrap()
-}
-
 #[test]
 fn an_exactly_once_sink_commits_each_checkpoint_and_the_end_of_its_input() {
     create_topic("eo-basic-in", 2);
     create_topic("eo-basic-out", 3);
-    let input = producer();
+    let (input, failures) = checked_producer();
     for i in 0..1_000 {
         let value = format!(r#"{{"v":{i}}}"#);
         input
@@ -70,7 +62,7 @@ fn an_exactly_once_sink_commits_each_checkpoint_and_the_end_of_its_input() {
             .map_err(|(e, _)| e)
             .unwrap();
     }
-    input.flush(Duration::from_secs(30)).unwrap();
+    flush_checked(&input, &failures);
     let dir = tempfile::tempdir().unwrap();
     let engine = crate::engine(2);
     engine.set("execution.checkpointing.interval", "100 ms").unwrap();
@@ -121,7 +113,7 @@ fn an_exactly_once_sink_commits_each_checkpoint_and_the_end_of_its_input() {
 /// 4 partitions (by key), with event times 1 ms apart.
 fn fill_input(topic: &str, count: i64) -> BTreeMap<(i64, i64), i64> {
     create_topic(topic, 4);
-    let input = producer();
+    let (input, failures) = checked_producer();
     let mut sums = BTreeMap::new();
     for i in 0..count {
         let (k, v) = (i % 10, i % 7);
@@ -143,7 +135,7 @@ fn fill_input(topic: &str, count: i64) -> BTreeMap<(i64, i64), i64> {
             }
         }
     }
-    input.flush(Duration::from_secs(60)).unwrap();
+    flush_checked(&input, &failures);
     sums
 }
 
@@ -265,4 +257,123 @@ fn unaligned_a_tumbling_sum_from_kafka_to_kafka_killed_three_times_is_read_exact
 #[test]
 fn a_tumbling_sum_from_kafka_to_kafka_killed_and_rescaled_4_to_2_is_read_exactly_once() {
     crash_and_check("eo-rescaled", &[4, 4, 2], "");
+}
+
+/// Whether a checkpoint under `dir` is complete (its `_metadata` written).
+fn has_complete_checkpoint(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let path = e.path();
+        path.file_name().is_some_and(|n| n == "_metadata")
+            || (path.is_dir() && has_complete_checkpoint(&path))
+    })
+}
+
+/// The founding texts' `sum_even`: numbers 1..=4000 arrive in two partitions
+/// (1000 a second); the even ones are written to Kafka with `delivery`. The
+/// job is killed 400 ms after its first checkpoint completes (rows written
+/// since are written again after the restore, unless they were in a
+/// transaction the crash aborted) and restored. Returns the even numbers a
+/// `read_committed` consumer reads.
+fn sum_even(delivery: &str) -> Vec<i64> {
+    let (input, output) = (format!("even-in-{delivery}"), format!("even-out-{delivery}"));
+    create_topic(&input, 2);
+    create_topic(&output, 1);
+    let writer = {
+        let input = input.clone();
+        std::thread::spawn(move || {
+            let (producer, failures) = checked_producer();
+            for v in 1..=4_000i64 {
+                let value = format!(r#"{{"v":{v}}}"#);
+                let record = BaseRecord::<str, str>::to(&input)
+                    .partition((v % 2) as i32)
+                    .payload(&value);
+                producer.send(record).map_err(|(e, _)| e).unwrap();
+                if v % 10 == 0 {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            flush_checked(&producer, &failures);
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("sum-even-{delivery}");
+    let transactional = match delivery {
+        "exactly-once" => format!(", 'sink.transactional-id-prefix' = '{name}'"),
+        _ => String::new(),
+    };
+    let file = dir.path().join("job.sql");
+    std::fs::write(
+        &file,
+        format!(
+            "SET 'execution.checkpointing.interval' = '1 s';
+             SET 'execution.checkpointing.dir' = '{ckpt}';
+             SET 'pipeline.name' = '{name}';
+             SET 'parallelism.default' = '2';
+             CREATE TABLE numbers (v BIGINT) WITH ('connector' = 'kafka', 'topic' = '{input}',
+               'properties.bootstrap.servers' = '{b}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset',
+               'scan.bounded.mode' = 'specific-offsets',
+               'scan.bounded.specific-offsets' = 'partition:0,offset:2000;partition:1,offset:2000');
+             CREATE TABLE evens (v BIGINT) WITH ('connector' = 'kafka', 'topic' = '{output}',
+               'properties.bootstrap.servers' = '{b}', 'format' = 'json',
+               'sink.delivery-guarantee' = '{delivery}'{transactional});
+             INSERT INTO evens SELECT v FROM numbers WHERE v % 2 = 0;",
+            ckpt = dir.path().join("checkpoints").display(),
+            b = broker(),
+        ),
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let job_dir = dir.path().join("checkpoints").join(&name);
+    let mut child = weir(&file, None).spawn().unwrap();
+    let start = Instant::now();
+    while !has_complete_checkpoint(&job_dir) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no checkpoint completed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    if child.try_wait().unwrap().is_some() {
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        panic!("the job ended before the crash: {stderr}");
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    writer.join().unwrap();
+    let run = weir(&file, Some(&job_dir)).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    read_all(&output, "read_committed", Duration::from_secs(2))
+        .iter()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["v"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn sum_even_at_least_once_counts_the_rows_written_since_the_checkpoint_twice() {
+    let evens = sum_even("at-least-once");
+    let distinct: std::collections::BTreeSet<i64> = evens.iter().copied().collect();
+    assert_eq!(distinct, (1..=2_000).map(|i| i * 2).collect(), "nothing is lost");
+    assert!(
+        evens.len() > distinct.len(),
+        "the rows written between the checkpoint and the crash are written again: {} rows",
+        evens.len()
+    );
+    assert!(evens.iter().sum::<i64>() > 2_000 * 2_001);
+}
+
+#[test]
+fn sum_even_exactly_once_counts_every_row_once() {
+    let mut evens = sum_even("exactly-once");
+    evens.sort_unstable();
+    assert_eq!(evens, (1..=2_000).map(|i| i * 2).collect::<Vec<_>>());
+    assert_eq!(evens.iter().sum::<i64>(), 2_000 * 2_001);
 }
