@@ -132,7 +132,7 @@ pub fn report(path: &Path) -> Result<String> {
                 String::new(),
                 String::new(),
                 String::new(),
-                position.to_string(),
+                readable(position),
             ]);
         }
         for operator in &task.operators {
@@ -167,7 +167,7 @@ pub fn report(path: &Path) -> Result<String> {
                 file,
                 rows,
                 bytes,
-                operator.meta.to_string(),
+                readable(&operator.meta),
             ]);
         }
     }
@@ -192,4 +192,75 @@ pub fn report(path: &Path) -> Result<String> {
         );
     }
     Ok(out)
+}
+
+/// A source position or an operator's small state as the report shows it:
+/// a Kafka source's partitions with their offsets, a Kafka sink's pending
+/// transactions; anything else as its JSON.
+fn readable(value: &serde_json::Value) -> String {
+    if let Some(splits) = value["splits"].as_array()
+        && !splits.is_empty()
+        && splits.iter().all(|s| s["topic"].is_string())
+    {
+        let offsets: Vec<String> = splits
+            .iter()
+            .map(|s| {
+                let done = if s["done"].as_bool() == Some(true) {
+                    " (done)"
+                } else {
+                    ""
+                };
+                format!(
+                    "{}-{} @ {}{done}",
+                    s["topic"].as_str().unwrap_or_default(),
+                    s["partition"],
+                    s["offset"]
+                )
+            })
+            .collect();
+        return format!("kafka offsets: {}", offsets.join(", "));
+    }
+    if let (Some(pending), Some(_)) = (value["pending"].as_array(), value.get("next")) {
+        let transactions: Vec<String> = pending
+            .iter()
+            .map(|p| {
+                let t = &p[1];
+                format!(
+                    "{} (producer {}, epoch {}, checkpoint {})",
+                    t["transactional_id"].as_str().unwrap_or_default(),
+                    t["producer_id"],
+                    t["epoch"],
+                    p[0]
+                )
+            })
+            .collect();
+        return match transactions.is_empty() {
+            true => "kafka: no pending transaction".into(),
+            false => format!("kafka pending transactions: {}", transactions.join(", ")),
+        };
+    }
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readable;
+
+    #[test]
+    fn kafka_offsets_and_pending_transactions_read_as_text() {
+        let position = serde_json::json!({"splits": [
+            {"index": 0, "count": 2, "topic": "in", "partition": 0, "offset": 42, "stop": null, "done": false},
+            {"index": 1, "count": 2, "topic": "in", "partition": 1, "offset": 7, "stop": 7, "done": true}
+        ], "partitions": [["in", 0], ["in", 1]]});
+        assert_eq!(readable(&position), "kafka offsets: in-0 @ 42, in-1 @ 7 (done)");
+        let sink = serde_json::json!({"subtask": 0, "next": 5, "pending": [
+            [4, {"transactional_id": "job-0-4", "producer_id": 12, "epoch": 0}]
+        ]});
+        assert_eq!(
+            readable(&sink),
+            "kafka pending transactions: job-0-4 (producer 12, epoch 0, checkpoint 4)"
+        );
+        let other = serde_json::json!({"watermark": 5});
+        assert_eq!(readable(&other), r#"{"watermark":5}"#);
+    }
 }

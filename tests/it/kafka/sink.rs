@@ -276,8 +276,9 @@ fn has_complete_checkpoint(dir: &Path) -> bool {
 /// job is killed 400 ms after its first checkpoint completes (rows written
 /// since are written again after the restore, unless they were in a
 /// transaction the crash aborted) and restored. Returns the even numbers a
-/// `read_committed` consumer reads.
-fn sum_even(delivery: &str) -> Vec<i64> {
+/// `read_committed` consumer reads, and what `weir checkpoint inspect`
+/// said of the checkpoint the restore used.
+fn sum_even(delivery: &str) -> (Vec<i64>, String) {
     let (input, output) = (format!("even-in-{delivery}"), format!("even-out-{delivery}"));
     create_topic(&input, 2);
     create_topic(&output, 1);
@@ -345,21 +346,32 @@ fn sum_even(delivery: &str) -> Vec<i64> {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     writer.join().unwrap();
+    let inspect = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["checkpoint", "inspect"])
+        .arg(&job_dir)
+        .output()
+        .unwrap();
+    assert!(
+        inspect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspect.stderr)
+    );
     let run = weir(&file, Some(&job_dir)).output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    read_all(&output, "read_committed", Duration::from_secs(2))
+    let evens = read_all(&output, "read_committed", Duration::from_secs(2))
         .iter()
         .map(|line| {
             serde_json::from_str::<serde_json::Value>(line).unwrap()["v"]
                 .as_i64()
                 .unwrap()
         })
-        .collect()
+        .collect();
+    (evens, String::from_utf8_lossy(&inspect.stdout).to_string())
 }
 
 #[test]
 fn sum_even_at_least_once_counts_the_rows_written_since_the_checkpoint_twice() {
-    let evens = sum_even("at-least-once");
+    let (evens, _) = sum_even("at-least-once");
     let distinct: std::collections::BTreeSet<i64> = evens.iter().copied().collect();
     assert_eq!(distinct, (1..=2_000).map(|i| i * 2).collect(), "nothing is lost");
     assert!(
@@ -372,7 +384,18 @@ fn sum_even_at_least_once_counts_the_rows_written_since_the_checkpoint_twice() {
 
 #[test]
 fn sum_even_exactly_once_counts_every_row_once() {
-    let mut evens = sum_even("exactly-once");
+    let (mut evens, inspect) = sum_even("exactly-once");
+    // The checkpoint holds each partition's offset, and the pending
+    // transaction of the sink subtask that writes the even numbers
+    // (partition 0's: the other one reads only odd numbers).
+    for expected in [
+        "kafka offsets: even-in-exactly-once-0 @ ",
+        "kafka offsets: even-in-exactly-once-1 @ ",
+        "kafka pending transactions: sum-even-exactly-once-0-",
+        "kafka: no pending transaction",
+    ] {
+        assert!(inspect.contains(expected), "{expected} in\n{inspect}");
+    }
     evens.sort_unstable();
     assert_eq!(evens, (1..=2_000).map(|i| i * 2).collect::<Vec<_>>());
     assert_eq!(evens.iter().sum::<i64>(), 2_000 * 2_001);
