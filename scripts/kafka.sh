@@ -73,6 +73,9 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
 transaction.abort.timed.out.transaction.cleanup.interval.ms=5000
+# Keep every record: tests write event times near the epoch, which time
+# retention (7 days by record timestamp) would delete within a minute.
+log.retention.ms=-1
 PROPS
   cat > "$dir/log4j2.properties" <<LOG
 rootLogger.level=WARN

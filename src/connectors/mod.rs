@@ -9,6 +9,7 @@
 //! | `blackhole`  |        | yes  | [`blackhole`]             |
 //! | `checkpoint` | yes    |      | [`checkpoint`]            |
 //! | `kafka`      | yes    | yes  | [`kafka`]                 |
+//! | `upsert-kafka` | yes  | yes  | [`kafka`]                 |
 //!
 //! The embedded API's results go through [`collect`], an internal sink, and
 //! constant queries (`SELECT 1`, `VALUES`) through [`values`].
@@ -159,6 +160,10 @@ impl SourceFactory for ConnectorSource {
         self.inner.allows_idle_subtasks()
     }
 
+    fn upsert_key(&self) -> Option<Vec<usize>> {
+        self.inner.upsert_key()
+    }
+
     fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
         Ok(self.spec.clone())
     }
@@ -204,7 +209,9 @@ fn connector_source(
         "filesystem" => filesystem::FileSourceFactory::try_new(table, projection, schema, config),
         "nexmark" => nexmark::NexmarkFactory::try_new(table, projection, schema, config),
         "checkpoint" => checkpoint::create_source(table, projection, schema),
-        "kafka" => kafka::source::KafkaSourceFactory::try_new(table, projection, schema, config),
+        "kafka" | "upsert-kafka" => {
+            kafka::source::KafkaSourceFactory::try_new(table, projection, schema, config)
+        }
         "print" | "blackhole" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be written to",
             table.name,
@@ -239,7 +246,7 @@ fn connector_sink(
         "filesystem" => filesystem::FileSinkFactory::try_new(table, schema, config),
         "print" => print::PrintSinkFactory::try_new(table, schema, config),
         "blackhole" => blackhole::BlackholeSinkFactory::try_new(table),
-        "kafka" => kafka::sink::KafkaSinkFactory::try_new(table, schema),
+        "kafka" | "upsert-kafka" => kafka::sink::KafkaSinkFactory::try_new(table, schema),
         "datagen" | "nexmark" | "checkpoint" => Err(Error::sql(format!(
             "table '{}' uses connector '{}', which can only be read",
             table.name,
@@ -252,7 +259,7 @@ fn connector_sink(
 /// Validates a table's connector options at `CREATE TABLE` time.
 pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
     let connector = table.connector()?;
-    if !matches!(connector, "kafka")
+    if !matches!(connector, "kafka" | "upsert-kafka")
         && let Some((name, metadata)) = table.metadata_columns().next()
     {
         return Err(Error::sql(format!(
@@ -267,14 +274,14 @@ pub fn validate_table(table: &TableDef, config: &SessionConfig) -> Result<()> {
         "print" => print::validate(table),
         "blackhole" => blackhole::validate(table),
         "checkpoint" => checkpoint::validate(table),
-        "kafka" => kafka::validate(table),
+        "kafka" | "upsert-kafka" => kafka::validate(table),
         other => Err(unknown_connector(table, other)),
     }
 }
 
 fn unknown_connector(table: &TableDef, name: &str) -> Error {
     Error::sql(format!(
-        "table '{}': unknown connector '{name}'; available: blackhole, checkpoint, datagen, filesystem, kafka, nexmark, print",
+        "table '{}': unknown connector '{name}'; available: blackhole, checkpoint, datagen, filesystem, kafka, nexmark, print, upsert-kafka",
         table.name
     ))
 }

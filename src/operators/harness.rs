@@ -59,6 +59,17 @@ impl Harness {
         })
     }
 
+    /// An operator built directly, on inputs of these schemas (for one whose
+    /// plan needs what a unit test lacks, as an upsert source's broker).
+    pub fn for_operator(factory: Arc<dyn OperatorFactory>, inputs: Vec<SchemaRef>) -> Result<Harness> {
+        Ok(Harness {
+            operator: factory.create(&TaskContext::standalone(1024))?,
+            factory,
+            inputs,
+            checkpoint: 0,
+        })
+    }
+
     /// Runs one batch of `rows` (a line each: the kind, when the input
     /// updates, then the values; `null` for NULL); returns what it emitted.
     pub fn push(&mut self, rows: &str) -> Result<Vec<String>> {

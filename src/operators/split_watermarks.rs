@@ -20,6 +20,8 @@ struct SplitState {
     watermark: Timestamp,
     /// When it last had data (or was added), in wall-clock ms.
     last_data: Timestamp,
+    /// The order of that event among all splits' (the wall clock is coarse).
+    sequence: u64,
     idle: bool,
 }
 
@@ -29,6 +31,8 @@ pub struct SplitWatermarks {
     splits: BTreeMap<SplitId, SplitState>,
     /// After this long without data a split is idle (ms); never when `None`.
     idle_timeout: Option<i64>,
+    /// Counts data and additions, to order splits active at one instant.
+    events: u64,
 }
 
 impl SplitWatermarks {
@@ -37,6 +41,7 @@ impl SplitWatermarks {
         SplitWatermarks {
             splits: BTreeMap::new(),
             idle_timeout,
+            events: 0,
         }
     }
 
@@ -45,9 +50,12 @@ impl SplitWatermarks {
     pub fn set_splits(&mut self, splits: &[SplitId], now: Timestamp) {
         self.splits.retain(|id, _| splits.contains(id));
         for id in splits {
+            self.events += 1;
+            let sequence = self.events;
             self.splits.entry(*id).or_insert(SplitState {
                 watermark: MIN_WATERMARK,
                 last_data: now,
+                sequence,
                 idle: false,
             });
         }
@@ -56,12 +64,15 @@ impl SplitWatermarks {
     /// Split `split` had rows at `now`, whose watermark is `candidate` (none
     /// for rows without a rowtime to take).
     pub fn on_data(&mut self, split: SplitId, candidate: Option<Timestamp>, now: Timestamp) {
+        self.events += 1;
         let state = self.splits.entry(split).or_insert(SplitState {
             watermark: MIN_WATERMARK,
             last_data: now,
+            sequence: 0,
             idle: false,
         });
         state.last_data = now;
+        state.sequence = self.events;
         state.idle = false;
         if let Some(candidate) = candidate {
             state.watermark = state.watermark.max(candidate);
@@ -76,15 +87,15 @@ impl SplitWatermarks {
     /// others turned idle earlier.
     pub fn on_time(&mut self, now: Timestamp) -> Option<Timestamp> {
         let timeout = self.idle_timeout?;
-        let mut turning: Vec<(Timestamp, SplitId)> = self
+        let mut turning: Vec<(Timestamp, u64, SplitId)> = self
             .splits
             .iter()
             .filter(|(_, s)| !s.idle && now.saturating_sub(s.last_data) >= timeout)
-            .map(|(id, s)| (s.last_data, *id))
+            .map(|(id, s)| (s.last_data, s.sequence, *id))
             .collect();
         turning.sort_unstable();
         let mut highest = self.combined();
-        for (_, id) in turning {
+        for (_, _, id) in turning {
             self.splits.get_mut(&id).expect("listed").idle = true;
             highest = highest.max(self.combined());
         }
@@ -148,6 +159,15 @@ mod tests {
         w.on_data(0, Some(500), 10);
         assert_eq!(w.on_time(5_000), Some(500), "split 1 was silent longer");
         assert_eq!(w.combined(), None);
+    }
+
+    #[test]
+    fn of_splits_silent_since_one_instant_the_one_with_data_turns_idle_last() {
+        let mut w = SplitWatermarks::new(Some(1_000));
+        w.set_splits(&[0, 1], 10);
+        // Data at the instant the splits were added (the clock ticks coarsely).
+        w.on_data(0, Some(500), 10);
+        assert_eq!(w.on_time(5_000), Some(500));
     }
 
     #[test]

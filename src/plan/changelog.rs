@@ -48,6 +48,8 @@ impl fmt::Display for ChangelogMode {
 pub enum ChangelogRole {
     /// A source: emits inserts.
     Source,
+    /// An upsert source (`upsert-kafka`): emits upserts on these columns.
+    UpsertSource(Vec<usize>),
     /// Row by row, kind kept (Calc, union): the output carries every kind
     /// its inputs carry.
     PassThrough,
@@ -121,6 +123,7 @@ pub fn infer(
     };
     match role {
         ChangelogRole::Source => Ok(ChangelogMode::InsertOnly),
+        ChangelogRole::UpsertSource(key) => Ok(ChangelogMode::Upsert(key.clone())),
         ChangelogRole::PassThrough | ChangelogRole::Forwarding => Ok(union(inputs)),
         ChangelogRole::InsertOnly if updating.is_some() => Err(refuse(false)),
         ChangelogRole::InsertOnly => Ok(ChangelogMode::InsertOnly),

@@ -155,7 +155,10 @@ impl StreamPlan {
         let mut modes: Vec<changelog::ChangelogMode> = Vec::with_capacity(self.nodes.len());
         for node in &self.nodes {
             let role = match &node.kind {
-                NodeKind::Source(_) => changelog::ChangelogRole::Source,
+                NodeKind::Source(s) => match s.upsert_key() {
+                    Some(key) => changelog::ChangelogRole::UpsertSource(key),
+                    None => changelog::ChangelogRole::Source,
+                },
                 NodeKind::Operator(o) => o.changelog_role(),
             };
             let inputs: Vec<_> = node.inputs.iter().map(|(i, _)| modes[*i].clone()).collect();

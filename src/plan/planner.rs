@@ -213,7 +213,10 @@ impl<'a> Planner<'a> {
         name: &str,
     ) -> Result<NodeId> {
         let role = match &kind {
-            NodeKind::Source(_) => ChangelogRole::Source,
+            NodeKind::Source(s) => match s.upsert_key() {
+                Some(key) => ChangelogRole::UpsertSource(key),
+                None => ChangelogRole::Source,
+            },
             NodeKind::Operator(o) => o.changelog_role(),
         };
         let modes: Vec<ChangelogMode> = inputs.iter().map(|(i, _)| self.nodes[*i].mode()).collect();
@@ -300,9 +303,13 @@ impl<'a> Planner<'a> {
         schema: SchemaRef,
     ) -> Result<NodeId> {
         let schema = self.like_input(input, schema);
+        // A filter on other columns than the key may drop a key's `+U` and
+        // keep its `-U`: the key no longer says which row a change replaces
+        // (Flink then needs the `-U` rows too).
         let upsert_key = self
             .upsert_keys
             .get(&input)
+            .filter(|key| filter.as_ref().is_none_or(|f| filters_only(f, key)))
             .and_then(|key| key_through(key, projection.as_deref()));
         if filter.is_none()
             && let Some(previous) = self.filter_only_calcs.remove(&input)
@@ -1433,6 +1440,12 @@ impl<'a> Planner<'a> {
             None => None,
         };
         let mut needed: BTreeSet<usize> = projection.iter().copied().collect();
+        // An upsert source reads its key, whatever the query selects.
+        if table.connector()? == "upsert-kafka" {
+            for name in &table.primary_key {
+                needed.insert(full.index_of(name)?);
+            }
+        }
         if let Some((w, expr, _)) = &watermark {
             needed.insert(full.index_of(&w.column)?);
             for c in expr.column_refs() {
@@ -1483,12 +1496,15 @@ impl<'a> Planner<'a> {
         let source_schema = Arc::new(Schema::new(bound_physical.clone()));
         let reader =
             connectors::create_source(&table, &physical_projection, source_schema.clone(), self.config)?;
-        let mut node = self.push(
-            NodeKind::Source(reader),
-            vec![],
-            parallelism,
-            source_schema.clone(),
-        )?;
+        let upsert_key = reader.upsert_key();
+        let node_schema = match upsert_key {
+            Some(_) => crate::changelog::with_op(&source_schema),
+            None => source_schema.clone(),
+        };
+        let mut node = self.push(NodeKind::Source(reader), vec![], parallelism, node_schema)?;
+        if let Some(key) = upsert_key {
+            node = self.push_normalize(node, key)?;
+        }
 
         // The needed full columns in table order: physical ones by reference,
         // computed ones by their expressions.
@@ -1549,6 +1565,31 @@ impl<'a> Planner<'a> {
             node = self.add_calc(node, None, Some(exprs), arrow_schema(&scan.projected_schema))?;
         }
         Ok(node)
+    }
+
+    /// After an upsert source: its changes hashed by key and normalized into
+    /// a full changelog (Flink's `ChangelogNormalize`), whose upsert key is
+    /// the source's.
+    fn push_normalize(&mut self, source: NodeId, key: Vec<usize>) -> Result<NodeId> {
+        let schema = self.nodes[source].schema.clone();
+        let hash = Exchange::Hash(
+            key.iter()
+                .map(|i| Arc::new(ColumnExpr::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>)
+                .collect(),
+        );
+        let normalize = crate::operators::normalize::ChangelogNormalize {
+            key: key.clone(),
+            schema: schema.clone(),
+        };
+        let parallelism = self.nodes[source].parallelism;
+        let id = self.push(
+            NodeKind::Operator(Arc::new(normalize)),
+            vec![(source, hash)],
+            parallelism,
+            schema,
+        )?;
+        self.upsert_keys.insert(id, key);
+        Ok(id)
     }
 
     fn plan_window_assign(&mut self, node: &WindowTvfNode) -> Result<NodeId> {
@@ -2075,6 +2116,13 @@ impl Planner<'_> {
 /// Where the columns `key` of a Calc's input are in its output: the same
 /// without a projection, else where the projection selects each plainly
 /// (`None` when one is not selected).
+/// Whether `filter` reads only the columns `key`.
+fn filters_only(filter: &Arc<dyn PhysicalExpr>, key: &[usize]) -> bool {
+    datafusion_physical_expr::utils::collect_columns(filter)
+        .iter()
+        .all(|c| key.contains(&c.index()))
+}
+
 fn key_through(key: &[usize], projection: Option<&[Arc<dyn PhysicalExpr>]>) -> Option<Vec<usize>> {
     let Some(projection) = projection else {
         return Some(key.to_vec());

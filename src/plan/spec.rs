@@ -162,6 +162,11 @@ pub enum NodeSpec {
         /// The primary key's columns.
         key: Vec<usize>,
     },
+    /// An upsert source's changes made a full changelog.
+    ChangelogNormalize {
+        /// The key's columns.
+        key: Vec<usize>,
+    },
     /// A sink.
     Sink(SinkSpec),
 }
@@ -761,6 +766,12 @@ impl NodeSpec {
             NodeSpec::TopN(data) => NodeKind::Operator(build_top_n(data, &input()?, output, ctx)?),
             NodeSpec::SinkMaterializer { key } => {
                 NodeKind::Operator(Arc::new(crate::operators::upsert::SinkUpsertMaterializer {
+                    key: key.clone(),
+                    schema: output.clone(),
+                }))
+            }
+            NodeSpec::ChangelogNormalize { key } => {
+                NodeKind::Operator(Arc::new(crate::operators::normalize::ChangelogNormalize {
                     key: key.clone(),
                     schema: output.clone(),
                 }))

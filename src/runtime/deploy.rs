@@ -514,11 +514,13 @@ pub fn build_attempt(
                 replay,
                 pending_snapshots: Vec::new(),
                 last_snapshot: None,
-                idle_timeout: vertex
-                    .source
-                    .as_ref()
-                    .and_then(|s| s.idle_timeout())
-                    .or(settings.source_idle_timeout),
+                idleness: super::task::Idleness::new(
+                    vertex
+                        .source
+                        .as_ref()
+                        .and_then(|s| s.idle_timeout())
+                        .or(settings.source_idle_timeout),
+                ),
             });
         }
     }

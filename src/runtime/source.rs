@@ -143,6 +143,12 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// For an upsert source (`upsert-kafka`), the key's columns: its batches
+    /// carry the op column, `+U` for a key's new row and `-D` for its delete.
+    fn upsert_key(&self) -> Option<Vec<usize>> {
+        None
+    }
+
     /// Whether it may run on more subtasks than it has splits (the extra
     /// ones read nothing): bounded sources, and Kafka, whose partitions can
     /// be fewer than its subtasks as in Flink.

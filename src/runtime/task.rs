@@ -126,8 +126,51 @@ pub struct Task {
     /// The last checkpoint the task snapshotted (a finished task ignores
     /// triggers for it and older ones).
     pub last_snapshot: Option<CheckpointId>,
-    /// Sources: without data for this long, the task's output turns idle.
-    pub idle_timeout: Option<Duration>,
+    /// Sources: whether the output is idle (`table.exec.source.idle-timeout`).
+    pub idleness: Idleness,
+}
+
+/// A source task's output status: idle after the timeout without data;
+/// active again with data, or with a watermark (a split's idleness let it
+/// advance: a watermark of an idle channel would not count downstream).
+#[derive(Debug)]
+pub struct Idleness {
+    timeout: Option<Duration>,
+    idle: bool,
+    last_active: Instant,
+}
+
+impl Idleness {
+    /// Active; idle after `timeout` without data (never when `None`).
+    pub fn new(timeout: Option<Duration>) -> Self {
+        Idleness {
+            timeout,
+            idle: false,
+            last_active: Instant::now(),
+        }
+    }
+
+    /// Data or a watermark goes out at `now`: true when the output was idle
+    /// (and must say it is active first).
+    fn activate(&mut self, now: Instant) -> bool {
+        self.last_active = now;
+        std::mem::replace(&mut self.idle, false)
+    }
+
+    /// Nothing to read at `now`: true when the output turns idle now;
+    /// otherwise how long until it would, if it can.
+    fn check(&mut self, now: Instant) -> (bool, Option<Duration>) {
+        let Some(timeout) = self.timeout.filter(|_| !self.idle) else {
+            return (false, None);
+        };
+        match timeout.checked_sub(now.duration_since(self.last_active)) {
+            Some(left) if !left.is_zero() => (false, Some(left)),
+            _ => {
+                self.idle = true;
+                (true, None)
+            }
+        }
+    }
 }
 
 /// In-flight data restored from an unaligned checkpoint.
@@ -260,8 +303,7 @@ impl Task {
     fn run_source(&mut self, mut reader: Box<dyn SourceReader>) -> Result<()> {
         let mut clock = ProcessingClock::new(&self.chain);
         self.replay()?;
-        // `table.exec.source.idle-timeout`: whether the output is idle now.
-        let (mut last_data, mut idle) = (Instant::now(), false);
+        self.idleness.activate(Instant::now());
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(cancelled());
@@ -277,9 +319,7 @@ impl Task {
             }
             match reader.poll_next()? {
                 poll @ (SourcePoll::Batch(_) | SourcePoll::SplitBatch(..)) => {
-                    last_data = Instant::now();
-                    if idle {
-                        idle = false;
+                    if self.idleness.activate(Instant::now()) {
                         self.broadcast(Message::WatermarkStatus(WatermarkStatus::Active))?;
                     }
                     match poll {
@@ -300,16 +340,10 @@ impl Task {
                     if self.checkpointing.is_some() {
                         limit = limit.min(CONTROL_POLL);
                     }
-                    if let Some(timeout) = self.idle_timeout
-                        && !idle
-                    {
-                        match timeout.checked_sub(last_data.elapsed()) {
-                            Some(left) if !left.is_zero() => limit = limit.min(left),
-                            _ => {
-                                idle = true;
-                                self.broadcast(Message::WatermarkStatus(WatermarkStatus::Idle))?;
-                            }
-                        }
+                    match self.idleness.check(Instant::now()) {
+                        (true, _) => self.broadcast(Message::WatermarkStatus(WatermarkStatus::Idle))?,
+                        (false, Some(left)) => limit = limit.min(left),
+                        (false, None) => {}
                     }
                     std::thread::sleep(wait.min(limit))
                 }
@@ -873,6 +907,9 @@ impl Task {
             self.metrics.watermark.fetch_max(watermark, Ordering::Relaxed);
         }
         if index == self.chain.len() {
+            if watermark != MAX_WATERMARK && self.idleness.activate(Instant::now()) {
+                self.broadcast(Message::WatermarkStatus(WatermarkStatus::Active))?;
+            }
             for output in &mut self.outputs {
                 output.broadcast(Message::Watermark(watermark))?;
             }
@@ -891,5 +928,42 @@ impl Task {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_turns_idle_after_the_timeout_and_active_with_data_or_a_watermark() {
+        let start = Instant::now();
+        let mut idleness = Idleness::new(Some(Duration::from_millis(300)));
+        idleness.activate(start);
+        assert_eq!(
+            idleness.check(start + Duration::from_millis(100)),
+            (false, Some(Duration::from_millis(200)))
+        );
+        assert_eq!(idleness.check(start + Duration::from_millis(300)), (true, None));
+        assert_eq!(
+            idleness.check(start + Duration::from_millis(400)),
+            (false, None),
+            "idle already"
+        );
+        assert!(idleness.activate(start + Duration::from_millis(500)), "was idle");
+        assert!(!idleness.activate(start + Duration::from_millis(600)));
+        assert_eq!(
+            idleness.check(start + Duration::from_millis(700)),
+            (false, Some(Duration::from_millis(200)))
+        );
+    }
+
+    #[test]
+    fn without_a_timeout_an_output_never_turns_idle() {
+        let mut idleness = Idleness::new(None);
+        assert_eq!(
+            idleness.check(Instant::now() + Duration::from_secs(3600)),
+            (false, None)
+        );
     }
 }

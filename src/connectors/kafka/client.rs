@@ -104,15 +104,36 @@ pub fn resolve(
     reset: Option<&str>,
     stop: bool,
 ) -> Result<Vec<i64>> {
+    // The first (0) or next (1) offset of each partition: ListOffsets with
+    // the earliest and latest timestamps, one answer per partition
+    // (librdkafka's watermark query asks for a partition twice at once, and
+    // under load was seen to answer the high offset as the low one).
     let ends = |which: usize| -> Result<Vec<i64>> {
+        let end = if which == 0 {
+            Offset::Beginning
+        } else {
+            Offset::End
+        };
+        let mut list = TopicPartitionList::new();
+        for (topic, p) in partitions {
+            list.add_partition_offset(topic, *p, end)
+                .map_err(|e| kafka_error(table, "bad partition", e))?;
+        }
+        let found = consumer
+            .offsets_for_times(list, TIMEOUT)
+            .map_err(|e| kafka_error(table, "cannot read the partitions' offsets", e))?;
         partitions
             .iter()
-            .map(|(topic, p)| {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, *p, TIMEOUT)
-                    .map_err(|e| kafka_error(table, &format!("cannot read the offsets of {topic}-{p}"), e))?;
-                Ok(if which == 0 { low } else { high })
-            })
+            .map(
+                |(topic, p)| match found.find_partition(topic, *p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => Ok(o),
+                    other => Err(kafka_error(
+                        table,
+                        &format!("the offsets of {topic}-{p}"),
+                        format!("{other:?}"),
+                    )),
+                },
+            )
             .collect()
     };
     match offsets {

@@ -10,6 +10,7 @@ use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray, UInt32Array};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
+use crate::changelog::RowKind;
 use crate::connectors::format::records::{RecordDecoder, RecordFormat};
 use crate::frontend::catalog::TableDef;
 use crate::frontend::types::flink_type_name;
@@ -99,6 +100,30 @@ pub struct Layout {
     schema: SchemaRef,
     /// `format` or `value.format`, and `key.format`, for EXPLAIN.
     formats: String,
+    /// `upsert-kafka`: tombstones are deletes.
+    upsert: bool,
+}
+
+/// Whether a table is `upsert-kafka`'s: keyed by its primary key, tombstones
+/// deleting.
+pub fn is_upsert(table: &TableDef) -> bool {
+    table.option("connector") == Some("upsert-kafka")
+}
+
+/// The columns of a table's key: `key.fields`, or `upsert-kafka`'s primary key.
+pub fn key_fields(table: &TableDef) -> Vec<String> {
+    if is_upsert(table) {
+        return table.primary_key.clone();
+    }
+    table
+        .option("key.fields")
+        .map(|v| {
+            v.split(';')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The key and value fields of a table: the physical columns named by
@@ -111,15 +136,7 @@ fn key_and_value_fields(table: &TableDef) -> Result<(Vec<String>, Vec<String>)> 
         .iter()
         .map(|f| f.name().clone())
         .collect();
-    let key_fields: Vec<String> = table
-        .option("key.fields")
-        .map(|v| {
-            v.split(';')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let key_fields = key_fields(table);
     for key in &key_fields {
         if !physical.contains(key) {
             return Err(Error::sql(format!(
@@ -166,6 +183,21 @@ fn formats(table: &TableDef) -> Result<(RecordFormat, Option<RecordFormat>)> {
         ))
     })?;
     let key = RecordFormat::from_table(table, "key.format", "key.")?;
+    if is_upsert(table) {
+        if table.primary_key.is_empty() {
+            return Err(Error::sql(format!(
+                "table '{}': 'upsert-kafka' tables require a PRIMARY KEY (the record key)",
+                table.name
+            )));
+        }
+        if key.is_none() || table.option("value.format").is_none() {
+            return Err(Error::sql(format!(
+                "table '{}': 'upsert-kafka' tables need 'key.format' and 'value.format'",
+                table.name
+            )));
+        }
+        return Ok((value, key));
+    }
     match (&key, table.option("key.fields")) {
         (Some(_), None) => Err(Error::sql(format!(
             "table '{}': 'key.format' needs 'key.fields' (the columns of the key)",
@@ -208,9 +240,10 @@ impl Layout {
                 .iter()
                 .find(|c| c.name == *name)
                 .expect("a table column");
+            let from_key = is_upsert(table) && key_fields.contains(name);
             if let Some(metadata) = &column.metadata {
                 parts.push(Part::Metadata(metadata_key(table, name, &metadata.key)?));
-            } else if let Some(v) = value_fields.iter().position(|f| f == name) {
+            } else if let Some(v) = value_fields.iter().position(|f| f == name).filter(|_| !from_key) {
                 parts.push(Part::Value(value_wanted.len()));
                 value_wanted.push(v);
             } else {
@@ -244,6 +277,7 @@ impl Layout {
             parts,
             schema,
             formats,
+            upsert: is_upsert(table),
         })
     }
 
@@ -252,62 +286,39 @@ impl Layout {
         &self.formats
     }
 
-    /// The rows of `records` of partition `partition` of `topic` (tombstones
-    /// skipped), and how many did not parse and were skipped.
+    /// The rows of `records` of partition `partition` of `topic`, and how
+    /// many did not parse and were skipped. Tombstones (no value) are
+    /// skipped, or for an upsert table are the key's `-D` (the other rows
+    /// its `+U`, and the batch carries the op column).
     pub fn decode(&self, topic: &str, partition: i32, records: &[Record<'_>]) -> Result<(RecordBatch, u64)> {
-        let records: Vec<&Record> = records.iter().filter(|r| r.value.is_some()).collect();
-        let locate = |i: usize| {
-            (
-                format!(
-                    "Kafka topic '{topic}', partition {partition}, offset {}",
-                    records[i].offset
-                ),
-                None,
-            )
-        };
-        let values: Vec<&[u8]> = records
+        let records: Vec<&Record> = records
             .iter()
-            .map(|r| r.value.expect("not a tombstone"))
+            .filter(|r| self.upsert || r.value.is_some())
             .collect();
-        let value = self.value.decode(&values, &locate)?;
-        let mut dropped: BTreeSet<usize> = value.skipped.iter().copied().collect();
-        // Keys: decoded where present (their fields are NULL where absent).
+        let locate = |i: usize| {
+            let at = format!(
+                "Kafka topic '{topic}', partition {partition}, offset {}",
+                records[i].offset
+            );
+            (at, None)
+        };
+        let mut dropped = BTreeSet::new();
+        let value = decode_part(&self.value, &records, |r| r.value, &locate, &mut dropped)?;
         let key = match &self.key {
+            Some(decoder) => Some(decode_part(decoder, &records, |r| r.key, &locate, &mut dropped)?),
             None => None,
-            Some(decoder) => {
-                let present: Vec<usize> = (0..records.len()).filter(|i| records[*i].key.is_some()).collect();
-                let keys: Vec<&[u8]> = present
-                    .iter()
-                    .map(|i| records[*i].key.expect("present"))
-                    .collect();
-                let decoded = decoder.decode(&keys, &|k| locate(present[k]))?;
-                dropped.extend(decoded.skipped.iter().map(|k| present[*k]));
-                let skipped: BTreeSet<usize> = decoded.skipped.iter().copied().collect();
-                let rows = rows_of(
-                    records.len(),
-                    present
-                        .iter()
-                        .enumerate()
-                        .filter(|(k, _)| !skipped.contains(k))
-                        .map(|(_, i)| *i),
-                );
-                Some((decoded.batch, rows))
-            }
         };
         let kept: Vec<usize> = (0..records.len()).filter(|i| !dropped.contains(i)).collect();
-        let value_rows = rows_of(
-            records.len(),
-            (0..records.len()).filter(|i| !value.skipped.contains(i)),
-        );
-        let simple = dropped.is_empty();
+        // Every record had a value, and each one parsed: the value's columns as they are.
+        let whole = value.0.num_rows() == records.len();
         let columns = self
             .parts
             .iter()
             .zip(self.schema.fields())
             .map(|(part, field)| {
                 let column = match part {
-                    Part::Value(i) if simple => value.batch.column(*i).clone(),
-                    Part::Value(i) => take_rows(value.batch.column(*i), &value_rows, &kept)?,
+                    Part::Value(i) if whole => value.0.column(*i).clone(),
+                    Part::Value(i) => take_rows(value.0.column(*i), &value.1, &kept)?,
                     Part::Key(i) => {
                         let (batch, rows) = key.as_ref().expect("a key decoder");
                         take_rows(batch.column(*i), rows, &kept)?
@@ -317,13 +328,55 @@ impl Layout {
                 conform(column, field.data_type(), field.name())
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
-        let batch = RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(kept.len())),
-        )?;
+        let batch = if self.upsert {
+            let kinds: Vec<RowKind> = kept
+                .iter()
+                .map(|i| match records[*i].value {
+                    Some(_) => RowKind::UpdateAfter,
+                    None => RowKind::Delete,
+                })
+                .collect();
+            crate::changelog::with_kinds(&crate::changelog::with_op(&self.schema), columns, &kinds)?
+        } else {
+            RecordBatch::try_new_with_options(
+                self.schema.clone(),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(kept.len())),
+            )?
+        };
         Ok((batch, dropped.len() as u64))
     }
+}
+
+/// Decodes the part `part` of each record has (its value or key) with
+/// `decoder`: the rows, and for each record its row (`None` where it has
+/// none: its fields are NULL). Records that did not parse join `dropped`.
+fn decode_part<'a>(
+    decoder: &RecordDecoder,
+    records: &[&Record<'a>],
+    part: impl Fn(&Record<'a>) -> Option<&'a [u8]>,
+    locate: &dyn Fn(usize) -> (String, Option<u64>),
+    dropped: &mut BTreeSet<usize>,
+) -> Result<(RecordBatch, Vec<Option<u32>>)> {
+    let present: Vec<usize> = (0..records.len())
+        .filter(|i| part(records[*i]).is_some())
+        .collect();
+    let bytes: Vec<&[u8]> = present
+        .iter()
+        .map(|i| part(records[*i]).expect("present"))
+        .collect();
+    let decoded = decoder.decode(&bytes, &|k| locate(present[k]))?;
+    dropped.extend(decoded.skipped.iter().map(|k| present[*k]));
+    let skipped: BTreeSet<usize> = decoded.skipped.iter().copied().collect();
+    let rows = rows_of(
+        records.len(),
+        present
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !skipped.contains(k))
+            .map(|(_, i)| *i),
+    );
+    Ok((decoded.batch, rows))
 }
 
 /// For each of `n` records, its row in a decoded batch holding the rows of

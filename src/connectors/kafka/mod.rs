@@ -53,9 +53,35 @@ const OPTIONS: OptionSpec = OptionSpec {
     required: &["properties.bootstrap.servers"],
 };
 
-/// Checks a Kafka table's options and columns at `CREATE TABLE`.
+/// The options of the `upsert-kafka` connector: no startup mode (it reads
+/// from the earliest offset), no `key.fields` (the key is the primary key).
+const UPSERT_OPTIONS: OptionSpec = OptionSpec {
+    connector: "upsert-kafka",
+    keys: &[
+        "topic",
+        "topic-pattern",
+        "key.format",
+        "key.fields-prefix",
+        "value.format",
+        "value.fields-include",
+        "scan.bounded.mode",
+        "scan.bounded.timestamp-millis",
+        "scan.bounded.specific-offsets",
+        "scan.watermark.idle-timeout",
+        "sink.delivery-guarantee",
+        "sink.transactional-id-prefix",
+        "sink.parallelism",
+    ],
+    prefixes: OPTIONS.prefixes,
+    required: &["properties.bootstrap.servers", "key.format", "value.format"],
+};
+
+/// Checks a Kafka (or upsert-Kafka) table's options and columns at `CREATE TABLE`.
 pub fn validate(table: &TableDef) -> Result<()> {
-    OPTIONS.validate(table, &[], &[])?;
+    match layout::is_upsert(table) {
+        true => UPSERT_OPTIONS.validate(table, &[], &[])?,
+        false => OPTIONS.validate(table, &[], &[])?,
+    }
     for (name, metadata) in table.metadata_columns() {
         layout::metadata_key(table, name, &metadata.key)?;
     }

@@ -174,7 +174,11 @@ impl SourceOptions {
         let startup = offsets(
             table,
             "scan.startup",
-            table.option("scan.startup.mode").unwrap_or("group-offsets"),
+            // upsert-kafka reads every change of its keys: from the start.
+            match table.option("connector") {
+                Some("upsert-kafka") => "earliest-offset",
+                _ => table.option("scan.startup.mode").unwrap_or("group-offsets"),
+            },
             true,
         )?;
         let bounded = match table.option("scan.bounded.mode").unwrap_or("unbounded") {

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::client::kafka_error;
 use super::options::{Delivery, delivery, properties};
 use super::transactions::{Recorded, commit_recorded, describe};
+use crate::changelog::RowKind;
 use crate::connectors::format::records::RecordFormat;
 use crate::connectors::{SinkFactory, SinkWriter};
 use crate::frontend::catalog::TableDef;
@@ -63,6 +64,8 @@ pub struct KafkaSinkFactory {
     prefix: Option<String>,
     partitioner: Partitioner,
     encoder: Arc<RowEncoder>,
+    /// `upsert-kafka`: takes updates, a delete is a tombstone.
+    upsert: bool,
 }
 
 /// A row as a Kafka record.
@@ -108,7 +111,7 @@ impl KafkaSinkFactory {
                 )));
             }
         };
-        let encoder = RowEncoder::new(table, &schema)?;
+        let encoder = RowEncoder::new(table, &crate::changelog::without_op(&schema))?;
         Ok(Arc::new(KafkaSinkFactory {
             table: table.name.clone(),
             topic,
@@ -121,6 +124,7 @@ impl KafkaSinkFactory {
             prefix,
             partitioner,
             encoder: Arc::new(encoder),
+            upsert: super::layout::is_upsert(table),
         }))
     }
 }
@@ -128,15 +132,7 @@ impl KafkaSinkFactory {
 impl RowEncoder {
     fn new(table: &TableDef, schema: &SchemaRef) -> Result<RowEncoder> {
         let position = |name: &str| schema.index_of(name).map_err(Error::from);
-        let key_fields: Vec<String> = table
-            .option("key.fields")
-            .map(|v| {
-                v.split(';')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let key_fields = super::layout::key_fields(table);
         let except_key = table.option("value.fields-include") == Some("EXCEPT_KEY");
         let physical = table.physical_schema();
         let value_columns = physical
@@ -214,6 +210,14 @@ impl RowEncoder {
 }
 
 impl SinkFactory for KafkaSinkFactory {
+    fn accepts_updates(&self) -> bool {
+        self.upsert
+    }
+
+    fn needs_update_before(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         let delivery = match self.delivery {
             Delivery::None => "none".to_string(),
@@ -224,8 +228,9 @@ impl SinkFactory for KafkaSinkFactory {
             ),
         };
         format!(
-            "Sink: {}[kafka, topic={}, format={}, {delivery}]",
+            "Sink: {}[{}, topic={}, format={}, {delivery}]",
             self.table,
+            if self.upsert { "upsert-kafka" } else { "kafka" },
             self.topic,
             self.encoder.value.name()
         )
@@ -249,6 +254,7 @@ impl SinkFactory for KafkaSinkFactory {
             delivery: self.delivery,
             prefix: self.prefix.clone().unwrap_or_default(),
             subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
             checkpointing: ctx.checkpointing,
             encoder: self.encoder.clone(),
             partitioner: self.partitioner,
@@ -315,6 +321,7 @@ struct KafkaWriter {
     delivery: Delivery,
     prefix: String,
     subtask: usize,
+    parallelism: usize,
     checkpointing: bool,
     encoder: Arc<RowEncoder>,
     partitioner: Partitioner,
@@ -360,29 +367,45 @@ impl KafkaWriter {
         Ok((producer, deliveries))
     }
 
-    /// Before the first transaction: aborts what a crashed run left open
-    /// under ids from each probed start on (a producer initialized with an
-    /// id aborts its open transaction), until an id is not open.
+    /// Before the first transaction: aborts what a crashed run left open (a
+    /// producer initialized with an id aborts its open transaction). The
+    /// subtasks a restored checkpoint recorded are probed from the number
+    /// it recorded; then this subtask and those a lower parallelism leaves
+    /// to it (`s`, `s + p`, `s + 2p`, ...: Flink's `TransactionAborter`)
+    /// from their first number, until one never had a transaction.
     fn start(&mut self) -> Result<()> {
         if self.started || self.delivery != Delivery::ExactlyOnce {
             self.started = true;
             return Ok(());
         }
-        let mut probes = std::mem::take(&mut self.to_probe);
-        if !probes.iter().any(|(s, _)| *s == self.subtask) {
-            probes.push((self.subtask, self.next));
+        let recorded = std::mem::take(&mut self.to_probe);
+        for (subtask, first) in &recorded {
+            self.abort_from(*subtask, *first)?;
         }
-        for (subtask, first) in probes {
-            for n in first.. {
-                let id = self.transactional_id(subtask, n);
-                match describe(&self.bootstrap, &id) {
-                    Ok(described) if lingering(&described.state) => drop(self.producer(Some(&id))?),
-                    _ => break,
-                }
+        for subtask in (self.subtask..).step_by(self.parallelism.max(1)) {
+            if recorded.iter().any(|(s, _)| *s == subtask) {
+                continue;
+            }
+            if !self.abort_from(subtask, 0)? {
+                break;
             }
         }
         self.started = true;
         Ok(())
+    }
+
+    /// Aborts the open transactions of `subtask` from number `first` on,
+    /// until a number never used; returns whether `first` was used.
+    fn abort_from(&self, subtask: usize, first: u64) -> Result<bool> {
+        for n in first.. {
+            let id = self.transactional_id(subtask, n);
+            match describe(&self.bootstrap, &id) {
+                Ok(described) if lingering(&described.state) => drop(self.producer(Some(&id))?),
+                Ok(_) => {}
+                Err(_) => return Ok(n > first),
+            }
+        }
+        unreachable!("the numbers are unbounded")
     }
 
     fn begin(&mut self) -> Result<()> {
@@ -473,7 +496,14 @@ impl SinkWriter for KafkaWriter {
         if self.delivery == Delivery::ExactlyOnce && self.current.is_none() {
             self.begin()?;
         }
-        let rows = self.encoder.encode(batch)?;
+        // Updates (upsert-kafka): a row per key, and a tombstone for a delete
+        // or for the row before an update that arrives (when the key alone
+        // cannot say which row an update replaces), as Flink writes them.
+        let kinds = match crate::changelog::has_op(&batch.schema()) {
+            true => Some(crate::changelog::row_kinds(batch)?),
+            false => None,
+        };
+        let rows = self.encoder.encode(&crate::changelog::data(batch))?;
         let partitions = (0..rows.len())
             .map(|_| self.partition_of())
             .collect::<Result<Vec<_>>>()?;
@@ -483,16 +513,17 @@ impl SinkWriter for KafkaWriter {
             (None, None) => return Err(Error::Internal("a Kafka sink without a producer".into())),
         };
         failed(&self.table, deliveries)?;
-        for (
-            OutRecord {
+        for (i, (record_of_row, partition)) in rows.iter().zip(partitions).enumerate() {
+            let OutRecord {
                 key,
                 value,
                 timestamp,
-            },
-            partition,
-        ) in rows.iter().zip(partitions)
-        {
-            let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(value.as_slice());
+            } = record_of_row;
+            let mut record = BaseRecord::<[u8], [u8]>::to(&self.topic);
+            match kinds.as_ref().map_or(RowKind::Insert, |k| k[i]) {
+                RowKind::UpdateBefore | RowKind::Delete => {}
+                RowKind::Insert | RowKind::UpdateAfter => record = record.payload(value.as_slice()),
+            }
             if let Some(key) = key {
                 record = record.key(key.as_slice());
             }

@@ -36,6 +36,8 @@ pub struct KafkaSourceFactory {
     /// The topics' partitions when the query was planned.
     partitions: Vec<Partition>,
     idle_timeout: Option<Duration>,
+    /// `upsert-kafka`: the key's columns in the output.
+    upsert_key: Option<Vec<usize>>,
 }
 
 impl KafkaSourceFactory {
@@ -50,6 +52,16 @@ impl KafkaSourceFactory {
         super::validate(table)?;
         let options = SourceOptions::parse(table)?;
         options.check_group(table)?;
+        let upsert_key = match super::layout::is_upsert(table) {
+            true => Some(
+                table
+                    .primary_key
+                    .iter()
+                    .map(|k| schema.index_of(k))
+                    .collect::<std::result::Result<Vec<_>, _>>()?,
+            ),
+            false => None,
+        };
         let layout = Layout::new(table, projection, schema)?;
         let consumer = client::consumer(&table.name, &options)?;
         let partitions = client::list_partitions(&table.name, &consumer, &options.topics)?;
@@ -59,6 +71,7 @@ impl KafkaSourceFactory {
             layout: Arc::new(layout),
             partitions,
             idle_timeout: crate::connectors::idle_timeout(table, config)?,
+            upsert_key,
         }))
     }
 }
@@ -94,8 +107,13 @@ impl SourceFactory for KafkaSourceFactory {
             .map(|b| format!(", bounded={}", mode_name(b)))
             .unwrap_or_default();
         format!(
-            "Source: {}[kafka, {topics}, partitions=[{}], {}, startup={}{bounded}]",
+            "Source: {}[{}, {topics}, partitions=[{}], {}, startup={}{bounded}]",
             self.table,
+            if self.upsert_key.is_some() {
+                "upsert-kafka"
+            } else {
+                "kafka"
+            },
             partitions.join(", "),
             self.layout.formats(),
             mode_name(&self.options.startup)
@@ -108,6 +126,10 @@ impl SourceFactory for KafkaSourceFactory {
 
     fn allows_idle_subtasks(&self) -> bool {
         true
+    }
+
+    fn upsert_key(&self) -> Option<Vec<usize>> {
+        self.upsert_key.clone()
     }
 
     fn idle_timeout(&self) -> Option<Duration> {

@@ -16,6 +16,7 @@ use weir::connectors::kafka::transactions::{Recorded, describe};
 mod sink;
 mod source;
 mod transactions;
+mod upsert;
 
 /// The broker's bootstrap address; the broker stops when this process ends.
 pub fn broker() -> &'static str {

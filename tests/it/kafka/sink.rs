@@ -197,20 +197,53 @@ fn crash_and_check(name: &str, parallelisms: &[usize], settings: &str) {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let context = format!("{name} {parallelisms:?}, WEIR_TEST_SEED={seed}");
     let (input, output) = (format!("{name}-in"), format!("{name}-out"));
-    let sums = fill_input(&input, 300_000);
+    let sums = fill_input(&input, 1_000_000);
     create_topic(&output, 3);
     let dir = tempfile::tempdir().unwrap();
+    // A clean run (its own output topic and transactional ids): how long the
+    // job takes, for the moments of the kills.
+    let clean_output = format!("{name}-clean-out");
+    create_topic(&clean_output, 3);
+    let clean = job_file(
+        dir.path(),
+        &format!("{name}-clean"),
+        &input,
+        &clean_output,
+        parallelisms[0],
+        settings,
+    );
+    let started = Instant::now();
+    let run = weir(&clean, None).output().unwrap();
+    assert!(
+        run.status.success(),
+        "the clean run failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let took = started.elapsed().as_millis() as u64;
+    assert_eq!(
+        read_all(&clean_output, "read_committed", Duration::from_secs(2)).len(),
+        sums.len(),
+        "the clean run: {context}"
+    );
     let job_dir = dir.path().join("checkpoints").join(name);
     let (last, killed) = parallelisms.split_last().unwrap();
     for (attempt, parallelism) in killed.iter().enumerate() {
         let file = job_file(dir.path(), name, &input, &output, *parallelism, settings);
         let restore = (attempt > 0).then_some(job_dir.as_path());
         let mut child = weir(&file, restore).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(700..2000)));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "run {attempt} ended before it was killed: {context}"
-        );
+        std::thread::sleep(Duration::from_millis(
+            rng.random_range(took * 15 / 100..took * 45 / 100),
+        ));
+        if child.try_wait().unwrap().is_some() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            // A restored run may finish what is left before its kill.
+            assert!(
+                attempt > 0 && stderr.contains("finished"),
+                "run {attempt} ended before it was killed: {context}\n{stderr}"
+            );
+            break;
+        }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
     }
@@ -221,6 +254,7 @@ fn crash_and_check(name: &str, parallelisms: &[usize], settings: &str) {
         "the restored run failed: {context}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    let context = format!("{context}\n{}", String::from_utf8_lossy(&run.stderr));
     let got = read_all(&output, "read_committed", Duration::from_secs(3));
     let mut counted: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
     for line in &got {
@@ -399,4 +433,41 @@ fn sum_even_exactly_once_counts_every_row_once() {
     evens.sort_unstable();
     assert_eq!(evens, (1..=2_000).map(|i| i * 2).collect::<Vec<_>>());
     assert_eq!(evens.iter().sum::<i64>(), 2_000 * 2_001);
+}
+
+#[test]
+fn a_fresh_run_at_a_lower_parallelism_aborts_what_a_crashed_run_left_open() {
+    // No checkpoint completes (one an hour): the crashed run at parallelism
+    // 4 leaves a transaction open in each subtask; a fresh run at 2 must
+    // abort those of subtasks 2 and 3 too, or read_committed consumers wait
+    // behind them for the transaction timeout.
+    let name = "eo-fresh";
+    let (input, output) = (format!("{name}-in"), format!("{name}-out"));
+    let sums = fill_input(&input, 300_000);
+    create_topic(&output, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let hourly = "SET 'execution.checkpointing.interval' = '1 h';";
+    // The crashed run reads without end, so it never finishes (and never
+    // commits in a final checkpoint) before it is killed.
+    let crashed = job_file(dir.path(), name, &input, &output, 4, hourly);
+    let unbounded = std::fs::read_to_string(&crashed)
+        .unwrap()
+        .replace("'scan.bounded.mode' = 'latest-offset',", "");
+    std::fs::write(&crashed, unbounded).unwrap();
+    let mut child = weir(&crashed, None).spawn().unwrap();
+    let start = Instant::now();
+    while read_all(&output, "read_uncommitted", Duration::from_millis(200)).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(60), "nothing was written");
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the crash"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let fresh = job_file(dir.path(), name, &input, &output, 2, hourly);
+    let run = weir(&fresh, None).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let got = read_all(&output, "read_committed", Duration::from_secs(3));
+    assert_eq!(got.len(), sums.len());
 }
