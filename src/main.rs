@@ -106,6 +106,43 @@ enum Benchmark {
     /// Restore time as state grows (keys in one-hour windows), at the
     /// savepoint's parallelism and at another one.
     Restore(RestoreArgs),
+    /// Kafka to Kafka through a window aggregate, at-least-once and
+    /// exactly-once, against a real broker: events/s and checkpoint
+    /// durations; writes the same job for Flink with --flink-sql.
+    Kafka(KafkaArgs),
+}
+
+/// The options of `weir bench kafka`.
+#[derive(clap::Args)]
+struct KafkaArgs {
+    /// The broker (or WEIR_KAFKA_BOOTSTRAP); without it, one is started
+    /// with scripts/kafka.sh (run from the repository).
+    #[arg(long)]
+    bootstrap: Option<String>,
+    /// JSON records in the input topic (filled once, then reused).
+    #[arg(long, default_value_t = 10_000_000)]
+    records: u64,
+    /// Partitions of the input and output topics.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 100)]
+    keys: u64,
+    /// Parallelism of every operator.
+    #[arg(long, default_value_t = 1)]
+    parallelism: usize,
+    /// Checkpoint interval.
+    #[arg(long, default_value = "1s")]
+    interval: String,
+    /// Runs of each guarantee (interleaved); medians are reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the exactly-once job for Flink here (for ../shared/flink/run_sql.py).
+    #[arg(long)]
+    flink_sql: Option<PathBuf>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// The options of `weir bench backpressure`.
@@ -268,6 +305,9 @@ fn main() -> ExitCode {
         Command::Bench {
             benchmark: Benchmark::Restore(args),
         } => bench_restore(args),
+        Command::Bench {
+            benchmark: Benchmark::Kafka(args),
+        } => bench_kafka(args),
         Command::Checkpoint {
             command: CheckpointCommand::Inspect { path },
         } => weir::checkpoint::inspect::report(&path)
@@ -582,6 +622,94 @@ fn bench_backpressure(args: BackpressureArgs) -> anyhow::Result<()> {
         );
     }
     write_json(args.json, &r)
+}
+
+/// A broker for the benchmark: the one given, or one started with
+/// `scripts/kafka.sh` (stopped when this process ends).
+fn kafka_broker(given: Option<String>) -> anyhow::Result<String> {
+    if let Some(bootstrap) = given.or_else(|| std::env::var("WEIR_KAFKA_BOOTSTRAP").ok()) {
+        return Ok(bootstrap);
+    }
+    let script = std::path::Path::new("scripts/kafka.sh");
+    anyhow::ensure!(
+        script.exists(),
+        "no --bootstrap, and no scripts/kafka.sh here to start a broker: run from the repository"
+    );
+    let dir = std::env::temp_dir().join(format!("weir-bench-kafka-{}", std::process::id()));
+    let output = std::process::Command::new(script)
+        .arg("start")
+        .arg(&dir)
+        .env("WEIR_KAFKA_WATCH", std::process::id().to_string())
+        .output()
+        .context("cannot run scripts/kafka.sh")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "the Kafka broker did not start: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?.trim().to_string())
+}
+
+fn bench_kafka(args: KafkaArgs) -> anyhow::Result<()> {
+    use weir::bench::kafka::{KafkaBenchOptions, fill, input_topic, job_sql, run};
+    anyhow::ensure!(
+        args.parallelism > 0 && args.partitions > 0,
+        "--parallelism and --partitions must be positive"
+    );
+    anyhow::ensure!(
+        args.records > 0 && args.keys > 0,
+        "--records and --keys must be positive"
+    );
+    let options = KafkaBenchOptions {
+        bootstrap: kafka_broker(args.bootstrap)?,
+        records: args.records,
+        partitions: args.partitions,
+        keys: args.keys,
+        parallelism: args.parallelism,
+        interval: duration_arg("interval", &args.interval)?,
+        runs: args.runs,
+    };
+    let filled = fill(&options)?;
+    println!(
+        "broker {}, topic {} ({} JSON records, {} partitions{})",
+        options.bootstrap,
+        input_topic(&options),
+        options.records,
+        options.partitions,
+        if filled > 0.0 {
+            format!(", filled in {filled:.1} s")
+        } else {
+            ", reused".to_string()
+        }
+    );
+    if let Some(path) = &args.flink_sql {
+        let sql = format!(
+            "SET 'table.local-time-zone' = 'UTC';\n{};\n",
+            job_sql(&options, "flink-out", "exactly-once", "flink-bench")
+        );
+        std::fs::write(path, sql).with_context(|| format!("cannot write {}", path.display()))?;
+        println!("Flink's job written to {}", path.display());
+    }
+    let r = run(&options)?;
+    println!(
+        "Kafka to Kafka, 1-second tumbling windows over {} keys, parallelism {}, checkpoints every {} ms, median of {} runs\n\
+         at-least-once   {:.2}M events/s\n\
+         exactly-once    {:.2}M events/s\n\
+         checkpoints     {} (exactly-once runs), duration median / p99 {:.0} ms / {:.0} ms",
+        options.keys,
+        r.parallelism,
+        r.interval_ms,
+        r.runs,
+        r.at_least_once_per_second / 1e6,
+        r.exactly_once_per_second / 1e6,
+        r.checkpoints,
+        r.checkpoint_median_ms,
+        r.checkpoint_p99_ms
+    );
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&r)?)?;
+    }
+    Ok(())
 }
 
 fn bench_restore(args: RestoreArgs) -> anyhow::Result<()> {

@@ -2,6 +2,7 @@
 
 pub mod backpressure;
 pub mod checkpoint;
+pub mod kafka;
 pub mod nexmark;
 pub mod restore;
 pub mod slow;

@@ -33,6 +33,10 @@ pub fn consumer(table: &str, options: &SourceOptions) -> Result<BaseConsumer> {
     config
         .set("isolation.level", "read_uncommitted")
         .set("enable.partition.eof", "false")
+        // librdkafka 2.x waits a second before fetching more once a
+        // partition's queue is full: ten times slower reading here (150k
+        // against 1.4M records/s, `weir bench kafka`).
+        .set("fetch.queue.backoff.ms", "10")
         .set("group.id", format!("weir-{table}"));
     for (key, value) in &options.properties {
         config.set(key, value);
@@ -104,10 +108,8 @@ pub fn resolve(
     reset: Option<&str>,
     stop: bool,
 ) -> Result<Vec<i64>> {
-    // The first (0) or next (1) offset of each partition: ListOffsets with
-    // the earliest and latest timestamps, one answer per partition
-    // (librdkafka's watermark query asks for a partition twice at once, and
-    // under load was seen to answer the high offset as the low one).
+    // The first (0) or next (1) offset of each partition: one ListOffsets
+    // request for them all, with the earliest and latest timestamps.
     let ends = |which: usize| -> Result<Vec<i64>> {
         let end = if which == 0 {
             Offset::Beginning

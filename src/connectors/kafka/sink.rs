@@ -266,6 +266,7 @@ impl SinkFactory for KafkaSinkFactory {
             to_probe: Vec::new(),
             started: false,
             plain: None,
+            prepared: None,
         };
         if self.delivery != Delivery::ExactlyOnce {
             writer.plain = Some(writer.producer(None)?);
@@ -295,6 +296,9 @@ impl ProducerContext for Deliveries {
 }
 
 type KafkaProducer = ThreadedProducer<Deliveries>;
+
+/// A producer with what records its failed deliveries.
+type ReadyProducer = (KafkaProducer, Deliveries);
 
 /// A transaction of the exactly-once sink.
 struct Transaction {
@@ -342,6 +346,8 @@ struct KafkaWriter {
     started: bool,
     /// `none` and `at-least-once`: the one producer.
     plain: Option<(KafkaProducer, Deliveries)>,
+    /// Exactly-once: the next transaction's producer, being created.
+    prepared: Option<(String, std::thread::JoinHandle<Result<ReadyProducer>>)>,
 }
 
 impl KafkaWriter {
@@ -351,20 +357,19 @@ impl KafkaWriter {
 
     /// A producer (transactional with `id`), initialized.
     fn producer(&self, id: Option<&str>) -> Result<(KafkaProducer, Deliveries)> {
-        let deliveries = Deliveries::default();
-        let mut config = self.config.clone();
-        if let Some(id) = id {
-            config.set("transactional.id", id);
-        }
-        let producer: KafkaProducer = config
-            .create_with_context(deliveries.clone())
-            .map_err(|e| kafka_error(&self.table, "cannot create a producer from its properties", e))?;
-        if let Some(id) = id {
-            producer
-                .init_transactions(TIMEOUT)
-                .map_err(|e| kafka_error(&self.table, &format!("cannot start transactions as '{id}'"), e))?;
-        }
-        Ok((producer, deliveries))
+        new_producer(&self.config, &self.table, id)
+    }
+
+    /// Starts creating the next transaction's producer in the background
+    /// (initializing transactions takes the coordinator a while; the task
+    /// goes on meanwhile).
+    fn prepare_next(&mut self) {
+        let id = self.transactional_id(self.subtask, self.next);
+        let (config, table, for_thread) = (self.config.clone(), self.table.clone(), id.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("kafka-producer-{}", self.subtask))
+            .spawn(move || new_producer(&config, &table, Some(&for_thread)));
+        self.prepared = handle.ok().map(|h| (id, h));
     }
 
     /// Before the first transaction: aborts what a crashed run left open (a
@@ -411,7 +416,12 @@ impl KafkaWriter {
     fn begin(&mut self) -> Result<()> {
         let id = self.transactional_id(self.subtask, self.next);
         self.next += 1;
-        let (producer, deliveries) = self.producer(Some(&id))?;
+        let (producer, deliveries) = match self.prepared.take() {
+            Some((prepared, handle)) if prepared == id => handle
+                .join()
+                .map_err(|_| Error::Execution(format!("creating the producer '{id}' panicked")))??,
+            _ => self.producer(Some(&id))?,
+        };
         producer
             .begin_transaction()
             .map_err(|e| kafka_error(&self.table, &format!("cannot begin a transaction as '{id}'"), e))?;
@@ -462,6 +472,24 @@ impl KafkaWriter {
             .map_err(|e| kafka_error(&self.table, "flushing the records failed", e))?;
         failed(&self.table, deliveries)
     }
+}
+
+/// A producer (transactional with `id`, initialized) from `config`.
+fn new_producer(config: &ClientConfig, table: &str, id: Option<&str>) -> Result<(KafkaProducer, Deliveries)> {
+    let deliveries = Deliveries::default();
+    let mut config = config.clone();
+    if let Some(id) = id {
+        config.set("transactional.id", id);
+    }
+    let producer: KafkaProducer = config
+        .create_with_context(deliveries.clone())
+        .map_err(|e| kafka_error(table, "cannot create a producer from its properties", e))?;
+    if let Some(id) = id {
+        producer
+            .init_transactions(TIMEOUT)
+            .map_err(|e| kafka_error(table, &format!("cannot start transactions as '{id}'"), e))?;
+    }
+    Ok((producer, deliveries))
 }
 
 /// Whether a transaction in this state was left open by a crashed run.
@@ -573,6 +601,7 @@ impl SinkWriter for KafkaWriter {
                 epoch: described.epoch,
             };
             self.pending.entry(checkpoint).or_default().push((recorded, t));
+            self.prepare_next();
         }
         let state = WriterState {
             subtask: self.subtask,

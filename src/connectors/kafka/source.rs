@@ -27,6 +27,10 @@ use crate::runtime::operator::TaskMetrics;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, SplitId, TaskContext};
 use crate::{Error, Result};
 
+/// How long a poll waits for records when none are there (the task checks
+/// for barriers between polls).
+const POLL_WAIT: Duration = Duration::from_millis(10);
+
 /// The Kafka source of a table.
 #[derive(Debug)]
 pub struct KafkaSourceFactory {
@@ -337,7 +341,14 @@ impl KafkaReader {
         let consumer = self.consumer.as_ref().expect("started");
         let mut messages = Vec::new();
         while messages.len() < self.batch_size {
-            match consumer.poll(Duration::ZERO) {
+            // Nothing yet: wait for the fetcher a little in librdkafka (it
+            // wakes as records arrive) rather than sleeping blind.
+            let wait = if messages.is_empty() {
+                POLL_WAIT
+            } else {
+                Duration::ZERO
+            };
+            match consumer.poll(wait) {
                 None => break,
                 Some(Ok(message)) => messages.push(message),
                 Some(Err(e)) => return Err(kafka_error(&self.table, "reading failed", e)),
@@ -480,7 +491,7 @@ impl SourceReader for KafkaReader {
                 if self.announce {
                     continue;
                 }
-                return Ok(SourcePoll::Idle(Duration::from_millis(5)));
+                return Ok(SourcePoll::Idle(Duration::ZERO));
             }
         }
     }
