@@ -471,3 +471,69 @@ fn a_fresh_run_at_a_lower_parallelism_aborts_what_a_crashed_run_left_open() {
     let got = read_all(&output, "read_committed", Duration::from_secs(3));
     assert_eq!(got.len(), sums.len());
 }
+
+/// Records per partition of `topic` (3 partitions).
+fn per_partition(topic: &str) -> Vec<usize> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", "partitions")
+        .create()
+        .unwrap();
+    (0..3)
+        .map(|p| {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap();
+            (high - low) as usize
+        })
+        .collect()
+}
+
+#[test]
+fn the_fixed_partitioner_writes_a_subtask_to_one_partition_and_round_robin_to_all() {
+    create_topic("part-in", 2);
+    let (input, failures) = checked_producer();
+    for i in 0..60 {
+        let value = format!(r#"{{"v":{i}}}"#);
+        input
+            .send(
+                BaseRecord::<str, str>::to("part-in")
+                    .partition(i % 2)
+                    .payload(&value),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    flush_checked(&input, &failures);
+    for partitioner in ["fixed", "round-robin"] {
+        let output = format!("part-out-{partitioner}");
+        create_topic(&output, 3);
+        let engine = crate::engine(2);
+        let b = broker();
+        engine
+            .sql(&format!(
+                "CREATE TABLE src (v INT) WITH ('connector' = 'kafka', 'topic' = 'part-in', \
+                 'properties.bootstrap.servers' = '{b}', 'format' = 'json', \
+                 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset')"
+            ))
+            .unwrap();
+        engine
+            .sql(&format!(
+                "CREATE TABLE dst (v INT) WITH ('connector' = 'kafka', 'topic' = '{output}', \
+                 'properties.bootstrap.servers' = '{b}', 'format' = 'json', 'sink.partitioner' = '{partitioner}')"
+            ))
+            .unwrap();
+        engine
+            .sql("INSERT INTO dst SELECT v FROM src")
+            .unwrap()
+            .collect()
+            .unwrap();
+        let counts = per_partition(&output);
+        assert_eq!(counts.iter().sum::<usize>(), 60, "{partitioner}");
+        match partitioner {
+            // Subtask s (reading partition s of the input) writes to partition s.
+            "fixed" => assert_eq!(counts, vec![30, 30, 0]),
+            _ => assert!(counts.iter().all(|c| *c > 0), "{counts:?}"),
+        }
+    }
+}
