@@ -100,7 +100,8 @@ pub(crate) fn windowed_job_sql(rows: u64, rows_per_ms: u64, keys: u64, rows_per_
     )
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The `p` quantile of `sorted` (0 when empty).
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

@@ -244,12 +244,10 @@ fn run_once(
     Ok((seconds, durations))
 }
 
-fn median(values: &mut [f64], p: f64) -> f64 {
+/// The `p` quantile of `values`.
+fn quantile(values: &mut [f64], p: f64) -> f64 {
     values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n => values[((n - 1) as f64 * p).round() as usize],
-    }
+    super::checkpoint::percentile(values, p)
 }
 
 /// Runs the benchmark (the input topic filled first).
@@ -280,11 +278,11 @@ pub fn run(options: &KafkaBenchOptions) -> Result<KafkaBenchResult> {
         parallelism: options.parallelism,
         interval_ms: options.interval.as_millis() as u64,
         runs: options.runs.max(1),
-        at_least_once_per_second: median(&mut alo, 0.5),
-        exactly_once_per_second: median(&mut eo, 0.5),
+        at_least_once_per_second: quantile(&mut alo, 0.5),
+        exactly_once_per_second: quantile(&mut eo, 0.5),
         checkpoints: checkpoints.len(),
-        checkpoint_median_ms: median(&mut checkpoints, 0.5),
-        checkpoint_p99_ms: median(&mut checkpoints, 0.99),
+        checkpoint_median_ms: quantile(&mut checkpoints, 0.5),
+        checkpoint_p99_ms: quantile(&mut checkpoints, 0.99),
         output_rows: windows.max(1) * options.keys.min(options.records),
     })
 }

@@ -1441,7 +1441,7 @@ impl<'a> Planner<'a> {
         };
         let mut needed: BTreeSet<usize> = projection.iter().copied().collect();
         // An upsert source reads its key, whatever the query selects.
-        if table.connector()? == "upsert-kafka" {
+        if connectors::kafka::layout::is_upsert(&table) {
             for name in &table.primary_key {
                 needed.insert(full.index_of(name)?);
             }
@@ -1452,47 +1452,8 @@ impl<'a> Planner<'a> {
                 needed.insert(full.index_of(&c.name)?);
             }
         }
-        // Physical columns needed: directly, or by a needed computed column.
-        let physical_names: Vec<String> = table
-            .read_schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let mut physical_needed: BTreeSet<usize> = BTreeSet::new();
-        for &i in &needed {
-            let name = full.field(i).name();
-            match computed.iter().position(|(ci, _)| *ci == i) {
-                None => {
-                    physical_needed.insert(
-                        physical_names
-                            .iter()
-                            .position(|n| n == name)
-                            .expect("physical column"),
-                    );
-                }
-                Some(k) => {
-                    for c in computed_exprs[k].column_refs() {
-                        physical_needed.insert(
-                            physical_names
-                                .iter()
-                                .position(|n| *n == c.name)
-                                .expect("physical"),
-                        );
-                    }
-                }
-            }
-        }
-        let physical_projection: Vec<usize> = physical_needed.into_iter().collect();
-        let bound_physical: Vec<Field> = physical_projection
-            .iter()
-            .map(|i| {
-                let name = &physical_names[*i];
-                full.field_with_name(name)
-                    .expect("physical column in full schema")
-                    .clone()
-            })
-            .collect();
+        let (physical_projection, bound_physical) =
+            read_columns(&table, &full, &needed, &computed, &computed_exprs);
         let source_schema = Arc::new(Schema::new(bound_physical.clone()));
         let reader =
             connectors::create_source(&table, &physical_projection, source_schema.clone(), self.config)?;
@@ -2116,6 +2077,45 @@ impl Planner<'_> {
 /// Where the columns `key` of a Calc's input are in its output: the same
 /// without a projection, else where the projection selects each plainly
 /// (`None` when one is not selected).
+/// The columns of `table` a scan reads (positions in its read schema, and
+/// their fields as bound in `full`): the `needed` full-schema columns that
+/// are read, and those the needed computed columns (`computed`, bound as
+/// `computed_exprs`) refer to.
+fn read_columns(
+    table: &crate::frontend::catalog::TableDef,
+    full: &SchemaRef,
+    needed: &BTreeSet<usize>,
+    computed: &[(usize, &crate::frontend::catalog::ColumnDef)],
+    computed_exprs: &[Expr],
+) -> (Vec<usize>, Vec<Field>) {
+    let read_names: Vec<String> = table
+        .read_schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let position = |name: &str| read_names.iter().position(|n| n == name).expect("a read column");
+    let mut read: BTreeSet<usize> = BTreeSet::new();
+    for &i in needed {
+        match computed.iter().position(|(ci, _)| *ci == i) {
+            None => {
+                read.insert(position(full.field(i).name()));
+            }
+            Some(k) => read.extend(computed_exprs[k].column_refs().iter().map(|c| position(&c.name))),
+        }
+    }
+    let projection: Vec<usize> = read.into_iter().collect();
+    let fields = projection
+        .iter()
+        .map(|i| {
+            full.field_with_name(&read_names[*i])
+                .expect("read column in full schema")
+                .clone()
+        })
+        .collect();
+    (projection, fields)
+}
+
 /// Whether `filter` reads only the columns `key`.
 fn filters_only(filter: &Arc<dyn PhysicalExpr>, key: &[usize]) -> bool {
     datafusion_physical_expr::utils::collect_columns(filter)
