@@ -22,9 +22,10 @@ pub fn kafka_error(table: &str, doing: &str, e: impl std::fmt::Display) -> Error
     Error::Execution(format!("Kafka table '{table}': {doing}: {e}"))
 }
 
-/// A consumer with the source's properties: offsets are never committed
-/// automatically (only when a checkpoint completes), and transactions'
-/// records are read as the Java client does by default (`read_uncommitted`)
+/// A consumer with the source's properties, for offsets and the group's
+/// commits (records are read by [`super::fetch`]): offsets are never
+/// committed automatically (only when a checkpoint completes), and the
+/// latest offset is that of `read_uncommitted` (the Java client's default)
 /// unless `properties.isolation.level` says otherwise.
 pub fn consumer(table: &str, options: &SourceOptions) -> Result<BaseConsumer> {
     let mut config = ClientConfig::new();
@@ -33,10 +34,6 @@ pub fn consumer(table: &str, options: &SourceOptions) -> Result<BaseConsumer> {
     config
         .set("isolation.level", "read_uncommitted")
         .set("enable.partition.eof", "false")
-        // librdkafka 2.x waits a second before fetching more once a
-        // partition's queue is full: ten times slower reading here (150k
-        // against 1.4M records/s, `weir bench kafka`).
-        .set("fetch.queue.backoff.ms", "10")
         .set("group.id", format!("weir-{table}"));
     for (key, value) in &options.properties {
         config.set(key, value);

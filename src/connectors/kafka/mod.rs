@@ -6,6 +6,7 @@
 //! sink follows.
 
 pub mod client;
+pub mod fetch;
 pub mod layout;
 pub mod options;
 pub mod sink;

@@ -8,6 +8,15 @@
 //!   checkpoint completes. A restore commits what its checkpoint recorded
 //!   ([`super::transactions`]) and aborts what the crashed run left open.
 //!
+//! Commits run on a committer thread of the writer's, so the task goes on
+//! writing the next transaction meanwhile (a commit waits for the
+//! coordinator's answer); a failed commit fails the task at its next write
+//! or barrier, and a restore then commits the transaction from its
+//! record. Once the input has ended, commits are made on the task, so the
+//! job finishes only when its last transaction is committed; a writer
+//! dropped (the job stopped with a savepoint) waits for the commits under
+//! way.
+//!
 //! Transactional ids are `{prefix}-{subtask}-{n}`, `n` counting the
 //! subtask's transactions: an id is never reused for a transaction before
 //! the checkpoint that names the next `n`, so a recorded id cannot stand
@@ -16,11 +25,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use arrow::array::Array;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use crossbeam_channel::{Sender, unbounded};
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -267,6 +278,8 @@ impl SinkFactory for KafkaSinkFactory {
             started: false,
             plain: None,
             prepared: None,
+            committer: None,
+            finished: false,
         };
         if self.delivery != Delivery::ExactlyOnce {
             writer.plain = Some(writer.producer(None)?);
@@ -347,7 +360,75 @@ struct KafkaWriter {
     /// `none` and `at-least-once`: the one producer.
     plain: Option<(KafkaProducer, Deliveries)>,
     /// Exactly-once: the next transaction's producer, being created.
-    prepared: Option<(String, std::thread::JoinHandle<Result<ReadyProducer>>)>,
+    prepared: Option<(String, JoinHandle<Result<ReadyProducer>>)>,
+    /// Exactly-once: commits transactions off the task (from the first).
+    committer: Option<Committer>,
+    /// The input has ended: commits are made on the task.
+    finished: bool,
+}
+
+/// A thread that commits the transactions handed to it, in turn; the first
+/// failure is kept for the task to fail on.
+struct Committer {
+    sender: Option<Sender<Transaction>>,
+    failed: Arc<Mutex<Option<Error>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Committer {
+    fn spawn(table: &str, subtask: usize) -> Result<Committer> {
+        let (sender, receiver) = unbounded::<Transaction>();
+        let failed = Arc::new(Mutex::new(None));
+        let (name, record) = (table.to_string(), failed.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("kafka-commit-{subtask}"))
+            .spawn(move || {
+                for t in receiver {
+                    if let Err(e) = commit_transaction(&name, &t) {
+                        let mut failed = record.lock().unwrap_or_else(|e| e.into_inner());
+                        failed.get_or_insert(e);
+                    }
+                }
+            })
+            .map_err(|e| kafka_error(table, "cannot start a committer thread", e))?;
+        Ok(Committer {
+            sender: Some(sender),
+            failed,
+            thread: Some(thread),
+        })
+    }
+
+    /// The first commit that failed, if one did.
+    fn failure(&self) -> Result<()> {
+        match self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for every commit handed over; the first failure.
+    fn wait(&mut self) -> Result<()> {
+        drop(self.sender.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.failure()
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        if let Err(e) = self.wait() {
+            eprintln!("[WARN] {e} (the checkpoint recorded it: a restore from it commits it)");
+        }
+    }
+}
+
+/// Commits `t` (its records were flushed at the barrier).
+fn commit_transaction(table: &str, t: &Transaction) -> Result<()> {
+    t.producer
+        .commit_transaction(TIMEOUT)
+        .map_err(|e| kafka_error(table, &format!("cannot commit '{}'", t.id), e))
 }
 
 impl KafkaWriter {
@@ -466,6 +547,11 @@ impl KafkaWriter {
         }))
     }
 
+    /// Fails when a commit handed to the committer failed.
+    fn committed_so_far(&self) -> Result<()> {
+        self.committer.as_ref().map_or(Ok(()), Committer::failure)
+    }
+
     fn flush(&self, producer: &KafkaProducer, deliveries: &Deliveries) -> Result<()> {
         producer
             .flush(TIMEOUT)
@@ -521,6 +607,7 @@ fn send(producer: &KafkaProducer, mut record: BaseRecord<'_, [u8], [u8]>, table:
 impl SinkWriter for KafkaWriter {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.start()?;
+        self.committed_so_far()?;
         if self.delivery == Delivery::ExactlyOnce && self.current.is_none() {
             self.begin()?;
         }
@@ -568,6 +655,8 @@ impl SinkWriter for KafkaWriter {
 
     fn finish(&mut self) -> Result<()> {
         self.start()?;
+        self.finished = true;
+        self.committed_so_far()?;
         if let Some((producer, deliveries)) = &self.plain {
             return self.flush(producer, deliveries);
         }
@@ -576,9 +665,7 @@ impl SinkWriter for KafkaWriter {
             if !self.checkpointing {
                 // No checkpoint will commit it: the end of the input does.
                 let t = self.current.take().expect("present");
-                t.producer
-                    .commit_transaction(TIMEOUT)
-                    .map_err(|e| kafka_error(&self.table, &format!("cannot commit '{}'", t.id), e))?;
+                commit_transaction(&self.table, &t)?;
             }
         }
         Ok(())
@@ -586,6 +673,7 @@ impl SinkWriter for KafkaWriter {
 
     fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<serde_json::Value> {
         self.start()?;
+        self.committed_so_far()?;
         if let Some((producer, deliveries)) = &self.plain {
             if self.delivery == Delivery::AtLeastOnce {
                 self.flush(producer, deliveries)?;
@@ -618,14 +706,31 @@ impl SinkWriter for KafkaWriter {
     fn commit(&mut self, checkpoint: CheckpointId) -> Result<()> {
         let later = self.pending.split_off(&(checkpoint + 1));
         let done = std::mem::replace(&mut self.pending, later);
-        for (recorded, t) in done.into_values().flatten() {
-            t.producer.commit_transaction(TIMEOUT).map_err(|e| {
-                kafka_error(
-                    &self.table,
-                    &format!("cannot commit '{}'", recorded.transactional_id),
-                    e,
-                )
-            })?;
+        let done = done.into_values().flatten().map(|(_, t)| t);
+        if self.finished {
+            // Nothing more to write: the job ends once these are committed.
+            if let Some(committer) = &mut self.committer {
+                committer.wait()?;
+            }
+            return done
+                .into_iter()
+                .try_for_each(|t| commit_transaction(&self.table, &t));
+        }
+        let committer = match &mut self.committer {
+            Some(committer) => committer,
+            None => self
+                .committer
+                .insert(Committer::spawn(&self.table, self.subtask)?),
+        };
+        committer.failure()?;
+        for t in done {
+            let sender = committer
+                .sender
+                .as_ref()
+                .expect("open until the writer is dropped");
+            sender
+                .send(t)
+                .map_err(|_| Error::Internal(format!("Kafka table '{}': its committer ended", self.table)))?;
         }
         Ok(())
     }

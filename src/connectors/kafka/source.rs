@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use rdkafka::Message;
+use crossbeam_channel::RecvTimeoutError;
+use kafka_protocol::records::TimestampType;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Timestamp as KafkaTimestamp;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::client::{self, Partition, kafka_error};
+use super::client::{self, Partition};
+use super::fetch::{self, Assigned, Chunk, FetchConfig, FetchThread};
 use super::layout::{Layout, Record};
 use super::options::{Offsets, SourceOptions, Topics};
 use crate::config::SessionConfig;
@@ -28,7 +29,7 @@ use crate::runtime::{SourceFactory, SourcePoll, SourceReader, SplitId, TaskConte
 use crate::{Error, Result};
 
 /// How long a poll waits for records when none are there (the task checks
-/// for barriers between polls).
+/// for barriers between polls); the fetcher reads meanwhile.
 const POLL_WAIT: Duration = Duration::from_millis(10);
 
 /// The Kafka source of a table.
@@ -36,6 +37,7 @@ const POLL_WAIT: Duration = Duration::from_millis(10);
 pub struct KafkaSourceFactory {
     table: String,
     options: Arc<SourceOptions>,
+    fetch: FetchConfig,
     layout: Arc<Layout>,
     /// The topics' partitions when the query was planned.
     partitions: Vec<Partition>,
@@ -67,11 +69,14 @@ impl KafkaSourceFactory {
             false => None,
         };
         let layout = Layout::new(table, projection, schema)?;
+        let latest = options.startup == Offsets::Latest;
+        let fetch = FetchConfig::new(&table.name, &options.bootstrap, &options.properties, latest)?;
         let consumer = client::consumer(&table.name, &options)?;
         let partitions = client::list_partitions(&table.name, &consumer, &options.topics)?;
         Ok(Arc::new(KafkaSourceFactory {
             table: table.name.clone(),
             options: Arc::new(options),
+            fetch,
             layout: Arc::new(layout),
             partitions,
             idle_timeout: crate::connectors::idle_timeout(table, config)?,
@@ -156,10 +161,12 @@ impl SourceFactory for KafkaSourceFactory {
         Ok(Box::new(KafkaReader {
             table: self.table.clone(),
             options: self.options.clone(),
+            fetch_config: self.fetch.clone(),
             layout: self.layout.clone(),
             listed: self.partitions.clone(),
             splits,
             consumer: None,
+            fetch: None,
             announce: false,
             ready: VecDeque::new(),
             commits: BTreeMap::new(),
@@ -249,8 +256,11 @@ struct KafkaReader {
     /// Every partition of the source now (to find new ones after a restore).
     listed: Vec<Partition>,
     splits: Vec<Split>,
-    /// Created on the first poll (or snapshot).
+    fetch_config: FetchConfig,
+    /// Created on the first poll (or snapshot): for offsets and commits.
     consumer: Option<BaseConsumer>,
+    /// Reads the unfinished splits (from the first poll).
+    fetch: Option<FetchThread>,
     /// The set of active splits changed: tell the task.
     announce: bool,
     ready: VecDeque<Ready>,
@@ -316,16 +326,17 @@ impl KafkaReader {
                 split.done = true;
             }
         }
-        let mut assignment = TopicPartitionList::new();
-        for split in self.splits.iter().filter(|s| !s.done) {
-            let offset = split.offset.expect("resolved above");
-            assignment
-                .add_partition_offset(&split.topic, split.partition, Offset::Offset(offset))
-                .map_err(|e| kafka_error(&self.table, "bad partition", e))?;
-        }
-        consumer
-            .assign(&assignment)
-            .map_err(|e| kafka_error(&self.table, "cannot assign the partitions", e))?;
+        let assigned = (0..self.splits.len())
+            .filter(|i| !self.splits[*i].done)
+            .map(|i| Assigned {
+                split: i,
+                topic: self.splits[i].topic.clone(),
+                partition: self.splits[i].partition,
+                offset: self.splits[i].offset.expect("resolved above"),
+                stop: self.splits[i].stop,
+            })
+            .collect();
+        self.fetch = Some(fetch::spawn(&self.table, self.fetch_config.clone(), assigned)?);
         self.consumer = Some(consumer);
         self.announce = true;
         Ok(())
@@ -335,124 +346,91 @@ impl KafkaReader {
         self.splits.iter().filter(|s| !s.done).map(Split::id).collect()
     }
 
-    /// Polls what the consumer has (up to a batch), decoded into one batch
-    /// per partition; returns whether anything came.
+    /// Takes what the fetcher has read (waiting a little for the first
+    /// chunk), decoded into batches of one partition each; returns whether
+    /// anything came.
     fn fill(&mut self) -> Result<bool> {
-        let consumer = self.consumer.as_ref().expect("started");
-        let mut messages = Vec::new();
-        while messages.len() < self.batch_size {
-            // Nothing yet: wait for the fetcher a little in librdkafka (it
-            // wakes as records arrive) rather than sleeping blind.
-            let wait = if messages.is_empty() {
-                POLL_WAIT
-            } else {
-                Duration::ZERO
-            };
-            match consumer.poll(wait) {
-                None => break,
-                Some(Ok(message)) => messages.push(message),
-                Some(Err(e)) => return Err(kafka_error(&self.table, "reading failed", e)),
+        let fetch = self.fetch.as_ref().expect("started");
+        let first = match fetch.chunks.recv_timeout(POLL_WAIT) {
+            Ok(chunks) => chunks?,
+            Err(RecvTimeoutError::Timeout) => return Ok(false),
+            // It ends when every split is read to its end (bounded), after
+            // handing everything over; otherwise it died.
+            Err(RecvTimeoutError::Disconnected) if self.splits.iter().all(|s| s.done) => return Ok(false),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::Execution(format!(
+                    "Kafka table '{}': its fetcher thread ended unexpectedly",
+                    self.table
+                )));
+            }
+        };
+        let mut chunks = first;
+        let mut count: usize = chunks.iter().map(|c| c.records.len()).sum();
+        while count < self.batch_size {
+            match fetch.chunks.try_recv() {
+                Ok(more) => {
+                    let more = more?;
+                    count += more.iter().map(|c| c.records.len()).sum::<usize>();
+                    chunks.extend(more);
+                }
+                Err(_) => break,
             }
         }
-        if messages.is_empty() {
-            return Ok(false);
-        }
-        // Group by split, keeping each partition's order.
-        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        let mut last = 0;
-        for (m, message) in messages.iter().enumerate() {
-            let found = |s: &Split| s.partition == message.partition() && s.topic == message.topic();
-            if !self.splits.get(last).is_some_and(found) {
-                last = self.splits.iter().position(found).ok_or_else(|| {
-                    Error::Internal(format!(
-                        "Kafka table '{}': a record of {}-{}, which this subtask does not read",
-                        self.table,
-                        message.topic(),
-                        message.partition()
-                    ))
-                })?;
-            }
-            groups.entry(last).or_default().push(m);
-        }
-        for (split, members) in groups {
-            let stop = self.splits[split].stop;
-            let mut done = false;
-            let mut next_offset = self.splits[split].offset.unwrap_or_default();
-            let records: Vec<Record> = members
-                .iter()
-                .map(|m| &messages[*m])
-                .filter(|message| {
-                    let within = stop.is_none_or(|stop| message.offset() < stop);
-                    done |= !within;
-                    within
-                })
-                .map(|message| {
-                    next_offset = message.offset() + 1;
-                    record_of(message)
-                })
-                .collect();
-            let (topic, partition) = (&self.splits[split].topic, self.splits[split].partition);
-            let (batch, skipped) = self.layout.decode(topic, partition, &records)?;
-            TaskMetrics::add(&self.metrics.parse_errors_skipped, skipped);
-            done |= stop.is_some_and(|stop| next_offset >= stop);
-            self.ready.push_back(Ready {
-                split,
-                batch,
-                next_offset,
-                done,
-            });
+        for chunk in chunks {
+            self.decode_chunk(chunk)?;
         }
         Ok(true)
     }
 
-    /// Nothing to read now: positions move past what the consumer skipped
-    /// (transaction markers, aborted records), and bounded splits at their
-    /// end are done.
-    fn sync_positions(&mut self) -> Result<()> {
-        let consumer = self.consumer.as_ref().expect("started");
-        let positions = consumer
-            .position()
-            .map_err(|e| kafka_error(&self.table, "cannot read the consumer's positions", e))?;
-        let mut ended = TopicPartitionList::new();
-        for split in self.splits.iter_mut().filter(|s| !s.done) {
-            if let Some(Offset::Offset(position)) = positions
-                .find_partition(&split.topic, split.partition)
-                .map(|e| e.offset())
-                && split.offset.is_some_and(|o| position > o)
-            {
-                split.offset = Some(position);
-            }
-            if split
-                .stop
-                .is_some_and(|stop| split.offset.is_some_and(|o| o >= stop))
-            {
-                split.done = true;
-                self.announce = true;
-                ended.add_partition(&split.topic, split.partition);
-            }
-        }
-        if ended.count() > 0 {
-            consumer
-                .pause(&ended)
-                .map_err(|e| kafka_error(&self.table, "cannot pause a finished partition", e))?;
+    /// A chunk's records as batches of at most a batch size, up to the
+    /// split's stop.
+    fn decode_chunk(&mut self, chunk: Chunk) -> Result<()> {
+        let split = chunk.split;
+        let stop = self.splits[split].stop;
+        let within = chunk
+            .records
+            .iter()
+            .take_while(|r| stop.is_none_or(|stop| r.offset < stop))
+            .count();
+        let end = stop.map_or(chunk.next_offset, |stop| chunk.next_offset.min(stop));
+        let pieces: Vec<&[kafka_protocol::records::Record]> = match within {
+            0 => vec![&[]],
+            _ => chunk.records[..within].chunks(self.batch_size.max(1)).collect(),
+        };
+        let last = pieces.len() - 1;
+        for (n, piece) in pieces.into_iter().enumerate() {
+            let records: Vec<Record> = piece.iter().map(record_of).collect();
+            let (topic, partition) = (&self.splits[split].topic, self.splits[split].partition);
+            let (batch, skipped) = self.layout.decode(topic, partition, &records)?;
+            TaskMetrics::add(&self.metrics.parse_errors_skipped, skipped);
+            let next_offset = match n == last {
+                true => end,
+                false => piece.last().map_or(end, |r| r.offset + 1),
+            };
+            self.ready.push_back(Ready {
+                split,
+                batch,
+                next_offset,
+                done: n == last && stop.is_some_and(|stop| end >= stop),
+            });
         }
         Ok(())
     }
 }
 
-fn record_of<'a>(message: &'a rdkafka::message::BorrowedMessage<'_>) -> Record<'a> {
-    let (timestamp, timestamp_type) = match message.timestamp() {
-        KafkaTimestamp::NotAvailable => (None, "NoTimestampType"),
-        KafkaTimestamp::CreateTime(t) => (Some(t), "CreateTime"),
-        KafkaTimestamp::LogAppendTime(t) => (Some(t), "LogAppendTime"),
+fn record_of(record: &kafka_protocol::records::Record) -> Record<'_> {
+    let (timestamp, timestamp_type) = match record.timestamp_type {
+        _ if record.timestamp < 0 => (None, "NoTimestampType"),
+        TimestampType::Creation => (Some(record.timestamp), "CreateTime"),
+        TimestampType::LogAppend => (Some(record.timestamp), "LogAppendTime"),
     };
     Record {
-        key: message.key(),
-        value: message.payload(),
-        offset: message.offset(),
+        key: record.key.as_deref(),
+        value: record.value.as_deref(),
+        offset: record.offset,
         timestamp,
         timestamp_type,
-        leader_epoch: None,
+        leader_epoch: (record.partition_leader_epoch >= 0).then_some(record.partition_leader_epoch),
     }
 }
 
@@ -471,9 +449,6 @@ impl SourceReader for KafkaReader {
                 if ready.done && !split.done {
                     split.done = true;
                     self.announce = true;
-                    let mut ended = TopicPartitionList::new();
-                    ended.add_partition(&split.topic, split.partition);
-                    let _ = self.consumer.as_ref().expect("started").pause(&ended);
                 }
                 if ready.batch.num_rows() > 0 {
                     return Ok(SourcePoll::SplitBatch(split.id(), ready.batch));
@@ -487,10 +462,6 @@ impl SourceReader for KafkaReader {
                 return Ok(SourcePoll::Idle(Duration::from_millis(100)));
             }
             if !self.fill()? {
-                self.sync_positions()?;
-                if self.announce {
-                    continue;
-                }
                 return Ok(SourcePoll::Idle(Duration::ZERO));
             }
         }
