@@ -93,8 +93,21 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()>
     }
 }
 
-/// Records in `topic` now (the sum of its partitions' end offsets).
+/// Records in `topic` now (the sum of its partitions' end offsets); a
+/// topic just created may take a moment to be served.
 fn records_in(bootstrap: &str, topic: &str) -> Result<u64> {
+    let start = std::time::Instant::now();
+    loop {
+        match end_offsets(bootstrap, topic) {
+            Err(_) if start.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            done => return done,
+        }
+    }
+}
+
+fn end_offsets(bootstrap: &str, topic: &str) -> Result<u64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "weir-bench")
