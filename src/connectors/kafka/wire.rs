@@ -45,11 +45,6 @@ impl Connection {
         })
     }
 
-    /// The broker's `host:port`.
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
     /// Sends `request` and reads its response.
     pub fn call<Req, Resp>(&mut self, api: ApiKey, version: i16, request: &Req) -> Result<Resp>
     where
