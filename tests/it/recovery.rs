@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 
 /// 400k generated rows at 100k rows/s (about 4 s).
-const SEQUENCE: &str = "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+pub const SEQUENCE: &str = "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
     WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
   WITH ('connector' = 'datagen', 'rows-per-second' = '100000',
         'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999')";
@@ -36,7 +36,7 @@ fn nexmark() -> String {
 /// `SET` statements), writing `query` into a directory in CSV (or, for a
 /// name starting with `changelog`, in Debezium JSON: an updating query).
 #[allow(clippy::too_many_arguments)]
-fn job_file(
+pub fn job_file(
     dir: &Path,
     name: &str,
     out: &Path,
@@ -78,7 +78,7 @@ fn job_file(
     file.display().to_string()
 }
 
-fn weir(file: &str, restore: Option<&Path>) -> Command {
+pub fn weir(file: &str, restore: Option<&Path>) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
     command
         .arg("run")
@@ -92,13 +92,13 @@ fn weir(file: &str, restore: Option<&Path>) -> Command {
 }
 
 /// Every line of the committed part files under `dir`, sorted.
-fn committed_rows(dir: &Path) -> Vec<String> {
+pub fn committed_rows(dir: &Path) -> Vec<String> {
     crate::part_file_lines(dir)
 }
 
 /// Runs a job without checkpoints, then the same job killed three times at
 /// random moments and restored; returns (clean rows, rows after crashes, context).
-fn crash_three_times(
+pub fn crash_three_times(
     name: &str,
     parallelism: usize,
     settings: &str,
@@ -159,7 +159,7 @@ fn crash_three_times(
 }
 
 /// A few rows only one side has, for failure messages.
-fn row_difference(expected: &[String], got: &[String]) -> String {
+pub fn row_difference(expected: &[String], got: &[String]) -> String {
     let (mut missing, mut extra) = (Vec::new(), Vec::new());
     let (mut i, mut j) = (0, 0);
     while i < expected.len() || j < got.len() {
@@ -188,7 +188,7 @@ fn row_difference(expected: &[String], got: &[String]) -> String {
 const UNALIGNED: &str = "SET 'execution.checkpointing.unaligned.enabled' = 'true';";
 
 /// Each crash test runs aligned at parallelism 1 and 4, and unaligned at 4.
-const MODES: [(usize, &str); 3] = [(1, ""), (4, ""), (4, UNALIGNED)];
+pub const MODES: [(usize, &str); 3] = [(1, ""), (4, ""), (4, UNALIGNED)];
 
 fn crash_three_times_then_finish(name: &str, mode: (usize, &str), source: &str, columns: &str, query: &str) {
     let (parallelism, settings) = mode;
@@ -201,7 +201,7 @@ fn crash_three_times_then_finish(name: &str, mode: (usize, &str), source: &str, 
 /// The table a Debezium JSON changelog describes: each row (its `after` or
 /// `before` object) with how often it is there, every count positive. The
 /// files' order does not matter: counts add up the same.
-fn changelog_table(lines: &[String]) -> std::collections::BTreeMap<String, i64> {
+pub fn changelog_table(lines: &[String]) -> std::collections::BTreeMap<String, i64> {
     let mut rows = std::collections::BTreeMap::<String, i64>::new();
     for line in lines {
         let change: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -715,7 +715,9 @@ fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_and_a_corrupt_state_fi
         &out,
         1,
         vec![],
-        &[("execution.checkpointing.num-retained", "2")],
+        // All kept: the last ones, taken once the input has ended, may hold
+        // no state file to corrupt.
+        &[("execution.checkpointing.num-retained", "1000")],
     )
     .unwrap();
     assert_eq!(job.wait().unwrap(), weir::JobStatus::Finished);
@@ -756,12 +758,19 @@ fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_and_a_corrupt_state_fi
         "{err}"
     );
 
-    // A corrupt state file is named too.
-    let state = std::fs::read_dir(&older.dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.is_dir())
-        .expect("an operator directory");
+    // A corrupt state file is named too (in the newest intact checkpoint
+    // that has one).
+    let (with_state, state) = completed[..completed.len() - 1]
+        .iter()
+        .rev()
+        .find_map(|c| {
+            let operator = std::fs::read_dir(&c.dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.is_dir())?;
+            Some((c, operator))
+        })
+        .expect("a checkpoint with an operator directory");
     let file = std::fs::read_dir(&state).unwrap().next().unwrap().unwrap().path();
     let size = std::fs::metadata(&file).unwrap().len() as usize;
     std::fs::write(&file, vec![b'x'; size]).unwrap();
@@ -770,7 +779,7 @@ fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_and_a_corrupt_state_fi
         &dir.path().join("corrupt"),
         1,
         vec![],
-        &[("execution.savepoint.path", &older.dir.display().to_string())],
+        &[("execution.savepoint.path", &with_state.dir.display().to_string())],
     )
     .unwrap_err()
     .to_string();
@@ -803,7 +812,14 @@ fn restoring_a_job_directory_without_a_complete_checkpoint_starts_afresh_and_say
 /// Like [`crash_three_times`], but each run of the job goes at the next of
 /// `parallelisms` (the last one runs to the end), restoring the previous
 /// run's latest checkpoint through key groups and source splits.
-fn crash_and_rescale(name: &str, parallelisms: &[usize], source: &str, columns: &str, query: &str) {
+pub fn crash_and_rescale(
+    name: &str,
+    parallelisms: &[usize],
+    settings: &str,
+    source: &str,
+    columns: &str,
+    query: &str,
+) {
     let seed: u64 = std::env::var("WEIR_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -832,14 +848,23 @@ fn crash_and_rescale(name: &str, parallelisms: &[usize], source: &str, columns: 
     let job_dir = dir.path().join("checkpoints").join(name);
     let (last, killed) = parallelisms.split_last().unwrap();
     for (attempt, parallelism) in killed.iter().enumerate() {
-        let file = job_file(dir.path(), name, &out, *parallelism, "", source, columns, query);
+        let file = job_file(
+            dir.path(),
+            name,
+            &out,
+            *parallelism,
+            settings,
+            source,
+            columns,
+            query,
+        );
         let restore = (attempt > 0).then_some(job_dir.as_path());
         let mut child = weir(&file, restore).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(rng.random_range(600..1500)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
     }
-    let file = job_file(dir.path(), name, &out, *last, "", source, columns, query);
+    let file = job_file(dir.path(), name, &out, *last, settings, source, columns, query);
     let output = weir(&file, Some(&job_dir)).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -860,6 +885,7 @@ fn a_tumbling_aggregation_killed_and_rescaled_4_2_3_writes_exactly_the_rows_of_a
     crash_and_rescale(
         "rescale-tumble",
         &[4, 2, 3],
+        "",
         SEQUENCE,
         "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
         "SELECT id % 7, window_start, COUNT(*), SUM(id)
@@ -873,6 +899,7 @@ fn a_nexmark_session_of_bids_killed_and_rescaled_4_2_3_writes_exactly_the_rows_o
     crash_and_rescale(
         "rescale-nexmark",
         &[4, 2, 3],
+        "",
         &nexmark(),
         "bidder BIGINT, ss TIMESTAMP(3), c BIGINT, m BIGINT",
         "SELECT bidder, SESSION_START(`dateTime`, INTERVAL '2' SECOND), COUNT(*), MAX(price)
