@@ -210,6 +210,13 @@ struct CheckpointArgs {
     /// measures what unaligned mode costs when it is not needed).
     #[arg(long)]
     unaligned: bool,
+    /// Take incremental checkpoints: each writes the state changed since the last.
+    #[arg(long)]
+    incremental: bool,
+    /// After every key has a row, send the rows to this many keys only (in
+    /// one window): the state stays `--keys` large while only these change.
+    #[arg(long)]
+    hot_keys: Option<u64>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -541,6 +548,8 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         interval,
         runs: args.runs,
         unaligned: args.unaligned,
+        incremental: args.incremental,
+        hot_keys: args.hot_keys,
     };
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
     let r = run(&options, &weir)?;
@@ -551,6 +560,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
          checkpoints                     {}\n\
          duration median / p99           {:.0} ms / {:.0} ms\n\
          largest state                   {:.1} MB\n\
+         written per checkpoint          {:.1} MB median{} (state referenced {:.1} MB)\n\
          tasks blocked by snapshot       {:.0} ms (median of the longest per checkpoint)\n\
          recovery after SIGKILL          {:.0} ms to restore {} state rows and run",
         if args.unaligned { "Unaligned" } else { "Aligned" },
@@ -566,6 +576,13 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         r.duration_median_ms,
         r.duration_p99_ms,
         r.max_state_bytes as f64 / 1e6,
+        r.written_median_bytes as f64 / 1e6,
+        match (r.incremental, r.hot_keys) {
+            (false, _) => String::new(),
+            (true, None) => ", incremental".to_string(),
+            (true, Some(hot)) => format!(", incremental, {hot} keys changing"),
+        },
+        r.full_median_bytes as f64 / 1e6,
         r.blocked_median_ms,
         r.recovery_ms,
         r.recovery_state_rows

@@ -35,6 +35,11 @@ pub struct CheckpointBenchOptions {
     pub runs: usize,
     /// Unaligned checkpoints instead of aligned ones.
     pub unaligned: bool,
+    /// Incremental checkpoints (`execution.checkpointing.incremental`).
+    pub incremental: bool,
+    /// After every key has a row, rows go to this many keys only (all rows
+    /// then fall in one window): the keys that change between checkpoints.
+    pub hot_keys: Option<u64>,
 }
 
 /// The figures.
@@ -66,6 +71,16 @@ pub struct CheckpointBenchResult {
     pub duration_p99_ms: f64,
     /// The largest checkpoint's state files, bytes.
     pub max_state_bytes: u64,
+    /// Incremental checkpoints: median bytes a checkpoint wrote (its new
+    /// files); otherwise its whole state.
+    pub written_median_bytes: u64,
+    /// Median bytes of the state files a checkpoint refers to (its own and,
+    /// when incremental, earlier ones).
+    pub full_median_bytes: u64,
+    /// Incremental checkpoints.
+    pub incremental: bool,
+    /// Keys changing between checkpoints, if the run is limited to them.
+    pub hot_keys: Option<u64>,
     /// Median over checkpoints of the longest time a task was blocked by its snapshot, ms.
     pub blocked_median_ms: f64,
     /// State rows in the checkpoint the recovery run restored.
@@ -77,6 +92,21 @@ pub struct CheckpointBenchResult {
 /// The job: `keys` keys, one row per millisecond of event time, 1-hour tumbling windows.
 fn job_sql(rows: u64, keys: u64, rows_per_second: u64) -> String {
     windowed_job_sql(rows, 1, keys, rows_per_second)
+}
+
+/// The job of `options`: with hot keys, every key gets a row first, then
+/// the rows go to the first `hot` keys only, all within one window.
+fn options_job_sql(options: &CheckpointBenchOptions) -> String {
+    match options.hot_keys {
+        None => job_sql(options.rows, options.keys, 1_000_000_000),
+        Some(hot) => {
+            let rows_per_ms = options.rows.div_ceil(3_000_000).max(1);
+            windowed_job_sql(options.rows, rows_per_ms, options.keys, 1_000_000_000).replace(
+                &format!("id % {}", options.keys),
+                &format!("CASE WHEN id < {} THEN id ELSE id % {hot} END", options.keys),
+            )
+        }
+    }
 }
 
 /// The benchmarks' job: ids `0..rows` (`rows_per_ms` per millisecond of event
@@ -127,10 +157,14 @@ fn run_in_process(
             "execution.checkpointing.unaligned.enabled",
             &options.unaligned.to_string(),
         )?;
+        engine.set(
+            "execution.checkpointing.incremental",
+            &options.incremental.to_string(),
+        )?;
         engine.set("pipeline.name", "checkpoint-bench")?;
     }
     let started = Instant::now();
-    let result = engine.sql(&job_sql(options.rows, options.keys, 1_000_000_000))?;
+    let result = engine.sql(&options_job_sql(options))?;
     let job = result
         .job()
         .cloned()
@@ -247,6 +281,11 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
     let mut blocked: Vec<f64> = stats.iter().map(|c| c.max_blocked.as_secs_f64() * 1e3).collect();
     blocked.sort_by(f64::total_cmp);
     let (recovery_state_rows, recovery_ms) = recovery(weir, options, &scratch.path)?;
+    let median_bytes = |bytes: &dyn Fn(&crate::runtime::job::CheckpointStats) -> u64| {
+        let mut all: Vec<f64> = stats.iter().map(|c| bytes(c) as f64).collect();
+        all.sort_by(f64::total_cmp);
+        percentile(&all, 0.5) as u64
+    };
     let plain = percentile(&plain, 0.5);
     let checkpointed = percentile(&checkpointed, 0.5);
     Ok(CheckpointBenchResult {
@@ -262,7 +301,11 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
         checkpoints: stats.len(),
         duration_median_ms: percentile(&durations, 0.5),
         duration_p99_ms: percentile(&durations, 0.99),
-        max_state_bytes: stats.iter().map(|c| c.state_bytes).max().unwrap_or(0),
+        max_state_bytes: stats.iter().map(|c| c.full_state_bytes).max().unwrap_or(0),
+        written_median_bytes: median_bytes(&|c| c.state_bytes),
+        full_median_bytes: median_bytes(&|c| c.full_state_bytes),
+        incremental: options.incremental,
+        hot_keys: options.hot_keys,
         blocked_median_ms: percentile(&blocked, 0.5),
         recovery_state_rows,
         recovery_ms,

@@ -33,6 +33,12 @@ pub const MODE: &str = "execution.checkpointing.mode";
 pub const SAVEPOINT_DIR: &str = "execution.checkpointing.savepoint-dir";
 /// `execution.savepoint.path`: restore from this checkpoint, savepoint or job directory.
 pub const SAVEPOINT_PATH: &str = "execution.savepoint.path";
+/// `execution.checkpointing.incremental` (Flink's key, default false): a
+/// checkpoint writes the state that changed since the previous one.
+pub const INCREMENTAL: &str = "execution.checkpointing.incremental";
+/// `execution.checkpointing.incremental.max-deltas` (weir's, default 8):
+/// deltas after which a subtask's state files are compacted into a new base.
+pub const MAX_DELTAS: &str = "execution.checkpointing.incremental.max-deltas";
 /// `restart-strategy.type`: `fixed-delay` (the default with checkpoints) or `none`.
 pub const RESTART_STRATEGY: &str = "restart-strategy.type";
 /// `restart-strategy.fixed-delay.attempts` (default: unlimited with checkpoints).
@@ -41,8 +47,10 @@ pub const RESTART_ATTEMPTS: &str = "restart-strategy.fixed-delay.attempts";
 pub const RESTART_DELAY: &str = "restart-strategy.fixed-delay.delay";
 
 /// The keys this module reads, for validation at `SET`.
-pub const KEYS: [&str; 15] = [
+pub const KEYS: [&str; 17] = [
     INTERVAL,
+    INCREMENTAL,
+    MAX_DELTAS,
     UNALIGNED,
     ALIGNED_TIMEOUT,
     DIR,
@@ -97,6 +105,10 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Complete checkpoints kept.
     pub num_retained: usize,
+    /// Incremental checkpoints: operators that can write only what changed.
+    pub incremental: bool,
+    /// Incremental checkpoints: deltas before a compaction.
+    pub max_deltas: usize,
 }
 
 /// What happens when a task fails.
@@ -175,6 +187,13 @@ impl CheckpointConfig {
             )));
         }
         let aligned_timeout = duration(config, ALIGNED_TIMEOUT, Duration::ZERO)?;
+        let incremental = match config.get(INCREMENTAL).map(|v| v.trim().to_ascii_lowercase()) {
+            None => false,
+            Some(v) if v == "true" => true,
+            Some(v) if v == "false" => false,
+            Some(v) => return Err(bad_value(INCREMENTAL, &v, "true or false")),
+        };
+        let max_deltas = number(config, MAX_DELTAS, 8usize, 1)?;
         let interval = match config.get(INTERVAL) {
             None => None,
             Some(interval) => Some(
@@ -217,6 +236,8 @@ impl CheckpointConfig {
             max_concurrent,
             tolerable_failures,
             num_retained,
+            incremental,
+            max_deltas,
         }))
     }
 }

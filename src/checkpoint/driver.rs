@@ -36,6 +36,7 @@ use crate::runtime::control::{SnapshotFence, TaskControl, TaskReport, failpoint}
 use crate::runtime::job_id::JobId;
 use crate::runtime::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::runtime::operator::wall_clock_millis;
+use crate::state::incremental::shared_file_checkpoint;
 use crate::{Error, Result};
 
 /// What the user asks of a running job's coordinator.
@@ -378,13 +379,25 @@ impl CoordinatorDriver {
             tasks: acks.iter().map(|a| a.state.clone()).collect(),
         };
         write_metadata(&dir, &metadata)?;
-        let state_bytes: u64 = metadata
-            .tasks
-            .iter()
-            .flat_map(|t| &t.operators)
-            .filter_map(|o| o.file.as_ref())
-            .map(|f| f.bytes)
-            .sum();
+        let files = || {
+            metadata
+                .tasks
+                .iter()
+                .flat_map(|t| &t.operators)
+                .flat_map(|o| o.files())
+        };
+        // Incremental checkpoints refer to files of earlier ones: written
+        // now are the files named by this checkpoint (Flink's checkpointed
+        // data size), the full size counts them all.
+        let written_now = |path: &str| {
+            !path.starts_with("../")
+                || std::path::Path::new(path)
+                    .file_name()
+                    .and_then(|n| shared_file_checkpoint(&n.to_string_lossy()))
+                    == Some(id)
+        };
+        let state_bytes: u64 = files().filter(|f| written_now(&f.path)).map(|f| f.bytes).sum();
+        let full_state_bytes: u64 = files().map(|f| f.bytes).sum();
         let channel_state_bytes: u64 = acks.iter().map(|a| a.channel_state_bytes).sum();
         Ok(CheckpointStats {
             id,
@@ -394,6 +407,7 @@ impl CoordinatorDriver {
             trigger_time: barrier.timestamp,
             duration: triggered.elapsed(),
             state_bytes: state_bytes + channel_state_bytes,
+            full_state_bytes: full_state_bytes + channel_state_bytes,
             channel_state_bytes,
             max_blocked: acks.iter().map(|a| a.blocked).max().unwrap_or_default(),
             max_alignment: acks.iter().map(|a| a.alignment).max().unwrap_or_default(),

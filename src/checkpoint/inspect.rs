@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 
 use arrow::datatypes::SchemaRef;
 
-use super::metadata::CheckpointMetadata;
+use super::metadata::{CheckpointMetadata, OperatorState};
 use super::storage::{RestorePoint, resolve_restore};
+use crate::state::incremental::combine;
 use crate::state::key_group::key_group_range;
+use crate::state::snapshot::{read_state_file, write_state_file};
 use crate::{Error, Result};
 
 /// A checkpoint found from a path: a `chk-<n>` or savepoint directory, or a
@@ -35,8 +37,10 @@ pub fn state_files(dir: &Path, metadata: &CheckpointMetadata, operator: &str) ->
     for task in tasks {
         for state in task.operators.iter().filter(|o| o.operator_id == operator) {
             found = true;
-            if let Some(file) = &state.file {
-                files.push(dir.join(&file.path));
+            if state.deltas.is_empty() {
+                files.extend(state.file.iter().map(|f| dir.join(&f.path)));
+            } else {
+                files.extend(combined_file(dir, task.vertex, task.subtask, state)?);
             }
         }
     }
@@ -48,6 +52,30 @@ pub fn state_files(dir: &Path, metadata: &CheckpointMetadata, operator: &str) ->
         )));
     }
     Ok(files)
+}
+
+/// The state of an incremental chain (a base and its deltas) as one
+/// Parquet file in a temporary directory of this process, to be read as a
+/// table; `None` when the chain holds no rows.
+fn combined_file(
+    dir: &Path,
+    vertex: usize,
+    subtask: usize,
+    state: &OperatorState,
+) -> Result<Option<PathBuf>> {
+    let mut batches = Vec::new();
+    for file in state.files() {
+        batches.extend(read_state_file(&dir.join(&file.path), &(0..=usize::MAX))?);
+    }
+    let Some(rows) = combine(state.delta_kind, batches)? else {
+        return Ok(None);
+    };
+    let name = format!("{}-{vertex}-{subtask}.parquet", state.operator_id);
+    let path = std::env::temp_dir()
+        .join(format!("weir-state-{}", std::process::id()))
+        .join(name);
+    write_state_file(&path, &path.display().to_string(), &rows)?;
+    Ok(Some(path))
 }
 
 /// Every operator id with state in a checkpoint, sorted.
@@ -136,20 +164,23 @@ pub fn report(path: &Path) -> Result<String> {
             ]);
         }
         for operator in &task.operators {
-            let (file, rows, bytes, groups) = match &operator.file {
+            let files: Vec<_> = operator.files().collect();
+            let (file, rows, bytes, groups) = match files.first() {
                 Some(f) => {
-                    total += f.bytes;
+                    let bytes: u64 = files.iter().map(|f| f.bytes).sum();
+                    total += bytes;
+                    let (first, last) = files.iter().fold((usize::MAX, 0), |(a, b), f| {
+                        (a.min(f.key_groups.0), b.max(f.key_groups.1))
+                    });
+                    let path = match files.len() {
+                        1 => f.path.clone(),
+                        n => format!("{} + {} delta(s)", f.path, n - 1),
+                    };
                     (
-                        f.path.clone(),
-                        f.rows.to_string(),
-                        f.bytes.to_string(),
-                        format!(
-                            "{}..={} (rows in {}..={})",
-                            range.start(),
-                            range.end(),
-                            f.key_groups.0,
-                            f.key_groups.1
-                        ),
+                        path,
+                        files.iter().map(|f| f.rows).sum::<u64>().to_string(),
+                        bytes.to_string(),
+                        format!("{}..={} (rows in {first}..={last})", range.start(), range.end()),
                     )
                 }
                 None => (

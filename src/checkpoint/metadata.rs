@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::message::{BarrierKind, CheckpointId};
+use crate::state::incremental::DeltaKind;
 
 /// The version of the layout below; a reader refuses other versions.
 /// 2: operator ids from the plan (`<kind>-<n>`), sources named.
@@ -96,9 +97,24 @@ pub struct OperatorState {
     /// Small state: watermark, pending sink files, ...
     #[serde(default)]
     pub meta: serde_json::Value,
-    /// Keyed state rows, if any.
+    /// Keyed state rows, if any: with incremental checkpoints, the base of
+    /// the chain (a shared file, perhaps of an earlier checkpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<StateFile>,
+    /// Incremental checkpoints: the deltas after the base, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deltas: Vec<StateFile>,
+    /// Incremental checkpoints: how the deltas combine with the base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_kind: Option<DeltaKind>,
+}
+
+impl OperatorState {
+    /// Every state file this operator's state is read from: the base, then
+    /// the deltas.
+    pub fn files(&self) -> impl Iterator<Item = &StateFile> {
+        self.file.iter().chain(&self.deltas)
+    }
 }
 
 /// A Parquet file of keyed state.

@@ -21,8 +21,12 @@ pub struct CheckpointStats {
     pub trigger_time: i64,
     /// From trigger to completion.
     pub duration: Duration,
-    /// Bytes of state files (keyed state and channel state).
+    /// Bytes of state files written for it (keyed state and channel
+    /// state): with incremental checkpoints, only the new files.
     pub state_bytes: u64,
+    /// Bytes of every state file it refers to (equal to `state_bytes`
+    /// unless incremental).
+    pub full_state_bytes: u64,
     /// Of those, bytes of in-flight records (unaligned checkpoints).
     pub channel_state_bytes: u64,
     /// The longest time a task's processing stopped for its snapshot.

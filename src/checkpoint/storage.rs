@@ -13,6 +13,7 @@
 //! which checkpoint a restore path means by [`choose`]: plain functions;
 //! this module does the I/O.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION};
 use crate::runtime::job_id::JobId;
 use crate::runtime::message::CheckpointId;
+use crate::state::incremental::{SHARED_DIR, shared_file_checkpoint, shared_files_to_delete};
 use crate::{Error, Result};
 
 /// The metadata file's name.
@@ -97,7 +99,7 @@ pub fn verify(dir: &Path, metadata: &CheckpointMetadata) -> Result<()> {
         let files = task
             .operators
             .iter()
-            .filter_map(|o| o.file.as_ref().map(|f| (&f.path, f.bytes)))
+            .flat_map(|o| o.files().map(|f| (&f.path, f.bytes)))
             .chain(task.channel_state.iter().map(|c| (&c.path, c.bytes)));
         for (path, recorded) in files {
             let path = dir.join(path);
@@ -149,12 +151,65 @@ pub fn to_delete(
         .collect()
 }
 
-/// Deletes what [`to_delete`] says; failures are reported, not fatal.
+/// Deletes what [`to_delete`] says, then the shared files of incremental
+/// checkpoints that no retained checkpoint needs
+/// ([`shared_files_to_delete`]); failures are reported, not fatal.
 pub fn clean_up(job_dir: &Path, keep: usize, in_flight: &[CheckpointId]) -> Result<()> {
     let checkpoints = list_checkpoints(job_dir)?;
     for id in to_delete(&checkpoints, keep, in_flight) {
         let dir = checkpoint_dir(job_dir, id);
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    clean_shared(job_dir)
+}
+
+/// The shared files under `<run dir>/shared/<operator>/`: path relative to
+/// the run directory, and the checkpoint each was written for.
+fn shared_files(job_dir: &Path) -> Result<Vec<(String, CheckpointId)>> {
+    let mut found = Vec::new();
+    for operator in subdirectories(&job_dir.join(SHARED_DIR))? {
+        let entries = std::fs::read_dir(&operator).map_err(|e| Error::io(&operator, e))?;
+        for entry in entries {
+            let name = entry.map_err(|e| Error::io(&operator, e))?.file_name();
+            let name = name.to_string_lossy();
+            if let (Some(id), Some(dir)) = (shared_file_checkpoint(&name), operator.file_name()) {
+                found.push((format!("{SHARED_DIR}/{}/{name}", dir.to_string_lossy()), id));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Deletes the shared files that no complete checkpoint left in `job_dir`
+/// refers to, up to the newest of them. Nothing is deleted when a
+/// checkpoint's metadata cannot be read.
+fn clean_shared(job_dir: &Path) -> Result<()> {
+    let files = shared_files(job_dir)?;
+    if files.is_empty() {
+        return Ok(());
+    }
+    let complete: Vec<CheckpointId> = list_checkpoints(job_dir)?
+        .into_iter()
+        .filter(|c| c.1)
+        .map(|c| c.0)
+        .collect();
+    let Some(&newest) = complete.last() else {
+        return Ok(());
+    };
+    let mut referenced = HashSet::new();
+    for id in complete {
+        let metadata = read_metadata(&checkpoint_dir(job_dir, id))?;
+        for task in &metadata.tasks {
+            for file in task.operators.iter().flat_map(|o| o.files()) {
+                if let Some(path) = file.path.strip_prefix("../") {
+                    referenced.insert(path.to_string());
+                }
+            }
+        }
+    }
+    for path in shared_files_to_delete(&files, newest, &referenced) {
+        let path = job_dir.join(path);
+        std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
     }
     Ok(())
 }
@@ -368,6 +423,8 @@ mod tests {
                         bytes: 10,
                         key_groups: (0, 0),
                     }),
+                    deltas: vec![],
+                    delta_kind: None,
                 }],
             }],
         };

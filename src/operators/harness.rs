@@ -26,6 +26,11 @@ pub struct Harness {
     operator: Box<dyn Operator>,
     inputs: Vec<SchemaRef>,
     checkpoint: u64,
+    /// Incremental checkpoints on: the operator tracks changes.
+    incremental: bool,
+    /// Incremental snapshots taken so far (the base first), as a chain of
+    /// state files would hold them.
+    chain: Vec<OperatorSnapshot>,
 }
 
 impl Harness {
@@ -56,6 +61,8 @@ impl Harness {
             factory: factory.clone(),
             inputs,
             checkpoint: 0,
+            incremental: false,
+            chain: Vec::new(),
         })
     }
 
@@ -67,7 +74,66 @@ impl Harness {
             factory,
             inputs,
             checkpoint: 0,
+            incremental: false,
+            chain: Vec::new(),
         })
+    }
+
+    /// The operator afresh, with incremental checkpoints on.
+    pub fn incremental(mut self) -> Result<Harness> {
+        self.incremental = true;
+        self.operator = self.factory.create(&self.context())?;
+        Ok(self)
+    }
+
+    fn context(&self) -> TaskContext {
+        let mut ctx = TaskContext::standalone(1024);
+        ctx.incremental = self.incremental;
+        ctx
+    }
+
+    /// An incremental snapshot (`full`: a new base, which starts the chain
+    /// again); returns its rows, and keeps it as the chain's next file.
+    pub fn snapshot_delta(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        self.checkpoint += 1;
+        let snapshot = self
+            .operator
+            .snapshot_delta(self.checkpoint, full)?
+            .unwrap_or(OperatorSnapshot {
+                meta: serde_json::Value::Null,
+                rows: None,
+            });
+        if full {
+            self.chain.clear();
+        }
+        let rows = snapshot.rows.clone();
+        self.chain.push(snapshot);
+        Ok(rows)
+    }
+
+    /// A plain snapshot (as for a savepoint), the operator left as it is.
+    pub fn snapshot_only(&mut self) -> Result<Option<OperatorSnapshot>> {
+        self.checkpoint += 1;
+        self.operator.snapshot(self.checkpoint)
+    }
+
+    /// Replaces the operator with a new one restored from the chain (base
+    /// and deltas combined as a restore from a checkpoint combines them);
+    /// returns the rows it was restored from.
+    pub fn restart_from_chain(&mut self) -> Result<Option<RecordBatch>> {
+        let kind = self.operator.delta_kind();
+        let meta = self
+            .chain
+            .last()
+            .map_or(serde_json::Value::Null, |s| s.meta.clone());
+        let files = self.chain.iter().filter_map(|s| s.rows.clone()).collect();
+        let rows = crate::state::incremental::combine(kind, files)?;
+        self.operator = self.factory.create(&self.context())?;
+        self.operator.restore(OperatorSnapshot {
+            meta,
+            rows: rows.clone(),
+        })?;
+        Ok(rows)
     }
 
     /// Runs one batch of `rows` (a line each: the kind, when the input
@@ -129,7 +195,7 @@ impl Harness {
     pub fn restart(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;
         let snapshot = self.operator.snapshot(self.checkpoint)?;
-        self.operator = self.factory.create(&TaskContext::standalone(1024))?;
+        self.operator = self.factory.create(&self.context())?;
         if let Some(snapshot) = &snapshot {
             self.operator.restore(snapshot.clone())?;
         }

@@ -6,6 +6,7 @@ pub mod groups;
 #[cfg(test)]
 pub mod harness;
 pub mod join;
+pub mod key_store;
 pub mod normalize;
 pub mod over;
 pub mod rank;

@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::control::{SnapshotFence, TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::{Exchange, ExchangeWriter, PriorityBarrier};
+use super::incremental::{Compactor, StateChain};
 use super::input::{InputChannel, InputGate};
 use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
 use super::message::Message;
@@ -23,6 +24,7 @@ use crate::checkpoint::driver::DriverTask;
 use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
 use crate::checkpoint::storage::run_dir;
 use crate::checkpoint::{ChannelSide, CheckpointConfig, OperatorState, TaskState};
+use crate::state::incremental::combine;
 use crate::state::key_group::key_group_range;
 use crate::state::snapshot::{read_batches, read_state_file};
 use crate::{Error, Result};
@@ -151,6 +153,42 @@ fn saved_subtasks<'a>(
     Ok(old)
 }
 
+/// With incremental checkpoints: a state chain for each chained operator
+/// that writes deltas (compacted by a fresh operator of the same factory).
+fn state_chains(
+    vertex: &super::job::Vertex,
+    chain: &[Box<dyn Operator>],
+    operator_ids: &[String],
+    run_dir: Option<&std::path::Path>,
+    settings: &JobSettings,
+    ctx: &TaskContext,
+) -> Vec<Option<StateChain>> {
+    let (Some(run_dir), Some(config)) = (run_dir, settings.checkpoint.as_ref().filter(|c| c.incremental))
+    else {
+        return Vec::new();
+    };
+    chain
+        .iter()
+        .zip(&vertex.operators)
+        .zip(operator_ids)
+        .map(|((operator, factory), operator_id)| {
+            let kind = operator.delta_kind()?;
+            let (subtask, attempt) = (ctx.subtask, ctx.attempt);
+            let (factory, ctx) = (factory.clone(), ctx.clone());
+            let compactor: Compactor = Arc::new(move || factory.create(&ctx));
+            Some(StateChain::new(
+                operator_id,
+                kind,
+                run_dir,
+                subtask,
+                attempt,
+                config.max_deltas,
+                compactor,
+            ))
+        })
+        .collect()
+}
+
 /// What subtask `task` saved of operator `uid`.
 fn operator_state<'a>(task: &'a TaskState, uid: &str) -> Option<&'a OperatorState> {
     task.operators.iter().find(|o| o.operator_id == uid)
@@ -230,12 +268,13 @@ pub fn restore_task(
             let Some(saved) = operator_state(task, uid) else {
                 continue;
             };
-            let rows = match &saved.file {
-                Some(file) if overlaps(&(file.key_groups.0..=file.key_groups.1), &wanted) => {
-                    read_state_file(&restored.dir.join(&file.path), &wanted)?
+            let mut files = Vec::new();
+            for file in saved.files() {
+                if overlaps(&(file.key_groups.0..=file.key_groups.1), &wanted) {
+                    files.extend(read_state_file(&restored.dir.join(&file.path), &wanted)?);
                 }
-                _ => None,
-            };
+            }
+            let rows = combine(saved.delta_kind, files)?;
             snapshots.push(OperatorSnapshot {
                 meta: saved.meta.clone(),
                 rows,
@@ -416,6 +455,7 @@ pub fn build_attempt(
                 checkpointing: settings.checkpoint.is_some(),
                 job_id: settings.job_id.clone(),
                 attempt,
+                incremental: settings.checkpoint.as_ref().is_some_and(|c| c.incremental),
             };
             let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
             let mut reader = match &vertex.source {
@@ -497,6 +537,7 @@ pub fn build_attempt(
                     reports: report_sender.clone(),
                 }
             });
+            let chains = state_chains(vertex, &chain, &operator_ids, job_dir.as_deref(), settings, &ctx);
             infos.push(TaskInfo {
                 name: name.clone(),
                 metrics: metrics.clone(),
@@ -514,6 +555,7 @@ pub fn build_attempt(
                 replay,
                 pending_snapshots: Vec::new(),
                 last_snapshot: None,
+                chains,
                 idleness: super::task::Idleness::new(
                     vertex
                         .source

@@ -3,6 +3,7 @@
 pub mod control;
 pub mod deploy;
 pub mod exchange;
+pub mod incremental;
 pub mod input;
 pub mod job;
 pub mod job_id;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arrow::record_batch::RecordBatch;
 
 use super::message::{CheckpointId, Timestamp};
+use crate::state::incremental::DeltaKind;
 use crate::{Error, Result};
 
 /// What an operator saves in a checkpoint.
@@ -205,6 +206,22 @@ pub trait Operator: Send {
         Ok(None)
     }
 
+    /// Incremental checkpoints: how this operator's deltas combine with its
+    /// earlier state; `None` (the default) when it writes a full snapshot
+    /// every time.
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        None
+    }
+
+    /// Incremental checkpoints (with [`Operator::delta_kind`]): the state at
+    /// the barrier of `checkpoint` as the rows changed since the previous call,
+    /// or every row when `full` (a new base); changes are counted afresh
+    /// from here. Small state (`meta`) is always whole. [`Operator::snapshot`]
+    /// (savepoints) leaves the count of changes alone.
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, _full: bool) -> Result<Option<OperatorSnapshot>> {
+        self.snapshot(checkpoint)
+    }
+
     /// Restores the state of a snapshot (keyed rows: only this subtask's key groups).
     fn restore(&mut self, _snapshot: OperatorSnapshot) -> Result<()> {
         Err(Error::State(format!(
@@ -355,6 +372,9 @@ pub struct TaskContext {
     pub job_id: super::job_id::JobId,
     /// The attempt, 0 first, counting restarts after failures.
     pub attempt: u32,
+    /// Incremental checkpoints are on: operators that can write deltas
+    /// track what changed between snapshots.
+    pub incremental: bool,
 }
 
 impl TaskContext {
@@ -370,6 +390,7 @@ impl TaskContext {
             checkpointing: false,
             job_id: super::job_id::JobId::new(),
             attempt: 0,
+            incremental: false,
         }
     }
 

@@ -19,6 +19,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::control::{TaskCheckpointing, TaskControl, TaskReport, failpoint};
 use super::exchange::ExchangeWriter;
+use super::incremental::{ChainWrite, StateChain};
 use super::input::{InputEvent, InputGate};
 use super::message::{
     BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp, WatermarkStatus,
@@ -26,6 +27,7 @@ use super::message::{
 use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
 use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, TaskState};
+use crate::state::incremental::Step;
 use crate::state::snapshot::{write_batches, write_state_file};
 use crate::{Error, Result};
 
@@ -34,6 +36,8 @@ struct Taken {
     operator_id: String,
     signature: Option<String>,
     snapshot: OperatorSnapshot,
+    /// Incremental checkpoints: where the rows go in the operator's chain.
+    chain: Option<ChainWrite>,
 }
 
 /// The error of a snapshot writer whose checkpoint (or attempt) is over.
@@ -56,7 +60,22 @@ fn write_snapshots(
                  operator_id,
                  signature,
                  snapshot,
+                 chain,
              }| {
+                if let Some(chain) = chain {
+                    // Written even for an aborted checkpoint: later ones
+                    // of the chain refer to the file.
+                    let delta_kind = Some(chain.kind);
+                    let (file, deltas) = chain.write(snapshot.rows.as_ref())?;
+                    return Ok(OperatorState {
+                        operator_id,
+                        signature,
+                        meta: snapshot.meta,
+                        file,
+                        deltas,
+                        delta_kind,
+                    });
+                }
                 let file = match snapshot.rows {
                     Some(rows) if rows.num_rows() > 0 => {
                         if !live() {
@@ -72,6 +91,8 @@ fn write_snapshots(
                     signature,
                     meta: snapshot.meta,
                     file,
+                    deltas: Vec::new(),
+                    delta_kind: None,
                 })
             },
         )
@@ -126,6 +147,9 @@ pub struct Task {
     /// The last checkpoint the task snapshotted (a finished task ignores
     /// triggers for it and older ones).
     pub last_snapshot: Option<CheckpointId>,
+    /// Incremental checkpoints: the state chain of each chained operator
+    /// that writes deltas (by chain index).
+    pub chains: Vec<Option<StateChain>>,
     /// Sources: whether the output is idle (`table.exec.source.idle-timeout`).
     pub idleness: Idleness,
 }
@@ -437,7 +461,7 @@ impl Task {
                     let snapshot = PendingSnapshot {
                         barrier,
                         source: position,
-                        taken: self.take_snapshots(barrier.id),
+                        taken: self.take_snapshots(&barrier),
                         outputs: Vec::new(),
                         blocked: Duration::ZERO,
                         alignment: Duration::ZERO,
@@ -550,7 +574,7 @@ impl Task {
             self.chain[index].prepare_snapshot(&mut out)?;
             self.forward(index + 1, out)?;
         }
-        let taken = self.take_snapshots(barrier.id);
+        let taken = self.take_snapshots(&barrier);
         let mut outputs = Vec::new();
         for (index, output) in self.outputs.iter_mut().enumerate() {
             if !output.has_priority_lanes() {
@@ -662,7 +686,11 @@ impl Task {
                 // Aborted, or the attempt is over: what was written goes, and
                 // nothing is reported (the next attempt may be restoring).
                 if let Ok((operators, channels)) = &written {
-                    let files = operators.iter().filter_map(|o| o.file.as_ref().map(|f| &f.path));
+                    // Shared files (`../shared/...`) stay: chains refer to them.
+                    let files = operators
+                        .iter()
+                        .filter(|o| o.delta_kind.is_none())
+                        .filter_map(|o| o.file.as_ref().map(|f| &f.path));
                     for path in files.chain(channels.iter().map(|c| &c.path)) {
                         let _ = std::fs::remove_file(dir.join(path));
                     }
@@ -789,18 +817,41 @@ impl Task {
         Ok(())
     }
 
-    /// The state every chained operator hands over for checkpoint `id`.
-    fn take_snapshots(&mut self, id: CheckpointId) -> Result<Vec<Taken>> {
+    /// The state every chained operator hands over at `barrier`: with
+    /// incremental checkpoints, what changed (savepoints are always full).
+    fn take_snapshots(&mut self, barrier: &CheckpointBarrier) -> Result<Vec<Taken>> {
         let checkpointing = self.checkpointing.as_ref().ok_or_else(|| {
             Error::Internal(format!("task {} got a barrier without checkpoints", self.name))
         })?;
+        let id = barrier.id;
         let mut taken = Vec::new();
-        for (operator, operator_id) in self.chain.iter_mut().zip(&checkpointing.operator_ids) {
-            if let Some(snapshot) = operator.snapshot(id)? {
+        let operators = self.chain.iter_mut().zip(&checkpointing.operator_ids);
+        for (index, (operator, operator_id)) in operators.enumerate() {
+            let chain = self.chains.get_mut(index).and_then(Option::as_mut);
+            let (snapshot, chain) = match chain {
+                Some(chain) if barrier.kind == BarrierKind::Checkpoint => {
+                    let step = chain.prepare(id);
+                    let snapshot = operator.snapshot_delta(id, step == Step::Full)?;
+                    let has_rows = snapshot
+                        .as_ref()
+                        .and_then(|s| s.rows.as_ref())
+                        .is_some_and(|r| r.num_rows() > 0);
+                    let write = chain.record(id, step, has_rows);
+                    let meta = snapshot
+                        .as_ref()
+                        .map_or(serde_json::Value::Null, |s| s.meta.clone());
+                    chain.maybe_compact(&meta)?;
+                    let snapshot = snapshot.unwrap_or(OperatorSnapshot { meta, rows: None });
+                    (Some(snapshot), Some(write))
+                }
+                _ => (operator.snapshot(id)?, None),
+            };
+            if let Some(snapshot) = snapshot {
                 taken.push(Taken {
                     operator_id: operator_id.clone(),
                     signature: operator.state_signature()?,
                     snapshot,
+                    chain,
                 });
             }
         }

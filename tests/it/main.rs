@@ -6,6 +6,7 @@ mod differential;
 mod errors;
 mod fuzz_corpora;
 mod idle;
+mod incremental;
 mod inspect;
 mod join_differential;
 mod kafka;

@@ -42,11 +42,13 @@ use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 use self::accumulator::{Count, Distinct, ListAgg, Ordered, Position, RetractAccumulator, Sum};
 use crate::changelog::{self, RowKind};
 use crate::operators::groups::Groups;
+use crate::operators::key_store::KeyStore;
 use crate::operators::window::aggregate::Phase;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::incremental::{DeltaKind, upsert_delta};
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
 use crate::{Error, Result};
 
@@ -279,6 +281,7 @@ impl OperatorFactory for GroupAggregateFactory {
             sweep: 0,
             max_parallelism: ctx.max_parallelism,
             group_indices: Vec::new(),
+            changed: (ctx.incremental && spec.phase != Phase::Local).then(Changed::default),
             spec,
         }))
     }
@@ -299,6 +302,39 @@ struct GroupAggregateOperator {
     sweep: usize,
     max_parallelism: usize,
     group_indices: Vec<usize>,
+    /// Incremental checkpoints: the groups changed since the last snapshot.
+    changed: Option<Changed>,
+}
+
+/// The groups changed since the last snapshot, and every group's keys (to
+/// write the changed ones).
+#[derive(Default)]
+struct Changed {
+    keys: KeyStore,
+    flags: Vec<bool>,
+    groups: Vec<usize>,
+}
+
+impl Changed {
+    fn mark(&mut self, groups: impl IntoIterator<Item = usize>) {
+        for g in groups {
+            if g >= self.flags.len() {
+                self.flags.resize(g + 1, false);
+            }
+            if !self.flags[g] {
+                self.flags[g] = true;
+                self.groups.push(g);
+            }
+        }
+    }
+
+    /// The groups changed since the last call, sorted; counting starts afresh.
+    fn take(&mut self) -> Vec<usize> {
+        let mut groups = std::mem::take(&mut self.groups);
+        groups.iter().for_each(|g| self.flags[*g] = false);
+        groups.sort_unstable();
+        groups
+    }
 }
 
 /// The groups one batch touched: each once, with the first row it had.
@@ -337,6 +373,9 @@ impl GroupAggregateOperator {
         for g in &expired {
             self.counts[*g] = 0;
         }
+        if let Some(changed) = &mut self.changed {
+            changed.mark(expired.iter().copied());
+        }
         self.accumulators.iter_mut().for_each(|a| a.clear(&expired));
     }
 
@@ -351,6 +390,9 @@ impl GroupAggregateOperator {
             .collect::<Result<Vec<_>>>()?;
         let mut indices = std::mem::take(&mut self.group_indices);
         self.groups.intern(&keys, rows, &mut indices)?;
+        if let Some(changed) = &mut self.changed {
+            changed.keys.append_new(&keys, &indices, self.groups.len())?;
+        }
         self.group_indices = indices;
         self.grow();
         Ok(keys)
@@ -542,6 +584,9 @@ impl GroupAggregateOperator {
         if self.spec.state_ttl.is_some() {
             touched.groups.iter().for_each(|g| self.written[*g] = now);
         }
+        if let Some(changed) = &mut self.changed {
+            changed.mark(touched.groups.iter().copied());
+        }
         if changes.is_empty() {
             return Ok(());
         }
@@ -642,41 +687,78 @@ fn changes(
 impl GroupAggregateOperator {
     /// Every group with rows as state rows, sorted by key group.
     fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
-        let schema = self.spec.state_schema(&self.accumulators);
         let total = self.groups.len();
         if total == 0 {
             return Ok(None);
         }
         // Expired state is not saved (the snapshot reads every group anyway).
         self.expire(0..self.counts.len(), wall_clock_millis());
+        let live: Vec<usize> = (0..total).filter(|g| self.counts[*g] > 0).collect();
+        if let Some(changed) = &self.changed {
+            let keys = changed.keys.keys(&live)?;
+            return self.rows_of(&live, keys);
+        }
         // Group values give their keys only by emitting them: take them and
         // intern them again, in order, which gives every group its index back.
         let keys = std::mem::replace(&mut self.groups, Groups::new(&self.spec.key_schema)?).emit()?;
         let mut indices = Vec::new();
         self.groups.intern(&keys, total, &mut indices)?;
-        let live: Vec<usize> = (0..total).filter(|g| self.counts[*g] > 0).collect();
-        if live.is_empty() {
-            return Ok(None);
-        }
         let rows = UInt32Array::from_iter_values(live.iter().map(|g| *g as u32));
         let keys = keys
             .iter()
             .map(|k| Ok(take(k, &rows, None)?))
             .collect::<Result<Vec<_>>>()?;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(&keys, live.len(), self.max_parallelism)?)];
+        self.rows_of(&live, keys)
+    }
+
+    /// The state rows of `groups` (all with rows), whose keys are `keys`.
+    fn rows_of(&self, groups: &[usize], keys: Vec<ArrayRef>) -> Result<Option<RecordBatch>> {
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let schema = self.spec.state_schema(&self.accumulators);
+        let mut columns: Vec<ArrayRef> =
+            vec![Arc::new(key_groups(&keys, groups.len(), self.max_parallelism)?)];
         columns.extend(keys);
         columns.push(Arc::new(Int64Array::from_iter_values(
-            live.iter().map(|g| self.counts[*g]),
+            groups.iter().map(|g| self.counts[*g]),
         )));
         if self.spec.state_ttl.is_some() {
             columns.push(Arc::new(Int64Array::from_iter_values(
-                live.iter().map(|g| self.written[*g]),
+                groups.iter().map(|g| self.written[*g]),
             )));
         }
         for acc in &self.accumulators {
-            columns.extend(acc.state(&live)?);
+            columns.extend(acc.state(groups)?);
         }
         Ok(Some(sorted_state_rows(&schema, columns)?))
+    }
+
+    /// The groups changed since the last snapshot: rows of those that have
+    /// rows, keys of those that have none any more.
+    fn changed_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let Some(changed) = self.changed.as_mut() else {
+            return Err(Error::Internal("a delta snapshot without change tracking".into()));
+        };
+        let groups = changed.take();
+        let (live, gone): (Vec<usize>, Vec<usize>) = groups.into_iter().partition(|g| self.counts[*g] > 0);
+        let changed = self.changed.as_ref().expect("checked above");
+        let (live_keys, gone_keys) = (changed.keys.keys(&live)?, changed.keys.keys(&gone)?);
+        let rows = self.rows_of(&live, live_keys)?;
+        let deleted = (!gone.is_empty())
+            .then(|| -> Result<Vec<ArrayRef>> {
+                let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(
+                    &gone_keys,
+                    gone.len(),
+                    self.max_parallelism,
+                )?)];
+                columns.extend(gone_keys);
+                Ok(columns)
+            })
+            .transpose()?;
+        let schema = self.spec.state_schema(&self.accumulators);
+        let key_columns = self.spec.key_schema.fields().len();
+        upsert_delta(&schema, rows, deleted, key_columns)
     }
 
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
@@ -684,6 +766,9 @@ impl GroupAggregateOperator {
         let keys = rows.columns()[1..1 + key_count].to_vec();
         let mut indices = Vec::new();
         self.groups.intern(&keys, rows.num_rows(), &mut indices)?;
+        if let Some(changed) = &mut self.changed {
+            changed.keys.append_new(&keys, &indices, self.groups.len())?;
+        }
         self.grow();
         let total = self.total();
         let counts = rows.column(1 + key_count).as_primitive::<Int64Type>();
@@ -743,6 +828,26 @@ impl Operator for GroupAggregateOperator {
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
         }))
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.changed.as_ref().map(|_| DeltaKind::Upsert {
+            key_columns: self.spec.key_schema.fields().len(),
+        })
+    }
+
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if !full {
+            return Ok(Some(OperatorSnapshot {
+                meta: serde_json::Value::Null,
+                rows: self.changed_rows()?,
+            }));
+        }
+        let snapshot = self.snapshot(checkpoint)?;
+        if let Some(changed) = &mut self.changed {
+            changed.take();
+        }
+        Ok(snapshot)
     }
 
     fn state_signature(&self) -> Result<Option<String>> {

@@ -285,3 +285,73 @@ fn groups_of_several_keys_survive_a_snapshot_and_a_local_phase_batch_after_batch
         );
     }
 }
+
+/// The state key (first column after the key group) and whether the row
+/// deletes it, of each row of an upsert delta.
+fn upserts(delta: &arrow::record_batch::RecordBatch) -> Vec<(String, bool)> {
+    use arrow::array::AsArray;
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let keys = ArrayFormatter::try_new(delta.column(1).as_ref(), &FormatOptions::default()).unwrap();
+    let deleted = delta
+        .column_by_name(crate::state::incremental::DELETED_COLUMN)
+        .expect("a delta")
+        .as_boolean();
+    let mut rows: Vec<(String, bool)> = (0..delta.num_rows())
+        .map(|i| (keys.value(i).to_string(), deleted.value(i)))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn an_incremental_snapshot_holds_the_groups_changed_since_the_last_one_and_deletes_emptied_ones() {
+    let mut h = counts_of_counts().incremental().unwrap();
+    h.push("+I 1\n+I 1\n+I 2").unwrap();
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 2);
+    h.push("+I 3").unwrap();
+    h.push("-D 2").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta), vec![("2".into(), true), ("3".into(), false)]);
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "nothing changed since"
+    );
+    h.push("+I 1").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta), vec![("1".into(), false)]);
+
+    let restored = h.restart_from_chain().unwrap().expect("rows");
+    assert_eq!(restored.num_rows(), 2, "groups 1 and 3; 2 was deleted");
+    assert_eq!(h.push("-U 1").unwrap(), lines(&["-U 1 3", "+U 1 2"]));
+    assert_eq!(h.push("+I 2").unwrap(), lines(&["+I 2 1"]));
+    assert_eq!(h.push("+I 3").unwrap(), lines(&["-U 3 1", "+U 3 2"]));
+}
+
+#[test]
+fn a_full_snapshot_restarts_the_count_of_changes_and_a_savepoint_leaves_it_alone() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0)
+        .incremental()
+        .unwrap();
+    h.push("a 1\nb 2").unwrap();
+    h.snapshot_delta(true).unwrap();
+    h.push("a 3").unwrap();
+    // A savepoint (a plain snapshot) holds everything, and the next delta
+    // still holds what changed before it.
+    let savepoint = h.snapshot_only().unwrap().and_then(|s| s.rows).expect("rows");
+    assert_eq!(savepoint.num_rows(), 2);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta), vec![("a".into(), false)]);
+    h.push("b 5").unwrap();
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 2);
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "the base holds every change"
+    );
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.push("a 1\nb 1").unwrap(),
+        lines(&["-U a 2 4", "+U a 3 5", "-U b 2 7", "+U b 3 8"])
+    );
+}

@@ -33,6 +33,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::incremental::DeltaKind;
 use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
 use crate::{Error, Result};
 
@@ -207,6 +208,8 @@ impl OperatorFactory for WindowAggregateFactory {
             batch_size: ctx.batch_size,
             max_parallelism: ctx.max_parallelism,
             group_indices: Vec::new(),
+            incremental: ctx.incremental && self.0.phase != Phase::Local,
+            unsaved: Vec::new(),
         }))
     }
 }
@@ -218,11 +221,15 @@ struct LiveState {
 }
 
 /// The state of one slice: live accumulators, and states frozen when an earlier
-/// window over the slice fired (each `[keys..., states...]`).
+/// window over the slice fired (each `[keys..., states...]`). With
+/// incremental checkpoints, rows go to `recent` first, which is folded into
+/// `live` at each snapshot (its partial states are the delta) and before
+/// the slice is read.
 #[derive(Default)]
 struct Slice {
     live: Option<LiveState>,
     frozen: Vec<Vec<ArrayRef>>,
+    recent: Option<LiveState>,
 }
 
 impl Slice {
@@ -254,6 +261,11 @@ struct WindowAggregateOperator {
     batch_size: usize,
     max_parallelism: usize,
     group_indices: Vec<usize>,
+    /// Incremental checkpoints: rows go to each slice's `recent` state.
+    incremental: bool,
+    /// Incremental checkpoints: partial states folded since the last
+    /// snapshot (by slice), not yet in a delta.
+    unsaved: Vec<(i64, Vec<ArrayRef>)>,
 }
 
 /// Row indices of a batch grouped by slice; `None` when every row is in one slice.
@@ -305,10 +317,61 @@ impl WindowAggregateOperator {
         }
         let spec = self.spec.clone();
         let entry = self.slices.entry(slice).or_default();
+        let state = if self.incremental {
+            &mut entry.recent
+        } else {
+            &mut entry.live
+        };
+        if state.is_none() {
+            *state = Some(spec.new_state()?);
+        }
+        Ok(state.as_mut().expect("created above"))
+    }
+
+    /// Merges `[keys..., states...]` into the slice's live state.
+    fn merge_into_live(&mut self, slice: i64, chunk: &[ArrayRef]) -> Result<()> {
+        let key_count = self.spec.key_schema.fields().len();
+        let rows = chunk.first().map_or(0, |c| c.len());
+        if rows == 0 {
+            return Ok(());
+        }
+        let spec = self.spec.clone();
+        let entry = self.slices.entry(slice).or_default();
         if entry.live.is_none() {
             entry.live = Some(spec.new_state()?);
         }
-        Ok(entry.live.as_mut().expect("created above"))
+        let live = entry.live.as_mut().expect("created above");
+        let mut group_indices = std::mem::take(&mut self.group_indices);
+        live.groups
+            .intern(&chunk[..key_count], rows, &mut group_indices)?;
+        let total = live.groups.len();
+        let mut offset = key_count;
+        for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
+            acc.merge_batch(&chunk[offset..offset + width], &group_indices, total)?;
+            offset += width;
+        }
+        self.group_indices = group_indices;
+        Ok(())
+    }
+
+    /// Incremental checkpoints: folds the recent state of `slices` into
+    /// their live state, keeping the partial states for the next delta.
+    fn fold_recent(&mut self, slices: &[i64]) -> Result<()> {
+        for &slice in slices {
+            let Some(mut recent) = self.slices.get_mut(&slice).and_then(|s| s.recent.take()) else {
+                continue;
+            };
+            if recent.groups.is_empty() {
+                continue;
+            }
+            let mut chunk = recent.groups.emit()?;
+            for acc in &mut recent.accumulators {
+                chunk.extend(acc.state(EmitTo::All)?);
+            }
+            self.merge_into_live(slice, &chunk)?;
+            self.unsaved.push((slice, chunk));
+        }
+        Ok(())
     }
 
     fn process_rows(&mut self, batch: &RecordBatch) -> Result<()> {
@@ -464,28 +527,27 @@ impl WindowAggregateOperator {
         let key_count = self.spec.key_schema.fields().len();
         let entry = self.slices.get_mut(&slice).expect("listed by the caller");
         let mut chunks = entry.frozen.clone();
-        let Some(live) = entry.live.as_mut() else {
-            return Ok(chunks);
-        };
-        let rows = live.groups.len();
-        if rows == 0 {
-            return Ok(chunks);
+        for live in [entry.live.as_mut(), entry.recent.as_mut()].into_iter().flatten() {
+            let rows = live.groups.len();
+            if rows == 0 {
+                continue;
+            }
+            let keys = live.groups.emit()?;
+            let mut chunk = keys.clone();
+            for acc in &mut live.accumulators {
+                chunk.extend(acc.state(EmitTo::All)?);
+            }
+            // Put it back: the keys get indices 0..rows again, in order.
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            live.groups.intern(&keys, rows, &mut group_indices)?;
+            let mut offset = key_count;
+            for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
+                acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
+                offset += width;
+            }
+            self.group_indices = group_indices;
+            chunks.push(chunk);
         }
-        let keys = live.groups.emit()?;
-        let mut chunk = keys.clone();
-        for acc in &mut live.accumulators {
-            chunk.extend(acc.state(EmitTo::All)?);
-        }
-        // Put it back: the keys get indices 0..rows again, in order.
-        let mut group_indices = std::mem::take(&mut self.group_indices);
-        live.groups.intern(&keys, rows, &mut group_indices)?;
-        let mut offset = key_count;
-        for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
-            acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
-            offset += width;
-        }
-        self.group_indices = group_indices;
-        chunks.push(chunk);
         Ok(chunks)
     }
 
@@ -497,27 +559,35 @@ impl WindowAggregateOperator {
     /// Every slice's state as rows `[_key_group, _slice, keys..., states...]`
     /// sorted by key group.
     fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let slices: Vec<i64> = self.slices.keys().copied().collect();
+        let mut chunks = Vec::new();
+        for slice in slices {
+            chunks.extend(self.slice_chunks(slice)?.into_iter().map(|c| (slice, c)));
+        }
+        self.chunks_to_rows(chunks)
+    }
+
+    /// State rows `[_key_group, _slice, keys..., states...]` of chunks of
+    /// slices, sorted by key group.
+    fn chunks_to_rows(&self, chunks: Vec<(i64, Vec<ArrayRef>)>) -> Result<Option<RecordBatch>> {
         let schema = self.state_schema()?;
         let key_count = self.spec.key_schema.fields().len();
-        let slices: Vec<i64> = self.slices.keys().copied().collect();
         let mut batches = Vec::new();
-        for slice in slices {
-            for chunk in self.slice_chunks(slice)? {
-                let rows = chunk.first().map_or(0, |c| c.len());
-                if rows == 0 {
-                    continue;
-                }
-                let groups = key_groups(&chunk[..key_count], rows, self.max_parallelism)?;
-                let mut columns: Vec<ArrayRef> =
-                    vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
-                columns.extend(chunk);
-                let columns = columns
-                    .into_iter()
-                    .zip(schema.fields())
-                    .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
-                    .collect::<Result<Vec<_>>>()?;
-                batches.push(RecordBatch::try_new(schema.clone(), columns)?);
+        for (slice, chunk) in chunks {
+            let rows = chunk.first().map_or(0, |c| c.len());
+            if rows == 0 {
+                continue;
             }
+            let groups = key_groups(&chunk[..key_count], rows, self.max_parallelism)?;
+            let mut columns: Vec<ArrayRef> =
+                vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
+            columns.extend(chunk);
+            let columns = columns
+                .into_iter()
+                .zip(schema.fields())
+                .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
+                .collect::<Result<Vec<_>>>()?;
+            batches.push(RecordBatch::try_new(schema.clone(), columns)?);
         }
         if batches.is_empty() {
             return Ok(None);
@@ -527,11 +597,33 @@ impl WindowAggregateOperator {
         Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
     }
 
+    /// Incremental checkpoints: the partial states added since the last
+    /// snapshot (of slices with a window still to fire), or every slice's
+    /// state when `full`. Either way the recent states are folded in.
+    fn delta_rows(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        let slices: Vec<i64> = self.slices.keys().copied().collect();
+        self.fold_recent(&slices)?;
+        let unsaved = std::mem::take(&mut self.unsaved);
+        if full {
+            return self.state_rows();
+        }
+        let kept = unsaved
+            .into_iter()
+            .filter(|(slice, _)| self.slices.contains_key(slice))
+            .collect();
+        self.chunks_to_rows(kept)
+    }
+
     /// Restores slices from state rows (this subtask's key groups only).
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
         let slices = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
         let columns = rows.columns()[2..].to_vec();
         for (slice, indices) in rows_by_slice(&slices) {
+            if self.is_late(slice) {
+                // Every window over it fired before the snapshot: a delta
+                // written before that still carries it.
+                continue;
+            }
             let chunk = take_all(&columns, &indices)?;
             if self.fires() {
                 for end in self.spec.window.window_ends(slice) {
@@ -540,7 +632,9 @@ impl WindowAggregateOperator {
                     }
                 }
             }
-            self.slices.entry(slice).or_default().frozen.push(chunk);
+            // Merged as it is read: several rows of one key (partial states
+            // of a base and its deltas) become one.
+            self.merge_into_live(slice, &chunk)?;
         }
         Ok(())
     }
@@ -579,6 +673,7 @@ impl WindowAggregateOperator {
         if members.is_empty() {
             return Ok(None);
         }
+        self.fold_recent(&members)?;
         let only = members[0];
         let direct =
             members.len() == 1 && window.last_window_end(only) == end && self.slices[&only].frozen.is_empty();
@@ -730,6 +825,17 @@ impl Operator for WindowAggregateOperator {
         Ok(Some(OperatorSnapshot::with_watermark(
             self.watermark,
             self.state_rows()?,
+        )))
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.incremental.then_some(DeltaKind::Merge)
+    }
+
+    fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot::with_watermark(
+            self.watermark,
+            self.delta_rows(full)?,
         )))
     }
 

@@ -4,3 +4,6 @@ pub mod aggregate;
 pub mod assign;
 pub mod session;
 pub mod spec;
+
+#[cfg(test)]
+mod tests;
