@@ -830,7 +830,10 @@ impl Task {
             let chain = self.chains.get_mut(index).and_then(Option::as_mut);
             let (snapshot, chain) = match chain {
                 Some(chain) if barrier.kind == BarrierKind::Checkpoint => {
-                    let step = chain.prepare(id);
+                    let step = match chain.prepare(id) {
+                        _ if operator.wants_full_snapshot() => Step::Full,
+                        step => step,
+                    };
                     let snapshot = operator.snapshot_delta(id, step == Step::Full)?;
                     let has_rows = snapshot
                         .as_ref()

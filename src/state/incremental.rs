@@ -30,6 +30,10 @@ use crate::{Error, Result};
 /// The last column of an upsert delta: true where the row deletes its key.
 pub const DELETED_COLUMN: &str = "_deleted";
 
+/// The column of a [`DeltaKind::Replace`] chain's files that says which
+/// state key a row belongs to (binary, the operator's choice).
+pub const STATE_KEY_COLUMN: &str = "_state_key";
+
 /// The directory of shared (incremental) state files under a run directory,
 /// as checkpoint metadata names it (relative to a `chk-<n>` directory).
 pub const SHARED_DIR: &str = "shared";
@@ -48,6 +52,10 @@ pub enum DeltaKind {
     /// Delta rows are partial states that the operator merges on restore
     /// (an aggregation's accumulators); nothing is replaced.
     Merge,
+    /// Rows are grouped by their [`STATE_KEY_COLUMN`]: the newest file that
+    /// has rows of a key holds all of them (a join's rows of one join key),
+    /// or deletes the key when its row's [`DELETED_COLUMN`] is true.
+    Replace,
 }
 
 /// The schema of an upsert delta of state rows of `schema`: every column
@@ -107,21 +115,73 @@ pub fn upsert_delta(
 /// key wins, deleted keys are left out. The result has the base's columns
 /// (without [`DELETED_COLUMN`]), sorted by key group.
 pub fn apply_upserts(files: Vec<RecordBatch>, key_columns: usize) -> Result<Option<RecordBatch>> {
+    apply_newest(files, Some(key_columns))
+}
+
+/// The state rows of a chain of [`DeltaKind::Replace`] files: the rows of
+/// each state key from the newest file that has any, deleted keys left out,
+/// without [`STATE_KEY_COLUMN`] and [`DELETED_COLUMN`].
+pub fn apply_replacements(files: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
+    apply_newest(files, None)
+}
+
+/// The state key of each row of `file`: its first `key_columns` columns
+/// after the key group, or (`None`) its [`STATE_KEY_COLUMN`].
+fn row_keys(
+    file: &RecordBatch,
+    key_columns: Option<usize>,
+    converter: Option<&RowConverter>,
+) -> Result<Vec<Vec<u8>>> {
+    match (key_columns, converter) {
+        (Some(n), Some(converter)) => {
+            let rows = converter.convert_columns(&file.columns()[1..1 + n])?;
+            Ok(rows.iter().map(|r| r.as_ref().to_vec()).collect())
+        }
+        _ => {
+            let keys = file
+                .column_by_name(STATE_KEY_COLUMN)
+                .and_then(|c| c.as_binary_opt::<i32>())
+                .ok_or_else(|| {
+                    Error::State(format!("a state file without a binary {STATE_KEY_COLUMN} column"))
+                })?;
+            Ok(keys.iter().map(|k| k.unwrap_or_default().to_vec()).collect())
+        }
+    }
+}
+
+fn apply_newest(files: Vec<RecordBatch>, key_columns: Option<usize>) -> Result<Option<RecordBatch>> {
     let files: Vec<RecordBatch> = files.into_iter().filter(|f| f.num_rows() > 0).collect();
     let Some(first) = files.first() else {
         return Ok(None);
     };
-    let width = first.num_columns() - usize::from(first.schema().column_with_name(DELETED_COLUMN).is_some());
-    let schema = Arc::new(Schema::new(first.schema().fields()[..width].to_vec()));
-    let key_fields = schema.fields()[1..1 + key_columns]
+    let extra = [DELETED_COLUMN, STATE_KEY_COLUMN]
         .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(key_fields)?;
-    // The newest row of each key, by (file, row).
-    let mut newest: HashMap<Vec<u8>, (usize, usize, bool)> = HashMap::new();
+        .filter(|c| first.schema().column_with_name(c).is_some())
+        .count();
+    let width = first.num_columns() - extra;
+    let schema = Arc::new(Schema::new(first.schema().fields()[..width].to_vec()));
+    let converter = key_columns
+        .map(|n| {
+            let fields = schema.fields()[1..1 + n]
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect();
+            RowConverter::new(fields)
+        })
+        .transpose()?;
+    let keys = files
+        .iter()
+        .map(|f| row_keys(f, key_columns, converter.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    // The newest file with rows of each key.
+    let mut newest: HashMap<&[u8], usize> = HashMap::new();
+    for (index, rows) in keys.iter().enumerate() {
+        for key in rows {
+            newest.insert(key.as_slice(), index);
+        }
+    }
+    let mut parts = Vec::new();
     for (index, file) in files.iter().enumerate() {
-        let keys = converter.convert_columns(&file.columns()[1..1 + key_columns])?;
         let deleted = file
             .column_by_name(DELETED_COLUMN)
             .map(|c| {
@@ -130,23 +190,14 @@ pub fn apply_upserts(files: Vec<RecordBatch>, key_columns: usize) -> Result<Opti
                     .ok_or_else(|| Error::State(format!("{DELETED_COLUMN} is not boolean")))
             })
             .transpose()?;
-        for (row, key) in keys.iter().enumerate() {
-            let gone = deleted.as_ref().is_some_and(|d| d.value(row));
-            newest.insert(key.as_ref().to_vec(), (index, row, gone));
-        }
-    }
-    let mut kept: Vec<Vec<u32>> = vec![Vec::new(); files.len()];
-    for (index, row, gone) in newest.into_values() {
-        if !gone {
-            kept[index].push(row as u32);
-        }
-    }
-    let mut parts = Vec::new();
-    for (file, mut rows) in files.iter().zip(kept) {
+        let rows: Vec<u32> = (0..file.num_rows())
+            .filter(|&row| newest[keys[index][row].as_slice()] == index)
+            .filter(|&row| !deleted.as_ref().is_some_and(|d| d.value(row)))
+            .map(|row| row as u32)
+            .collect();
         if rows.is_empty() {
             continue;
         }
-        rows.sort_unstable();
         let rows = UInt32Array::from(rows);
         let columns = file.columns()[..width]
             .iter()
@@ -203,6 +254,7 @@ pub fn concat_merges(files: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
 pub fn combine(kind: Option<DeltaKind>, files: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
     match kind {
         Some(DeltaKind::Upsert { key_columns }) => apply_upserts(files, key_columns),
+        Some(DeltaKind::Replace) => apply_replacements(files),
         Some(DeltaKind::Merge) | None => concat_merges(files),
     }
 }
@@ -239,6 +291,18 @@ pub fn next_step(chain: ChainShape, max_deltas: usize) -> Step {
     } else {
         Step::Delta
     }
+}
+
+/// Full snapshots in a row a dense operator takes before it tries deltas again.
+pub const DENSE_FULL_SNAPSHOTS: u32 = 8;
+
+/// Whether an operator whose last interval changed `changed` of its
+/// `total` state rows should take full snapshots for a while: when most of
+/// the state changes between checkpoints, a delta is as large as the state
+/// and costs more to keep apart than a full snapshot costs to write.
+pub fn is_dense(changed: usize, total: usize) -> bool {
+    const MIN_ROWS: usize = 10_000;
+    total >= MIN_ROWS && changed * 2 > total
 }
 
 /// Whether to start compacting the chain (its base and every delta so far)
@@ -387,6 +451,13 @@ mod tests {
         assert_eq!(next_step(chain(true, 7, false), 4), Step::Delta);
         assert_eq!(next_step(chain(true, 8, false), 4), Step::Full);
         assert_eq!(next_step(chain(true, 1, true), 4), Step::Full);
+    }
+
+    #[test]
+    fn state_that_mostly_changes_between_checkpoints_is_dense_small_state_never() {
+        assert!(is_dense(600_000, 1_000_000));
+        assert!(!is_dense(400_000, 1_000_000));
+        assert!(!is_dense(9_000, 9_000), "too small to matter");
     }
 
     #[test]

@@ -87,14 +87,20 @@ pub fn schema_signature(schema: &Schema) -> String {
 /// State rows of `schema` from `columns` (each cast to its field's type),
 /// sorted by their first column, the key group.
 pub fn sorted_state_rows(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+    let all = state_rows(schema, columns)?;
+    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
+    Ok(arrow::compute::take_record_batch(&all, &order)?)
+}
+
+/// State rows of `schema` from `columns` (each cast to its field's type), in
+/// their order.
+pub fn state_rows(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     let columns = columns
         .into_iter()
         .zip(schema.fields())
         .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
         .collect::<Result<Vec<_>>>()?;
-    let all = RecordBatch::try_new(schema.clone(), columns)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(arrow::compute::take_record_batch(&all, &order)?)
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Rows per Parquet row group.

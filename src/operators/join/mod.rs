@@ -25,7 +25,8 @@ pub mod window;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int8Array, Int64Array, UInt32Array, new_null_array,
+    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, Int8Array, Int64Array, UInt32Array,
+    new_null_array,
 };
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
@@ -34,14 +35,15 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 use serde::{Deserialize, Serialize};
 
-use self::state::{Emit, Layout, SideState, Tally, decide};
+use self::state::{Bucket, Emit, Layout, SideState, Tally, decide};
 use crate::changelog::{self, RowKind};
 use crate::operators::calc::expr_text;
 use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::incremental::{DELETED_COLUMN, DeltaKind, STATE_KEY_COLUMN};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::{Error, Result};
 
 /// Which rows of a join without a match are kept, padded with nulls.
@@ -233,12 +235,17 @@ impl OperatorFactory for JoinFactory {
         Ok(Box::new(JoinOperator {
             rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
             sides: [0, 1].map(|side| {
-                SideState::new(
+                let state = SideState::new(
                     join.layout(side),
                     join.kind.counts_matches(side),
                     join.state_ttl.is_some(),
                 )
-                .with_width(state::row_width(&join.inputs[side]))
+                .with_width(state::row_width(&join.inputs[side]));
+                if ctx.incremental {
+                    state.tracking_changes()
+                } else {
+                    state
+                }
             }),
             keys_of,
             max_parallelism: ctx.max_parallelism,
@@ -470,6 +477,7 @@ impl JoinOperator {
                             bucket.set_tally(candidates.entries[*p], *tally);
                             bucket.touch(candidates.entries[*p], now);
                         }
+                        other.mark(key.as_ref());
                         copies
                     }
                     None => decide_for(join, side, *kind, &mut [], &mut emits),
@@ -543,24 +551,36 @@ impl JoinOperator {
 
     /// One side's state rows (see [`Join::state_schema`]).
     fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
-        let state = &self.sides[side];
-        if state.is_empty() {
-            return Ok(None);
-        }
+        let buckets = self.sides[side].buckets.iter().map(|(k, b)| (k.as_ref(), b));
+        Ok(self.bucket_rows(side, buckets)?.map(|(columns, _)| columns))
+    }
+
+    /// The state rows of `buckets` of one side, and each row's state key
+    /// (the side and the join key's bytes, for incremental chains).
+    fn bucket_rows<'a>(
+        &self,
+        side: usize,
+        buckets: impl Iterator<Item = (&'a [u8], &'a Bucket)>,
+    ) -> Result<Option<(Vec<ArrayRef>, BinaryArray)>> {
         let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
         let mut keys = Vec::new();
         let mut rows = Vec::new();
         let mut tallies = Vec::new();
         let mut written = Vec::new();
-        for (key, bucket) in &state.buckets {
+        let mut state_keys = BinaryBuilder::new();
+        for (key, bucket) in buckets {
             for j in 0..bucket.len() {
                 keys.push(key_parser.parse(key));
                 rows.push(row_parser.parse(bucket.row(j)));
                 tallies.push(bucket.tally(j));
                 written.push(bucket.written(j));
+                state_keys.append_value(state_key(side, key));
             }
         }
         let n = rows.len();
+        if n == 0 {
+            return Ok(None);
+        }
         let key_columns = self.keys_of.convert_rows(keys)?;
         let data = self.rows_of[side].convert_rows(rows)?;
         let mut columns: Vec<ArrayRef> = vec![
@@ -588,7 +608,58 @@ impl JoinOperator {
         if self.join.state_ttl.is_some() {
             columns.push(Arc::new(Int64Array::from(written)));
         }
-        Ok(Some(columns))
+        Ok(Some((columns, state_keys.finish())))
+    }
+
+    /// Incremental checkpoints: the rows of every key (`full`), or of the
+    /// keys changed since the last snapshot and a deleting row for each of
+    /// those that has no rows any more, with their state keys.
+    fn delta_rows(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        let schema = self.join.state_schema();
+        let mut parts = Vec::new();
+        for side in 0..2 {
+            let changed = self.sides[side].take_changed();
+            let state = &self.sides[side];
+            let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) = match full {
+                true => (state.buckets.keys().map(|k| k.as_ref()).collect(), Vec::new()),
+                false => changed
+                    .iter()
+                    .map(|k| k.as_ref())
+                    .partition(|k| state.buckets.contains_key(*k)),
+            };
+            let buckets = present.iter().map(|k| (*k, &state.buckets[*k]));
+            if let Some((columns, keys)) = self.bucket_rows(side, buckets)? {
+                parts.push((state_rows(&schema, columns)?, keys, false));
+            }
+            if !gone.is_empty() {
+                parts.push(self.deleted_keys(side, &gone)?);
+            }
+        }
+        replacement_rows(&schema, parts, full)
+    }
+
+    /// Rows that delete `keys` of one side: key group, side, state key.
+    fn deleted_keys(&self, side: usize, keys: &[&[u8]]) -> Result<(RecordBatch, BinaryArray, bool)> {
+        let schema = self.join.state_schema();
+        let parser = self.keys_of.parser();
+        let key_columns = self.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+        let n = keys.len();
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
+            Arc::new(Int8Array::from(vec![side as i8; n])),
+        ];
+        let nullable = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        for field in &schema.fields()[2..] {
+            columns.push(new_null_array(field.data_type(), n));
+        }
+        let keys = BinaryArray::from_iter_values(keys.iter().map(|k| state_key(side, k)));
+        Ok((RecordBatch::try_new(nullable, columns)?, keys, true))
     }
 
     fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {
@@ -631,6 +702,54 @@ impl JoinOperator {
         }
         Ok(())
     }
+}
+
+/// A join state row's state key for incremental chains: its side, then its
+/// join key's bytes.
+fn state_key(side: usize, key: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(key.len() + 1);
+    bytes.push(side as u8);
+    bytes.extend_from_slice(key);
+    bytes
+}
+
+/// One file of a join's chain from parts of state rows (each with its
+/// state keys, and whether it deletes them): the state columns, then
+/// [`STATE_KEY_COLUMN`], then (deltas) [`DELETED_COLUMN`]; sorted by key group.
+fn replacement_rows(
+    schema: &SchemaRef,
+    parts: Vec<(RecordBatch, BinaryArray, bool)>,
+    full: bool,
+) -> Result<Option<RecordBatch>> {
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let mut fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(!full || f.is_nullable()))
+        .collect();
+    fields[0] = fields[0].clone().with_nullable(false);
+    fields.push(Field::new(STATE_KEY_COLUMN, DataType::Binary, false));
+    if !full {
+        fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+    }
+    let file_schema = Arc::new(Schema::new(fields));
+    let batches = parts
+        .into_iter()
+        .map(|(rows, keys, deleted)| {
+            let n = rows.num_rows();
+            let mut columns = rows.columns().to_vec();
+            columns.push(Arc::new(keys));
+            if !full {
+                columns.push(Arc::new(BooleanArray::from(vec![deleted; n])));
+            }
+            Ok(RecordBatch::try_new(file_schema.clone(), columns)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let all = arrow::compute::concat_batches(&file_schema, &batches)?;
+    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
+    Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
 }
 
 /// The key bytes of each row of `data` by `exprs` (cast to `types`; one
@@ -789,6 +908,22 @@ impl Operator for JoinOperator {
         OperatorSnapshot::check_columns(rows, &self.join.state_schema(), &self.join.describe())?;
         self.restore_side(0, rows)?;
         self.restore_side(1, rows)
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.sides[0].changed.is_some().then_some(DeltaKind::Replace)
+    }
+
+    fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if full && let Some(ttl) = self.join.ttl_ms() {
+            // Expired rows are not saved in a base.
+            let now = crate::runtime::operator::wall_clock_millis();
+            self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
+        }
+        Ok(Some(OperatorSnapshot {
+            meta: serde_json::Value::Null,
+            rows: self.delta_rows(full)?,
+        }))
     }
 
     fn state_signature(&self) -> Result<Option<String>> {

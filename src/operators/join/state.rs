@@ -2,7 +2,7 @@
 //! arriving on one side emits given the other side's matching rows, as
 //! Flink's `StreamingJoinOperator` decides it: plain data and functions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::changelog::RowKind;
 
@@ -209,6 +209,8 @@ pub struct SideState {
     pub ttl: bool,
     /// The length of every row, when its columns are all fixed-width (0: rows vary).
     pub width: u32,
+    /// Incremental checkpoints: the keys whose rows changed since the last snapshot.
+    pub changed: Option<HashSet<Key, foldhash::fast::FixedState>>,
 }
 
 impl SideState {
@@ -220,7 +222,31 @@ impl SideState {
             tallies: layout == (Layout::Multiset { dedupe: true }) || counts_matches,
             ttl,
             width: 0,
+            changed: None,
         }
+    }
+
+    /// A side that counts the keys whose rows change (incremental checkpoints).
+    pub fn tracking_changes(mut self) -> Self {
+        self.changed = Some(HashSet::default());
+        self
+    }
+
+    /// Notes that `key`'s rows changed (when changes are tracked).
+    pub fn mark(&mut self, key: &[u8]) {
+        if let Some(changed) = &mut self.changed
+            && !changed.contains(key)
+        {
+            changed.insert(key.into());
+        }
+    }
+
+    /// The keys changed since the last call; counting starts afresh.
+    pub fn take_changed(&mut self) -> Vec<Key> {
+        self.changed
+            .as_mut()
+            .map(|c| c.drain().collect())
+            .unwrap_or_default()
     }
 
     /// Rows of `width` bytes each (see [`row_width`]).
@@ -241,6 +267,7 @@ impl SideState {
     /// Adds a copy of `row` under `key` at `now`, joined with `matches`
     /// rows of the other side.
     pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64, now: i64) {
+        self.mark(key);
         let width = self.width;
         let bucket = match self.buckets.get_mut(key) {
             Some(bucket) => bucket,
@@ -272,18 +299,29 @@ impl SideState {
     pub fn expire_key(&mut self, key: &[u8], now: i64, ttl: i64) {
         if let Some(bucket) = self.buckets.get_mut(key) {
             let written: Vec<i64> = (0..bucket.len()).map(|j| bucket.written(j)).collect();
+            if written.iter().all(|w| now - w < ttl) {
+                return;
+            }
             bucket.retain(|j| now - written[j] < ttl);
             if bucket.is_empty() {
                 self.buckets.remove(key);
             }
+            self.mark(key);
         }
     }
 
     /// Forgets every row not written for `ttl` ms at `now`.
     pub fn expire(&mut self, now: i64, ttl: i64) {
-        self.buckets.retain(|_, bucket| {
+        let changed = &mut self.changed;
+        self.buckets.retain(|key, bucket| {
             let written: Vec<i64> = (0..bucket.len()).map(|j| bucket.written(j)).collect();
+            if written.iter().all(|w| now - w < ttl) {
+                return true;
+            }
             bucket.retain(|j| now - written[j] < ttl);
+            if let Some(changed) = changed.as_mut() {
+                changed.insert(key.clone());
+            }
             !bucket.is_empty()
         });
     }
@@ -291,6 +329,10 @@ impl SideState {
     /// Takes a copy of `row` away from `key` at `now`; false when it is
     /// not there.
     pub fn retract(&mut self, key: &[u8], row: &[u8], now: i64) -> bool {
+        if !self.buckets.contains_key(key) {
+            return false;
+        }
+        self.mark(key);
         let Some(bucket) = self.buckets.get_mut(key) else {
             return false;
         };

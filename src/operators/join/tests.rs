@@ -408,3 +408,64 @@ fn explain_names_a_side_unique_on_its_join_key_as_flink_does() {
         "{join}"
     );
 }
+
+/// Whether each row of a join's chain file deletes its key, sorted.
+fn deletions(file: &arrow::record_batch::RecordBatch) -> Vec<bool> {
+    use arrow::array::AsArray;
+    let deleted = file
+        .column_by_name(crate::state::incremental::DELETED_COLUMN)
+        .expect("a delta")
+        .as_boolean();
+    let mut flags: Vec<bool> = deleted.iter().map(|d| d.unwrap()).collect();
+    flags.sort();
+    flags
+}
+
+#[test]
+fn an_incremental_join_snapshot_holds_the_keys_whose_rows_or_matches_changed() {
+    let mut h = harness("LEFT JOIN").incremental().unwrap();
+    assert_eq!(
+        h.push_to(0, "1 a\n2 x").unwrap(),
+        lines(&["+I 1 a null null", "+I 2 x null null"])
+    );
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 2);
+    h.push_to(1, "1 b").unwrap();
+    // The right row, and the left row of key 1, whose match count changed.
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![false, false]);
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    assert_eq!(h.push_to(1, "1 c").unwrap(), lines(&["+I 1 a 1 c"]));
+    assert_eq!(
+        h.push_to(1, "2 z").unwrap(),
+        lines(&["-D 2 x null null", "+I 2 x 2 z"])
+    );
+}
+
+#[test]
+fn a_key_whose_last_row_went_is_deleted_by_the_next_delta() {
+    let mut h = Harness::of(
+        SETUP,
+        "INSERT INTO counts SELECT x.k, x.n, r.k, b FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k) x
+         JOIN r ON x.k = r.k",
+        "Join",
+        0,
+    )
+    .unwrap()
+    .incremental()
+    .unwrap();
+    h.push_to(0, "+I 1 1").unwrap();
+    assert_eq!(h.push_to(1, "1 b").unwrap(), lines(&["+I 1 1 1 b"]));
+    h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(h.push_to(0, "-D 1 1").unwrap(), lines(&["-D 1 1 1 b"]));
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![true], "the left key is gone");
+
+    h.restart_from_chain().unwrap();
+    assert_eq!(h.push_to(1, "1 c").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        h.push_to(0, "+I 1 5").unwrap(),
+        lines(&["+I 1 5 1 b", "+I 1 5 1 c"])
+    );
+}

@@ -33,7 +33,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::incremental::DeltaKind;
+use crate::state::incremental::{DENSE_FULL_SNAPSHOTS, DeltaKind, is_dense};
 use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
 use crate::{Error, Result};
 
@@ -210,6 +210,7 @@ impl OperatorFactory for WindowAggregateFactory {
             group_indices: Vec::new(),
             incremental: ctx.incremental && self.0.phase != Phase::Local,
             unsaved: Vec::new(),
+            dense: None,
         }))
     }
 }
@@ -266,6 +267,10 @@ struct WindowAggregateOperator {
     /// Incremental checkpoints: partial states folded since the last
     /// snapshot (by slice), not yet in a delta.
     unsaved: Vec<(i64, Vec<ArrayRef>)>,
+    /// Incremental checkpoints: most of the state changed in an interval,
+    /// so rows go straight to the live state and snapshots are full; the
+    /// full snapshots still to take before deltas are tried again.
+    dense: Option<u32>,
 }
 
 /// Row indices of a batch grouped by slice; `None` when every row is in one slice.
@@ -317,7 +322,7 @@ impl WindowAggregateOperator {
         }
         let spec = self.spec.clone();
         let entry = self.slices.entry(slice).or_default();
-        let state = if self.incremental {
+        let state = if self.incremental && self.dense.is_none() {
             &mut entry.recent
         } else {
             &mut entry.live
@@ -604,6 +609,23 @@ impl WindowAggregateOperator {
         let slices: Vec<i64> = self.slices.keys().copied().collect();
         self.fold_recent(&slices)?;
         let unsaved = std::mem::take(&mut self.unsaved);
+        let changed: usize = unsaved
+            .iter()
+            .map(|(_, c)| c.first().map_or(0, |a| a.len()))
+            .sum();
+        let total: usize = self
+            .slices
+            .values()
+            .filter_map(|s| s.live.as_ref())
+            .map(|l| l.groups.len())
+            .sum();
+        self.dense = match self.dense {
+            // Dense: full snapshots, then one interval of deltas to look again.
+            Some(left) if left > 1 => Some(left - 1),
+            Some(_) => None,
+            None if is_dense(changed, total) => Some(DENSE_FULL_SNAPSHOTS),
+            None => None,
+        };
         if full {
             return self.state_rows();
         }
@@ -830,6 +852,10 @@ impl Operator for WindowAggregateOperator {
 
     fn delta_kind(&self) -> Option<DeltaKind> {
         self.incremental.then_some(DeltaKind::Merge)
+    }
+
+    fn wants_full_snapshot(&self) -> bool {
+        self.dense.is_some()
     }
 
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
