@@ -111,11 +111,6 @@ impl Harness {
         Ok(rows)
     }
 
-    /// Whether the operator asks for a full snapshot next.
-    pub fn wants_full_snapshot(&self) -> bool {
-        self.operator.wants_full_snapshot()
-    }
-
     /// A plain snapshot (as for a savepoint), the operator left as it is.
     pub fn snapshot_only(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;

@@ -222,13 +222,6 @@ pub trait Operator: Send {
         self.snapshot(checkpoint)
     }
 
-    /// Incremental checkpoints: the operator asks for a full snapshot next
-    /// (most of its state changes between checkpoints; see
-    /// [`crate::state::incremental::is_dense`]).
-    fn wants_full_snapshot(&self) -> bool {
-        false
-    }
-
     /// Restores the state of a snapshot (keyed rows: only this subtask's key groups).
     fn restore(&mut self, _snapshot: OperatorSnapshot) -> Result<()> {
         Err(Error::State(format!(

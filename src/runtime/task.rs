@@ -830,10 +830,7 @@ impl Task {
             let chain = self.chains.get_mut(index).and_then(Option::as_mut);
             let (snapshot, chain) = match chain {
                 Some(chain) if barrier.kind == BarrierKind::Checkpoint => {
-                    let step = match chain.prepare(id) {
-                        _ if operator.wants_full_snapshot() => Step::Full,
-                        step => step,
-                    };
+                    let step = chain.prepare(id);
                     let snapshot = operator.snapshot_delta(id, step == Step::Full)?;
                     let has_rows = snapshot
                         .as_ref()

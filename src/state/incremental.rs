@@ -293,18 +293,6 @@ pub fn next_step(chain: ChainShape, max_deltas: usize) -> Step {
     }
 }
 
-/// Full snapshots in a row a dense operator takes before it tries deltas again.
-pub const DENSE_FULL_SNAPSHOTS: u32 = 8;
-
-/// Whether an operator whose last interval changed `changed` of its
-/// `total` state rows should take full snapshots for a while: when most of
-/// the state changes between checkpoints, a delta is as large as the state
-/// and costs more to keep apart than a full snapshot costs to write.
-pub fn is_dense(changed: usize, total: usize) -> bool {
-    const MIN_ROWS: usize = 10_000;
-    total >= MIN_ROWS && changed * 2 > total
-}
-
 /// Whether to start compacting the chain (its base and every delta so far)
 /// into a new base in the background.
 pub fn compaction_due(chain: ChainShape, max_deltas: usize, compacting: bool) -> bool {
@@ -451,13 +439,6 @@ mod tests {
         assert_eq!(next_step(chain(true, 7, false), 4), Step::Delta);
         assert_eq!(next_step(chain(true, 8, false), 4), Step::Full);
         assert_eq!(next_step(chain(true, 1, true), 4), Step::Full);
-    }
-
-    #[test]
-    fn state_that_mostly_changes_between_checkpoints_is_dense_small_state_never() {
-        assert!(is_dense(600_000, 1_000_000));
-        assert!(!is_dense(400_000, 1_000_000));
-        assert!(!is_dense(9_000, 9_000), "too small to matter");
     }
 
     #[test]

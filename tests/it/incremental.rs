@@ -65,6 +65,26 @@ fn a_hopping_aggregation_with_incremental_checkpoints_killed_three_times_writes_
 }
 
 #[test]
+fn a_tumbling_aggregation_with_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run()
+ {
+    for (parallelism, settings) in MODES {
+        let settings = format!("{settings} {}", incremental(3));
+        let (expected, got, context) = crash_three_times(
+            "tumble-incremental",
+            parallelism,
+            &settings,
+            SEQUENCE,
+            "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
+            "SELECT id % 7, window_start, COUNT(*), SUM(id)
+             FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '3' SECOND))
+             GROUP BY id % 7, window_start, window_end",
+        );
+        let context = format!("{context} {settings}{}", row_difference(&expected, &got));
+        assert!(got == expected, "rows differ after crashes: {context}");
+    }
+}
+
+#[test]
 fn a_regular_join_of_updating_inputs_with_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
  {
     for (parallelism, settings) in MODES {

@@ -33,7 +33,7 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::incremental::{DENSE_FULL_SNAPSHOTS, DeltaKind, is_dense};
+use crate::state::incremental::DeltaKind;
 use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
 use crate::{Error, Result};
 
@@ -210,7 +210,6 @@ impl OperatorFactory for WindowAggregateFactory {
             group_indices: Vec::new(),
             incremental: ctx.incremental && self.0.phase != Phase::Local,
             unsaved: Vec::new(),
-            dense: None,
         }))
     }
 }
@@ -267,10 +266,6 @@ struct WindowAggregateOperator {
     /// Incremental checkpoints: partial states folded since the last
     /// snapshot (by slice), not yet in a delta.
     unsaved: Vec<(i64, Vec<ArrayRef>)>,
-    /// Incremental checkpoints: most of the state changed in an interval,
-    /// so rows go straight to the live state and snapshots are full; the
-    /// full snapshots still to take before deltas are tried again.
-    dense: Option<u32>,
 }
 
 /// Row indices of a batch grouped by slice; `None` when every row is in one slice.
@@ -322,7 +317,7 @@ impl WindowAggregateOperator {
         }
         let spec = self.spec.clone();
         let entry = self.slices.entry(slice).or_default();
-        let state = if self.incremental && self.dense.is_none() {
+        let state = if self.incremental {
             &mut entry.recent
         } else {
             &mut entry.live
@@ -369,6 +364,17 @@ impl WindowAggregateOperator {
             if recent.groups.is_empty() {
                 continue;
             }
+            let entry = self.slices.get_mut(&slice).expect("taken from it above");
+            if entry.live.as_ref().is_none_or(|l| l.groups.is_empty()) {
+                // New since the last snapshot: the recent table becomes the
+                // live one (read for the delta and put back, never rebuilt).
+                entry.recent = Some(recent);
+                let chunk = self.recent_chunk(slice)?;
+                let entry = self.slices.get_mut(&slice).expect("taken from it above");
+                entry.live = entry.recent.take();
+                self.unsaved.push((slice, chunk));
+                continue;
+            }
             let mut chunk = recent.groups.emit()?;
             for acc in &mut recent.accumulators {
                 chunk.extend(acc.state(EmitTo::All)?);
@@ -377,6 +383,54 @@ impl WindowAggregateOperator {
             self.unsaved.push((slice, chunk));
         }
         Ok(())
+    }
+
+    /// The recent state of `slice` as `[keys..., states...]`, left in place.
+    fn recent_chunk(&mut self, slice: i64) -> Result<Vec<ArrayRef>> {
+        let key_count = self.spec.key_schema.fields().len();
+        let entry = self.slices.get_mut(&slice).expect("listed by the caller");
+        let recent = entry.recent.as_mut().expect("listed by the caller");
+        let rows = recent.groups.len();
+        let keys = recent.groups.emit()?;
+        let mut chunk = keys.clone();
+        for acc in &mut recent.accumulators {
+            chunk.extend(acc.state(EmitTo::All)?);
+        }
+        let mut group_indices = std::mem::take(&mut self.group_indices);
+        recent.groups.intern(&keys, rows, &mut group_indices)?;
+        let mut offset = key_count;
+        for (acc, width) in recent.accumulators.iter_mut().zip(&self.state_widths) {
+            acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
+            offset += width;
+        }
+        self.group_indices = group_indices;
+        Ok(chunk)
+    }
+
+    /// The whole state of a slice that goes away as its last window fires:
+    /// its live state with the recent one merged in (nothing to save: the
+    /// slice is gone).
+    fn final_state(&mut self, slice: i64) -> Result<Option<LiveState>> {
+        let Some(entry) = self.slices.remove(&slice) else {
+            return Ok(None);
+        };
+        match (entry.live, entry.recent) {
+            (live, None) => Ok(live),
+            (None, recent) => Ok(recent),
+            (Some(live), Some(mut recent)) => {
+                let mut chunk = recent.groups.emit()?;
+                for acc in &mut recent.accumulators {
+                    chunk.extend(acc.state(EmitTo::All)?);
+                }
+                let merging = Slice {
+                    live: Some(live),
+                    ..Slice::default()
+                };
+                self.slices.insert(slice, merging);
+                self.merge_into_live(slice, &chunk)?;
+                Ok(self.slices.remove(&slice).and_then(|s| s.live))
+            }
+        }
     }
 
     fn process_rows(&mut self, batch: &RecordBatch) -> Result<()> {
@@ -609,23 +663,6 @@ impl WindowAggregateOperator {
         let slices: Vec<i64> = self.slices.keys().copied().collect();
         self.fold_recent(&slices)?;
         let unsaved = std::mem::take(&mut self.unsaved);
-        let changed: usize = unsaved
-            .iter()
-            .map(|(_, c)| c.first().map_or(0, |a| a.len()))
-            .sum();
-        let total: usize = self
-            .slices
-            .values()
-            .filter_map(|s| s.live.as_ref())
-            .map(|l| l.groups.len())
-            .sum();
-        self.dense = match self.dense {
-            // Dense: full snapshots, then one interval of deltas to look again.
-            Some(left) if left > 1 => Some(left - 1),
-            Some(_) => None,
-            None if is_dense(changed, total) => Some(DENSE_FULL_SNAPSHOTS),
-            None => None,
-        };
         if full {
             return self.state_rows();
         }
@@ -695,12 +732,14 @@ impl WindowAggregateOperator {
         if members.is_empty() {
             return Ok(None);
         }
-        self.fold_recent(&members)?;
         let only = members[0];
         let direct =
             members.len() == 1 && window.last_window_end(only) == end && self.slices[&only].frozen.is_empty();
+        if !direct {
+            self.fold_recent(&members)?;
+        }
         let mut state = if direct {
-            match self.slices.remove(&only).and_then(|s| s.live) {
+            match self.final_state(only)? {
                 Some(live) => live,
                 None => return Ok(None),
             }
@@ -852,10 +891,6 @@ impl Operator for WindowAggregateOperator {
 
     fn delta_kind(&self) -> Option<DeltaKind> {
         self.incremental.then_some(DeltaKind::Merge)
-    }
-
-    fn wants_full_snapshot(&self) -> bool {
-        self.dense.is_some()
     }
 
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {

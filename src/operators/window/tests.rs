@@ -143,27 +143,3 @@ fn a_full_snapshot_of_an_incremental_operator_is_its_whole_state_and_restores_as
         lines(&["+I a 1970-01-01T00:00:00 1970-01-01T00:00:10 2 3", "wm 9999"])
     );
 }
-
-#[test]
-fn a_state_that_mostly_changes_is_snapshotted_in_full_for_a_while_then_deltas_are_tried_again() {
-    let mut h = tumbling().incremental().unwrap();
-    let many: String = (0..20_000).map(|i| format!("k{i} 1 {}\n", at(1))).collect();
-    h.push(&many).unwrap();
-    assert!(!h.wants_full_snapshot());
-    h.snapshot_delta(false).unwrap().expect("every key is new");
-    assert!(h.wants_full_snapshot(), "20000 of 20000 keys changed");
-    for _ in 0..crate::state::incremental::DENSE_FULL_SNAPSHOTS {
-        assert!(h.wants_full_snapshot());
-        h.push(&many).unwrap();
-        h.snapshot_delta(true).unwrap().expect("a base");
-    }
-    assert!(!h.wants_full_snapshot(), "deltas are tried again");
-    h.push(&format!("k0 5 {}", at(2))).unwrap();
-    assert_eq!(h.snapshot_delta(false).unwrap().expect("a delta").num_rows(), 1);
-    assert!(!h.wants_full_snapshot(), "1 of 20000 keys changed");
-    h.restart_from_chain().unwrap();
-    let fired = h.watermark(9_999).unwrap();
-    assert_eq!(fired.len(), 20_001);
-    assert!(fired.contains(&"+I k0 1970-01-01T00:00:00 1970-01-01T00:00:10 10 14".to_string()));
-    assert!(fired.contains(&"+I k7 1970-01-01T00:00:00 1970-01-01T00:00:10 9 9".to_string()));
-}
