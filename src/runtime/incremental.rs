@@ -65,6 +65,14 @@ impl FileSlot {
     fn failed(&self) -> bool {
         matches!(*self.value.lock().expect("file slot"), Some(Err(_)))
     }
+
+    /// The file's size once written (0 before, or without a file).
+    fn bytes(&self) -> u64 {
+        match &*self.value.lock().expect("file slot") {
+            Some(Ok(Some(file))) => file.bytes,
+            _ => 0,
+        }
+    }
 }
 
 /// A slot that is filled with an error if its writer drops it unfilled (a
@@ -178,6 +186,8 @@ impl StateChain {
             has_base: self.base.is_some(),
             deltas: self.deltas.len(),
             broken: self.base.iter().chain(&self.deltas).any(|s| s.failed()),
+            base_bytes: self.base.as_ref().map_or(0, |s| s.bytes()),
+            last_delta_bytes: self.deltas.last().map_or(0, |s| s.bytes()),
         }
     }
 

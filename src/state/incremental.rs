@@ -269,6 +269,10 @@ pub struct ChainShape {
     pub deltas: usize,
     /// A write of the chain failed: its files cannot be trusted.
     pub broken: bool,
+    /// Bytes of the base file (0 while it is written, or when empty).
+    pub base_bytes: u64,
+    /// Bytes of the newest delta (0 while it is written).
+    pub last_delta_bytes: u64,
 }
 
 /// The snapshot an operator takes for the next checkpoint.
@@ -284,9 +288,14 @@ pub enum Step {
 /// Which snapshot comes next. `max_deltas` bounds the chain: compaction
 /// starts at `max_deltas` deltas, and a chain twice that long (compaction
 /// has not kept up) starts again with a full snapshot, so a restore reads at
-/// most `1 + 2 * max_deltas` files per subtask and operator.
+/// most `1 + 2 * max_deltas` files per subtask and operator. A delta half
+/// the size of its base says most of the state changes between checkpoints:
+/// deltas that large cost more to keep and compact than a full snapshot.
 pub fn next_step(chain: ChainShape, max_deltas: usize) -> Step {
-    if !chain.has_base || chain.broken || chain.deltas >= 2 * max_deltas.max(1) {
+    // Below a megabyte, Parquet's own overhead makes sizes say little.
+    const MIN_BASE_BYTES: u64 = 1 << 20;
+    let dense = chain.base_bytes >= MIN_BASE_BYTES && chain.last_delta_bytes * 2 >= chain.base_bytes;
+    if !chain.has_base || chain.broken || dense || chain.deltas >= 2 * max_deltas.max(1) {
         Step::Full
     } else {
         Step::Delta
@@ -433,6 +442,7 @@ mod tests {
             has_base,
             deltas,
             broken,
+            ..ChainShape::default()
         };
         assert_eq!(next_step(chain(false, 0, false), 4), Step::Full);
         assert_eq!(next_step(chain(true, 3, false), 4), Step::Delta);
@@ -442,11 +452,29 @@ mod tests {
     }
 
     #[test]
+    fn a_delta_half_the_size_of_its_base_is_followed_by_a_full_snapshot() {
+        let chain = |base_bytes, last_delta_bytes| ChainShape {
+            has_base: true,
+            deltas: 1,
+            broken: false,
+            base_bytes,
+            last_delta_bytes,
+        };
+        assert_eq!(next_step(chain(36_000_000, 400_000), 8), Step::Delta);
+        assert_eq!(next_step(chain(36_000_000, 18_000_000), 8), Step::Full);
+        assert_eq!(
+            next_step(chain(0, 5_000), 8),
+            Step::Delta,
+            "an empty base says nothing"
+        );
+    }
+
+    #[test]
     fn compaction_starts_at_max_deltas_once_at_a_time() {
         let chain = ChainShape {
             has_base: true,
             deltas: 4,
-            broken: false,
+            ..ChainShape::default()
         };
         assert!(compaction_due(chain, 4, false));
         assert!(!compaction_due(chain, 4, true));
