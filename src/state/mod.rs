@@ -1,5 +1,6 @@
-//! Keyed state: key groups and (with checkpoints) state snapshots.
+//! Keyed state: key groups, state snapshots (with checkpoints) and spilled runs.
 
 pub mod incremental;
 pub mod key_group;
+pub mod runs;
 pub mod snapshot;

@@ -108,47 +108,94 @@ const ROW_GROUP_ROWS: usize = 64 * 1024;
 
 /// Writes `rows` to `path` (`relative` is how the checkpoint names it) and syncs it.
 pub fn write_state_file(path: &Path, relative: &str, rows: &RecordBatch) -> Result<StateFile> {
-    write_state_file_with(path, relative, rows, ROW_GROUP_ROWS)
+    write_state_file_with(path, relative, rows, ROW_GROUP_ROWS, true)
 }
+
+/// Rows per Parquet row group of a spilled run: a reader holds one row
+/// group of each run it merges.
+pub const RUN_ROW_GROUP_ROWS: usize = 8 * 1024;
 
 fn write_state_file_with(
     path: &Path,
     relative: &str,
     rows: &RecordBatch,
     row_group_rows: usize,
+    sync: bool,
 ) -> Result<StateFile> {
-    let key_groups = rows
-        .column_by_name(KEY_GROUP_COLUMN)
-        .ok_or_else(|| Error::Internal(format!("state rows lack {KEY_GROUP_COLUMN}")))?
-        .as_primitive_opt::<UInt32Type>()
-        .ok_or_else(|| Error::Internal(format!("{KEY_GROUP_COLUMN} must be UInt32")))?;
-    let first = key_groups.values().first().copied().unwrap_or(0) as usize;
-    let last = key_groups.values().last().copied().unwrap_or(0) as usize;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    }
-    let file = File::create(path).map_err(|e| Error::io(path, e))?;
-    // Written every checkpoint, read only on restore: cheap encoding first
-    // (no compression, no dictionaries), statistics only where a reader uses
-    // them (the key group, to skip row groups it does not own).
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::UNCOMPRESSED)
-        .set_dictionary_enabled(false)
-        .set_statistics_enabled(EnabledStatistics::None)
-        .set_column_statistics_enabled(ColumnPath::from(KEY_GROUP_COLUMN), EnabledStatistics::Chunk)
-        .set_max_row_group_row_count(Some(row_group_rows))
-        .build();
-    let mut writer = ArrowWriter::try_new(file, rows.schema(), Some(properties))?;
+    let mut writer = StateFileWriter::create(path, relative, rows.schema(), row_group_rows)?;
     writer.write(rows)?;
-    let file = writer.into_inner()?;
-    file.sync_all().map_err(|e| Error::io(path, e))?;
-    let bytes = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    Ok(StateFile {
-        path: relative.to_string(),
-        rows: rows.num_rows() as u64,
-        bytes,
-        key_groups: (first, last),
-    })
+    writer.finish(sync)
+}
+
+/// Writes a state file batch by batch (rows sorted by key group across
+/// batches): a spilled run merged range by range.
+pub struct StateFileWriter {
+    writer: ArrowWriter<File>,
+    path: std::path::PathBuf,
+    relative: String,
+    rows: u64,
+    key_groups: Option<(u32, u32)>,
+}
+
+impl StateFileWriter {
+    /// A writer of a state file of `schema` at `path` (`relative`: how a
+    /// checkpoint names it), `row_group_rows` rows per row group.
+    pub fn create(path: &Path, relative: &str, schema: SchemaRef, row_group_rows: usize) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        let file = File::create(path).map_err(|e| Error::io(path, e))?;
+        // Written every checkpoint, read only on restore: cheap encoding first
+        // (no compression, no dictionaries), statistics only where a reader uses
+        // them (the key group, to skip row groups it does not own).
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .set_statistics_enabled(EnabledStatistics::None)
+            .set_column_statistics_enabled(ColumnPath::from(KEY_GROUP_COLUMN), EnabledStatistics::Chunk)
+            .set_max_row_group_row_count(Some(row_group_rows))
+            .build();
+        Ok(StateFileWriter {
+            writer: ArrowWriter::try_new(file, schema, Some(properties))?,
+            path: path.to_path_buf(),
+            relative: relative.to_string(),
+            rows: 0,
+            key_groups: None,
+        })
+    }
+
+    /// Appends `rows` (their key groups at or after those written so far).
+    pub fn write(&mut self, rows: &RecordBatch) -> Result<()> {
+        let groups = rows
+            .column_by_name(KEY_GROUP_COLUMN)
+            .ok_or_else(|| Error::Internal(format!("state rows lack {KEY_GROUP_COLUMN}")))?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| Error::Internal(format!("{KEY_GROUP_COLUMN} must be UInt32")))?;
+        if let (Some(first), Some(last)) = (groups.values().first(), groups.values().last()) {
+            let (start, _) = self.key_groups.unwrap_or((*first, *last));
+            self.key_groups = Some((start, *last));
+        }
+        self.rows += rows.num_rows() as u64;
+        self.writer.write(rows)?;
+        Ok(())
+    }
+
+    /// Closes the file (synced when `sync`) and describes it.
+    pub fn finish(self, sync: bool) -> Result<StateFile> {
+        let path = self.path;
+        let file = self.writer.into_inner()?;
+        if sync {
+            file.sync_all().map_err(|e| Error::io(&path, e))?;
+        }
+        let bytes = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let (first, last) = self.key_groups.unwrap_or((0, 0));
+        Ok(StateFile {
+            path: self.relative,
+            rows: self.rows,
+            bytes,
+            key_groups: (first as usize, last as usize),
+        })
+    }
 }
 
 /// The row groups of a state file that may hold key groups `range`, by the
@@ -343,7 +390,7 @@ mod tests {
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("0.parquet");
-        write_state_file_with(&path, "0.parquet", &rows, 20).unwrap();
+        write_state_file_with(&path, "0.parquet", &rows, 20, true).unwrap();
         let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
         assert_eq!(builder.metadata().num_row_groups(), 10);
         assert_eq!(
