@@ -217,6 +217,10 @@ struct CheckpointArgs {
     /// one window): the state stays `--keys` large while only these change.
     #[arg(long)]
     hot_keys: Option<u64>,
+    /// Keep the window state with the spilling state backend, in this much
+    /// memory (e.g. 1gb); peak RSS is reported for every kind of run.
+    #[arg(long)]
+    spilling: Option<String>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -550,6 +554,14 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         unaligned: args.unaligned,
         incremental: args.incremental,
         hot_keys: args.hot_keys,
+        spill_budget: match &args.spilling {
+            None => None,
+            Some(text) => Some(
+                weir::config::parse_memory_size(text)
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("--spilling: '{text}' is not a memory size such as 1gb"))?,
+            ),
+        },
     };
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
     let r = run(&options, &weir)?;
@@ -562,7 +574,9 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
          largest state                   {:.1} MB\n\
          written per checkpoint          {:.1} MB median{} (state referenced {:.1} MB)\n\
          tasks blocked by snapshot       {:.0} ms (median of the longest per checkpoint)\n\
-         recovery after SIGKILL          {:.0} ms to restore {} state rows and run",
+         state backend                   {}\n\
+         peak RSS without / with ckpts   {:.0} MB / {:.0} MB\n\
+         recovery after SIGKILL          {}",
         if args.unaligned { "Unaligned" } else { "Aligned" },
         r.rows,
         r.keys,
@@ -584,8 +598,19 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         },
         r.full_median_bytes as f64 / 1e6,
         r.blocked_median_ms,
-        r.recovery_ms,
-        r.recovery_state_rows
+        match r.spill_budget {
+            None => "hashmap (heap)".to_string(),
+            Some(budget) => format!("spilling, {:.0} MB budget", budget as f64 / (1 << 20) as f64),
+        },
+        r.plain_peak_rss_bytes as f64 / (1 << 20) as f64,
+        r.checkpointed_peak_rss_bytes as f64 / (1 << 20) as f64,
+        match r.recovery_ms {
+            Some(ms) => format!(
+                "{ms:.0} ms to restore {} state rows and run",
+                r.recovery_state_rows
+            ),
+            None => "not measured with the spilling backend".to_string(),
+        }
     );
     write_json(args.json, &r)
 }

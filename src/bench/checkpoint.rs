@@ -40,6 +40,8 @@ pub struct CheckpointBenchOptions {
     /// After every key has a row, rows go to this many keys only (all rows
     /// then fall in one window): the keys that change between checkpoints.
     pub hot_keys: Option<u64>,
+    /// The spilling state backend with this budget in bytes (the heap when `None`).
+    pub spill_budget: Option<u64>,
 }
 
 /// The figures.
@@ -83,15 +85,25 @@ pub struct CheckpointBenchResult {
     pub hot_keys: Option<u64>,
     /// Median over checkpoints of the longest time a task was blocked by its snapshot, ms.
     pub blocked_median_ms: f64,
-    /// State rows in the checkpoint the recovery run restored.
+    /// State rows in the checkpoint the recovery run restored (0: not measured).
     pub recovery_state_rows: u64,
-    /// From the start of the restoring process to its job running, ms.
-    pub recovery_ms: f64,
+    /// From the start of the restoring process to its job running, ms
+    /// (not measured with the spilling backend).
+    pub recovery_ms: Option<f64>,
+    /// The spilling backend's budget, bytes.
+    pub spill_budget: Option<u64>,
+    /// The largest peak resident set of a run without checkpoints, bytes
+    /// (Linux; 0 where it cannot be read).
+    pub plain_peak_rss_bytes: u64,
+    /// The largest peak resident set of a run with checkpoints, bytes.
+    pub checkpointed_peak_rss_bytes: u64,
 }
 
-/// The job: `keys` keys, one row per millisecond of event time, 1-hour tumbling windows.
+/// The job: `keys` keys in 1-hour tumbling windows, one row per millisecond
+/// of event time, or as many more as it takes for a window to hold every
+/// key (above 3M keys).
 fn job_sql(rows: u64, keys: u64, rows_per_second: u64) -> String {
-    windowed_job_sql(rows, 1, keys, rows_per_second)
+    windowed_job_sql(rows, keys.div_ceil(3_000_000).max(1), keys, rows_per_second)
 }
 
 /// The job of `options`: with hot keys, every key gets a row first, then
@@ -140,13 +152,23 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Runs the job in this process; wall seconds and the job's checkpoint stats.
+/// One run of the job in this process: (seconds, checkpoints, peak RSS bytes).
 fn run_in_process(
     options: &CheckpointBenchOptions,
     checkpoint_dir: Option<&Path>,
-) -> Result<(f64, Vec<crate::runtime::job::CheckpointStats>)> {
+    spill_dir: &Path,
+) -> Result<(f64, Vec<crate::runtime::job::CheckpointStats>, u64)> {
     let engine = Engine::new();
     engine.set("parallelism.default", &options.parallelism.to_string())?;
     engine.set("table.local-time-zone", "UTC")?;
+    if let Some(budget) = options.spill_budget {
+        engine.set("state.backend.type", "spilling")?;
+        engine.set("taskmanager.memory.managed.size", &budget.to_string())?;
+        engine.set(
+            "state.backend.spilling.local-dir",
+            &spill_dir.display().to_string(),
+        )?;
+    }
     if let Some(dir) = checkpoint_dir {
         engine.set(
             "execution.checkpointing.interval",
@@ -163,6 +185,7 @@ fn run_in_process(
         )?;
         engine.set("pipeline.name", "checkpoint-bench")?;
     }
+    super::reset_peak_rss();
     let started = Instant::now();
     let result = engine.sql(&options_job_sql(options))?;
     let job = result
@@ -173,7 +196,8 @@ fn run_in_process(
     if status != JobStatus::Finished {
         return Err(Error::Execution(format!("the benchmark job ended {status:?}")));
     }
-    Ok((started.elapsed().as_secs_f64(), job.completed_checkpoints()))
+    let seconds = started.elapsed().as_secs_f64();
+    Ok((seconds, job.completed_checkpoints(), super::peak_rss_bytes()))
 }
 
 /// Runs `weir run` on the job, kills it with SIGKILL once a checkpoint holds
@@ -265,12 +289,16 @@ fn recovery(weir: &Path, options: &CheckpointBenchOptions, scratch: &Path) -> Re
 pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBenchResult> {
     let scratch = ScratchDir::new(None)?;
     let (mut plain, mut checkpointed, mut stats) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut plain_peak, mut checkpointed_peak) = (0, 0);
+    let spill_dir = scratch.path.join("spill");
     for run in 0..options.runs.max(1) {
-        let (seconds, _) = run_in_process(options, None)?;
+        let (seconds, _, peak) = run_in_process(options, None, &spill_dir)?;
         plain.push(options.rows as f64 / seconds);
+        plain_peak = plain_peak.max(peak);
         let dir = scratch.path.join(format!("overhead-{run}"));
-        let (seconds, run_stats) = run_in_process(options, Some(&dir))?;
+        let (seconds, run_stats, peak) = run_in_process(options, Some(&dir), &spill_dir)?;
         checkpointed.push(options.rows as f64 / seconds);
+        checkpointed_peak = checkpointed_peak.max(peak);
         stats.extend(run_stats);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -280,7 +308,14 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
     durations.sort_by(f64::total_cmp);
     let mut blocked: Vec<f64> = stats.iter().map(|c| c.max_blocked.as_secs_f64() * 1e3).collect();
     blocked.sort_by(f64::total_cmp);
-    let (recovery_state_rows, recovery_ms) = recovery(weir, options, &scratch.path)?;
+    // A restore of spilled state reads it into memory first: not measured.
+    let (recovery_state_rows, recovery_ms) = match options.spill_budget {
+        Some(_) => (0, None),
+        None => {
+            let (rows, ms) = recovery(weir, options, &scratch.path)?;
+            (rows, Some(ms))
+        }
+    };
     let median_bytes = |bytes: &dyn Fn(&crate::runtime::job::CheckpointStats) -> u64| {
         let mut all: Vec<f64> = stats.iter().map(|c| bytes(c) as f64).collect();
         all.sort_by(f64::total_cmp);
@@ -309,5 +344,8 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
         blocked_median_ms: percentile(&blocked, 0.5),
         recovery_state_rows,
         recovery_ms,
+        spill_budget: options.spill_budget,
+        plain_peak_rss_bytes: plain_peak,
+        checkpointed_peak_rss_bytes: checkpointed_peak,
     })
 }

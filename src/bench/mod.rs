@@ -36,12 +36,7 @@ pub(crate) fn reset_peak_rss() {
     // The allocator keeps freed memory for a while (see `PURGE_DELAY_MS` in
     // main.rs): give it back first, or the previous query's memory would
     // count as this one's.
-    // SAFETY: mimalloc's collect takes no pointers; it only returns unused
-    // memory of its own heaps (none when mimalloc is not the allocator).
-    #[expect(unsafe_code, reason = "mimalloc's collect has only a C API")]
-    unsafe {
-        libmimalloc_sys::mi_collect(true)
-    };
+    crate::alloc::give_back_freed_memory();
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
