@@ -36,6 +36,18 @@ pub const SINK_UPSERT_MATERIALIZE: &str = "table.exec.sink.upsert-materialize";
 pub const BROADCAST_THRESHOLD: &str = "table.optimizer.join.broadcast-threshold";
 /// Flink's default broadcast threshold, 1 MB.
 pub const DEFAULT_BROADCAST_THRESHOLD: u64 = 1024 * 1024;
+/// `state.backend.type`: `hashmap` (state on the heap, the default) or
+/// weir's `spilling` (window aggregation state beyond a memory budget in
+/// sorted Parquet runs on local disk).
+pub const STATE_BACKEND: &str = "state.backend.type";
+/// `taskmanager.memory.managed.size`: the memory the spilling backend's
+/// state may take in this process, shared by its operator subtasks.
+pub const MANAGED_MEMORY: &str = "taskmanager.memory.managed.size";
+/// The spilling backend's budget when `taskmanager.memory.managed.size` is unset.
+pub const DEFAULT_MANAGED_MEMORY: u64 = 512 << 20;
+/// `state.backend.spilling.local-dir`: where the spilling backend writes its
+/// runs (default: the system's temporary directory).
+pub const SPILL_DIR: &str = "state.backend.spilling.local-dir";
 /// `weir.batch-size`: rows per batch that sources aim for.
 pub const BATCH_SIZE: &str = "weir.batch-size";
 /// `weir.channel-capacity`: batches a channel holds before the sender blocks.
@@ -61,6 +73,21 @@ pub enum UpsertMaterialize {
     Force,
     /// Never.
     None,
+}
+
+/// Where keyed state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateBackend {
+    /// On the heap (Flink's `hashmap`).
+    Heap,
+    /// Window aggregation state beyond `budget` bytes (for the whole
+    /// process) in sorted runs under `dir`.
+    Spilling {
+        /// Bytes of state in memory, for all spilling subtasks together.
+        budget: u64,
+        /// Directory of the runs.
+        dir: std::path::PathBuf,
+    },
 }
 
 /// The settings of a session.
@@ -116,6 +143,7 @@ impl SessionConfig {
             SOURCE_IDLE_TIMEOUT => self.source_idle_timeout().map(drop),
             STATE_TTL => self.state_ttl().map(drop),
             BROADCAST_THRESHOLD => self.broadcast_threshold().map(drop),
+            STATE_BACKEND | MANAGED_MEMORY | SPILL_DIR => self.state_backend().map(drop),
             BATCH_SIZE => self.batch_size().map(drop),
             CHANNEL_CAPACITY => self.channel_capacity().map(drop),
             key if crate::checkpoint::config::KEYS.contains(&key) => {
@@ -272,6 +300,41 @@ impl SessionConfig {
         }
     }
 
+    /// `state.backend.type` with its budget and directory (default: the heap).
+    pub fn state_backend(&self) -> Result<StateBackend> {
+        let budget = match self.get(MANAGED_MEMORY) {
+            None => DEFAULT_MANAGED_MEMORY,
+            Some(v) => match parse_memory_size(v) {
+                Some(n) if n > 0 => n,
+                _ => {
+                    return Err(bad_value(
+                        MANAGED_MEMORY,
+                        v,
+                        "a memory size such as '1 gb' or '512mb'",
+                    ));
+                }
+            },
+        };
+        let kind = self.get(STATE_BACKEND).map(|v| v.trim().to_ascii_lowercase());
+        match kind.as_deref() {
+            None | Some("hashmap") => Ok(StateBackend::Heap),
+            Some("spilling") => Ok(StateBackend::Spilling {
+                budget,
+                dir: self
+                    .get(SPILL_DIR)
+                    .map(std::path::PathBuf::from)
+                    .unwrap_or_else(std::env::temp_dir),
+            }),
+            Some("rocksdb" | "forst") => Err(bad_value(
+                STATE_BACKEND,
+                kind.as_deref().unwrap_or_default(),
+                "'hashmap' or 'spilling': weir has no RocksDB; 'spilling' keeps window \
+                 aggregation state beyond 'taskmanager.memory.managed.size' on local disk",
+            )),
+            Some(v) => Err(bad_value(STATE_BACKEND, v, "'hashmap' or 'spilling'")),
+        }
+    }
+
     /// `weir.batch-size` (default 8192).
     pub fn batch_size(&self) -> Result<usize> {
         self.positive(BATCH_SIZE, 8192)
@@ -332,6 +395,22 @@ fn normalize_offset(zone: &str) -> Option<String> {
         None => (rest.parse::<u32>().ok()?, 0),
     };
     (hours <= 18 && minutes < 60).then(|| format!("{sign}{hours:02}:{minutes:02}"))
+}
+
+/// Parses Flink memory sizes: `128mb`, `1 gb`, `512kb`, `4096` (bytes).
+pub fn parse_memory_size(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_lowercase();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let factor = match unit.trim() {
+        "" | "b" | "bytes" => 1,
+        "k" | "kb" | "kibibytes" => 1 << 10,
+        "m" | "mb" | "mebibytes" => 1 << 20,
+        "g" | "gb" | "gibibytes" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(factor)
 }
 
 /// Parses Flink durations: `10 s`, `200ms`, `1 min`, `5000` (milliseconds).

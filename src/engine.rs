@@ -931,6 +931,7 @@ impl Session {
             checkpoint,
             restore,
             notes,
+            state_backend: self.config.state_backend()?,
         };
         let job = job::start(graph, settings)?;
         self.jobs.push(job.clone());

@@ -25,6 +25,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod bench;
 pub mod changelog;
 pub mod checkpoint;

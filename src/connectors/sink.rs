@@ -115,6 +115,7 @@ impl Operator for SinkOperator {
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: self.writer.pre_commit(checkpoint)?,
             rows: None,
         }))

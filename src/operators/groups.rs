@@ -48,6 +48,14 @@ impl Groups {
         }
     }
 
+    /// Bytes the groups take in memory.
+    pub fn size(&self) -> usize {
+        match self {
+            Groups::Keyed(g) => g.size(),
+            Groups::Keyless(_) => 0,
+        }
+    }
+
     /// True when there is no group.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -16,7 +16,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use crate::changelog::{self, RowKind};
 use crate::plan::NodeKind;
-use crate::runtime::operator::{Emitted, OperatorSnapshot};
+use crate::runtime::operator::{Emitted, OperatorSnapshot, SpillSettings};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 use crate::{Engine, Result};
 
@@ -31,6 +31,8 @@ pub struct Harness {
     /// Incremental snapshots taken so far (the base first), as a chain of
     /// state files would hold them.
     chain: Vec<OperatorSnapshot>,
+    /// The spilling state backend's settings, if on.
+    spill: Option<SpillSettings>,
 }
 
 impl Harness {
@@ -63,6 +65,7 @@ impl Harness {
             checkpoint: 0,
             incremental: false,
             chain: Vec::new(),
+            spill: None,
         })
     }
 
@@ -76,6 +79,7 @@ impl Harness {
             checkpoint: 0,
             incremental: false,
             chain: Vec::new(),
+            spill: None,
         })
     }
 
@@ -86,10 +90,29 @@ impl Harness {
         Ok(self)
     }
 
+    /// The operator afresh, with the spilling state backend: `budget` bytes
+    /// in memory, runs under `dir`.
+    pub fn spilling(mut self, budget: usize, dir: &std::path::Path) -> Result<Harness> {
+        self.spill = Some(SpillSettings {
+            budget,
+            dir: dir.to_path_buf(),
+        });
+        self.operator = self.factory.create(&self.context())?;
+        Ok(self)
+    }
+
     fn context(&self) -> TaskContext {
         let mut ctx = TaskContext::standalone(1024);
         ctx.incremental = self.incremental;
+        ctx.spill = self.spill.clone();
         ctx
+    }
+
+    /// What the operator emitted, then all it held back (see
+    /// [`Operator::emit_more`]), as lines.
+    fn drain(&mut self, mut out: Output) -> Result<Vec<String>> {
+        while self.operator.emit_more(&mut out)? {}
+        render(out)
     }
 
     /// An incremental snapshot (`full`: a new base, which starts the chain
@@ -100,6 +123,7 @@ impl Harness {
             .operator
             .snapshot_delta(self.checkpoint, full)?
             .unwrap_or(OperatorSnapshot {
+                runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: None,
             });
@@ -130,6 +154,7 @@ impl Harness {
         let rows = crate::state::incremental::combine(kind, files)?;
         self.operator = self.factory.create(&self.context())?;
         self.operator.restore(OperatorSnapshot {
+            runs: Vec::new(),
             meta,
             rows: rows.clone(),
         })?;
@@ -151,7 +176,7 @@ impl Harness {
         let batch = parse(schema, rows)?;
         let mut out = Output::default();
         self.operator.process_batch(input, batch, &mut out)?;
-        render(out)
+        self.drain(out)
     }
 
     /// Runs one batch of `rows` of source split `split`; returns what it emitted.
@@ -159,35 +184,35 @@ impl Harness {
         let batch = parse(&self.inputs[0], rows)?;
         let mut out = Output::default();
         self.operator.process_split_batch(split, batch, &mut out)?;
-        render(out)
+        self.drain(out)
     }
 
     /// Tells the operator the source reads `splits` now; returns what it emitted.
     pub fn set_splits(&mut self, splits: &[crate::runtime::SplitId]) -> Result<Vec<String>> {
         let mut out = Output::default();
         self.operator.set_splits(splits, &mut out)?;
-        render(out)
+        self.drain(out)
     }
 
     /// The wall clock reached `now`; returns what it emitted.
     pub fn processing_time(&mut self, now: i64) -> Result<Vec<String>> {
         let mut out = Output::default();
         self.operator.on_processing_time(now, &mut out)?;
-        render(out)
+        self.drain(out)
     }
 
     /// Ends input `input` (all its channels ended); returns what it emitted.
     pub fn end_input(&mut self, input: usize) -> Result<Vec<String>> {
         let mut out = Output::default();
         self.operator.end_input(input, &mut out)?;
-        render(out)
+        self.drain(out)
     }
 
     /// Passes a watermark; returns what it emitted.
     pub fn watermark(&mut self, watermark: i64) -> Result<Vec<String>> {
         let mut out = Output::default();
         self.operator.process_watermark(watermark, &mut out)?;
-        render(out)
+        self.drain(out)
     }
 
     /// Snapshots the operator and replaces it with a new one restored from
@@ -195,12 +220,33 @@ impl Harness {
     pub fn restart(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;
         let snapshot = self.operator.snapshot(self.checkpoint)?;
+        let restored = snapshot.as_ref().map(with_runs_read).transpose()?;
         self.operator = self.factory.create(&self.context())?;
-        if let Some(snapshot) = &snapshot {
-            self.operator.restore(snapshot.clone())?;
+        if let Some(restored) = restored {
+            self.operator.restore(restored)?;
         }
         Ok(snapshot)
     }
+}
+
+/// A snapshot as a restore reads it back from a checkpoint: the rows of its
+/// spilled runs (linked as deltas that merge) joined to its rows.
+fn with_runs_read(snapshot: &OperatorSnapshot) -> Result<OperatorSnapshot> {
+    if snapshot.runs.is_empty() {
+        return Ok(snapshot.clone());
+    }
+    let mut files: Vec<RecordBatch> = snapshot.rows.iter().cloned().collect();
+    for run in &snapshot.runs {
+        files.extend(crate::state::snapshot::read_state_file(
+            run.path(),
+            &(0..=usize::MAX),
+        )?);
+    }
+    Ok(OperatorSnapshot {
+        meta: snapshot.meta.clone(),
+        rows: crate::state::incremental::combine(Some(crate::state::incremental::DeltaKind::Merge), files)?,
+        runs: Vec::new(),
+    })
 }
 
 /// A batch of `schema` from lines of values.

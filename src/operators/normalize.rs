@@ -160,6 +160,7 @@ impl Operator for NormalizeOperator {
         let mut columns: Vec<ArrayRef> = vec![Arc::new(groups)];
         columns.extend(data);
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
         }))

@@ -241,6 +241,7 @@ impl Operator for MaterializerOperator {
             stored.iter().map(|(p, _)| *p as i64),
         )));
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
         }))

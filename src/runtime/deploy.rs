@@ -17,13 +17,14 @@ use super::incremental::{Compactor, StateChain};
 use super::input::{InputChannel, InputGate};
 use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
 use super::message::Message;
-use super::operator::{Operator, OperatorSnapshot, TaskContext, TaskMetrics};
+use super::operator::{Operator, OperatorFactory, OperatorSnapshot, SpillSettings, TaskContext, TaskMetrics};
 use super::source::SourceReader;
 use super::task::{Replay, Task, TaskInput};
 use crate::checkpoint::driver::DriverTask;
 use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
 use crate::checkpoint::storage::run_dir;
 use crate::checkpoint::{ChannelSide, CheckpointConfig, OperatorState, TaskState};
+use crate::config::StateBackend;
 use crate::state::incremental::combine;
 use crate::state::key_group::key_group_range;
 use crate::state::snapshot::{read_batches, read_state_file};
@@ -276,6 +277,7 @@ pub fn restore_task(
             }
             let rows = combine(saved.delta_kind, files)?;
             snapshots.push(OperatorSnapshot {
+                runs: Vec::new(),
                 meta: saved.meta.clone(),
                 rows,
             });
@@ -283,6 +285,40 @@ pub fn restore_task(
         chain[index].restore_rescaled(snapshots)?;
     }
     Ok(replay)
+}
+
+/// The spilling backend's settings for each operator subtask that spills:
+/// the process's budget shared evenly by them (`None` on the heap).
+fn spill_settings(graph: &JobGraph, backend: &StateBackend) -> Option<SpillSettings> {
+    let StateBackend::Spilling { budget, dir } = backend else {
+        return None;
+    };
+    let spilling: usize = graph
+        .vertices
+        .iter()
+        .map(|v| v.parallelism * v.operators.iter().filter(|f| f.can_spill()).count())
+        .sum();
+    Some(SpillSettings {
+        budget: (*budget / spilling.max(1) as u64) as usize,
+        dir: dir.clone(),
+    })
+}
+
+/// The spilling backend keeps only the state of operators that can spill
+/// within its budget: another keyed operator would keep its state on the
+/// heap, beyond the budget, so the job is refused, naming it.
+fn refuse_heap_state(factories: &[Arc<dyn OperatorFactory>], chain: &[Box<dyn Operator>]) -> Result<()> {
+    for (factory, operator) in factories.iter().zip(chain) {
+        if operator.is_keyed() && !factory.can_spill() {
+            return Err(Error::Plan(format!(
+                "'state.backend.type' = 'spilling' keeps only window aggregations (TUMBLE, HOP, \
+                 CUMULATE) within 'taskmanager.memory.managed.size', but {} keeps its state on the \
+                 heap; use 'hashmap' for this job",
+                operator.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The in-flight records an unaligned checkpoint saved for this subtask, to
@@ -424,6 +460,7 @@ pub fn build_attempt(
     if let Some(dir) = &job_dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
+    let spill = spill_settings(graph, &settings.state_backend);
     let (report_sender, report_receiver) = crossbeam_channel::unbounded();
     let mut driver_tasks = Vec::new();
     let mut tasks = Vec::new();
@@ -456,6 +493,7 @@ pub fn build_attempt(
                 job_id: settings.job_id.clone(),
                 attempt,
                 incremental: settings.checkpoint.as_ref().is_some_and(|c| c.incremental),
+                spill: spill.clone(),
             };
             let name = format!("{vertex_name} ({}/{})", subtask + 1, vertex.parallelism);
             let mut reader = match &vertex.source {
@@ -467,6 +505,9 @@ pub fn build_attempt(
                 .iter()
                 .map(|factory| factory.create(&ctx))
                 .collect::<Result<Vec<_>>>()?;
+            if spill.is_some() {
+                refuse_heap_state(&vertex.operators, &chain)?;
+            }
             if settings.checkpoint.is_some()
                 && let Some(operator) = chain.iter().find(|op| !op.supports_checkpoints())
             {

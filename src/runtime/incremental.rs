@@ -322,6 +322,7 @@ impl CompactionJob {
         let rows = combine(Some(self.kind), batches)?;
         let mut operator = (self.compactor)()?;
         operator.restore(OperatorSnapshot {
+            runs: Vec::new(),
             meta: self.meta,
             rows,
         })?;

@@ -101,6 +101,8 @@ pub struct JobSettings {
     pub notes: Vec<String>,
     /// What happens when a task fails.
     pub restart: RestartStrategy,
+    /// Where keyed state lives.
+    pub state_backend: crate::config::StateBackend,
 }
 
 /// A complete checkpoint a job starts from.

@@ -20,6 +20,10 @@ pub struct OperatorSnapshot {
     /// Keyed state: rows with a first column `_key_group` (UInt32), sorted by
     /// it; written as one Parquet file.
     pub rows: Option<RecordBatch>,
+    /// The spilling backend: runs on local disk that also hold keyed state
+    /// (partial states, merged with `rows` on restore); a checkpoint links
+    /// them.
+    pub runs: Vec<crate::state::runs::Run>,
 }
 
 impl OperatorSnapshot {
@@ -28,6 +32,7 @@ impl OperatorSnapshot {
         OperatorSnapshot {
             meta: serde_json::json!({ "watermark": watermark }),
             rows,
+            runs: Vec::new(),
         }
     }
 
@@ -163,6 +168,15 @@ pub trait Operator: Send {
     /// [`Operator::process_split_batch`]).
     fn set_splits(&mut self, _splits: &[super::SplitId], _out: &mut Output) -> Result<()> {
         Ok(())
+    }
+
+    /// Emits the next part of output it held back, to be sent on before
+    /// the next part is made (a window firing from spilled state emits one
+    /// key-group range at a time); true while more is to come. The task
+    /// calls it after every other call until it returns false, before any
+    /// new input.
+    fn emit_more(&mut self, _out: &mut Output) -> Result<bool> {
+        Ok(false)
     }
 
     /// Handles a watermark: the operator's event time has reached `watermark`.
@@ -375,6 +389,18 @@ pub struct TaskContext {
     /// Incremental checkpoints are on: operators that can write deltas
     /// track what changed between snapshots.
     pub incremental: bool,
+    /// The spilling state backend: this operator subtask's share of the
+    /// memory budget and where its runs go; `None` with state on the heap.
+    pub spill: Option<SpillSettings>,
+}
+
+/// What an operator subtask of the spilling state backend gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpillSettings {
+    /// Bytes of state it may keep in memory.
+    pub budget: usize,
+    /// The directory its runs go under (a directory of its own is made there).
+    pub dir: std::path::PathBuf,
 }
 
 impl TaskContext {
@@ -391,6 +417,7 @@ impl TaskContext {
             job_id: super::job_id::JobId::new(),
             attempt: 0,
             incremental: false,
+            spill: None,
         }
     }
 
@@ -481,6 +508,13 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
     /// watermark), so that its input may be read again from the start after
     /// a restore: the table side of a lookup or broadcast join.
     fn keeps_no_rows(&self) -> bool {
+        false
+    }
+
+    /// Whether its operator keeps its state within a memory budget, spilling
+    /// the rest to local disk, with the spilling state backend (window
+    /// aggregations); other keyed operators are refused by that backend.
+    fn can_spill(&self) -> bool {
         false
     }
 

@@ -26,8 +26,9 @@ use super::message::{
 };
 use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
 use super::source::{SourcePoll, SourceReader};
-use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, TaskState};
-use crate::state::incremental::Step;
+use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, StateFile, TaskState};
+use crate::state::incremental::{DeltaKind, Step};
+use crate::state::runs::Run;
 use crate::state::snapshot::{write_batches, write_state_file};
 use crate::{Error, Result};
 
@@ -86,16 +87,50 @@ fn write_snapshots(
                     }
                     _ => None,
                 };
+                let deltas = link_runs(dir, &operator_id, subtask, &snapshot.runs)?;
+                let delta_kind = (!deltas.is_empty()).then_some(DeltaKind::Merge);
                 Ok(OperatorState {
                     operator_id,
                     signature,
                     meta: snapshot.meta,
                     file,
-                    deltas: Vec::new(),
-                    delta_kind: None,
+                    deltas,
+                    delta_kind,
                 })
             },
         )
+        .collect()
+}
+
+/// Puts the spilled runs of a snapshot into the checkpoint directory as
+/// `<operator>/<subtask>-run-<k>.parquet`, synced: a hard link (a run never
+/// changes), or a copy where the file system has none across. They are the
+/// deltas of the operator's state, merging with its rows.
+fn link_runs(
+    dir: &std::path::Path,
+    operator_id: &str,
+    subtask: usize,
+    runs: &[Run],
+) -> Result<Vec<StateFile>> {
+    runs.iter()
+        .enumerate()
+        .map(|(k, run)| {
+            let relative = format!("{operator_id}/{subtask}-run-{k}.parquet");
+            let target = dir.join(&relative);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            }
+            if std::fs::hard_link(run.path(), &target).is_err() {
+                std::fs::copy(run.path(), &target).map_err(|e| Error::io(&target, e))?;
+            }
+            std::fs::File::open(&target)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io(&target, e))?;
+            Ok(StateFile {
+                path: relative,
+                ..run.info.clone()
+            })
+        })
         .collect()
 }
 
@@ -689,8 +724,9 @@ impl Task {
                     // Shared files (`../shared/...`) stay: chains refer to them.
                     let files = operators
                         .iter()
-                        .filter(|o| o.delta_kind.is_none())
-                        .filter_map(|o| o.file.as_ref().map(|f| &f.path));
+                        .flat_map(|o| o.files())
+                        .map(|f| &f.path)
+                        .filter(|path| !path.starts_with("../"));
                     for path in files.chain(channels.iter().map(|c| &c.path)) {
                         let _ = std::fs::remove_file(dir.join(path));
                     }
@@ -841,7 +877,11 @@ impl Task {
                         .as_ref()
                         .map_or(serde_json::Value::Null, |s| s.meta.clone());
                     chain.maybe_compact(&meta)?;
-                    let snapshot = snapshot.unwrap_or(OperatorSnapshot { meta, rows: None });
+                    let snapshot = snapshot.unwrap_or(OperatorSnapshot {
+                        meta,
+                        rows: None,
+                        runs: Vec::new(),
+                    });
                     (Some(snapshot), Some(write))
                 }
                 _ => (operator.snapshot(id)?, None),
@@ -875,7 +915,7 @@ impl Task {
             if self.chain[index].uses_processing_time() {
                 let mut out = Output::default();
                 self.chain[index].on_processing_time(now, &mut out)?;
-                self.forward(index + 1, out)?;
+                self.forward_from(index, out)?;
             }
         }
         Ok(())
@@ -919,7 +959,7 @@ impl Task {
         }
         let mut out = Output::default();
         self.chain[index].process_batch(input, batch, &mut out)?;
-        self.forward(index + 1, out)
+        self.forward_from(index, out)
     }
 
     /// Pushes a batch of source split `split` into operator `index` and on.
@@ -940,7 +980,7 @@ impl Task {
                 Emitted::Watermark(wm) => self.push_watermark(index + 1, wm)?,
             }
         }
-        Ok(())
+        self.forward_from(index, Output::default())
     }
 
     /// Tells the chain which splits the source reads now.
@@ -968,7 +1008,21 @@ impl Task {
         }
         let mut out = Output::default();
         self.chain[index].process_watermark(watermark, &mut out)?;
-        self.forward(index + 1, out)
+        self.forward_from(index, out)
+    }
+
+    /// Sends on what operator `index` emitted, then each part of the output
+    /// it held back (see [`Operator::emit_more`]) as it is made.
+    fn forward_from(&mut self, index: usize, out: Output) -> Result<()> {
+        self.forward(index + 1, out)?;
+        loop {
+            let mut more = Output::default();
+            let again = self.chain[index].emit_more(&mut more)?;
+            self.forward(index + 1, more)?;
+            if !again {
+                return Ok(());
+            }
+        }
     }
 
     fn forward(&mut self, index: usize, mut out: Output) -> Result<()> {

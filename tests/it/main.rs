@@ -21,6 +21,7 @@ mod recovery;
 mod repl;
 mod repl_pty;
 mod savepoint;
+mod spilling;
 
 use std::path::{Path, PathBuf};
 

@@ -58,7 +58,7 @@ impl RollingPolicy {
     pub fn from_table(table: &TableDef) -> Result<Self> {
         let file_size = match table.option("sink.rolling-policy.file-size") {
             None => 128 << 20,
-            Some(v) => parse_size(v).ok_or_else(|| {
+            Some(v) => crate::config::parse_memory_size(v).ok_or_else(|| {
                 Error::sql(format!(
                     "table '{}': invalid 'sink.rolling-policy.file-size' '{v}' (examples: 128MB, 1gb, 4096)",
                     table.name
@@ -79,22 +79,6 @@ impl RollingPolicy {
             rollover_interval,
         })
     }
-}
-
-/// Parses Flink memory sizes: `128mb`, `1 gb`, `512kb`, `4096` (bytes).
-fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim().to_ascii_lowercase();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().ok()?;
-    let factor = match unit.trim() {
-        "" | "b" | "bytes" => 1,
-        "k" | "kb" | "kibibytes" => 1 << 10,
-        "m" | "mb" | "mebibytes" => 1 << 20,
-        "g" | "gb" | "gibibytes" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(factor)
 }
 
 /// A random UUID (version 4) in the usual text form.
@@ -673,10 +657,10 @@ mod tests {
 
     #[test]
     fn sizes_parse_with_flink_units() {
-        assert_eq!(parse_size("128MB"), Some(128 << 20));
-        assert_eq!(parse_size("1 gb"), Some(1 << 30));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("lots"), None);
+        assert_eq!(crate::config::parse_memory_size("128MB"), Some(128 << 20));
+        assert_eq!(crate::config::parse_memory_size("1 gb"), Some(1 << 30));
+        assert_eq!(crate::config::parse_memory_size("4096"), Some(4096));
+        assert_eq!(crate::config::parse_memory_size("lots"), None);
     }
 
     #[test]

@@ -825,6 +825,7 @@ impl Operator for GroupAggregateOperator {
             return Ok(None);
         }
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
         }))
@@ -839,6 +840,7 @@ impl Operator for GroupAggregateOperator {
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if !full {
             return Ok(Some(OperatorSnapshot {
+                runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: self.changed_rows()?,
             }));

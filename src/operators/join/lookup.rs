@@ -357,6 +357,7 @@ impl Operator for LookupJoinOperator {
         let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(vec![0; waiting.num_rows()]))];
         columns.extend(waiting.columns().iter().cloned());
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(RecordBatch::try_new(self.spec.state_schema(), columns)?),
         }))

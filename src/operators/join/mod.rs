@@ -896,6 +896,7 @@ impl Operator for JoinOperator {
             return Ok(None);
         };
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&schema, columns)?),
         }))
@@ -921,6 +922,7 @@ impl Operator for JoinOperator {
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.delta_rows(full)?,
         }))

@@ -353,6 +353,7 @@ impl Operator for RetractOverOperator {
         let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(&keys, kept.len(), self.max_parallelism)?)];
         columns.extend(data);
         Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.state_schema(), columns)?),
         }))

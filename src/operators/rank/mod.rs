@@ -588,6 +588,7 @@ impl Operator for TopNOperator {
             (Some(_), rows) => Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows))),
             (None, None) => Ok(None),
             (None, Some(rows)) => Ok(Some(OperatorSnapshot {
+                runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: Some(rows),
             })),

@@ -37,6 +37,9 @@ use crate::state::incremental::DeltaKind;
 use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
 use crate::{Error, Result};
 
+mod spill;
+use spill::Spill;
+
 /// Where in the two-phase scheme an aggregation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -208,9 +211,16 @@ impl OperatorFactory for WindowAggregateFactory {
             batch_size: ctx.batch_size,
             max_parallelism: ctx.max_parallelism,
             group_indices: Vec::new(),
-            incremental: ctx.incremental && self.0.phase != Phase::Local,
+            // The spilling backend takes full snapshots: they link its
+            // runs, and write only what is in memory.
+            incremental: ctx.incremental && self.0.phase != Phase::Local && ctx.spill.is_none(),
             unsaved: Vec::new(),
+            spill: ctx.spill.clone().map(Spill::new),
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 }
 
@@ -218,6 +228,27 @@ impl OperatorFactory for WindowAggregateFactory {
 struct LiveState {
     groups: Groups,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
+}
+
+impl LiveState {
+    /// Bytes it takes in memory.
+    fn size(&self) -> usize {
+        self.groups.size() + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    }
+
+    /// Merges `chunk` (`[keys..., states...]`) into the state.
+    fn merge(&mut self, chunk: &[ArrayRef], widths: &[usize], group_indices: &mut Vec<usize>) -> Result<()> {
+        let rows = chunk.first().map_or(0, |c| c.len());
+        let key_count = chunk.len() - widths.iter().sum::<usize>();
+        self.groups.intern(&chunk[..key_count], rows, group_indices)?;
+        let total = self.groups.len();
+        let mut offset = key_count;
+        for (acc, width) in self.accumulators.iter_mut().zip(widths) {
+            acc.merge_batch(&chunk[offset..offset + width], group_indices, total)?;
+            offset += width;
+        }
+        Ok(())
+    }
 }
 
 /// The state of one slice: live accumulators, and states frozen when an earlier
@@ -266,6 +297,8 @@ struct WindowAggregateOperator {
     /// Incremental checkpoints: partial states folded since the last
     /// snapshot (by slice), not yet in a delta.
     unsaved: Vec<(i64, Vec<ArrayRef>)>,
+    /// The spilling state backend: runs of slices, and a firing in progress.
+    spill: Option<Spill>,
 }
 
 /// Row indices of a batch grouped by slice; `None` when every row is in one slice.
@@ -330,7 +363,6 @@ impl WindowAggregateOperator {
 
     /// Merges `[keys..., states...]` into the slice's live state.
     fn merge_into_live(&mut self, slice: i64, chunk: &[ArrayRef]) -> Result<()> {
-        let key_count = self.spec.key_schema.fields().len();
         let rows = chunk.first().map_or(0, |c| c.len());
         if rows == 0 {
             return Ok(());
@@ -342,14 +374,7 @@ impl WindowAggregateOperator {
         }
         let live = entry.live.as_mut().expect("created above");
         let mut group_indices = std::mem::take(&mut self.group_indices);
-        live.groups
-            .intern(&chunk[..key_count], rows, &mut group_indices)?;
-        let total = live.groups.len();
-        let mut offset = key_count;
-        for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
-            acc.merge_batch(&chunk[offset..offset + width], &group_indices, total)?;
-            offset += width;
-        }
+        live.merge(chunk, &self.state_widths, &mut group_indices)?;
         self.group_indices = group_indices;
         Ok(())
     }
@@ -694,35 +719,54 @@ impl WindowAggregateOperator {
             // Merged as it is read: several rows of one key (partial states
             // of a base and its deltas) become one.
             self.merge_into_live(slice, &chunk)?;
+            self.spill_if_over_budget()?;
         }
         Ok(())
     }
 
     /// Single and Global phases: fires every window the watermark completed.
+    /// A window over spilled slices starts a firing that
+    /// [`Operator::emit_more`] goes on with, one key-group range at a time;
+    /// later windows wait for it.
     fn fire_windows(&mut self, out: &mut Output) -> Result<()> {
         while let Some(&end) = self.pending_ends.first() {
-            if self.spec.shift.to_utc(end) - 1 > self.watermark {
+            if self.spec.shift.to_utc(end) - 1 > self.watermark || self.is_firing() {
                 break;
             }
             self.pending_ends.pop_first();
+            if self.has_runs(self.spec.window.window_start(end), end) {
+                return self.start_spilled_firing(end);
+            }
             if let Some(batch) = self.evaluate_window(end)? {
-                let rows = batch.num_rows();
-                let mut offset = 0;
-                while offset < rows {
-                    let len = self.batch_size.min(rows - offset);
-                    out.batch(batch.slice(offset, len));
-                    offset += len;
-                }
+                self.emit_sized(batch, out);
             }
-            while let Some((&slice, _)) = self.slices.first_key_value() {
-                if self.spec.window.last_window_end(slice) <= end {
-                    self.slices.remove(&slice);
-                } else {
-                    break;
-                }
-            }
+            self.drop_fired_slices(end);
         }
         Ok(())
+    }
+
+    /// Emits `batch` in batches of at most the batch size.
+    fn emit_sized(&self, batch: RecordBatch, out: &mut Output) {
+        let rows = batch.num_rows();
+        let mut offset = 0;
+        while offset < rows {
+            let len = self.batch_size.min(rows - offset);
+            out.batch(batch.slice(offset, len));
+            offset += len;
+        }
+    }
+
+    /// Forgets the slices whose last window ends by `end` (and their runs).
+    fn drop_fired_slices(&mut self, end: i64) {
+        while let Some((&slice, _)) = self.slices.first_key_value() {
+            if self.spec.window.last_window_end(slice) > end {
+                break;
+            }
+            self.slices.remove(&slice);
+            if let Some(spill) = &mut self.spill {
+                spill.runs.remove(&slice);
+            }
+        }
     }
 
     fn evaluate_window(&mut self, end: i64) -> Result<Option<RecordBatch>> {
@@ -738,34 +782,29 @@ impl WindowAggregateOperator {
         if !direct {
             self.fold_recent(&members)?;
         }
-        let mut state = if direct {
+        let state = if direct {
             match self.final_state(only)? {
                 Some(live) => live,
                 None => return Ok(None),
             }
         } else {
-            let key_count = self.spec.key_schema.fields().len();
             let mut merged = self.spec.new_state()?;
             let mut group_indices = std::mem::take(&mut self.group_indices);
             for member in members {
                 let slice = self.slices.get_mut(&member).expect("listed above");
                 slice.freeze()?;
                 for columns in &slice.frozen {
-                    let rows = columns.first().map_or(0, |c| c.len());
-                    merged
-                        .groups
-                        .intern(&columns[..key_count], rows, &mut group_indices)?;
-                    let total = merged.groups.len();
-                    let mut offset = key_count;
-                    for (acc, width) in merged.accumulators.iter_mut().zip(&self.state_widths) {
-                        acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
-                        offset += width;
-                    }
+                    merged.merge(columns, &self.state_widths, &mut group_indices)?;
                 }
             }
             self.group_indices = group_indices;
             merged
         };
+        self.window_output(state, start, end)
+    }
+
+    /// The output rows of window `[start, end)` from its merged state.
+    fn window_output(&self, mut state: LiveState, start: i64, end: i64) -> Result<Option<RecordBatch>> {
         let rows = state.groups.len();
         if rows == 0 {
             return Ok(None);
@@ -836,11 +875,16 @@ impl Operator for WindowAggregateOperator {
         self.spec.describe()
     }
 
-    fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
         match self.spec.phase {
-            Phase::Single | Phase::Local => self.process_rows(&batch),
-            Phase::Global => self.process_partials(&batch),
+            Phase::Single | Phase::Local => self.process_rows(&batch)?,
+            Phase::Global => self.process_partials(&batch)?,
         }
+        self.check_budget(out)
+    }
+
+    fn emit_more(&mut self, out: &mut Output) -> Result<bool> {
+        self.go_on_firing(out)
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
@@ -853,7 +897,7 @@ impl Operator for WindowAggregateOperator {
             return Ok(());
         }
         self.advance(watermark, out)?;
-        out.watermark(watermark);
+        self.watermark_after_firing(watermark, out);
         Ok(())
     }
 
@@ -883,10 +927,9 @@ impl Operator for WindowAggregateOperator {
         if self.spec.phase == Phase::Local {
             return Ok(None);
         }
-        Ok(Some(OperatorSnapshot::with_watermark(
-            self.watermark,
-            self.state_rows()?,
-        )))
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, self.state_rows()?);
+        snapshot.runs = self.all_runs();
+        Ok(Some(snapshot))
     }
 
     fn delta_kind(&self) -> Option<DeltaKind> {

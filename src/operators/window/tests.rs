@@ -143,3 +143,105 @@ fn a_full_snapshot_of_an_incremental_operator_is_its_whole_state_and_restores_as
         lines(&["+I a 1970-01-01T00:00:00 1970-01-01T00:00:10 2 3", "wm 9999"])
     );
 }
+
+/// `keys` keys, each with rows of `v` = 1..=`per_key`, spread over the
+/// first `seconds` seconds, as batches of about 500 lines.
+fn many_rows(keys: usize, per_key: usize, seconds: u32) -> Vec<String> {
+    let mut rows = Vec::new();
+    for round in 1..=per_key {
+        for key in 0..keys {
+            let second = ((key * 7 + round * 3) % seconds as usize) as u32;
+            rows.push(format!("k{key} {round} {}", at(second)));
+        }
+    }
+    rows.chunks(500).map(|c| c.join("\n")).collect()
+}
+
+/// What `h` emits for `batches` then each watermark, rows of one
+/// watermark sorted (their order across key groups differs by backend).
+fn run(h: &mut Harness, batches: &[String], watermarks: &[i64]) -> Vec<String> {
+    for batch in batches {
+        h.push(batch).unwrap();
+    }
+    let mut all = Vec::new();
+    for wm in watermarks {
+        let mut fired = h.watermark(*wm).unwrap();
+        assert_eq!(
+            fired.last(),
+            Some(&format!("wm {wm}")),
+            "the watermark comes last"
+        );
+        fired.sort();
+        all.extend(fired);
+    }
+    all
+}
+
+fn files_in(dir: &std::path::Path) -> usize {
+    walk(dir).len()
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| {
+            let path = e.path();
+            if path.is_dir() { walk(&path) } else { vec![path] }
+        })
+        .collect()
+}
+
+const HOP: &str = "HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '5' SECOND, INTERVAL '10' SECOND)";
+
+#[test]
+fn windows_over_state_beyond_the_budget_fire_from_runs_with_the_results_of_the_heap() {
+    for window in ["TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND)", HOP] {
+        let dir = tempfile::tempdir().unwrap();
+        let batches = many_rows(2000, 3, 20);
+        let watermarks = [4_999, 9_999, 14_999, 19_999, 29_999];
+        let expected = run(&mut harness(window), &batches, &watermarks);
+        assert!(expected.len() > 3000, "{window}: {} lines", expected.len());
+
+        let mut spilling = harness(window).spilling(64 * 1024, dir.path()).unwrap();
+        for batch in &batches {
+            spilling.push(batch).unwrap();
+        }
+        assert!(files_in(dir.path()) > 2, "{window}: runs were written");
+        let fired = run(&mut spilling, &[], &watermarks);
+        assert_eq!(fired, expected, "{window}");
+        assert_eq!(files_in(dir.path()), 0, "{window}: the runs go with their slices");
+    }
+}
+
+#[test]
+fn spilled_state_restores_from_a_snapshot_and_fires_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(1500, 4, 10);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let expected = run(&mut tumbling(), &batches, &[9_999]);
+
+    let mut h = tumbling().spilling(32 * 1024, dir.path()).unwrap();
+    for batch in before {
+        h.push(batch).unwrap();
+    }
+    let snapshot = h.restart().unwrap().expect("state");
+    assert!(!snapshot.runs.is_empty(), "the snapshot takes the runs");
+    let fired = run(&mut h, after, &[9_999]);
+    assert_eq!(fired, expected);
+}
+
+#[test]
+fn a_window_over_a_few_keys_under_the_budget_never_spills() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = tumbling().spilling(64 << 20, dir.path()).unwrap();
+    h.push(&format!("a 1 {}\na 2 {}\nb 5 {}", at(1), at(3), at(12)))
+        .unwrap();
+    assert_eq!(files_in(dir.path()), 0);
+    assert_eq!(
+        h.watermark(9_999).unwrap(),
+        lines(&["+I a 1970-01-01T00:00:00 1970-01-01T00:00:10 2 3", "wm 9999"])
+    );
+}

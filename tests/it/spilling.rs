@@ -1,0 +1,198 @@
+//! The spilling state backend with real processes: window state several
+//! times the memory budget, in runs on local disk, gives the rows of the
+//! heap with a lower peak RSS, and survives SIGKILL like any checkpointed
+//! state.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::recovery::{
+    MODES, SEQUENCE, committed_rows, crash_and_rescale, crash_three_times, row_difference, weir,
+};
+
+/// The spilling backend with `budget`, its runs under `dir`.
+fn spilling(budget: &str, dir: &Path) -> String {
+    format!(
+        "SET 'state.backend.type' = 'spilling';
+         SET 'taskmanager.memory.managed.size' = '{budget}';
+         SET 'state.backend.spilling.local-dir' = '{}';",
+        dir.display()
+    )
+}
+
+#[test]
+fn a_tumbling_aggregation_with_spilled_state_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    for (parallelism, settings) in MODES {
+        let spill = tempfile::tempdir().unwrap();
+        // 100k keys per 3 s window (about 5 MB of state) under a 1 MB budget.
+        let settings = format!("{settings} {}", spilling("1 mb", spill.path()));
+        let (expected, got, context) = crash_three_times(
+            "tumble-spilling",
+            parallelism,
+            &settings,
+            SEQUENCE,
+            "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
+            "SELECT id % 100000, window_start, COUNT(*), SUM(id)
+             FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '3' SECOND))
+             GROUP BY id % 100000, window_start, window_end",
+        );
+        let context = format!("{context} {settings}{}", row_difference(&expected, &got));
+        assert!(got == expected, "rows differ after crashes: {context}");
+    }
+}
+
+#[test]
+fn a_hopping_aggregation_rescaled_4_2_3_from_checkpoints_of_spilled_state_writes_exactly_the_rows_of_a_clean_run()
+ {
+    let spill = tempfile::tempdir().unwrap();
+    crash_and_rescale(
+        "rescale-spilling",
+        &[4, 2, 3],
+        &spilling("1 mb", spill.path()),
+        SEQUENCE,
+        "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
+        "SELECT id % 50000, window_start, COUNT(*), SUM(id)
+         FROM TABLE(HOP(TABLE seq, DESCRIPTOR(ts), INTERVAL '1' SECOND, INTERVAL '3' SECOND))
+         GROUP BY id % 50000, window_start, window_end",
+    );
+}
+
+/// The peak resident set (VmHWM) of a `weir run` of `file`, polled from
+/// /proc while it runs, in bytes; panics if the run fails.
+fn peak_rss_of_run(file: &Path) -> u64 {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("run")
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    loop {
+        if let Ok(status) = std::fs::read_to_string(&status_file)
+            && let Some(kb) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kb * 1024);
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}: {}",
+        file.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    peak
+}
+
+/// A job of 6M rows over `keys` keys in one window, written as CSV to `out`.
+fn large_state_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.sql"));
+    std::fs::write(
+        &file,
+        format!(
+            "{settings}
+             SET 'table.local-time-zone' = 'UTC';
+             CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id / 1000, 3),
+                 WATERMARK FOR ts AS ts)
+               WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence',
+                     'fields.id.start' = '0', 'fields.id.end' = '5999999',
+                     'rows-per-second' = '1000000000');
+             CREATE TABLE `out` (k BIGINT, c BIGINT, s BIGINT)
+               WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv');
+             INSERT INTO `out` SELECT id % {keys}, COUNT(*), SUM(id)
+               FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '1' HOUR))
+               GROUP BY id % {keys}, window_start, window_end;",
+            out.display()
+        ),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn a_window_job_with_state_several_times_its_budget_gives_the_rows_of_the_heap_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |name: &str| dir.path().join(name);
+    // The process itself, its input and output, with next to no state.
+    let base_peak = peak_rss_of_run(&large_state_job(dir.path(), "base", "", 4, &out("base")));
+    let heap_peak = peak_rss_of_run(&large_state_job(dir.path(), "heap", "", 2_000_000, &out("heap")));
+    let runs = dir.path().join("runs");
+    let settings = spilling("32 mb", &runs);
+    let spill_peak = peak_rss_of_run(&large_state_job(
+        dir.path(),
+        "spilling",
+        &settings,
+        2_000_000,
+        &out("spill"),
+    ));
+
+    let (expected, got) = (committed_rows(&out("heap")), committed_rows(&out("spill")));
+    assert_eq!(expected.len(), 2_000_000);
+    assert!(got == expected, "rows differ:{}", row_difference(&expected, &got));
+    // Loosely (the machine is shared): the state on the heap takes about
+    // 100 bytes a key, 200 MB, and the spilling run stays within a few
+    // budgets of the process without state.
+    let mb = |bytes: u64| bytes >> 20;
+    let context = format!(
+        "peak RSS: without state {} MB, heap {} MB, spilling (32 MB) {} MB",
+        mb(base_peak),
+        mb(heap_peak),
+        mb(spill_peak)
+    );
+    eprintln!("{context}");
+    assert!(spill_peak < heap_peak, "{context}");
+    assert!(spill_peak.saturating_sub(base_peak) < 4 * (32 << 20), "{context}");
+    let left = std::fs::read_dir(&runs).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "the runs are gone at the end");
+}
+
+#[test]
+fn the_spilling_backend_refuses_a_job_whose_keyed_state_it_cannot_spill() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("join.sql");
+    std::fs::write(
+        &file,
+        format!(
+            "{}
+             CREATE TABLE seq (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '10');
+             CREATE TABLE `out` (k BIGINT, c BIGINT) WITH ('connector' = 'blackhole');
+             INSERT INTO `out` SELECT id % 3, COUNT(*) FROM seq GROUP BY id % 3;",
+            spilling("64 mb", dir.path())
+        ),
+    )
+    .unwrap();
+    let output = weir(&file.display().to_string(), None).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("'spilling' keeps only window aggregations") && stderr.contains("GroupAggregate"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_flink_rocksdb_setting_is_refused_with_what_weir_has_instead() {
+    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["-e", "SET 'state.backend.type' = 'rocksdb';"])
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        all.contains("weir has no RocksDB") && all.contains("'spilling'"),
+        "{all}"
+    );
+}
