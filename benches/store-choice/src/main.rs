@@ -20,7 +20,10 @@ fn peak_rss_mb() -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a number"))
+        .collect();
     let (rows, keys, budget_mb) = (args[0], args[1], args[2]);
     let dir = std::env::temp_dir().join(format!("store-choice-{}", std::process::id()));
     let keyspace = fjall::Config::new(&dir)
