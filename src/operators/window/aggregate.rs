@@ -231,6 +231,15 @@ struct LiveState {
 }
 
 impl LiveState {
+    /// Its groups as `[keys..., states...]`, the tables dropped.
+    fn into_chunk(mut self) -> Result<Vec<ArrayRef>> {
+        let mut chunk = self.groups.emit()?;
+        for acc in &mut self.accumulators {
+            chunk.extend(acc.state(EmitTo::All)?);
+        }
+        Ok(chunk)
+    }
+
     /// Bytes it takes in memory.
     fn size(&self) -> usize {
         self.groups.size() + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
@@ -266,17 +275,13 @@ struct Slice {
 impl Slice {
     /// Moves the live state into the frozen list.
     fn freeze(&mut self) -> Result<()> {
-        let Some(mut live) = self.live.take() else {
+        let Some(live) = self.live.take() else {
             return Ok(());
         };
         if live.groups.is_empty() {
             return Ok(());
         }
-        let mut columns = live.groups.emit()?;
-        for acc in &mut live.accumulators {
-            columns.extend(acc.state(EmitTo::All)?);
-        }
-        self.frozen.push(columns);
+        self.frozen.push(live.into_chunk()?);
         Ok(())
     }
 }
@@ -383,7 +388,7 @@ impl WindowAggregateOperator {
     /// their live state, keeping the partial states for the next delta.
     fn fold_recent(&mut self, slices: &[i64]) -> Result<()> {
         for &slice in slices {
-            let Some(mut recent) = self.slices.get_mut(&slice).and_then(|s| s.recent.take()) else {
+            let Some(recent) = self.slices.get_mut(&slice).and_then(|s| s.recent.take()) else {
                 continue;
             };
             if recent.groups.is_empty() {
@@ -400,10 +405,7 @@ impl WindowAggregateOperator {
                 self.unsaved.push((slice, chunk));
                 continue;
             }
-            let mut chunk = recent.groups.emit()?;
-            for acc in &mut recent.accumulators {
-                chunk.extend(acc.state(EmitTo::All)?);
-            }
+            let chunk = recent.into_chunk()?;
             self.merge_into_live(slice, &chunk)?;
             self.unsaved.push((slice, chunk));
         }
@@ -442,11 +444,8 @@ impl WindowAggregateOperator {
         match (entry.live, entry.recent) {
             (live, None) => Ok(live),
             (None, recent) => Ok(recent),
-            (Some(live), Some(mut recent)) => {
-                let mut chunk = recent.groups.emit()?;
-                for acc in &mut recent.accumulators {
-                    chunk.extend(acc.state(EmitTo::All)?);
-                }
+            (Some(live), Some(recent)) => {
+                let chunk = recent.into_chunk()?;
                 let merging = Slice {
                     live: Some(live),
                     ..Slice::default()

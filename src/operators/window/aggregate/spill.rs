@@ -18,7 +18,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::ArrayRef;
-use datafusion_expr::EmitTo;
 
 use super::{Phase, WindowAggregateOperator};
 use crate::runtime::operator::SpillSettings;
@@ -166,16 +165,10 @@ impl WindowAggregateOperator {
             .into_iter()
             .map(|c| (slice, c))
             .collect();
-        for mut state in [entry.live.take(), entry.recent.take()].into_iter().flatten() {
-            if state.groups.is_empty() {
-                continue;
+        for state in [entry.live.take(), entry.recent.take()].into_iter().flatten() {
+            if !state.groups.is_empty() {
+                chunks.push((slice, state.into_chunk()?));
             }
-            let mut chunk = state.groups.emit()?;
-            for acc in &mut state.accumulators {
-                chunk.extend(acc.state(EmitTo::All)?);
-            }
-            drop(state);
-            chunks.push((slice, chunk));
         }
         let Some(rows) = self.chunks_to_rows(chunks)? else {
             return Ok(());
@@ -211,11 +204,7 @@ impl WindowAggregateOperator {
             if merged.groups.is_empty() {
                 continue;
             }
-            let mut chunk = merged.groups.emit()?;
-            for acc in &mut merged.accumulators {
-                chunk.extend(acc.state(EmitTo::All)?);
-            }
-            drop(merged);
+            let chunk = merged.into_chunk()?;
             if let Some(rows) = self.chunks_to_rows(vec![(slice, chunk)])? {
                 writer.write(&rows)?;
             }
