@@ -80,12 +80,12 @@ pub enum UpsertMaterialize {
 pub enum StateBackend {
     /// On the heap (Flink's `hashmap`).
     Heap,
-    /// Window aggregation state beyond `budget` bytes (for the whole
-    /// process) in sorted runs under `dir`.
+    /// Aggregation state beyond `budget` bytes (for the whole process) in
+    /// sorted runs (windows) and a key-value store (GROUP BY) under `dir`.
     Spilling {
         /// Bytes of state in memory, for all spilling subtasks together.
         budget: u64,
-        /// Directory of the runs.
+        /// Directory of the runs and stores.
         dir: std::path::PathBuf,
     },
 }

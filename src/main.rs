@@ -221,6 +221,10 @@ struct CheckpointArgs {
     /// memory (e.g. 1gb); peak RSS is reported for every kind of run.
     #[arg(long)]
     spilling: Option<String>,
+    /// A non-windowed GROUP BY of the same keys (an updating result)
+    /// instead of the 1-hour tumbling windows.
+    #[arg(long)]
+    group_by: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -257,9 +261,8 @@ struct NexmarkArgs {
     output_dir: Option<PathBuf>,
 }
 
-/// mimalloc's `mi_option_purge_delay` (option 15 in both its v2 and v3
-/// headers): how many milliseconds freed memory stays committed before it
-/// goes back to the kernel. At 10 ms (the header's default) a job that
+/// How many milliseconds freed memory stays committed before it goes back
+/// to the kernel (mimalloc's purge delay, [`weir::alloc::MI_OPTION_PURGE_DELAY`]). At 10 ms (the header's default) a job that
 /// allocates and frees output batches at a high rate spends a quarter of
 /// its time faulting in and zeroing pages it had just given back: the
 /// interval join of benches/interval_join_seq.sql ran in 12.7-13.2 s at
@@ -268,8 +271,8 @@ struct NexmarkArgs {
 /// price is peak memory: 136-144 MB against 159-174 MB for the interval
 /// join, 166 MB against 197 MB for a GROUP BY over a million keys
 /// (benches/groupby_1m_keys.sql). Never purging (-1) is no faster than 1 s,
-/// and a long-running job should give memory back after a burst.
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+/// and a long-running job should give memory back after a burst. The
+/// spilling backend's store sets it to 0 (`alloc::return_freed_memory_at_once`).
 const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 
 fn main() -> ExitCode {
@@ -280,7 +283,7 @@ fn main() -> ExitCode {
         // at any time.
         #[expect(unsafe_code, reason = "mimalloc's options have only a C API")]
         unsafe {
-            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS)
+            libmimalloc_sys::mi_option_set(weir::alloc::MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS)
         };
     }
     let cli = Cli::parse();
@@ -562,11 +565,12 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("--spilling: '{text}' is not a memory size such as 1gb"))?,
             ),
         },
+        group_by: args.group_by,
     };
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
     let r = run(&options, &weir)?;
     println!(
-        "{} checkpoints, {} rows, {} keys, 1-hour tumbling windows, parallelism {}, interval {} ms, median of {} runs\n\
+        "{} checkpoints, {} rows, {} keys, {}, parallelism {}, interval {} ms, median of {} runs\n\
          throughput without checkpoints  {:.2}M rows/s\n\
          throughput with checkpoints     {:.2}M rows/s  (overhead {:.1}%)\n\
          checkpoints                     {}\n\
@@ -580,6 +584,11 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         if args.unaligned { "Unaligned" } else { "Aligned" },
         r.rows,
         r.keys,
+        if args.group_by {
+            "GROUP BY without windows"
+        } else {
+            "1-hour tumbling windows"
+        },
         r.parallelism,
         r.interval_ms,
         r.runs,
@@ -609,7 +618,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
                 "{ms:.0} ms to restore {} state rows and run",
                 r.recovery_state_rows
             ),
-            None => "not measured with the spilling backend".to_string(),
+            None => "not measured with the spilling backend or --group-by".to_string(),
         }
     );
     write_json(args.json, &r)

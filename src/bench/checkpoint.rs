@@ -1,6 +1,7 @@
 //! `weir bench checkpoint`: what checkpoints cost and how fast a job recovers.
 //!
-//! 1. Overhead: a tumbling-window aggregation over `keys` keys runs in this
+//! 1. Overhead: a tumbling-window aggregation (or, with `--group-by`, a
+//!    non-windowed GROUP BY) over `keys` keys runs in this
 //!    process without checkpoints and with one every `interval`, `runs` times
 //!    each, interleaved; median throughput of each, their ratio, and per
 //!    checkpoint its duration (median, p99), state size, and how long tasks
@@ -42,6 +43,8 @@ pub struct CheckpointBenchOptions {
     pub hot_keys: Option<u64>,
     /// The spilling state backend with this budget in bytes (the heap when `None`).
     pub spill_budget: Option<u64>,
+    /// A non-windowed GROUP BY (an updating result) instead of the windows.
+    pub group_by: bool,
 }
 
 /// The figures.
@@ -109,6 +112,9 @@ fn job_sql(rows: u64, keys: u64, rows_per_second: u64) -> String {
 /// The job of `options`: with hot keys, every key gets a row first, then
 /// the rows go to the first `hot` keys only, all within one window.
 fn options_job_sql(options: &CheckpointBenchOptions) -> String {
+    if options.group_by {
+        return group_job_sql(options.rows, options.keys, options.hot_keys);
+    }
     match options.hot_keys {
         None => job_sql(options.rows, options.keys, 1_000_000_000),
         Some(hot) => {
@@ -138,6 +144,24 @@ pub(crate) fn windowed_job_sql(rows: u64, rows_per_ms: u64, keys: u64, rows_per_
          INSERT INTO sink SELECT id % {keys}, COUNT(*), SUM(id)
          FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '1' HOUR))
          GROUP BY id % {keys}, window_start, window_end",
+        rows - 1
+    )
+}
+
+/// The non-windowed job: ids `0..rows` counted and summed per key (`id %
+/// keys`, or with hot keys, each key once and then the first `hot` keys),
+/// its changes into a blackhole.
+fn group_job_sql(rows: u64, keys: u64, hot: Option<u64>) -> String {
+    let key = match hot {
+        None => format!("id % {keys}"),
+        Some(hot) => format!("CASE WHEN id < {keys} THEN id ELSE id % {hot} END"),
+    };
+    format!(
+        "CREATE TABLE seq (id BIGINT)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '1000000000',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '{}');
+         CREATE TABLE sink (k BIGINT, c BIGINT, s BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO sink SELECT {key}, COUNT(*), SUM(id) FROM seq GROUP BY {key}",
         rows - 1
     )
 }
@@ -308,10 +332,11 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
     durations.sort_by(f64::total_cmp);
     let mut blocked: Vec<f64> = stats.iter().map(|c| c.max_blocked.as_secs_f64() * 1e3).collect();
     blocked.sort_by(f64::total_cmp);
-    // A restore of spilled state reads it into memory first: not measured.
-    let (recovery_state_rows, recovery_ms) = match options.spill_budget {
-        Some(_) => (0, None),
-        None => {
+    // A restore of spilled state reads it into memory first, and the
+    // recovery job is the windowed one: not measured.
+    let (recovery_state_rows, recovery_ms) = match (options.spill_budget, options.group_by) {
+        (Some(_), _) | (_, true) => (0, None),
+        (None, false) => {
             let (rows, ms) = recovery(weir, options, &scratch.path)?;
             (rows, Some(ms))
         }

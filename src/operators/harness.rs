@@ -130,6 +130,7 @@ impl Harness {
         if full {
             self.chain.clear();
         }
+        let snapshot = with_runs_read(&snapshot)?;
         let rows = snapshot.rows.clone();
         self.chain.push(snapshot);
         Ok(rows)

@@ -25,6 +25,15 @@ impl KeyStore {
         self.len
     }
 
+    /// Bytes its keys take in memory.
+    pub fn size(&self) -> usize {
+        self.chunks
+            .iter()
+            .flatten()
+            .map(|c| c.get_array_memory_size())
+            .sum()
+    }
+
     /// True when no group is recorded.
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -174,6 +174,7 @@ fn state_chains(
         .zip(operator_ids)
         .map(|((operator, factory), operator_id)| {
             let kind = operator.delta_kind()?;
+            let spilled = ctx.spill.is_some() && factory.can_spill();
             let (subtask, attempt) = (ctx.subtask, ctx.attempt);
             let (factory, ctx) = (factory.clone(), ctx.clone());
             let compactor: Compactor = Arc::new(move || factory.create(&ctx));
@@ -185,6 +186,7 @@ fn state_chains(
                 attempt,
                 config.max_deltas,
                 compactor,
+                spilled,
             ))
         })
         .collect()
@@ -293,6 +295,7 @@ fn spill_settings(graph: &JobGraph, backend: &StateBackend) -> Option<SpillSetti
     let StateBackend::Spilling { budget, dir } = backend else {
         return None;
     };
+    crate::state::local_dir::remove_stale(dir);
     let spilling: usize = graph
         .vertices
         .iter()
@@ -311,9 +314,10 @@ fn refuse_heap_state(factories: &[Arc<dyn OperatorFactory>], chain: &[Box<dyn Op
     for (factory, operator) in factories.iter().zip(chain) {
         if operator.is_keyed() && !factory.can_spill() {
             return Err(Error::Plan(format!(
-                "'state.backend.type' = 'spilling' keeps only window aggregations (TUMBLE, HOP, \
-                 CUMULATE) within 'taskmanager.memory.managed.size', but {} keeps its state on the \
-                 heap; use 'hashmap' for this job",
+                "'state.backend.type' = 'spilling' keeps only aggregations (window aggregations: \
+                 TUMBLE, HOP, CUMULATE; non-windowed GROUP BY) within \
+                 'taskmanager.memory.managed.size', but {} keeps its state on the heap; use \
+                 'hashmap' for this job",
                 operator.name()
             )));
         }

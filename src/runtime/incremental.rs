@@ -100,15 +100,21 @@ pub struct ChainWrite {
 }
 
 impl ChainWrite {
-    /// Writes `rows` (if any), then waits for the chain's other files: the
-    /// base and the deltas, as the metadata records them.
+    /// Writes `rows` (if any), or links the one spilled run a snapshot of
+    /// the spilling backend gives instead, then waits for the chain's other
+    /// files: the base and the deltas, as the metadata records them.
     pub fn write(
         self,
         rows: Option<&arrow::array::RecordBatch>,
+        runs: &[crate::state::runs::Run],
     ) -> Result<(Option<StateFile>, Vec<StateFile>)> {
-        let written = match rows.filter(|r| r.num_rows() > 0) {
-            Some(rows) => write_state_file(&self.path, &self.relative, rows).map(Some),
-            None => Ok(None),
+        let written = match (rows.filter(|r| r.num_rows() > 0), runs) {
+            (None, []) => Ok(None),
+            (Some(rows), []) => write_state_file(&self.path, &self.relative, rows).map(Some),
+            (None, [run]) => run.link(&self.path, &self.relative).map(Some),
+            _ => Err(Error::Internal(
+                "an incremental snapshot gives its rows or one run, not both".into(),
+            )),
         };
         self.slot
             .0
@@ -151,6 +157,8 @@ pub struct StateChain {
     generation: u64,
     compaction: Option<Compaction>,
     compactor: Compactor,
+    /// The operator's state is spilled (see [`ChainShape::spilled`]).
+    spilled: bool,
 }
 
 impl StateChain {
@@ -165,6 +173,7 @@ impl StateChain {
         attempt: u32,
         max_deltas: usize,
         compactor: Compactor,
+        spilled: bool,
     ) -> Self {
         StateChain {
             operator_id: operator_id.to_string(),
@@ -178,6 +187,7 @@ impl StateChain {
             generation: 0,
             compaction: None,
             compactor,
+            spilled,
         }
     }
 
@@ -188,6 +198,7 @@ impl StateChain {
             broken: self.base.iter().chain(&self.deltas).any(|s| s.failed()),
             base_bytes: self.base.as_ref().map_or(0, |s| s.bytes()),
             last_delta_bytes: self.deltas.last().map_or(0, |s| s.bytes()),
+            spilled: self.spilled,
         }
     }
 

@@ -67,7 +67,7 @@ fn write_snapshots(
                     // Written even for an aborted checkpoint: later ones
                     // of the chain refer to the file.
                     let delta_kind = Some(chain.kind);
-                    let (file, deltas) = chain.write(snapshot.rows.as_ref())?;
+                    let (file, deltas) = chain.write(snapshot.rows.as_ref(), &snapshot.runs)?;
                     return Ok(OperatorState {
                         operator_id,
                         signature,
@@ -103,8 +103,7 @@ fn write_snapshots(
 }
 
 /// Puts the spilled runs of a snapshot into the checkpoint directory as
-/// `<operator>/<subtask>-run-<k>.parquet`, synced: a hard link (a run never
-/// changes), or a copy where the file system has none across. They are the
+/// `<operator>/<subtask>-run-<k>.parquet` ([`Run::link`]). They are the
 /// deltas of the operator's state, merging with its rows.
 fn link_runs(
     dir: &std::path::Path,
@@ -116,20 +115,7 @@ fn link_runs(
         .enumerate()
         .map(|(k, run)| {
             let relative = format!("{operator_id}/{subtask}-run-{k}.parquet");
-            let target = dir.join(&relative);
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-            }
-            if std::fs::hard_link(run.path(), &target).is_err() {
-                std::fs::copy(run.path(), &target).map_err(|e| Error::io(&target, e))?;
-            }
-            std::fs::File::open(&target)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| Error::io(&target, e))?;
-            Ok(StateFile {
-                path: relative,
-                ..run.info.clone()
-            })
+            run.link(&dir.join(&relative), &relative)
         })
         .collect()
 }
@@ -868,10 +854,9 @@ impl Task {
                 Some(chain) if barrier.kind == BarrierKind::Checkpoint => {
                     let step = chain.prepare(id);
                     let snapshot = operator.snapshot_delta(id, step == Step::Full)?;
-                    let has_rows = snapshot
-                        .as_ref()
-                        .and_then(|s| s.rows.as_ref())
-                        .is_some_and(|r| r.num_rows() > 0);
+                    let has_rows = snapshot.as_ref().is_some_and(|s| {
+                        s.rows.as_ref().is_some_and(|r| r.num_rows() > 0) || !s.runs.is_empty()
+                    });
                     let write = chain.record(id, step, has_rows);
                     let meta = snapshot
                         .as_ref()

@@ -273,6 +273,11 @@ pub struct ChainShape {
     pub base_bytes: u64,
     /// Bytes of the newest delta (0 while it is written).
     pub last_delta_bytes: u64,
+    /// The operator keeps its state with the spilling backend: it is never
+    /// compacted (a compaction reads the whole state into memory), and a
+    /// full snapshot (which reads it from the store, a batch at a time)
+    /// follows `max_deltas` deltas instead.
+    pub spilled: bool,
 }
 
 /// The snapshot an operator takes for the next checkpoint.
@@ -291,11 +296,17 @@ pub enum Step {
 /// most `1 + 2 * max_deltas` files per subtask and operator. A delta half
 /// the size of its base says most of the state changes between checkpoints:
 /// deltas that large cost more to keep and compact than a full snapshot.
+/// A chain of spilled state is not compacted: it starts again after
+/// `max_deltas` deltas.
 pub fn next_step(chain: ChainShape, max_deltas: usize) -> Step {
     // Below a megabyte, Parquet's own overhead makes sizes say little.
     const MIN_BASE_BYTES: u64 = 1 << 20;
     let dense = chain.base_bytes >= MIN_BASE_BYTES && chain.last_delta_bytes * 2 >= chain.base_bytes;
-    if !chain.has_base || chain.broken || dense || chain.deltas >= 2 * max_deltas.max(1) {
+    let longest = match chain.spilled {
+        true => max_deltas.max(1),
+        false => 2 * max_deltas.max(1),
+    };
+    if !chain.has_base || chain.broken || dense || chain.deltas >= longest {
         Step::Full
     } else {
         Step::Delta
@@ -305,7 +316,7 @@ pub fn next_step(chain: ChainShape, max_deltas: usize) -> Step {
 /// Whether to start compacting the chain (its base and every delta so far)
 /// into a new base in the background.
 pub fn compaction_due(chain: ChainShape, max_deltas: usize, compacting: bool) -> bool {
-    !compacting && !chain.broken && chain.has_base && chain.deltas >= max_deltas.max(1)
+    !compacting && !chain.spilled && !chain.broken && chain.has_base && chain.deltas >= max_deltas.max(1)
 }
 
 /// The name of the shared file subtask `subtask` writes for checkpoint `id`
@@ -452,6 +463,25 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_of_spilled_state_is_never_compacted_and_starts_again_after_max_deltas() {
+        let chain = |deltas| ChainShape {
+            has_base: true,
+            deltas,
+            spilled: true,
+            ..ChainShape::default()
+        };
+        assert_eq!(next_step(chain(3), 4), Step::Delta);
+        assert_eq!(next_step(chain(4), 4), Step::Full);
+        assert!(!compaction_due(chain(4), 4, false));
+        let heap = ChainShape {
+            spilled: false,
+            ..chain(4)
+        };
+        assert!(compaction_due(heap, 4, false));
+        assert_eq!(next_step(heap, 4), Step::Delta);
+    }
+
+    #[test]
     fn a_delta_half_the_size_of_its_base_is_followed_by_a_full_snapshot() {
         let chain = |base_bytes, last_delta_bytes| ChainShape {
             has_base: true,
@@ -459,6 +489,7 @@ mod tests {
             broken: false,
             base_bytes,
             last_delta_bytes,
+            spilled: false,
         };
         assert_eq!(next_step(chain(36_000_000, 400_000), 8), Step::Delta);
         assert_eq!(next_step(chain(36_000_000, 18_000_000), 8), Step::Full);

@@ -1,6 +1,8 @@
-//! Keyed state: key groups, state snapshots (with checkpoints) and spilled runs.
+//! Keyed state: key groups, state snapshots (with checkpoints), spilled runs and the spilling store.
 
 pub mod incremental;
 pub mod key_group;
+pub mod local_dir;
 pub mod runs;
 pub mod snapshot;
+pub mod store;

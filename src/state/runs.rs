@@ -64,6 +64,25 @@ impl Run {
         &self.file.0
     }
 
+    /// Puts the run at `target` (named `relative` in a checkpoint's
+    /// metadata), synced: a hard link (a run never changes), or a copy where
+    /// the file system has none across.
+    pub fn link(&self, target: &Path, relative: &str) -> Result<StateFile> {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        if std::fs::hard_link(self.path(), target).is_err() {
+            std::fs::copy(self.path(), target).map_err(|e| Error::io(target, e))?;
+        }
+        File::open(target)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(target, e))?;
+        Ok(StateFile {
+            path: relative.to_string(),
+            ..self.info.clone()
+        })
+    }
+
     /// A cursor at the run's first row.
     pub fn cursor(&self) -> Result<RunCursor> {
         let path = self.path();

@@ -43,6 +43,11 @@ pub trait RetractAccumulator: Send {
     /// Makes room for `total` groups (new ones empty).
     fn resize(&mut self, total: usize);
 
+    /// Bytes its state takes in memory, about (the spilling backend's
+    /// budget). Constant time for fixed-width states; accumulators of values
+    /// (bags, lists, distinct sets) walk every group.
+    fn size(&self) -> usize;
+
     /// The result of each group in `groups`.
     fn evaluate(&self, groups: &[usize]) -> Result<ArrayRef>;
 
@@ -112,6 +117,10 @@ impl Count {
 }
 
 impl RetractAccumulator for Count {
+    fn size(&self) -> usize {
+        vec_bytes(&self.counts)
+    }
+
     fn resize(&mut self, total: usize) {
         self.counts.resize(total, 0);
     }
@@ -308,6 +317,10 @@ pub fn to_output(result: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
 }
 
 impl RetractAccumulator for Sum {
+    fn size(&self) -> usize {
+        vec_bytes(&self.counts) + vec_bytes(&self.long) + vec_bytes(&self.decimal) + vec_bytes(&self.float)
+    }
+
     fn resize(&mut self, total: usize) {
         self.counts.resize(total, 0);
         match self.arithmetic {
@@ -444,6 +457,16 @@ impl RetractAccumulator for Sum {
         }
         Ok(())
     }
+}
+
+/// Bytes a vector's buffer takes.
+fn vec_bytes<T>(v: &Vec<T>) -> usize {
+    v.capacity() * size_of::<T>()
+}
+
+/// Bytes an owned row takes: its bytes, and its allocation's header, about.
+fn row_bytes(row: &OwnedRow) -> usize {
+    row.as_ref().len() + 2 * size_of::<usize>()
 }
 
 /// Values of one type as comparable byte rows (Arrow's row format), and back.
@@ -589,6 +612,10 @@ pub fn extreme(data_type: &DataType, max: bool, retracting: bool) -> Result<Box<
 }
 
 impl<T: ArrowPrimitiveType> RetractAccumulator for PrimitiveExtreme<T> {
+    fn size(&self) -> usize {
+        vec_bytes(&self.values) + vec_bytes(&self.set)
+    }
+
     fn resize(&mut self, total: usize) {
         self.values.resize(total, T::Native::default());
         self.set.resize(total, false);
@@ -704,6 +731,20 @@ impl Extreme {
 }
 
 impl RetractAccumulator for Extreme {
+    fn size(&self) -> usize {
+        match &self.bags {
+            Some(bags) => {
+                let entries: usize = bags
+                    .iter()
+                    .flat_map(|b| b.keys())
+                    .map(|r| row_bytes(r) + size_of::<i64>())
+                    .sum();
+                vec_bytes(bags) + entries
+            }
+            None => vec_bytes(&self.best) + self.best.iter().flatten().map(row_bytes).sum::<usize>(),
+        }
+    }
+
     fn resize(&mut self, total: usize) {
         match &mut self.bags {
             Some(bags) => bags.resize_with(total, Bag::new),
@@ -867,6 +908,17 @@ impl Distinct {
 }
 
 impl RetractAccumulator for Distinct {
+    fn size(&self) -> usize {
+        let entries: usize = self
+            .seen
+            .iter()
+            .map(|m| {
+                m.capacity() * (size_of::<(Box<[u8]>, i64)>() + 1) + m.keys().map(|k| k.len()).sum::<usize>()
+            })
+            .sum();
+        self.inner.size() + vec_bytes(&self.seen) + entries
+    }
+
     fn resize(&mut self, total: usize) {
         self.seen.resize_with(total, HashMap::default);
         self.inner.resize(total);
@@ -999,6 +1051,15 @@ impl Ordered {
 }
 
 impl RetractAccumulator for Ordered {
+    fn size(&self) -> usize {
+        let rows: usize = self
+            .lists
+            .iter()
+            .map(|l| vec_bytes(l) + l.iter().map(row_bytes).sum::<usize>())
+            .sum();
+        vec_bytes(&self.lists) + rows
+    }
+
     fn resize(&mut self, total: usize) {
         self.lists.resize_with(total, Vec::new);
     }
@@ -1083,6 +1144,15 @@ impl ListAgg {
 }
 
 impl RetractAccumulator for ListAgg {
+    fn size(&self) -> usize {
+        let strings: usize = self
+            .lists
+            .iter()
+            .map(|l| vec_bytes(l) + l.iter().map(String::capacity).sum::<usize>())
+            .sum();
+        vec_bytes(&self.lists) + strings
+    }
+
     fn resize(&mut self, total: usize) {
         self.lists.resize_with(total, Vec::new);
     }

@@ -29,6 +29,7 @@
 //! ```
 
 pub mod accumulator;
+mod spill;
 
 use std::sync::Arc;
 
@@ -282,8 +283,21 @@ impl OperatorFactory for GroupAggregateFactory {
             max_parallelism: ctx.max_parallelism,
             group_indices: Vec::new(),
             changed: (ctx.incremental && spec.phase != Phase::Local).then(Changed::default),
+            spill: match &ctx.spill {
+                Some(settings) if spec.phase != Phase::Local => Some(spill::Spill::new(
+                    settings.clone(),
+                    &spec.state_schema(&spec.accumulators()?),
+                    spec.key_schema.fields().len(),
+                    ctx.incremental,
+                )?),
+                _ => None,
+            },
             spec,
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        self.0.phase != Phase::Local
     }
 }
 
@@ -304,6 +318,8 @@ struct GroupAggregateOperator {
     group_indices: Vec<usize>,
     /// Incremental checkpoints: the groups changed since the last snapshot.
     changed: Option<Changed>,
+    /// The spilling state backend: groups beyond the budget in its store.
+    spill: Option<spill::Spill>,
 }
 
 /// The groups changed since the last snapshot, and every group's keys (to
@@ -555,7 +571,9 @@ impl GroupAggregateOperator {
         if self.spec.phase == Phase::Local {
             return self.pre_aggregate(batch, retract.as_deref(), out);
         }
+        let first_new = self.groups.len();
         let keys = self.intern(batch)?;
+        self.load_spilled(first_new, &keys)?;
         let now = wall_clock_millis();
         if self.spec.state_ttl.is_some() {
             let groups = std::mem::take(&mut self.group_indices);
@@ -587,11 +605,10 @@ impl GroupAggregateOperator {
         if let Some(changed) = &mut self.changed {
             changed.mark(touched.groups.iter().copied());
         }
-        if changes.is_empty() {
-            return Ok(());
+        if !changes.is_empty() {
+            out.batch(self.output(&keys, &touched, &before, &after, &changes)?);
         }
-        out.batch(self.output(&keys, &touched, &before, &after, &changes)?);
-        Ok(())
+        self.spill_if_full()
     }
 
     /// The change rows: keys of each change's group, then its old or new values.
@@ -720,9 +737,16 @@ impl GroupAggregateOperator {
         let mut columns: Vec<ArrayRef> =
             vec![Arc::new(key_groups(&keys, groups.len(), self.max_parallelism)?)];
         columns.extend(keys);
-        columns.push(Arc::new(Int64Array::from_iter_values(
+        columns.extend(self.state_columns(groups)?);
+        Ok(Some(sorted_state_rows(&schema, columns)?))
+    }
+
+    /// The state columns after the keys of `groups`: `_count`, `_written`
+    /// with a TTL, the accumulators' states.
+    fn state_columns(&self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_iter_values(
             groups.iter().map(|g| self.counts[*g]),
-        )));
+        ))];
         if self.spec.state_ttl.is_some() {
             columns.push(Arc::new(Int64Array::from_iter_values(
                 groups.iter().map(|g| self.written[*g]),
@@ -731,7 +755,7 @@ impl GroupAggregateOperator {
         for acc in &self.accumulators {
             columns.extend(acc.state(groups)?);
         }
-        Ok(Some(sorted_state_rows(&schema, columns)?))
+        Ok(columns)
     }
 
     /// The groups changed since the last snapshot: rows of those that have
@@ -770,22 +794,28 @@ impl GroupAggregateOperator {
             changed.keys.append_new(&keys, &indices, self.groups.len())?;
         }
         self.grow();
+        self.restore_groups(&rows.columns()[1 + key_count..], &indices)
+    }
+
+    /// Sets the state of `groups` (interned) from state columns after the
+    /// keys: `_count`, `_written` with a TTL, then the accumulators'.
+    fn restore_groups(&mut self, states: &[ArrayRef], groups: &[usize]) -> Result<()> {
         let total = self.total();
-        let counts = rows.column(1 + key_count).as_primitive::<Int64Type>();
-        for (i, g) in indices.iter().enumerate() {
+        let counts = states[0].as_primitive::<Int64Type>();
+        for (i, g) in groups.iter().enumerate() {
             self.counts[*g] = counts.value(i);
         }
-        let mut offset = 2 + key_count;
+        let mut offset = 1;
         if self.spec.state_ttl.is_some() {
-            let written = rows.column(offset).as_primitive::<Int64Type>();
-            for (i, g) in indices.iter().enumerate() {
+            let written = states[offset].as_primitive::<Int64Type>();
+            for (i, g) in groups.iter().enumerate() {
                 self.written[*g] = written.value(i);
             }
             offset += 1;
         }
         for acc in &mut self.accumulators {
             let width = acc.state_fields().len();
-            acc.restore(&rows.columns()[offset..offset + width], &indices, total)?;
+            acc.restore(&states[offset..offset + width], groups, total)?;
             offset += width;
         }
         Ok(())
@@ -809,6 +839,7 @@ impl Operator for GroupAggregateOperator {
     /// without a full scan at any one time.
     fn on_processing_time(&mut self, now: Timestamp, _out: &mut Output) -> Result<()> {
         const SWEEP: usize = 4096;
+        self.sweep_store(now)?;
         let total = self.counts.len();
         if total == 0 {
             return Ok(());
@@ -823,6 +854,13 @@ impl Operator for GroupAggregateOperator {
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if self.spec.phase == Phase::Local {
             return Ok(None);
+        }
+        if self.has_spilled() {
+            return Ok(Some(OperatorSnapshot {
+                runs: self.spilled_snapshot()?,
+                meta: serde_json::Value::Null,
+                rows: None,
+            }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
@@ -839,16 +877,21 @@ impl Operator for GroupAggregateOperator {
 
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if !full {
+            let rows = match self.has_spilled() {
+                true => self.spilled_delta()?,
+                false => self.changed_rows()?,
+            };
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 meta: serde_json::Value::Null,
-                rows: self.changed_rows()?,
+                rows,
             }));
         }
         let snapshot = self.snapshot(checkpoint)?;
         if let Some(changed) = &mut self.changed {
             changed.take();
         }
+        self.forget_spilled_changes();
         Ok(snapshot)
     }
 
@@ -869,7 +912,10 @@ impl Operator for GroupAggregateOperator {
         if let Some(rows) = &snapshot.rows {
             let name = self.spec.describe();
             OperatorSnapshot::check_columns(rows, &self.spec.state_schema(&self.accumulators), &name)?;
-            self.restore_rows(rows)?;
+            match self.spill.is_some() {
+                true => self.restore_spilled(rows)?,
+                false => self.restore_rows(rows)?,
+            }
         }
         Ok(())
     }

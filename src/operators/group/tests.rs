@@ -355,3 +355,171 @@ fn a_full_snapshot_restarts_the_count_of_changes_and_a_savepoint_leaves_it_alone
         lines(&["-U a 2 4", "+U a 3 5", "-U b 2 7", "+U b 3 8"])
     );
 }
+
+/// Batches of `rows` rows each over `keys` keys (`k0`, `k1`, ...), the
+/// keys of a batch far apart so that every batch touches new groups.
+fn many_rows(batches: usize, rows: usize, keys: usize) -> Vec<String> {
+    (0..batches)
+        .map(|b| {
+            (0..rows)
+                .map(|r| {
+                    let i = b * rows + r;
+                    format!("k{} {}", (i * 7919) % keys, i % 100)
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect()
+}
+
+/// Everything `h` emits for `batches`, in order.
+fn emitted(h: &mut Harness, batches: &[String]) -> Vec<String> {
+    batches.iter().flat_map(|b| h.push(b).unwrap()).collect()
+}
+
+fn entries_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+const COUNT_SUM_MAX: &str = "INSERT INTO out SELECT k, COUNT(*), MAX(v) + SUM(v) FROM t GROUP BY k";
+
+#[test]
+fn spilled_groups_emit_the_changes_the_heap_emits() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(60, 100, 2000);
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
+    assert!(expected.len() > 6000, "{} changes", expected.len());
+
+    let mut spilling = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
+    let mut got = Vec::new();
+    let mut store_seen = false;
+    for batch in &batches {
+        got.extend(spilling.push(batch).unwrap());
+        store_seen |= entries_in(dir.path()) > 0;
+    }
+    assert!(store_seen, "groups went to the store");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn spilled_retractions_leave_their_groups_and_emptied_groups_leave_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    // Counts of counts: every batch retracts what an earlier one added.
+    let adds: Vec<String> = (0..40)
+        .map(|b| {
+            (0..50)
+                .map(|r| format!("+I {}", b * 50 + r))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let takes: Vec<String> = (0..40)
+        .map(|b| {
+            (0..50)
+                .map(|r| format!("-D {}", b * 50 + r))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let all: Vec<String> = adds.iter().chain(&takes).cloned().collect();
+    let expected = emitted(&mut counts_of_counts(), &all);
+    let mut h = counts_of_counts().spilling(16 * 1024, dir.path()).unwrap();
+    assert_eq!(emitted(&mut h, &all), expected);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(
+        snapshot.runs.is_empty() && snapshot.rows.is_none(),
+        "every group was emptied: the store holds none"
+    );
+}
+
+#[test]
+fn spilled_groups_restore_from_a_snapshot_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(40, 100, 1500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, before);
+    let expected = emitted(&mut heap, after);
+
+    let mut h = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(snapshot.runs[0].info.rows, 1500);
+    assert_eq!(emitted(&mut h, after), expected);
+}
+
+#[test]
+fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = many_rows(30, 100, 1500);
+    // Then 300 keys only, changed again and again (spilled in between).
+    let second = many_rows(30, 100, 300);
+    let third = many_rows(10, 100, 1500);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, &first);
+    emitted(&mut heap, &second);
+    let expected = emitted(&mut heap, &third);
+
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &first);
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 1500);
+    emitted(&mut h, &second);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    let keys = upserts(&delta);
+    assert_eq!(keys.len(), 300, "each changed key once");
+    assert!(keys.iter().all(|(_, deleted)| !deleted));
+    h.restart_from_chain().unwrap();
+    assert_eq!(emitted(&mut h, &third), expected);
+}
+
+#[test]
+fn spilled_groups_past_the_state_ttl_are_swept_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::of(
+        &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 h'"],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        "GroupAggregate",
+        0,
+    )
+    .unwrap()
+    .spilling(16 * 1024, dir.path())
+    .unwrap();
+    emitted(&mut h, &many_rows(20, 100, 1000));
+    // A restart puts every group in the store.
+    h.restart().unwrap();
+    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    for _ in 0..3 {
+        h.processing_time(later).unwrap();
+    }
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(snapshot.runs.is_empty(), "every group expired");
+    assert_eq!(h.push("k0 5").unwrap(), lines(&["+I k0 1 5"]));
+}
+
+#[test]
+fn a_delta_after_a_savepoint_of_spilled_groups_holds_what_changed_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &many_rows(30, 100, 1500));
+    h.snapshot_delta(true).unwrap();
+    emitted(&mut h, &many_rows(3, 100, 300));
+    // The savepoint writes every group to the store: memory holds none.
+    let savepoint = h.snapshot_only().unwrap().expect("a savepoint");
+    assert_eq!(savepoint.runs[0].info.rows, 1500);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta).len(), 300);
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "nothing changed since"
+    );
+}

@@ -1,0 +1,203 @@
+//! The spilling backend's store for state read by key: an embedded LSM (fjall) in a local directory.
+//!
+//! Operators whose state is read and written key by key (a non-windowed
+//! aggregation reads a group's state for every row of it) keep the keys
+//! that do not fit in memory here, each key's newest state as one value.
+//! The store is a local cache of state, never a checkpoint: nothing is
+//! synced, and it is deleted when the operator goes (a restore fills a new
+//! one from the checkpoint's Parquet files). Keys start with their key
+//! group (4 bytes, big-endian), so a scan reads state in key-group order,
+//! as a state file holds it.
+
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::{Error, Result};
+
+/// Stores made by this process, numbered (each gets a directory of its own).
+static STORES: AtomicU64 = AtomicU64::new(0);
+
+/// Entries a write batch holds before it is committed.
+const BATCH_ENTRIES: usize = 16_384;
+
+/// One operator subtask's key-value store.
+pub struct Store {
+    // Dropped in this order: the partition before its keyspace, whose drop
+    // deletes the directory.
+    partition: fjall::PartitionHandle,
+    keyspace: fjall::Keyspace,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("dir", &self.dir).finish()
+    }
+}
+
+/// A failure of the store, with its directory.
+fn failed(dir: &Path, e: impl std::fmt::Display) -> Error {
+    Error::State(format!("spilled state in {}: {e}", dir.display()))
+}
+
+impl Store {
+    /// A new, empty store in a directory of its own under `parent`, in
+    /// about `memory` bytes (at least 16 MB): memtables of a quarter of it
+    /// (4 to 64 MB; smaller ones make many small files to compact, 1.7x
+    /// slower at 1 MB than at 8 MB), write buffers of twice that, and the
+    /// rest for its block cache.
+    pub fn open(parent: &Path, memory: usize) -> Result<Store> {
+        let n = STORES.fetch_add(1, Ordering::Relaxed);
+        let dir = parent.join(format!("weir-store-{}-{n}", std::process::id()));
+        let memory = memory.max(16 << 20) as u64;
+        let memtable = (memory / 4).clamp(4 << 20, 64 << 20);
+        let cache = memory.saturating_sub(2 * memtable).max(1 << 20);
+        // The store's threads free memory as they flush and compact, which
+        // the allocator would keep for a second: 60 MB of the resident set
+        // at 2M keys and a 16 MB share.
+        crate::alloc::return_freed_memory_at_once();
+        let keyspace = fjall::Config::new(&dir)
+            .temporary(true)
+            .manual_journal_persist(true)
+            .fsync_ms(None)
+            .flush_workers(1)
+            .compaction_workers(1)
+            .cache_size(cache)
+            .max_write_buffer_size(2 * memtable)
+            // fjall's least; the journal is never read (nothing is recovered).
+            .max_journaling_size(24 << 20)
+            .open()
+            .map_err(|e| failed(&dir, e))?;
+        let memtable = memtable as u32;
+        let options = fjall::PartitionCreateOptions::default()
+            .manual_journal_persist(true)
+            .max_memtable_size(memtable);
+        let partition = keyspace
+            .open_partition("state", options)
+            .map_err(|e| failed(&dir, e))?;
+        Ok(Store {
+            partition,
+            keyspace,
+            dir,
+        })
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
+        self.partition.get(key).map_err(|e| failed(&self.dir, e))
+    }
+
+    /// Sets each key of `puts` to its value and removes each key of `removes`.
+    pub fn write<'a>(
+        &self,
+        puts: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        removes: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<()> {
+        let mut batch = self.keyspace.batch().durability(None);
+        for (key, value) in puts {
+            batch.insert(&self.partition, key, value);
+            if batch.len() >= BATCH_ENTRIES {
+                self.commit(std::mem::replace(
+                    &mut batch,
+                    self.keyspace.batch().durability(None),
+                ))?;
+            }
+        }
+        for key in removes {
+            batch.remove(&self.partition, key);
+            if batch.len() >= BATCH_ENTRIES {
+                self.commit(std::mem::replace(
+                    &mut batch,
+                    self.keyspace.batch().durability(None),
+                ))?;
+            }
+        }
+        self.commit(batch)
+    }
+
+    fn commit(&self, batch: fjall::Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        batch.commit().map_err(|e| failed(&self.dir, e))
+    }
+
+    /// Up to `limit` entries in key order, from the first key at or after
+    /// `from`.
+    pub fn scan(&self, from: &[u8], limit: usize) -> Result<Vec<(fjall::Slice, fjall::Slice)>> {
+        self.partition
+            .range::<&[u8], _>((Bound::Included(from), Bound::Unbounded))
+            .take(limit)
+            .map(|entry| entry.map_err(|e| failed(&self.dir, e)))
+            .collect()
+    }
+
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> Result<bool> {
+        self.partition.is_empty().map_err(|e| failed(&self.dir, e))
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes it takes on disk.
+    pub fn disk_space(&self) -> u64 {
+        self.keyspace.disk_space()
+    }
+}
+
+/// The smallest key after `key` (for the next scan to start past it).
+pub fn key_after(key: &[u8]) -> Vec<u8> {
+    let mut next = Vec::with_capacity(key.len() + 1);
+    next.extend_from_slice(key);
+    next.push(0);
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(dir: &Path) -> Store {
+        Store::open(dir, 8 << 20).expect("a store")
+    }
+
+    #[test]
+    fn written_values_are_read_back_and_removed_keys_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        assert!(s.is_empty().unwrap());
+        s.write([(&b"a"[..], &b"1"[..]), (b"b", b"2")], []).unwrap();
+        s.write([(&b"a"[..], &b"3"[..])], [&b"b"[..]]).unwrap();
+        assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"3"[..]));
+        assert_eq!(s.get(b"b").unwrap(), None);
+    }
+
+    #[test]
+    fn a_scan_goes_on_in_key_order_after_the_last_key_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let keys: Vec<[u8; 4]> = [7u32, 1, 300, 2].map(u32::to_be_bytes).to_vec();
+        s.write(keys.iter().map(|k| (&k[..], &b""[..])), []).unwrap();
+        let first = s.scan(&[], 2).unwrap();
+        let read: Vec<&[u8]> = first.iter().map(|(k, _)| &k[..]).collect();
+        assert_eq!(read, [&1u32.to_be_bytes()[..], &2u32.to_be_bytes()[..]]);
+        let rest = s.scan(&key_after(&first[1].0), 10).unwrap();
+        let read: Vec<&[u8]> = rest.iter().map(|(k, _)| &k[..]).collect();
+        assert_eq!(read, [&7u32.to_be_bytes()[..], &300u32.to_be_bytes()[..]]);
+    }
+
+    #[test]
+    fn the_store_directory_goes_with_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        s.write([(&b"k"[..], &b"v"[..])], []).unwrap();
+        let made = s.dir.clone();
+        assert!(made.exists());
+        drop(s);
+        assert!(!made.exists());
+    }
+}
