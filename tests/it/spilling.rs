@@ -142,6 +142,24 @@ fn peak_rss_of_run(file: &Path) -> u64 {
     peak
 }
 
+/// A large-state job (`job(dir, name, settings, keys, out)`) run three
+/// times, writing to `dir/base`, `dir/heap` and `dir/spill`: over 4 keys
+/// (the process, its input and output, with next to no state), over 2M
+/// keys on the heap, and over 2M keys spilling under 32 MB to `spill_dir`;
+/// the peak RSS of each.
+fn peaks_of_three_runs(
+    dir: &Path,
+    job: fn(&Path, &str, &str, u64, &Path) -> std::path::PathBuf,
+    spill_dir: &Path,
+) -> (u64, u64, u64) {
+    let out = |name: &str| dir.join(name);
+    let base = peak_rss_of_run(&job(dir, "base", "", 4, &out("base")));
+    let heap = peak_rss_of_run(&job(dir, "heap", "", 2_000_000, &out("heap")));
+    let settings = spilling("32 mb", spill_dir);
+    let spill = peak_rss_of_run(&job(dir, "spilling", &settings, 2_000_000, &out("spill")));
+    (base, heap, spill)
+}
+
 /// Loosely (the machine is shared): a spilling run's peak RSS is below the
 /// heap's, and within 4 budgets of 32 MB of the process without state.
 fn assert_within_budget(base_peak: u64, heap_peak: u64, spill_peak: u64) {
@@ -186,19 +204,8 @@ fn large_state_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path
 fn a_window_job_with_state_several_times_its_budget_gives_the_rows_of_the_heap_within_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let out = |name: &str| dir.path().join(name);
-    // The process itself, its input and output, with next to no state.
-    let base_peak = peak_rss_of_run(&large_state_job(dir.path(), "base", "", 4, &out("base")));
-    let heap_peak = peak_rss_of_run(&large_state_job(dir.path(), "heap", "", 2_000_000, &out("heap")));
     let runs = dir.path().join("runs");
-    let settings = spilling("32 mb", &runs);
-    let spill_peak = peak_rss_of_run(&large_state_job(
-        dir.path(),
-        "spilling",
-        &settings,
-        2_000_000,
-        &out("spill"),
-    ));
-
+    let (base_peak, heap_peak, spill_peak) = peaks_of_three_runs(dir.path(), large_state_job, &runs);
     let (expected, got) = (committed_rows(&out("heap")), committed_rows(&out("spill")));
     assert_eq!(expected.len(), 2_000_000);
     assert!(got == expected, "rows differ:{}", row_difference(&expected, &got));
@@ -235,16 +242,8 @@ fn large_group_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path
 fn a_group_by_with_state_several_times_its_budget_gives_the_table_of_the_heap_within_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let out = |name: &str| dir.path().join(name);
-    let base_peak = peak_rss_of_run(&large_group_job(dir.path(), "base", "", 4, &out("base")));
-    let heap_peak = peak_rss_of_run(&large_group_job(dir.path(), "heap", "", 2_000_000, &out("heap")));
     let store = dir.path().join("store");
-    let spill_peak = peak_rss_of_run(&large_group_job(
-        dir.path(),
-        "spilling",
-        &spilling("32 mb", &store),
-        2_000_000,
-        &out("spill"),
-    ));
+    let (base_peak, heap_peak, spill_peak) = peaks_of_three_runs(dir.path(), large_group_job, &store);
     let table = |name: &str| changelog_table(&committed_rows(&out(name)));
     let expected = table("heap");
     assert_eq!(

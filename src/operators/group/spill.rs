@@ -97,11 +97,12 @@ impl Spill {
         })
     }
 
-    fn store(&mut self) -> Result<&Store> {
+    /// Opens the store, if not open yet.
+    fn open_store(&mut self) -> Result<()> {
         if self.store.is_none() {
             self.store = Some(Store::open(&self.settings.dir, self.settings.budget / 4)?);
         }
-        Ok(self.store.as_ref().expect("opened above"))
+        Ok(())
     }
 
     /// The store key of each of `rows` groups with these keys: key group
@@ -111,7 +112,12 @@ impl Spill {
             // No columns either where none were recorded (a key store of no group).
             return Ok(Vec::new());
         }
-        let groups = key_groups(keys, rows, max_parallelism)?;
+        self.keyed(&key_groups(keys, rows, max_parallelism)?, keys)
+    }
+
+    /// The store key of each row of `keys`, whose key groups are `groups`.
+    fn keyed(&self, groups: &UInt32Array, keys: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
+        let rows = groups.len();
         let encoded = match &self.keys {
             Some(converter) => Some(converter.convert_columns(keys)?),
             None => None,
@@ -257,7 +263,7 @@ impl GroupAggregateOperator {
         let keys = std::mem::replace(&mut self.groups, Groups::new(&self.spec.key_schema)?).emit()?;
         let changed = self.changed.take();
         let spill = self.spill.as_mut().expect("checked above");
-        spill.store()?;
+        spill.open_store()?;
         let spill = self.spill.as_ref().expect("checked above");
         let mut flushed = Vec::new();
         for start in (0..total).step_by(WRITE_CHUNK) {
@@ -395,24 +401,12 @@ impl GroupAggregateOperator {
         let schema = self.spec.state_schema(&self.accumulators);
         let key_count = self.spec.key_schema.fields().len();
         let spill = self.spill.as_mut().expect("spilling");
-        spill.store()?;
+        spill.open_store()?;
         let spill = self.spill.as_ref().expect("spilling");
         for start in (0..rows.num_rows()).step_by(WRITE_CHUNK) {
             let chunk = rows.slice(start, (rows.num_rows() - start).min(WRITE_CHUNK));
             let key_groups = chunk.column(0).as_primitive::<arrow::datatypes::UInt32Type>();
-            let encoded = match &spill.keys {
-                Some(c) => Some(c.convert_columns(&chunk.columns()[1..1 + key_count])?),
-                None => None,
-            };
-            let store_keys: Vec<Vec<u8>> = (0..chunk.num_rows())
-                .map(|i| {
-                    let mut key = key_groups.value(i).to_be_bytes().to_vec();
-                    if let Some(rows) = &encoded {
-                        key.extend_from_slice(rows.row(i).as_ref());
-                    }
-                    key
-                })
-                .collect();
+            let store_keys = spill.keyed(key_groups, &chunk.columns()[1..1 + key_count])?;
             let values = spill.encode_values(&chunk.columns()[1 + key_count..], &schema, key_count)?;
             let puts = (0..chunk.num_rows()).map(|i| (&store_keys[i][..], values.row(i).data()));
             spill.store.as_ref().expect("opened above").write(puts, [])?;
