@@ -3,6 +3,7 @@
 pub mod incremental;
 pub mod key_group;
 pub mod local_dir;
+pub mod memory_guess;
 pub mod runs;
 pub mod snapshot;
 pub mod store;

@@ -69,10 +69,18 @@ impl Store {
             .max_journaling_size(24 << 20)
             .open()
             .map_err(|e| failed(&dir, e))?;
+        // A compaction holds two hashes (16 bytes) of every key of the
+        // segment it writes until the segment is done: 34 MB of a 16 MB
+        // store's resident set at fjall's 64 MB segments and 2M keys.
+        let segments = fjall::compaction::Leveled {
+            target_size: (memory / 8).clamp(4 << 20, 64 << 20) as u32,
+            ..Default::default()
+        };
         let memtable = memtable as u32;
         let options = fjall::PartitionCreateOptions::default()
             .manual_journal_persist(true)
-            .max_memtable_size(memtable);
+            .max_memtable_size(memtable)
+            .compaction_strategy(fjall::compaction::Strategy::Leveled(segments));
         let partition = keyspace
             .open_partition("state", options)
             .map_err(|e| failed(&dir, e))?;
@@ -133,6 +141,19 @@ impl Store {
             .collect()
     }
 
+    /// The next up to `limit` entries from `cursor` on, which moves past
+    /// them; none when the cursor is at the end, which starts it again at
+    /// the first key (a scan of the whole store, or a sweep going round it
+    /// a slice at a time).
+    pub fn scan_on(&self, cursor: &mut Vec<u8>, limit: usize) -> Result<Vec<(fjall::Slice, fjall::Slice)>> {
+        let entries = self.scan(cursor, limit)?;
+        match entries.last() {
+            Some((last, _)) => *cursor = key_after(last),
+            None => cursor.clear(),
+        }
+        Ok(entries)
+    }
+
     /// Whether it holds no entry.
     pub fn is_empty(&self) -> Result<bool> {
         self.partition.is_empty().map_err(|e| failed(&self.dir, e))
@@ -150,7 +171,7 @@ impl Store {
 }
 
 /// The smallest key after `key` (for the next scan to start past it).
-pub fn key_after(key: &[u8]) -> Vec<u8> {
+fn key_after(key: &[u8]) -> Vec<u8> {
     let mut next = Vec::with_capacity(key.len() + 1);
     next.extend_from_slice(key);
     next.push(0);

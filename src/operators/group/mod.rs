@@ -608,7 +608,7 @@ impl GroupAggregateOperator {
         if !changes.is_empty() {
             out.batch(self.output(&keys, &touched, &before, &after, &changes)?);
         }
-        self.spill_if_full()
+        self.spill_if_full(batch.num_rows())
     }
 
     /// The change rows: keys of each change's group, then its old or new values.

@@ -1,7 +1,8 @@
 //! The spilling state backend of non-windowed aggregation: groups beyond the memory budget in the key-value store.
 //!
 //! Memory holds the groups the latest batches touched. When their state
-//! passes half of the subtask's budget, every group is written to the store
+//! passes half of the subtask's budget (measured when a guess says it may,
+//! [`crate::state::memory_guess`]), every group is written to the store
 //! ([`crate::state::store`], one entry per group: its key group and keys as
 //! the key, `_count`, `_written` and the accumulators' states as the value,
 //! both in Arrow's row format) and memory starts empty again. A batch's keys
@@ -31,9 +32,10 @@ use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
 use crate::runtime::operator::SpillSettings;
 use crate::state::incremental::upsert_delta;
+use crate::state::memory_guess::MemoryGuess;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::{Store, key_after};
+use crate::state::store::Store;
 use crate::{Error, Result};
 
 /// Groups written to the store at a time (their states as arrays and rows
@@ -43,9 +45,9 @@ const WRITE_CHUNK: usize = 16_384;
 /// Store entries a TTL sweep reads at a time.
 const SWEEP: usize = 4096;
 
-/// Batches between two measurements of the memory state takes (accumulators
-/// of values walk every group to measure).
-const MEASURE_EVERY: u32 = 8;
+/// The least a row is guessed to add to memory: a new group's key slot,
+/// count, stamps and a state or two.
+const LEAST_PER_ROW: usize = 64;
 
 /// A non-windowed aggregation subtask's spilled state.
 pub(super) struct Spill {
@@ -61,7 +63,8 @@ pub(super) struct Spill {
     flushed: Option<HashSet<Vec<u8>>>,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
-    batches: u32,
+    /// When memory is measured (accumulators of values walk every group).
+    guess: MemoryGuess,
     runs: u64,
 }
 
@@ -92,7 +95,7 @@ impl Spill {
             values: RowConverter::new(sort(1 + key_count..fields.len()))?,
             flushed: incremental.then(HashSet::new),
             sweep_from: Vec::new(),
-            batches: 0,
+            guess: MemoryGuess::new(LEAST_PER_ROW),
             runs: 0,
         })
     }
@@ -234,18 +237,19 @@ impl GroupAggregateOperator {
         self.restore_groups(&states, &groups)
     }
 
-    /// After a batch: writes every group to the store when memory holds
-    /// more than half the budget.
-    pub(super) fn spill_if_full(&mut self) -> Result<()> {
+    /// After a batch of `rows` rows: writes every group to the store when
+    /// memory holds more than half the budget (measured when it may).
+    pub(super) fn spill_if_full(&mut self, rows: usize) -> Result<()> {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        spill.batches = spill.batches.wrapping_add(1);
-        if spill.batches % MEASURE_EVERY != 1 {
+        if !spill.guess.may_pass(rows, spill.settings.budget / 2) {
             return Ok(());
         }
-        let budget = spill.settings.budget;
-        if self.memory_size() > budget / 2 {
+        let size = self.memory_size();
+        let spill = self.spill.as_mut().expect("checked above");
+        spill.guess.measured(size);
+        if size > spill.settings.budget / 2 {
             self.spill_all()?;
         }
         Ok(())
@@ -297,6 +301,9 @@ impl GroupAggregateOperator {
         self.written = Vec::new();
         self.group_indices = Vec::new();
         self.sweep = 0;
+        if let Some(spill) = self.spill.as_mut() {
+            spill.guess.emptied();
+        }
         crate::alloc::give_back_freed_memory();
         Ok(())
     }
@@ -333,11 +340,10 @@ impl GroupAggregateOperator {
         )?;
         let mut from = Vec::new();
         loop {
-            let entries = store.scan(&from, RUN_ROW_GROUP_ROWS)?;
-            let Some((last, _)) = entries.last() else {
+            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
+            if entries.is_empty() {
                 break;
-            };
-            from = key_after(last);
+            }
             writer.write(&spill.decode(&entries, &schema)?)?;
         }
         Ok(vec![writer.finish()?])
@@ -423,12 +429,10 @@ impl GroupAggregateOperator {
         let Some(store) = &spill.store else {
             return Ok(());
         };
-        let entries = store.scan(&spill.sweep_from, SWEEP)?;
-        let Some((last, _)) = entries.last() else {
-            spill.sweep_from.clear();
+        let entries = store.scan_on(&mut spill.sweep_from, SWEEP)?;
+        if entries.is_empty() {
             return Ok(());
-        };
-        spill.sweep_from = key_after(last);
+        }
         let values: Vec<&[u8]> = entries.iter().map(|(_, v)| &v[..]).collect();
         let states = spill.decode_values(&values)?;
         // `_count`, then `_written`.
