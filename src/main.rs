@@ -223,8 +223,12 @@ struct CheckpointArgs {
     spilling: Option<String>,
     /// A non-windowed GROUP BY of the same keys (an updating result)
     /// instead of the 1-hour tumbling windows.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "join")]
     group_by: bool,
+    /// A regular join of the rows with one row per key (ids 0..keys of a
+    /// second table; every row of both sides kept) instead of the windows.
+    #[arg(long)]
+    join: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -541,7 +545,7 @@ fn shell(execute: Option<String>) -> weir::Result<()> {
 }
 
 fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
-    use weir::bench::checkpoint::{CheckpointBenchOptions, run};
+    use weir::bench::checkpoint::{CheckpointBenchOptions, CheckpointJob, run};
     let interval = duration_arg("interval", &args.interval)?;
     anyhow::ensure!(args.parallelism > 0, "--parallelism must be positive");
     anyhow::ensure!(
@@ -565,7 +569,11 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("--spilling: '{text}' is not a memory size such as 1gb"))?,
             ),
         },
-        group_by: args.group_by,
+        job: match (args.group_by, args.join) {
+            (true, _) => CheckpointJob::GroupBy,
+            (_, true) => CheckpointJob::Join,
+            _ => CheckpointJob::Windows,
+        },
     };
     let weir = std::env::current_exe().context("cannot find the weir binary")?;
     let r = run(&options, &weir)?;
@@ -584,11 +592,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         if args.unaligned { "Unaligned" } else { "Aligned" },
         r.rows,
         r.keys,
-        if args.group_by {
-            "GROUP BY without windows"
-        } else {
-            "1-hour tumbling windows"
-        },
+        options.job.describe(),
         r.parallelism,
         r.interval_ms,
         r.runs,
@@ -618,7 +622,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
                 "{ms:.0} ms to restore {} state rows and run",
                 r.recovery_state_rows
             ),
-            None => "not measured with the spilling backend or --group-by".to_string(),
+            None => "not measured with the spilling backend, --group-by or --join".to_string(),
         }
     );
     write_json(args.json, &r)

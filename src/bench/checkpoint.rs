@@ -43,8 +43,31 @@ pub struct CheckpointBenchOptions {
     pub hot_keys: Option<u64>,
     /// The spilling state backend with this budget in bytes (the heap when `None`).
     pub spill_budget: Option<u64>,
-    /// A non-windowed GROUP BY (an updating result) instead of the windows.
-    pub group_by: bool,
+    /// The job measured.
+    pub job: CheckpointJob,
+}
+
+/// The job a checkpoint benchmark runs over its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointJob {
+    /// Counts and sums per key in 1-hour tumbling windows.
+    Windows,
+    /// A non-windowed GROUP BY (an updating result).
+    GroupBy,
+    /// A regular join of the rows with one row per key (every row of
+    /// both sides kept).
+    Join,
+}
+
+impl CheckpointJob {
+    /// What the report calls it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CheckpointJob::Windows => "1-hour tumbling windows",
+            CheckpointJob::GroupBy => "GROUP BY without windows",
+            CheckpointJob::Join => "a regular join with one row per key",
+        }
+    }
 }
 
 /// The figures.
@@ -112,8 +135,10 @@ fn job_sql(rows: u64, keys: u64, rows_per_second: u64) -> String {
 /// The job of `options`: with hot keys, every key gets a row first, then
 /// the rows go to the first `hot` keys only, all within one window.
 fn options_job_sql(options: &CheckpointBenchOptions) -> String {
-    if options.group_by {
-        return group_job_sql(options.rows, options.keys, options.hot_keys);
+    match options.job {
+        CheckpointJob::GroupBy => return group_job_sql(options.rows, options.keys, options.hot_keys),
+        CheckpointJob::Join => return join_job_sql(options.rows, options.keys),
+        CheckpointJob::Windows => {}
     }
     match options.hot_keys {
         None => job_sql(options.rows, options.keys, 1_000_000_000),
@@ -163,6 +188,25 @@ fn group_job_sql(rows: u64, keys: u64, hot: Option<u64>) -> String {
          CREATE TABLE sink (k BIGINT, c BIGINT, s BIGINT) WITH ('connector' = 'blackhole');
          INSERT INTO sink SELECT {key}, COUNT(*), SUM(id) FROM seq GROUP BY {key}",
         rows - 1
+    )
+}
+
+/// The join job: ids `0..rows` joined on `id % keys` with one row of each
+/// key (ids `0..keys` of a second table), into a blackhole; the join keeps
+/// every row of both sides.
+fn join_job_sql(rows: u64, keys: u64) -> String {
+    format!(
+        "SET 'table.optimizer.join.broadcast-threshold' = '-1';
+         CREATE TABLE seq (id BIGINT)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '1000000000',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '{}');
+         CREATE TABLE dim (id BIGINT)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '1000000000',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '{}');
+         CREATE TABLE sink (k BIGINT, id BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO sink SELECT d.id, x.id FROM seq x JOIN dim d ON x.id % {keys} = d.id",
+        rows - 1,
+        keys - 1
     )
 }
 
@@ -334,9 +378,9 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
     blocked.sort_by(f64::total_cmp);
     // A restore of spilled state reads it into memory first, and the
     // recovery job is the windowed one: not measured.
-    let (recovery_state_rows, recovery_ms) = match (options.spill_budget, options.group_by) {
-        (Some(_), _) | (_, true) => (0, None),
-        (None, false) => {
+    let (recovery_state_rows, recovery_ms) = match (options.spill_budget, options.job) {
+        (Some(_), _) | (_, CheckpointJob::GroupBy | CheckpointJob::Join) => (0, None),
+        (None, CheckpointJob::Windows) => {
             let (rows, ms) = recovery(weir, options, &scratch.path)?;
             (rows, Some(ms))
         }

@@ -513,7 +513,8 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
 
     /// Whether its operator keeps its state within a memory budget, spilling
     /// the rest to local disk, with the spilling state backend (window
-    /// aggregations); other keyed operators are refused by that backend.
+    /// aggregations, non-windowed aggregations, regular joins); other keyed
+    /// operators are refused by that backend.
     fn can_spill(&self) -> bool {
         false
     }

@@ -1,7 +1,7 @@
 //! Differential test of regular joins: weir's streaming joins against
 //! DataFusion's batch hash join on the same random rows (keys with NULLs
-//! and duplicate rows), at parallelism 1, 2 and 4: inner, outer, semi and
-//! anti joins. Updating joins (of aggregates) are compared by their
+//! and duplicate rows), at parallelism 1, 2 and 4, and with the spilling
+//! state backend: inner, outer, semi and anti joins. Updating joins (of aggregates) are compared by their
 //! changelog applied to an empty table; the batch side joins the
 //! aggregates computed here.
 
@@ -115,12 +115,40 @@ fn aggregated(rows: &[(Option<i64>, i64)], count: bool) -> Vec<(Option<i64>, i64
     groups.into_iter().collect()
 }
 
-fn weir_rows(dir: &std::path::Path, parallelism: usize, sql: &str) -> Vec<String> {
+/// The ways weir runs each case: at parallelism 1, 2 and 4 on the heap,
+/// and at 2 with the spilling backend under 16 kB (every key written to
+/// its store every few batches of 50 rows; hashed, not broadcast).
+const RUNS: [(usize, &[(&str, &str)]); 4] = [
+    (1, &[]),
+    (2, &[]),
+    (4, &[]),
+    (
+        2,
+        &[
+            ("state.backend.type", "spilling"),
+            ("taskmanager.memory.managed.size", "16 kb"),
+            ("weir.batch-size", "50"),
+            ("table.optimizer.join.broadcast-threshold", "-1"),
+        ],
+    ),
+];
+
+fn weir_rows(
+    dir: &std::path::Path,
+    (parallelism, settings): (usize, &[(&str, &str)]),
+    sql: &str,
+) -> Vec<String> {
     let engine = Engine::new();
     engine
         .set("parallelism.default", &parallelism.to_string())
         .unwrap();
     engine.set("weir.batch-size", "500").unwrap();
+    engine
+        .set("state.backend.spilling.local-dir", &dir.display().to_string())
+        .unwrap();
+    for (key, value) in settings {
+        engine.set(key, value).unwrap();
+    }
     for (table, value) in [("l", "v"), ("r", "w")] {
         engine
             .sql(&format!(
@@ -198,14 +226,16 @@ fn regular_joins_equal_datafusions_batch_join_at_every_parallelism() {
     ));
     for (sql, expected) in cases {
         assert!(!expected.is_empty(), "{sql}: the batch join gave no rows");
-        for parallelism in [1, 2, 4] {
-            let actual = weir_rows(dir.path(), parallelism, &sql);
+        for run in RUNS {
+            let actual = weir_rows(dir.path(), run, &sql);
             if actual != expected {
                 let missing: Vec<_> = expected.iter().filter(|r| !actual.contains(r)).take(5).collect();
                 let extra: Vec<_> = actual.iter().filter(|r| !expected.contains(r)).take(5).collect();
                 panic!(
-                    "{sql} at parallelism {parallelism} differs (rerun with WEIR_TEST_SEED={seed}): \
+                    "{sql} at parallelism {} with {:?} differs (rerun with WEIR_TEST_SEED={seed}): \
                      {} rows vs {} expected; missing {missing:?}; extra {extra:?}",
+                    run.0,
+                    run.1,
                     actual.len(),
                     expected.len()
                 );

@@ -1,7 +1,8 @@
 //! The spilling state backend with real processes: window state several
-//! times the memory budget, in runs on local disk, and non-windowed
-//! aggregation state in the backend's store, give the rows of the heap
-//! with a lower peak RSS, and survive SIGKILL like any checkpointed state.
+//! times the memory budget, in runs on local disk, and the state of
+//! non-windowed aggregations and regular joins in the backend's store, give
+//! the rows of the heap with a lower peak RSS, and survive SIGKILL like any
+//! checkpointed state.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -59,22 +60,24 @@ fn a_hopping_aggregation_rescaled_4_2_3_from_checkpoints_of_spilled_state_writes
     );
 }
 
-/// An updating aggregation over 100k keys (about 10 MB of state on the heap).
-const UPDATING: &str = "SELECT id % 100000, COUNT(*), SUM(id), MAX(id) FROM seq GROUP BY id % 100000";
-
-#[test]
-fn an_updating_aggregation_with_spilled_groups_killed_three_times_ends_with_the_exact_table() {
-    for (parallelism, settings) in MODES {
+/// `query`, updating (its columns `columns`), with the spilling backend
+/// under 1 MB, killed three times at each of [`MODES`], or with
+/// `incremental` checkpoints (max-deltas 3) at p=2 only: its final table,
+/// of 100k rows, is a clean run's.
+fn spilled_updates_killed_three_times(name: &str, columns: &str, query: &str, incremental: bool) {
+    let modes: &[(usize, &str)] = match incremental {
+        false => &MODES,
+        true => &[(
+            2,
+            "SET 'execution.checkpointing.incremental' = 'true';
+             SET 'execution.checkpointing.incremental.max-deltas' = '3';",
+        )],
+    };
+    for (parallelism, settings) in modes {
         let spill = tempfile::tempdir().unwrap();
         let settings = format!("{settings} {}", spilling("1 mb", spill.path()));
-        let (expected, got, context) = crash_three_times(
-            "changelog-spilling",
-            parallelism,
-            &settings,
-            SEQUENCE,
-            "k BIGINT, c BIGINT, s BIGINT, m BIGINT",
-            UPDATING,
-        );
+        let (expected, got, context) =
+            crash_three_times(name, *parallelism, &settings, SEQUENCE, columns, query);
         let (expected, got) = (changelog_table(&expected), changelog_table(&got));
         assert_eq!(expected.len(), 100_000, "{context}");
         assert!(
@@ -84,26 +87,47 @@ fn an_updating_aggregation_with_spilled_groups_killed_three_times_ends_with_the_
     }
 }
 
+/// An updating aggregation over 100k keys (about 10 MB of state on the heap).
+const UPDATING: &str = "SELECT id % 100000, COUNT(*), SUM(id), MAX(id) FROM seq GROUP BY id % 100000";
+
+#[test]
+fn an_updating_aggregation_with_spilled_groups_killed_three_times_ends_with_the_exact_table() {
+    let columns = "k BIGINT, c BIGINT, s BIGINT, m BIGINT";
+    spilled_updates_killed_three_times("changelog-spilling", columns, UPDATING, false);
+}
+
 #[test]
 fn an_updating_aggregation_with_spilled_groups_and_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
  {
-    let spill = tempfile::tempdir().unwrap();
-    let settings = format!(
-        "SET 'execution.checkpointing.incremental' = 'true';
-         SET 'execution.checkpointing.incremental.max-deltas' = '3'; {}",
-        spilling("1 mb", spill.path())
+    let columns = "k BIGINT, c BIGINT, s BIGINT, m BIGINT";
+    spilled_updates_killed_three_times("changelog-spilling-incremental", columns, UPDATING, true);
+}
+
+/// A left join of two updating aggregations over 100k and 70k keys (with
+/// theirs, about 30 MB of state on the heap): both sides retract as their
+/// aggregates grow; keys the right side lacks keep a padded row.
+const UPDATING_JOIN: &str = "SELECT a.k, a.c, b.n FROM
+       (SELECT id % 100000 AS k, COUNT(*) AS c FROM seq GROUP BY id % 100000) a
+     LEFT JOIN
+       (SELECT id % 70000 AS k, MAX(id) AS n FROM seq WHERE id % 3 = 0 GROUP BY id % 70000) b
+     ON a.k = b.k";
+
+#[test]
+fn a_regular_join_of_updating_inputs_with_spilled_state_killed_three_times_ends_with_the_exact_table() {
+    let columns = "k BIGINT, c BIGINT, n BIGINT";
+    spilled_updates_killed_three_times("changelog-join-spilling", columns, UPDATING_JOIN, false);
+}
+
+#[test]
+fn a_regular_join_with_spilled_state_and_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
+ {
+    let columns = "k BIGINT, c BIGINT, n BIGINT";
+    spilled_updates_killed_three_times(
+        "changelog-join-spilling-incremental",
+        columns,
+        UPDATING_JOIN,
+        true,
     );
-    let (expected, got, context) = crash_three_times(
-        "changelog-spilling-incremental",
-        2,
-        &settings,
-        SEQUENCE,
-        "k BIGINT, c BIGINT, s BIGINT, m BIGINT",
-        UPDATING,
-    );
-    let (expected, got) = (changelog_table(&expected), changelog_table(&got));
-    assert_eq!(expected.len(), 100_000, "{context}");
-    assert!(got == expected, "final table after crashes differs: {context}");
 }
 
 /// The peak resident set (VmHWM) of a `weir run` of `file`, polled from
@@ -297,4 +321,48 @@ fn a_flink_rocksdb_setting_is_refused_with_what_weir_has_instead() {
         all.contains("weir has no RocksDB") && all.contains("'spilling'"),
         "{all}"
     );
+}
+
+/// A job of 2M rows a side, those below `keys` joined on their ids (one
+/// row a key and side), then the count of joined rows and their sum (one
+/// row, updated every batch), as a changelog to `out`.
+fn large_join_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.sql"));
+    std::fs::write(
+        &file,
+        format!(
+            "{settings}
+             SET 'table.optimizer.join.broadcast-threshold' = '-1';
+             CREATE TABLE seq (id BIGINT)
+               WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence',
+                     'fields.id.start' = '0', 'fields.id.end' = '1999999',
+                     'rows-per-second' = '1000000000');
+             CREATE TABLE `out` (n BIGINT, total BIGINT)
+               WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'debezium-json');
+             INSERT INTO `out` SELECT COUNT(*), SUM(x.id)
+               FROM seq x JOIN seq y ON x.id = y.id WHERE x.id < {keys} AND y.id < {keys};",
+            out.display()
+        ),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn a_join_with_state_several_times_its_budget_gives_the_table_of_the_heap_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |name: &str| dir.path().join(name);
+    let store = dir.path().join("store");
+    let (base_peak, heap_peak, spill_peak) = peaks_of_three_runs(dir.path(), large_join_job, &store);
+    let table = |name: &str| changelog_table(&committed_rows(&out(name)));
+    let expected = table("heap");
+    assert_eq!(
+        expected.keys().collect::<Vec<_>>(),
+        ["{\"n\":2000000,\"total\":1999999000000}"],
+        "the heap's table"
+    );
+    assert_eq!(table("spill"), expected);
+    assert_within_budget(base_peak, heap_peak, spill_peak);
+    let left = std::fs::read_dir(&store).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "the store is gone at the end");
 }

@@ -16,6 +16,7 @@
 
 pub mod interval;
 pub mod lookup;
+mod spill;
 pub mod state;
 pub mod temporal;
 #[cfg(test)]
@@ -250,8 +251,16 @@ impl OperatorFactory for JoinFactory {
             keys_of,
             max_parallelism: ctx.max_parallelism,
             swept: 0,
+            spill: ctx
+                .spill
+                .clone()
+                .map(|settings| spill::JoinSpill::new(settings, ctx.incremental)),
             join,
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 }
 
@@ -333,7 +342,13 @@ struct JoinOperator {
     max_parallelism: usize,
     /// When expired rows were last swept (ms).
     swept: i64,
+    /// The spilling state backend: keys beyond the budget in its store.
+    spill: Option<spill::JoinSpill>,
 }
+
+/// Part of a file of a join's chain: state rows, their state keys, and
+/// whether it deletes them (see [`replacement_rows`]).
+type Part = (RecordBatch, BinaryArray, bool);
 
 /// The candidate pairs of one input batch: each input row's range of
 /// pairs, and per pair the other side's entry it is.
@@ -428,6 +443,7 @@ impl JoinOperator {
         let data = changelog::data(batch);
         let (keys, null_keys) = self.keys(side, &data)?;
         let rows = self.rows_of[side].convert_columns(data.columns())?;
+        self.load_spilled(&keys, null_keys.as_ref())?;
         let now = crate::runtime::operator::wall_clock_millis();
         if let Some(ttl) = self.join.ttl_ms() {
             for i in 0..data.num_rows() {
@@ -500,11 +516,10 @@ impl JoinOperator {
                 );
             }
         }
-        if emitted.kinds.is_empty() {
-            return Ok(());
+        if !emitted.kinds.is_empty() {
+            out.batch(self.output(side, &data, candidates.columns.as_deref(), emitted)?);
         }
-        out.batch(self.output(side, &data, candidates.columns.as_deref(), emitted)?);
-        Ok(())
+        self.spill_if_full(data.num_rows())
     }
 
     /// The output rows: the input side's columns taken by row, the other
@@ -615,31 +630,39 @@ impl JoinOperator {
     /// keys changed since the last snapshot and a deleting row for each of
     /// those that has no rows any more, with their state keys.
     fn delta_rows(&mut self, full: bool) -> Result<Option<RecordBatch>> {
-        let schema = self.join.state_schema();
         let mut parts = Vec::new();
         for side in 0..2 {
-            let changed = self.sides[side].take_changed();
-            let state = &self.sides[side];
-            let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) = match full {
-                true => (state.buckets.keys().map(|k| k.as_ref()).collect(), Vec::new()),
-                false => changed
-                    .iter()
-                    .map(|k| k.as_ref())
-                    .partition(|k| state.buckets.contains_key(*k)),
-            };
-            let buckets = present.iter().map(|k| (*k, &state.buckets[*k]));
-            if let Some((columns, keys)) = self.bucket_rows(side, buckets)? {
-                parts.push((state_rows(&schema, columns)?, keys, false));
-            }
-            if !gone.is_empty() {
-                parts.push(self.deleted_keys(side, &gone)?);
-            }
+            self.memory_parts(side, full, &mut parts)?;
         }
-        replacement_rows(&schema, parts, full)
+        replacement_rows(&self.join.state_schema(), parts, full)
+    }
+
+    /// The state rows of side `side` in memory (`full`), or of its keys
+    /// changed since the last snapshot and a deleting row for each of those
+    /// that has no rows any more, added to `parts`; returns the changed keys.
+    fn memory_parts(&mut self, side: usize, full: bool, parts: &mut Vec<Part>) -> Result<Vec<state::Key>> {
+        let schema = self.join.state_schema();
+        let changed = self.sides[side].take_changed();
+        let state = &self.sides[side];
+        let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) = match full {
+            true => (state.buckets.keys().map(|k| k.as_ref()).collect(), Vec::new()),
+            false => changed
+                .iter()
+                .map(|k| k.as_ref())
+                .partition(|k| state.buckets.contains_key(*k)),
+        };
+        let buckets = present.iter().map(|k| (*k, &state.buckets[*k]));
+        if let Some((columns, keys)) = self.bucket_rows(side, buckets)? {
+            parts.push((state_rows(&schema, columns)?, keys, false));
+        }
+        if !gone.is_empty() {
+            parts.push(self.deleted_keys(side, &gone)?);
+        }
+        Ok(changed)
     }
 
     /// Rows that delete `keys` of one side: key group, side, state key.
-    fn deleted_keys(&self, side: usize, keys: &[&[u8]]) -> Result<(RecordBatch, BinaryArray, bool)> {
+    fn deleted_keys(&self, side: usize, keys: &[&[u8]]) -> Result<Part> {
         let schema = self.join.state_schema();
         let parser = self.keys_of.parser();
         let key_columns = self.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
@@ -679,6 +702,7 @@ impl JoinOperator {
             rows.columns()[start..start + widths[side]].to_vec(),
         )?;
         let (keys, _) = self.keys(side, &data)?;
+        self.load_spilled(&keys, None)?;
         let converted = self.rows_of[side].convert_columns(data.columns())?;
         let counts = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
         let matches = rows.column(3 + widths[0] + widths[1]).as_primitive::<Int64Type>();
@@ -716,11 +740,7 @@ fn state_key(side: usize, key: &[u8]) -> Vec<u8> {
 /// One file of a join's chain from parts of state rows (each with its
 /// state keys, and whether it deletes them): the state columns, then
 /// [`STATE_KEY_COLUMN`], then (deltas) [`DELETED_COLUMN`]; sorted by key group.
-fn replacement_rows(
-    schema: &SchemaRef,
-    parts: Vec<(RecordBatch, BinaryArray, bool)>,
-    full: bool,
-) -> Result<Option<RecordBatch>> {
+fn replacement_rows(schema: &SchemaRef, parts: Vec<Part>, full: bool) -> Result<Option<RecordBatch>> {
     if parts.is_empty() {
         return Ok(None);
     }
@@ -881,7 +901,7 @@ impl Operator for JoinOperator {
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
             self.swept = now;
         }
-        Ok(())
+        self.sweep_store(now)
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
@@ -889,6 +909,13 @@ impl Operator for JoinOperator {
             // Expired rows are not saved.
             let now = crate::runtime::operator::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
+        }
+        if self.has_spilled() {
+            return Ok(Some(OperatorSnapshot {
+                runs: self.spilled_snapshot(false)?,
+                meta: serde_json::Value::Null,
+                rows: None,
+            }));
         }
         let schema = self.join.state_schema();
         let columns = concat_sides([self.side_state(0)?, self.side_state(1)?])?;
@@ -907,6 +934,9 @@ impl Operator for JoinOperator {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.join.state_schema(), &self.join.describe())?;
+        if self.spill.is_some() {
+            return self.restore_spilled(rows);
+        }
         self.restore_side(0, rows)?;
         self.restore_side(1, rows)
     }
@@ -920,6 +950,20 @@ impl Operator for JoinOperator {
             // Expired rows are not saved in a base.
             let now = crate::runtime::operator::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
+        }
+        if self.has_spilled() {
+            let (runs, rows) = match full {
+                true => (self.spilled_snapshot(true)?, None),
+                false => (Vec::new(), self.spilled_delta()?),
+            };
+            if full {
+                self.forget_spilled_changes();
+            }
+            return Ok(Some(OperatorSnapshot {
+                runs,
+                meta: serde_json::Value::Null,
+                rows,
+            }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),

@@ -131,6 +131,96 @@ impl Bucket {
         }
     }
 
+    /// Bytes it takes in memory, beyond its own struct.
+    pub fn size(&self) -> usize {
+        self.bytes.capacity()
+            + self.ends.capacity() * 4
+            + self.tallies.capacity() * std::mem::size_of::<Tally>()
+            + self.written.capacity() * 8
+    }
+
+    /// The bucket as one value of the spilling backend's store: its row
+    /// count, which of tallies and write times it keeps, then the rows'
+    /// ends (rows of varying length), tallies, write times and bytes.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&(self.len() as u32).to_le_bytes());
+        out.push(u8::from(!self.tallies.is_empty()) | (u8::from(!self.written.is_empty()) << 1));
+        self.ends
+            .iter()
+            .for_each(|e| out.extend_from_slice(&e.to_le_bytes()));
+        for t in &self.tallies {
+            out.extend_from_slice(&t.count.to_le_bytes());
+            out.extend_from_slice(&t.matches.to_le_bytes());
+        }
+        self.written
+            .iter()
+            .for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
+        out.extend_from_slice(&self.bytes);
+    }
+
+    /// A bucket of rows `width` bytes long (0: varying) from
+    /// [`Bucket::encode`]'s bytes; `None` when they are cut short.
+    pub fn decode(bytes: &[u8], width: u32) -> Option<Bucket> {
+        let mut at = 0;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let part = bytes.get(at..at + n)?;
+            at += n;
+            Some(part)
+        };
+        let n = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let flags = take(1)?[0];
+        let word = |b: &[u8], i: usize| i64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let ends = match width {
+            0 => take(n * 4)?
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let tallies = match flags & 1 {
+            0 => Vec::new(),
+            _ => {
+                let b = take(n * 16)?;
+                (0..n)
+                    .map(|j| Tally {
+                        count: word(b, 2 * j),
+                        matches: word(b, 2 * j + 1),
+                    })
+                    .collect()
+            }
+        };
+        let written = match flags & 2 {
+            0 => Vec::new(),
+            _ => {
+                let b = take(n * 8)?;
+                (0..n).map(|j| word(b, j)).collect()
+            }
+        };
+        let rest = bytes.get(at..)?;
+        let length = match width {
+            0 => ends.last().copied().unwrap_or(0) as usize,
+            w => n * w as usize,
+        };
+        (rest.len() == length).then(|| Bucket {
+            bytes: rest.to_vec(),
+            width,
+            ends,
+            tallies,
+            written,
+        })
+    }
+
+    /// Forgets the rows not written for `ttl` ms at `now`; whether any were.
+    pub fn expire(&mut self, now: i64, ttl: i64) -> bool {
+        let written: Vec<i64> = (0..self.len()).map(|j| self.written(j)).collect();
+        if written.iter().all(|w| now - w < ttl) {
+            return false;
+        }
+        self.retain(|j| now - written[j] < ttl);
+        true
+    }
+
     /// Keeps the rows for which `keep(j)` holds.
     pub fn retain(&mut self, keep: impl Fn(usize) -> bool) {
         let mut kept = Bucket::with_width(self.width);
@@ -297,12 +387,9 @@ impl SideState {
     /// Forgets the rows of `key` not written for `ttl` ms at `now`
     /// (Flink's state TTL: nothing is emitted for them).
     pub fn expire_key(&mut self, key: &[u8], now: i64, ttl: i64) {
-        if let Some(bucket) = self.buckets.get_mut(key) {
-            let written: Vec<i64> = (0..bucket.len()).map(|j| bucket.written(j)).collect();
-            if written.iter().all(|w| now - w < ttl) {
-                return;
-            }
-            bucket.retain(|j| now - written[j] < ttl);
+        if let Some(bucket) = self.buckets.get_mut(key)
+            && bucket.expire(now, ttl)
+        {
             if bucket.is_empty() {
                 self.buckets.remove(key);
             }
@@ -314,11 +401,9 @@ impl SideState {
     pub fn expire(&mut self, now: i64, ttl: i64) {
         let changed = &mut self.changed;
         self.buckets.retain(|key, bucket| {
-            let written: Vec<i64> = (0..bucket.len()).map(|j| bucket.written(j)).collect();
-            if written.iter().all(|w| now - w < ttl) {
+            if !bucket.expire(now, ttl) {
                 return true;
             }
-            bucket.retain(|j| now - written[j] < ttl);
             if let Some(changed) = changed.as_mut() {
                 changed.insert(key.clone());
             }
@@ -354,6 +439,21 @@ impl SideState {
             self.buckets.remove(key);
         }
         true
+    }
+
+    /// Bytes its rows and keys take in memory.
+    pub fn memory_size(&self) -> usize {
+        let slot = std::mem::size_of::<Key>() + std::mem::size_of::<Bucket>() + 8;
+        let changed = self
+            .changed
+            .as_ref()
+            .map_or(0, |c| c.capacity() * (std::mem::size_of::<Key>() + 8));
+        let rows: usize = self
+            .buckets
+            .iter()
+            .map(|(k, b)| b.size() + if k.spilled() { k.capacity() } else { 0 })
+            .sum();
+        self.buckets.capacity() * slot + changed + rows
     }
 
     /// Number of entries.
@@ -626,6 +726,30 @@ mod tests {
         }
         let strings = Schema::new(vec![Field::new("s", DataType::Utf8, true)]);
         assert_eq!(row_width(&strings), 0);
+    }
+
+    #[test]
+    fn a_bucket_reads_back_from_its_bytes_and_refuses_them_cut_short() {
+        let mut varying = Bucket::with_width(0);
+        varying.push(b"abc", Some(tally(2, 1)), Some(7));
+        varying.push(b"de", Some(tally(1, 0)), Some(9));
+        let mut fixed = Bucket::with_width(2);
+        fixed.push(b"xy", None, None);
+        fixed.push(b"zw", None, None);
+        for bucket in [varying, fixed] {
+            let mut bytes = Vec::new();
+            bucket.encode(&mut bytes);
+            let back = Bucket::decode(&bytes, bucket.width).expect("whole bytes");
+            assert_eq!(back.len(), 2);
+            for j in 0..2 {
+                assert_eq!(
+                    (back.row(j), back.tally(j), back.written(j)),
+                    (bucket.row(j), bucket.tally(j), bucket.written(j))
+                );
+            }
+            assert!(Bucket::decode(&bytes[..bytes.len() - 1], bucket.width).is_none());
+            assert!(Bucket::decode(&bytes[..3], bucket.width).is_none());
+        }
     }
 
     #[test]

@@ -469,3 +469,233 @@ fn a_key_whose_last_row_went_is_deleted_by_the_next_delta() {
         lines(&["+I 1 5 1 b", "+I 1 5 1 c"])
     );
 }
+
+/// Batches for both sides in turn, `rows` rows each over `keys` keys:
+/// `(side, lines)`, the keys of a batch far apart so that every batch
+/// touches keys memory no longer holds (keys meet the other side's when
+/// `keys / rows` is odd).
+fn both_sides(batches: usize, rows: usize, keys: usize) -> Vec<(usize, String)> {
+    (0..batches)
+        .map(|b| {
+            let lines = (0..rows)
+                .map(|r| {
+                    let i = b * rows + r;
+                    format!("{} v{}", (i * 7919) % keys, i % 3)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            (b % 2, lines)
+        })
+        .collect()
+}
+
+/// Everything `h` emits for `batches`, in order.
+fn joined(h: &mut Harness, batches: &[(usize, String)]) -> Vec<String> {
+    batches
+        .iter()
+        .flat_map(|(side, rows)| h.push_to(*side, rows).unwrap())
+        .collect()
+}
+
+fn entries_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_spilled_join_emits_the_changes_the_heap_emits() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = both_sides(60, 50, 950);
+    let expected = joined(&mut harness("FULL JOIN"), &batches);
+    assert!(
+        expected.iter().filter(|l| l.starts_with("-D")).count() > 500,
+        "padded rows retracted at their first match"
+    );
+    let mut h = harness("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    let mut got = Vec::new();
+    let mut store_seen = false;
+    for (side, rows) in &batches {
+        got.extend(h.push_to(*side, rows).unwrap());
+        store_seen |= entries_in(dir.path()) > 0;
+    }
+    assert!(store_seen, "keys went to the store");
+    assert_eq!(got, expected);
+}
+
+/// A left join of per-key counts (an updating side, one row per join key)
+/// with rows of `r`: counts of keys `0..keys` rise to 3 and fall back to
+/// 0 (`-D`), a right row for every other key.
+fn counts_then_retractions(keys: usize) -> Vec<(usize, String)> {
+    let mut batches = vec![(
+        1,
+        (0..keys)
+            .step_by(2)
+            .map(|k| format!("{k} r{k}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )];
+    let change = |k: usize, n: usize, up: bool| match (up, n) {
+        (true, 1) => vec![format!("+I {k} 1")],
+        (true, _) => vec![format!("-U {k} {}", n - 1), format!("+U {k} {n}")],
+        (false, 0) => vec![format!("-D {k} 1")],
+        (false, _) => vec![format!("-U {k} {}", n + 1), format!("+U {k} {n}")],
+    };
+    for (n, up) in [
+        (1, true),
+        (2, true),
+        (3, true),
+        (2, false),
+        (1, false),
+        (0, false),
+    ] {
+        for chunk in (0..keys).collect::<Vec<_>>().chunks(50) {
+            let lines: Vec<String> = chunk.iter().flat_map(|k| change(*k, n, up)).collect();
+            batches.push((0, lines.join("\n")));
+        }
+    }
+    batches
+}
+
+fn counts_join() -> Harness {
+    Harness::of(
+        SETUP,
+        "INSERT INTO counts SELECT x.k, x.n, r.k, b FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k) x
+         LEFT JOIN r ON x.k = r.k",
+        "Join",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn spilled_retractions_take_rows_away_and_keys_without_rows_leave_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = counts_then_retractions(1000);
+    let expected = joined(&mut counts_join(), &batches);
+    let mut h = counts_join().spilling(16 * 1024, dir.path()).unwrap();
+    assert_eq!(joined(&mut h, &batches), expected);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(
+        snapshot.runs[0].info.rows, 500,
+        "the right rows are left; every left key was deleted"
+    );
+}
+
+#[test]
+fn a_spilled_join_restores_from_a_snapshot_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = both_sides(40, 50, 750);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness("FULL JOIN");
+    joined(&mut heap, before);
+    let expected = joined(&mut heap, after);
+    let mut h = harness("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    joined(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(snapshot.runs[0].info.rows, 1000, "every row of either side");
+    assert_eq!(joined(&mut h, after), expected);
+}
+
+#[test]
+fn incremental_snapshots_of_a_spilled_join_hold_the_keys_changed_in_memory_and_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = counts_then_retractions(600);
+    let (first, rest) = batches.split_at(25);
+    let (second, third) = rest.split_at(30);
+    let mut heap = counts_join();
+    joined(&mut heap, first);
+    joined(&mut heap, second);
+    let expected = joined(&mut heap, third);
+
+    let mut h = counts_join()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    joined(&mut h, first);
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert!(base.num_rows() > 600, "{} rows", base.num_rows());
+    joined(&mut h, second);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    let deleted = deletions(&delta);
+    assert_eq!(deleted.len(), 600, "each left key changed, once");
+    assert_eq!(
+        deleted.iter().filter(|d| **d).count(),
+        0,
+        "no key lost its last row yet"
+    );
+    h.restart_from_chain().unwrap();
+    assert_eq!(joined(&mut h, third), expected);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(
+        deletions(&delta).iter().filter(|d| **d).count(),
+        600,
+        "every left key lost its last row"
+    );
+}
+
+#[test]
+fn a_delta_after_a_savepoint_of_a_spilled_join_holds_what_changed_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness("JOIN")
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let batches = both_sides(30, 50, 1000);
+    joined(&mut h, &batches);
+    let left_rows_of_first_keys = batches
+        .iter()
+        .filter(|(side, _)| *side == 0)
+        .flat_map(|(_, rows)| rows.lines())
+        .filter(|row| row.split(' ').next().unwrap().parse::<usize>().unwrap() < 300)
+        .count();
+    h.snapshot_delta(true).unwrap();
+    h.push_to(
+        0,
+        &(0..300)
+            .map(|k| format!("{k} new"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    // The savepoint writes every key to the store: memory holds none.
+    let savepoint = h.snapshot_only().unwrap().expect("a savepoint");
+    assert_eq!(savepoint.runs[0].info.rows, 1800);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(
+        deletions(&delta).len(),
+        left_rows_of_first_keys + 300,
+        "the left rows of each key changed, as they are now"
+    );
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "nothing changed since"
+    );
+}
+
+#[test]
+fn spilled_join_rows_past_the_state_ttl_are_swept_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut setup = SETUP.to_vec();
+    setup.push("SET 'table.exec.state.ttl' = '1 h'");
+    let mut h = Harness::of(
+        &setup,
+        "INSERT INTO out SELECT l.k, a, r.k, b FROM l JOIN r ON l.k = r.k",
+        "Join",
+        0,
+    )
+    .unwrap()
+    .spilling(16 * 1024, dir.path())
+    .unwrap();
+    joined(&mut h, &both_sides(20, 50, 950));
+    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    for _ in 0..3 {
+        h.processing_time(later).unwrap();
+    }
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(snapshot.runs.is_empty(), "every row expired");
+    assert_eq!(h.push_to(1, "1 b").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push_to(0, "1 a").unwrap(), lines(&["+I 1 a 1 b"]));
+}
