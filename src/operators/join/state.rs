@@ -4,6 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use thin_vec::ThinVec;
+
 use crate::changelog::RowKind;
 
 /// How often a stored row is there, and, on an outer side, how many rows of
@@ -21,15 +23,18 @@ pub struct Tally {
 /// whose rows are each there once and never count matches (an insert-only
 /// side of an inner join) keeps just the bytes: about a third of a row per
 /// allocation, and no allocation per row. Rows of only fixed-width columns
-/// all have one length (`width`), so their ends are not kept either.
+/// all have one length (`width`), so their ends are not kept either. Up to
+/// 16 bytes of rows (a row of one or two numbers) are kept inline, and a
+/// vector a side does not need takes 8 bytes: most keys of a large join
+/// have one row.
 #[derive(Debug, Default, Clone)]
 pub struct Bucket {
-    bytes: Vec<u8>,
+    bytes: smallvec::SmallVec<[u8; 16]>,
     /// Each row's length when rows have one (0: they vary, see `ends`).
     width: u32,
-    ends: Vec<u32>,
-    tallies: Vec<Tally>,
-    written: Vec<i64>,
+    ends: ThinVec<u32>,
+    tallies: ThinVec<Tally>,
+    written: ThinVec<i64>,
 }
 
 impl Bucket {
@@ -133,10 +138,20 @@ impl Bucket {
 
     /// Bytes it takes in memory, beyond its own struct.
     pub fn size(&self) -> usize {
-        self.bytes.capacity()
-            + self.ends.capacity() * 4
-            + self.tallies.capacity() * std::mem::size_of::<Tally>()
-            + self.written.capacity() * 8
+        // A thin vector's allocation starts with its length and capacity.
+        let thin = |capacity: usize, width: usize| match capacity {
+            0 => 0,
+            n => 16 + n * width,
+        };
+        let bytes = if self.bytes.spilled() {
+            self.bytes.capacity()
+        } else {
+            0
+        };
+        bytes
+            + thin(self.ends.capacity(), 4)
+            + thin(self.tallies.capacity(), std::mem::size_of::<Tally>())
+            + thin(self.written.capacity(), 8)
     }
 
     /// The bucket as one value of the spilling backend's store: its row
@@ -176,10 +191,10 @@ impl Bucket {
                 .chunks_exact(4)
                 .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
                 .collect(),
-            _ => Vec::new(),
+            _ => ThinVec::new(),
         };
         let tallies = match flags & 1 {
-            0 => Vec::new(),
+            0 => ThinVec::new(),
             _ => {
                 let b = take(n * 16)?;
                 (0..n)
@@ -191,7 +206,7 @@ impl Bucket {
             }
         };
         let written = match flags & 2 {
-            0 => Vec::new(),
+            0 => ThinVec::new(),
             _ => {
                 let b = take(n * 8)?;
                 (0..n).map(|j| word(b, j)).collect()
@@ -203,7 +218,7 @@ impl Bucket {
             w => n * w as usize,
         };
         (rest.len() == length).then(|| Bucket {
-            bytes: rest.to_vec(),
+            bytes: smallvec::SmallVec::from_slice(rest),
             width,
             ends,
             tallies,
@@ -726,6 +741,18 @@ mod tests {
         }
         let strings = Schema::new(vec![Field::new("s", DataType::Utf8, true)]);
         assert_eq!(row_width(&strings), 0);
+    }
+
+    #[test]
+    fn a_bucket_of_one_small_row_takes_no_memory_beyond_its_slot() {
+        assert!(
+            std::mem::size_of::<Bucket>() <= 64,
+            "{} bytes",
+            std::mem::size_of::<Bucket>()
+        );
+        let mut bucket = Bucket::with_width(9);
+        bucket.push(b"123456789", None, None);
+        assert_eq!(bucket.size(), 0, "the row is inline, no vector allocated");
     }
 
     #[test]
