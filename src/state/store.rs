@@ -21,6 +21,22 @@ static STORES: AtomicU64 = AtomicU64::new(0);
 /// Entries a write batch holds before it is committed.
 const BATCH_ENTRIES: usize = 16_384;
 
+/// Keys an operator writes to its store (or state rows it restores) at a
+/// time: their values are in memory until they are.
+pub const WRITE_CHUNK: usize = 16_384;
+
+/// Store entries a TTL sweep reads at a time.
+pub const SWEEP: usize = 4096;
+
+/// Opens a store for an operator subtask with the spilling backend's
+/// `settings` in `slot`, unless one is open: a quarter of its share.
+pub fn open_once(slot: &mut Option<Store>, settings: &crate::runtime::operator::SpillSettings) -> Result<()> {
+    if slot.is_none() {
+        *slot = Some(Store::open(&settings.dir, settings.budget / 4)?);
+    }
+    Ok(())
+}
+
 /// One operator subtask's key-value store.
 pub struct Store {
     // Dropped in this order: the partition before its keyspace, whose drop
@@ -157,6 +173,14 @@ impl Store {
     /// Whether it holds no entry.
     pub fn is_empty(&self) -> Result<bool> {
         self.partition.is_empty().map_err(|e| failed(&self.dir, e))
+    }
+
+    /// Where the run of snapshot `n` read from it goes: beside the store,
+    /// in a directory made here.
+    pub fn snapshot_run_path(&self, n: u64) -> Result<PathBuf> {
+        let dir = self.dir.with_extension("runs");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        Ok(dir.join(format!("snapshot-{n}.parquet")))
     }
 
     /// Its directory.

@@ -35,15 +35,8 @@ use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::MemoryGuess;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::Store;
+use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
-
-/// Groups written to the store at a time (their states as arrays and rows
-/// are in memory until they are).
-const WRITE_CHUNK: usize = 16_384;
-
-/// Store entries a TTL sweep reads at a time.
-const SWEEP: usize = 4096;
 
 /// The least a row is guessed to add to memory: a new group's key slot,
 /// count, stamps and a state or two.
@@ -102,10 +95,7 @@ impl Spill {
 
     /// Opens the store, if not open yet.
     fn open_store(&mut self) -> Result<()> {
-        if self.store.is_none() {
-            self.store = Some(Store::open(&self.settings.dir, self.settings.budget / 4)?);
-        }
-        Ok(())
+        open_once(&mut self.store, &self.settings)
     }
 
     /// The store key of each of `rows` groups with these keys: key group
@@ -332,12 +322,7 @@ impl GroupAggregateOperator {
         if store.is_empty()? {
             return Ok(Vec::new());
         }
-        let dir = store.dir().with_extension("runs");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let mut writer = RunWriter::create(
-            dir.join(format!("snapshot-{}.parquet", spill.runs)),
-            schema.clone(),
-        )?;
+        let mut writer = RunWriter::create(store.snapshot_run_path(spill.runs)?, schema.clone())?;
         let mut from = Vec::new();
         loop {
             let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;

@@ -28,14 +28,8 @@ use crate::runtime::operator::SpillSettings;
 use crate::state::memory_guess::MemoryGuess;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups, state_rows};
-use crate::state::store::Store;
+use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
-
-/// Keys written to the store (or state rows restored) at a time.
-const WRITE_CHUNK: usize = 16_384;
-
-/// Store entries a TTL sweep reads at a time.
-const SWEEP: usize = 4096;
 
 /// A join subtask's spilled state.
 pub(super) struct JoinSpill {
@@ -72,10 +66,7 @@ impl JoinSpill {
 
     /// Opens the store, if not open yet.
     fn open_store(&mut self) -> Result<()> {
-        if self.store.is_none() {
-            self.store = Some(Store::open(&self.settings.dir, self.settings.budget / 4)?);
-        }
-        Ok(())
+        open_once(&mut self.store, &self.settings)
     }
 }
 
@@ -302,9 +293,7 @@ impl JoinOperator {
         if store.is_empty()? {
             return Ok(Vec::new());
         }
-        let dir = store.dir().with_extension("runs");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let path = dir.join(format!("snapshot-{runs}.parquet"));
+        let path = store.snapshot_run_path(runs)?;
         let now = self
             .join
             .ttl_ms()
