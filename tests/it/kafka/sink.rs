@@ -230,9 +230,22 @@ fn crash_and_check(name: &str, parallelisms: &[usize], settings: &str) {
     for (attempt, parallelism) in killed.iter().enumerate() {
         let file = job_file(dir.path(), name, &input, &output, *parallelism, settings);
         let restore = (attempt > 0).then_some(job_dir.as_path());
+        let before = complete_checkpoints(&job_dir);
         let mut child = weir(&file, restore).spawn().unwrap();
+        // The kill comes at a random moment after this run completed a
+        // checkpoint of its own, so that every run but the last has state to
+        // lose whatever else the machine is doing (a clean run measured while
+        // other tests load the machine is no clock for this one).
+        let waiting = Instant::now();
+        while complete_checkpoints(&job_dir).is_subset(&before) && child.try_wait().unwrap().is_none() {
+            assert!(
+                waiting.elapsed() < Duration::from_secs(60),
+                "run {attempt} completed no checkpoint in 60 s: {context}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         std::thread::sleep(Duration::from_millis(
-            rng.random_range(took * 15 / 100..took * 45 / 100),
+            rng.random_range(0..took.clamp(100, 1000) / 3),
         ));
         if child.try_wait().unwrap().is_some() {
             let mut stderr = String::new();
@@ -291,6 +304,22 @@ fn unaligned_a_tumbling_sum_from_kafka_to_kafka_killed_three_times_is_read_exact
 #[test]
 fn a_tumbling_sum_from_kafka_to_kafka_killed_and_rescaled_4_to_2_is_read_exactly_once() {
     crash_and_check("eo-rescaled", &[4, 4, 2], "");
+}
+
+/// The checkpoint directories under `dir` whose `_metadata` is written.
+fn complete_checkpoints(dir: &Path) -> std::collections::BTreeSet<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Default::default();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|path| path.is_dir())
+        .flat_map(|path| match path.join("_metadata").exists() {
+            true => [path].into_iter().collect(),
+            false => complete_checkpoints(&path),
+        })
+        .collect()
 }
 
 /// Whether a checkpoint under `dir` is complete (its `_metadata` written).
