@@ -135,6 +135,61 @@ impl Entries {
     pub fn rows(&self) -> Iter<'_> {
         self.from(Bound::Unbounded)
     }
+
+    /// Bytes the rows take in memory (their places, keys and bytes), for
+    /// the spilling backend's budget.
+    pub fn memory_size(&self) -> usize {
+        let slots = match self {
+            Entries::Few(rows) => rows.capacity() * std::mem::size_of::<(Place, Arc<[u8]>)>(),
+            // A B-tree's nodes hold between half and all of their 11 slots.
+            Entries::Many(rows) => rows.len() * 3 / 2 * std::mem::size_of::<(Place, Arc<[u8]>)>(),
+        };
+        // A shared tie is the row's own bytes; an Arc's counts take 16.
+        let heap: usize = self.rows().map(|(p, r)| p.0.len() + 16 + r.len()).sum();
+        std::mem::size_of::<Entries>() + slots + heap
+    }
+
+    /// The rows as bytes, in order: each row's number, order key and bytes
+    /// (a tie is the row itself or, ordered by arrival, nothing; see
+    /// [`Entries::decode`]).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for (place, row) in self.rows() {
+            encode_row(place.2, &place.0, row, out);
+        }
+    }
+
+    /// The rows [`Entries::encode`] wrote; ties are `no_tie` when given
+    /// (ordered by arrival), else the rows' bytes. `None` when cut short.
+    pub fn decode(mut bytes: &[u8], no_tie: Option<&Arc<[u8]>>) -> Option<Entries> {
+        let mut rows = Vec::new();
+        while !bytes.is_empty() {
+            let number = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+            bytes = &bytes[8..];
+            let mut field = || -> Option<&[u8]> {
+                let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+                let field = bytes.get(4..4 + len)?;
+                bytes = &bytes[4 + len..];
+                Some(field)
+            };
+            let order: Box<[u8]> = field()?.into();
+            let row: Arc<[u8]> = field()?.into();
+            let tie = no_tie.cloned().unwrap_or_else(|| row.clone());
+            rows.push(((order, tie, number), row));
+        }
+        Some(match rows.len() > FEW {
+            true => Entries::Many(rows.into_iter().collect()),
+            false => Entries::Few(rows),
+        })
+    }
+}
+
+/// One row of [`Entries::encode`]: its number, order key and bytes.
+pub fn encode_row(number: u64, order: &[u8], row: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&number.to_le_bytes());
+    for field in [order, row] {
+        out.extend_from_slice(&(field.len() as u32).to_le_bytes());
+        out.extend_from_slice(field);
+    }
 }
 
 #[cfg(test)]
@@ -168,5 +223,31 @@ mod tests {
             13,
             "14 to 98"
         );
+    }
+
+    #[test]
+    fn rows_written_as_bytes_read_back_in_order_with_their_ties() {
+        let no_tie: Arc<[u8]> = Arc::from(&[][..]);
+        for count in [0u64, 3, 100] {
+            let mut entries = Entries::default();
+            for n in 0..count {
+                let row: Arc<[u8]> = Arc::from(&[n as u8, 1, 2][..]);
+                entries.insert((Box::from([(n % 5) as u8]), row.clone(), n), row);
+            }
+            let mut bytes = Vec::new();
+            entries.encode(&mut bytes);
+            let back = Entries::decode(&bytes, None).unwrap();
+            let rows = |e: &Entries| e.rows().map(|(p, r)| (p.clone(), r.clone())).collect::<Vec<_>>();
+            assert_eq!(rows(&back), rows(&entries));
+            assert_eq!(matches!(back, Entries::Many(_)), count as usize > FEW);
+            let by_arrival = Entries::decode(&bytes, Some(&no_tie)).unwrap();
+            assert!(by_arrival.rows().all(|(p, _)| p.1.is_empty()));
+            if !bytes.is_empty() {
+                assert!(
+                    Entries::decode(&bytes[..bytes.len() - 1], None).is_none(),
+                    "cut short"
+                );
+            }
+        }
     }
 }

@@ -22,6 +22,7 @@
 
 pub mod changes;
 mod entries;
+mod spill;
 #[cfg(test)]
 mod tests;
 
@@ -165,6 +166,10 @@ impl OperatorFactory for TopN {
         )))
     }
 
+    fn can_spill(&self) -> bool {
+        true
+    }
+
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let sort_fields =
             |exprs: &[Arc<dyn PhysicalExpr>], options: Vec<SortOptions>| -> Result<RowConverter> {
@@ -196,6 +201,7 @@ impl OperatorFactory for TopN {
             no_tie: Arc::from(&[][..]),
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
+            spill: ctx.spill.clone().map(spill::TopNSpill::new),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -220,6 +226,18 @@ struct TopNOperator {
     no_tie: Arc<[u8]>,
     max_parallelism: usize,
     metrics: Arc<TaskMetrics>,
+    /// The spilling state backend: partitions beyond the budget in its store.
+    spill: Option<spill::TopNSpill>,
+}
+
+/// State rows being restored, read as the operator reads its input.
+struct Restored {
+    partitions: Option<arrow::row::Rows>,
+    ends: Vec<Option<Timestamp>>,
+    orders: Option<arrow::row::Rows>,
+    converted: arrow::row::Rows,
+    /// Each row's 0-based rank in its partition.
+    positions: arrow::array::UInt32Array,
 }
 
 /// The ranks from `from` on (up to `end`), continuing after the row ranked
@@ -489,6 +507,45 @@ impl TopNOperator {
         Ok(ends)
     }
 
+    /// State rows of kept rows, each with its 0-based rank in its
+    /// partition, sorted by key group; `None` for none.
+    fn state_rows(&self, kept: &[(usize, &Arc<[u8]>)]) -> Result<Option<RecordBatch>> {
+        if kept.is_empty() {
+            return Ok(None);
+        }
+        let parser = self.rows_of.parser();
+        let data = self
+            .rows_of
+            .convert_rows(kept.iter().map(|(_, r)| parser.parse(r)))?;
+        let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
+        let partition = TopN::evaluate(&self.spec.partition, &batch)?;
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(
+            &partition,
+            kept.len(),
+            self.max_parallelism,
+        )?)];
+        columns.extend(data);
+        columns.push(Arc::new(UInt32Array::from_iter_values(
+            kept.iter().map(|(p, _)| *p as u32),
+        )));
+        Ok(Some(sorted_state_rows(&self.spec.state_schema(), columns)?))
+    }
+
+    /// State rows read as input rows: their partitions, window ends, order
+    /// keys, bytes and ranks.
+    fn restored(&mut self, rows: &RecordBatch) -> Result<Restored> {
+        let width = rows.num_columns();
+        let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..width - 1].to_vec())
+            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
+        Ok(Restored {
+            partitions: self.partition_keys(&data)?,
+            ends: self.window_ends(&data)?,
+            orders: self.order_keys(&data)?,
+            converted: self.rows_of.convert_columns(data.columns())?,
+            positions: rows.column(width - 1).as_primitive::<UInt32Type>().clone(),
+        })
+    }
+
     /// Remembers a window TopN's new partition for firing at `end`.
     fn created(&mut self, partition: &[u8], end: Timestamp) {
         if self.spec.window_end.is_some() {
@@ -509,6 +566,12 @@ impl Operator for TopNOperator {
         let ends = self.window_ends(&data)?;
         let orders = self.order_keys(&data)?;
         let rows = self.rows_of.convert_columns(data.columns())?;
+        if self.has_spilled() {
+            let keys: Vec<&[u8]> = (0..data.num_rows())
+                .map(|i| partitions.as_ref().map_or(&[][..], |p| p.row(i).data()))
+                .collect();
+            self.load_spilled(&keys)?;
+        }
         let mut changes = Vec::new();
         for (i, end) in ends.into_iter().enumerate() {
             let Some(end) = end else { continue };
@@ -519,7 +582,8 @@ impl Operator for TopNOperator {
                 self.created(partition, end);
             }
         }
-        self.emit(&changes, out)
+        self.emit(&changes, out)?;
+        self.spill_if_full(data.num_rows())
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
@@ -530,7 +594,10 @@ impl Operator for TopNOperator {
                 if entry.key().saturating_sub(1) > self.watermark {
                     break;
                 }
-                for partition in entry.remove() {
+                let partitions = entry.remove();
+                let keys: Vec<&[u8]> = partitions.iter().map(|p| &p[..]).collect();
+                self.load_spilled(&keys)?;
+                for partition in partitions {
                     let Some(rows) = self.partitions.remove(&partition) else {
                         continue;
                     };
@@ -556,32 +623,24 @@ impl Operator for TopNOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            let runs = self.spilled_snapshot()?;
+            let meta = match self.spec.window_end {
+                Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
+                None => serde_json::Value::Null,
+            };
+            return Ok(Some(OperatorSnapshot {
+                meta,
+                rows: None,
+                runs,
+            }));
+        }
         let kept: Vec<(usize, &Arc<[u8]>)> = self
             .partitions
             .values()
             .flat_map(|rows| rows.rows().map(|(_, r)| r).enumerate())
             .collect();
-        let rows = match kept.is_empty() {
-            true => None,
-            false => {
-                let parser = self.rows_of.parser();
-                let data = self
-                    .rows_of
-                    .convert_rows(kept.iter().map(|(_, r)| parser.parse(r)))?;
-                let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
-                let partition = TopN::evaluate(&self.spec.partition, &batch)?;
-                let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(
-                    &partition,
-                    kept.len(),
-                    self.max_parallelism,
-                )?)];
-                columns.extend(data);
-                columns.push(Arc::new(UInt32Array::from_iter_values(
-                    kept.iter().map(|(p, _)| *p as u32),
-                )));
-                Some(sorted_state_rows(&self.spec.state_schema(), columns)?)
-            }
-        };
+        let rows = self.state_rows(&kept)?;
         match (self.spec.window_end, rows) {
             // A window TopN saves its watermark even without rows: a row of
             // a window that fired stays late after a restore.
@@ -603,15 +662,21 @@ impl Operator for TopNOperator {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
-        let width = rows.num_columns();
-        let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..width - 1].to_vec())
-            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
-        let positions = rows.column(width - 1).as_primitive::<UInt32Type>();
-        let partitions = self.partition_keys(&data)?;
-        let ends = self.window_ends(&data)?;
-        let orders = self.order_keys(&data)?;
-        let converted = self.rows_of.convert_columns(data.columns())?;
-        let mut by_position: Vec<usize> = (0..data.num_rows()).collect();
+        if self
+            .spill
+            .as_ref()
+            .is_some_and(|s| s.holds_more_than_memory(rows))
+        {
+            return self.restore_spilled(rows);
+        }
+        let Restored {
+            partitions,
+            ends,
+            orders,
+            converted,
+            positions,
+        } = self.restored(rows)?;
+        let mut by_position: Vec<usize> = (0..rows.num_rows()).collect();
         by_position.sort_by_key(|i| positions.value(*i));
         // Numbers that keep each partition's order and rank before any new
         // row's (after it, when ties rank newest first).
@@ -641,7 +706,7 @@ impl Operator for TopNOperator {
                 }
             }
         }
-        Ok(())
+        self.spill_if_over()
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {

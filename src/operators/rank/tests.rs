@@ -305,3 +305,245 @@ fn a_window_top_n_emits_each_windows_ranks_when_the_watermark_passes_its_end() {
         ])
     );
 }
+
+/// Batches of `rows` rows each of `auction price` over `keys` auctions,
+/// a batch's auctions far apart so that every batch touches new partitions.
+fn many_bids(batches: usize, rows: usize, keys: usize) -> Vec<String> {
+    (0..batches)
+        .map(|b| {
+            (0..rows)
+                .map(|r| {
+                    let i = b * rows + r;
+                    format!("{} {}", (i * 7919) % keys, (i * 31) % 1000)
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect()
+}
+
+/// Everything `h` emits for `batches`, in order.
+fn emitted(h: &mut Harness, batches: &[String]) -> Vec<String> {
+    batches.iter().flat_map(|b| h.push(b).unwrap()).collect()
+}
+
+/// Whether the spilling backend made its store (or a run) under `dir`.
+fn stored_under(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+}
+
+#[test]
+fn a_spilled_top_2_emits_the_rank_changes_the_heap_emits() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_bids(60, 100, 2000);
+    let expected = emitted(&mut top2(), &batches);
+    assert!(expected.len() >= 4000, "{} changes", expected.len());
+    let mut spilling = top2().spilling(16 * 1024, dir.path()).unwrap();
+    let mut got = Vec::new();
+    let mut store_seen = false;
+    for batch in &batches {
+        got.extend(spilling.push(batch).unwrap());
+        store_seen |= stored_under(dir.path());
+    }
+    assert!(store_seen, "partitions went to the store");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn spilled_deduplication_keeps_the_heaps_first_and_last_rows() {
+    let setup = [
+        "CREATE TABLE bids (auction BIGINT, price BIGINT, p AS PROCTIME()) WITH ('connector' = 'datagen')",
+        "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
+    ];
+    let dedup = |order: &str| {
+        Harness::of(
+            &setup,
+            &format!(
+                "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER \
+                 (PARTITION BY auction ORDER BY p {order}) AS rn FROM bids) WHERE rn = 1"
+            ),
+            "Deduplicate",
+            0,
+        )
+        .unwrap()
+    };
+    let batches: Vec<String> = many_bids(40, 100, 1500)
+        .iter()
+        .map(|b| {
+            b.lines()
+                .map(|l| format!("{l} 2020-01-01T00:00:00Z"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    for order in ["ASC", "DESC"] {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = emitted(&mut dedup(order), &batches);
+        let mut spilling = dedup(order).spilling(8 * 1024, dir.path()).unwrap();
+        assert_eq!(emitted(&mut spilling, &batches), expected, "{order}");
+        assert!(stored_under(dir.path()), "{order}: partitions went to the store");
+    }
+}
+
+/// A top 2 over an updating input (sums per auction), which keeps every row.
+fn updating_top2() -> Harness {
+    Harness::of(
+        &[
+            SETUP[0],
+            "CREATE TABLE out2 (auction BIGINT, n BIGINT, rn BIGINT) WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO out2 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY MOD(auction, 50) ORDER BY n DESC) \
+         AS rn FROM (SELECT auction, SUM(price) AS n FROM bids GROUP BY auction)) WHERE rn <= 2",
+        "Rank(strategy=[RetractStrategy]",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_spilled_top_n_over_an_updating_input_moves_rows_up_as_the_heap_does() {
+    // Each auction's sum is updated again and again: -U the old, +U the new.
+    let batches: Vec<String> = (0..40)
+        .map(|b| {
+            (0..100)
+                .map(|r| {
+                    let auction = (b * 100 + r) * 7 % 1000;
+                    match b {
+                        0..10 => format!("+I {auction} {}", r % 13),
+                        _ => format!("-U {auction} {}\n+U {auction} {}", r % 13, (b * r) % 17),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let expected = emitted(&mut updating_top2(), &batches);
+    let mut spilling = updating_top2().spilling(8 * 1024, dir.path()).unwrap();
+    assert_eq!(emitted(&mut spilling, &batches), expected);
+    assert!(stored_under(dir.path()));
+}
+
+#[test]
+fn a_spilled_top_2_restores_from_a_snapshot_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_bids(40, 100, 500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = top2();
+    emitted(&mut heap, before);
+    let expected = emitted(&mut heap, after);
+
+    let mut h = top2().spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(
+        snapshot.runs[0].info.rows, 1000,
+        "two of the four rows of each of 500 auctions"
+    );
+    assert_eq!(emitted(&mut h, after), expected);
+}
+
+#[test]
+fn a_small_top_n_under_the_spilling_backend_never_spills() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = top2().spilling(1 << 20, dir.path()).unwrap();
+    h.push("1 10\n1 30\n1 20").unwrap();
+    let snapshot = h.restart().unwrap().expect("state");
+    assert!(snapshot.runs.is_empty(), "state files as on the heap");
+    assert!(
+        !stored_under(dir.path()),
+        "{:?}",
+        std::fs::read_dir(dir.path()).unwrap().collect::<Vec<_>>()
+    );
+    assert_eq!(h.push("1 25").unwrap(), lines(&["-U 1 20 2", "+U 1 25 2"]));
+}
+
+#[test]
+fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_window_behind() {
+    let second = |s: usize| format!("2020-01-01T00:{:02}:{:02}", s / 60, s % 60);
+    // 30 windows of 10 s, 20 rows a second over 100 auctions.
+    let batches: Vec<String> = (0..300)
+        .map(|s| {
+            (0..20)
+                .map(|r| {
+                    let auction = (s * 20 + r) % 100;
+                    let (start, end) = (s / 10 * 10, s / 10 * 10 + 10);
+                    format!(
+                        "{auction} {} {} {} {} {}.999",
+                        (s * 7 + r * 13) % 101,
+                        second(s),
+                        second(start),
+                        second(end),
+                        second(end - 1)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let window = || {
+        Harness::of(
+            &[
+                EVENTS[0],
+                "CREATE TABLE out2 (auction BIGINT, price BIGINT, ts TIMESTAMP(3), ws TIMESTAMP(3), we TIMESTAMP(3), \
+                 wt TIMESTAMP(3), rn BIGINT) WITH ('connector' = 'blackhole')",
+            ],
+            "INSERT INTO out2 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction, window_start, window_end \
+             ORDER BY price DESC) AS rn FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND))) \
+             WHERE rn <= 2",
+            "WindowRank",
+            0,
+        )
+        .unwrap()
+    };
+    let start = 1577836800000i64; // 2020-01-01T00:00:00
+    let run = |h: &mut Harness, restart_at: usize| -> Vec<String> {
+        let mut out = Vec::new();
+        for (s, batch) in batches.iter().enumerate() {
+            if s == restart_at {
+                h.restart().unwrap();
+            }
+            out.extend(h.push(batch).unwrap());
+            if s % 10 == 9 {
+                out.extend(h.watermark(start + (s as i64 - 5) * 1000).unwrap());
+            }
+        }
+        out.extend(h.watermark(start + 400_000).unwrap());
+        out
+    };
+    let expected = run(&mut window(), usize::MAX);
+    assert_eq!(
+        expected.iter().filter(|l| l.starts_with("+I")).count(),
+        30 * 100 * 2
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = window().spilling(16 * 1024, dir.path()).unwrap();
+    assert_eq!(run(&mut h, usize::MAX), expected);
+    let mut restarted = window().spilling(16 * 1024, dir.path()).unwrap();
+    // A restore registers the open windows' partitions in the store's
+    // order: a window fires the same rows, not in the same order.
+    let fired = |lines: Vec<String>| -> Vec<Vec<String>> {
+        let mut segments = vec![Vec::new()];
+        for line in lines {
+            let ends = line.starts_with("wm");
+            segments.last_mut().expect("one").push(line);
+            if ends {
+                segments.push(Vec::new());
+            }
+        }
+        segments.iter_mut().for_each(|s| s.sort());
+        segments
+    };
+    assert!(
+        fired(run(&mut restarted, 155)) == fired(expected.clone()),
+        "restored from the store's run mid-window"
+    );
+    assert!(stored_under(dir.path()));
+    let snapshot = h.restart().unwrap().expect("the watermark");
+    assert!(
+        snapshot.runs.is_empty(),
+        "every window fired: the store holds none"
+    );
+    assert_eq!(snapshot.watermark("t").unwrap(), start + 400_000);
+}

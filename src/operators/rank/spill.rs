@@ -1,0 +1,317 @@
+//! The spilling state backend of TopN and deduplication: partitions beyond the memory budget in the key-value store.
+//!
+//! Memory holds the partitions the latest batches touched. When their rows
+//! pass half of the subtask's budget (measured when a guess says they may,
+//! [`crate::state::memory_guess`]), every partition is written to the store
+//! ([`crate::state::store`], one entry per partition: its key group and
+//! partition key as the key, its kept rows in rank order as the value, see
+//! [`Entries::encode`]) and memory starts empty again. A batch's partitions
+//! that memory does not hold are read from the store first, so every rank
+//! change is emitted as on the heap; a window TopN reads the partitions of
+//! the windows it fires.
+//!
+//! Checkpoints stay state files: a snapshot writes every partition to the
+//! store, then the store in key order as one run (the checkpoint links it).
+//! A restore writes the checkpoint's rows to the store, a partition per
+//! entry, not to memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::datatypes::UInt32Type;
+
+use super::TopNOperator;
+use super::entries::{Entries, encode_row};
+use crate::runtime::operator::SpillSettings;
+use crate::state::memory_guess::MemoryGuess;
+use crate::state::runs::{Run, RunWriter};
+use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
+use crate::state::store::{Store, WRITE_CHUNK, open_once};
+use crate::{Error, Result};
+
+/// The least a row is guessed to add to memory: a kept row's place and
+/// bytes (a row that does not rank adds nothing, but the guess only decides
+/// when memory is measured).
+const LEAST_PER_ROW: usize = 48;
+
+/// A TopN subtask's spilled state.
+pub(super) struct TopNSpill {
+    settings: SpillSettings,
+    /// Opened at the first spill (or restore).
+    store: Option<Store>,
+    /// The partitions read from the store (or first looked for there) since
+    /// the last spill, whose rows memory now holds; `true` where the store
+    /// has an entry for them.
+    resident: HashMap<Box<[u8]>, bool, foldhash::fast::FixedState>,
+    /// When memory is measured (a measurement walks every kept row).
+    guess: MemoryGuess,
+    runs: u64,
+}
+
+impl TopNSpill {
+    pub(super) fn new(settings: SpillSettings) -> Self {
+        TopNSpill {
+            settings,
+            store: None,
+            resident: HashMap::default(),
+            guess: MemoryGuess::new(LEAST_PER_ROW),
+            runs: 0,
+        }
+    }
+
+    /// Whether restored state `rows` may not fit half the budget in
+    /// memory: they are restored into the store then, else into memory.
+    pub(super) fn holds_more_than_memory(&self, rows: &RecordBatch) -> bool {
+        self.store.is_some() || rows.get_array_memory_size() > self.settings.budget / 4
+    }
+}
+
+/// A store key: the key group (big-endian, so the store is in key-group
+/// order), then the partition key.
+fn store_key(group: u32, partition: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 + partition.len());
+    bytes.extend_from_slice(&group.to_be_bytes());
+    bytes.extend_from_slice(partition);
+    bytes
+}
+
+fn cut_short() -> Error {
+    Error::State("a spilled TopN partition's rows are cut short".into())
+}
+
+impl TopNOperator {
+    /// Whether state went to the store (snapshots then read it from there).
+    pub(super) fn has_spilled(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.store.is_some())
+    }
+
+    /// The key group of each partition key.
+    fn key_groups_of(&self, partitions: &[&[u8]]) -> Result<UInt32Array> {
+        if self.spec.partition.is_empty() || partitions.is_empty() {
+            return Ok(UInt32Array::from(vec![0; partitions.len()]));
+        }
+        let parser = self.partitions_of.parser();
+        let columns = self
+            .partitions_of
+            .convert_rows(partitions.iter().map(|k| parser.parse(k)))?;
+        key_groups(&columns, partitions.len(), self.max_parallelism)
+    }
+
+    /// The tie every row ordered by arrival shares (none: the number
+    /// decides); `None` when rows tie by their bytes.
+    fn shared_tie(&self) -> Option<&Arc<[u8]>> {
+        self.spec.arrival.is_some().then_some(&self.no_tie)
+    }
+
+    /// Reads the partitions of `partitions` that memory does not hold from
+    /// the store, where it has them.
+    pub(super) fn load_spilled(&mut self, partitions: &[&[u8]]) -> Result<()> {
+        let Some(spill) = self.spill.as_ref().filter(|s| s.store.is_some()) else {
+            return Ok(());
+        };
+        let mut new: Vec<&[u8]> = partitions
+            .iter()
+            .copied()
+            .filter(|p| !self.partitions.contains_key(*p) && !spill.resident.contains_key(*p))
+            .collect();
+        new.sort_unstable();
+        new.dedup();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let groups = self.key_groups_of(&new)?;
+        let no_tie = self.shared_tie().cloned();
+        let spill = self.spill.as_mut().expect("filtered above");
+        let store = spill.store.as_ref().expect("filtered above");
+        for (i, partition) in new.iter().enumerate() {
+            let found = store.get(&store_key(groups.value(i), partition))?;
+            if let Some(value) = &found {
+                let rows = Entries::decode(value, no_tie.as_ref()).ok_or_else(cut_short)?;
+                self.partitions.insert((*partition).into(), rows);
+            }
+            spill.resident.insert((*partition).into(), found.is_some());
+        }
+        Ok(())
+    }
+
+    /// Bytes the kept rows, their partitions and windows take in memory.
+    fn memory_size(&self) -> usize {
+        let slot = std::mem::size_of::<Box<[u8]>>();
+        let partitions = self.partitions.capacity() * (slot + std::mem::size_of::<Entries>() + 1)
+            + self
+                .partitions
+                .iter()
+                .map(|(k, rows)| k.len() + rows.memory_size())
+                .sum::<usize>();
+        let resident = self.spill.as_ref().map_or(0, |s| {
+            s.resident.capacity() * (slot + 2) + s.resident.keys().map(|k| k.len()).sum::<usize>()
+        });
+        let windows: usize = self
+            .windows
+            .values()
+            .map(|w| 48 + w.capacity() * slot + w.iter().map(|k| k.len()).sum::<usize>())
+            .sum();
+        partitions + resident + windows
+    }
+
+    /// After a batch of `rows` rows: writes every partition to the store
+    /// when memory holds more than half the budget (measured when it may).
+    pub(super) fn spill_if_full(&mut self, rows: usize) -> Result<()> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        if !spill.guess.may_pass(rows, spill.settings.budget / 2) {
+            return Ok(());
+        }
+        self.spill_if_over()
+    }
+
+    /// Writes every partition to the store when memory holds more than half
+    /// the budget.
+    pub(super) fn spill_if_over(&mut self) -> Result<()> {
+        if self.spill.is_none() {
+            return Ok(());
+        }
+        let size = self.memory_size();
+        let spill = self.spill.as_mut().expect("checked above");
+        spill.guess.measured(size);
+        if size > spill.settings.budget / 2 {
+            self.spill_all()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every partition memory holds to the store (one emptied since
+    /// it was read from there is removed from it) and empties memory.
+    pub(super) fn spill_all(&mut self) -> Result<()> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        open_once(&mut spill.store, &spill.settings)?;
+        let mut keys: Vec<(Box<[u8]>, bool)> = std::mem::take(&mut spill.resident).into_iter().collect();
+        let resident: std::collections::HashSet<&[u8]> = keys.iter().map(|(k, _)| &k[..]).collect();
+        let others: Vec<Box<[u8]>> = (self.partitions.keys())
+            .filter(|k| !resident.contains(&k[..]))
+            .cloned()
+            .collect();
+        keys.extend(others.into_iter().map(|k| (k, false)));
+        for chunk in keys.chunks(WRITE_CHUNK) {
+            let refs: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
+            let groups = self.key_groups_of(&refs)?;
+            let (mut puts, mut removes) = (Vec::new(), Vec::new());
+            for (i, (partition, found)) in chunk.iter().enumerate() {
+                let at = store_key(groups.value(i), partition);
+                match self.partitions.get(partition) {
+                    Some(rows) if !rows.is_empty() => {
+                        let mut value = Vec::new();
+                        rows.encode(&mut value);
+                        puts.push((at, value));
+                    }
+                    _ if *found => removes.push(at),
+                    _ => {}
+                }
+            }
+            let store = self
+                .spill
+                .as_ref()
+                .and_then(|s| s.store.as_ref())
+                .expect("opened above");
+            store.write(
+                puts.iter().map(|(k, v)| (&k[..], &v[..])),
+                removes.iter().map(|k| &k[..]),
+            )?;
+        }
+        self.partitions = HashMap::default();
+        if let Some(spill) = self.spill.as_mut() {
+            spill.guess.emptied();
+        }
+        crate::alloc::give_back_freed_memory();
+        Ok(())
+    }
+
+    /// A snapshot of spilled state: every partition to the store, then the
+    /// store as one run of state rows in key-group order.
+    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Run>> {
+        self.spill_all()?;
+        let no_tie = self.shared_tie().cloned();
+        let spill = self.spill.as_mut().expect("has spilled");
+        spill.runs += 1;
+        let runs = spill.runs;
+        let store = self
+            .spill
+            .as_ref()
+            .and_then(|s| s.store.as_ref())
+            .expect("has spilled");
+        if store.is_empty()? {
+            return Ok(Vec::new());
+        }
+        let mut writer = RunWriter::create(store.snapshot_run_path(runs)?, self.spec.state_schema())?;
+        let mut from = Vec::new();
+        loop {
+            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS / 4)?;
+            if entries.is_empty() {
+                break;
+            }
+            let partitions = (entries.iter())
+                .map(|(_, value)| Entries::decode(value, no_tie.as_ref()).ok_or_else(cut_short))
+                .collect::<Result<Vec<_>>>()?;
+            let kept: Vec<(usize, &Arc<[u8]>)> = (partitions.iter())
+                .flat_map(|rows| rows.rows().map(|(_, r)| r).enumerate())
+                .collect();
+            if let Some(rows) = self.state_rows(&kept)? {
+                writer.write(&rows)?;
+            }
+        }
+        Ok(vec![writer.finish()?])
+    }
+
+    /// Restores state rows into the store (not memory): each partition's
+    /// rows in rank order as one entry, numbered as [`TopNOperator::restore`]
+    /// numbers them.
+    pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
+        let spill = self.spill.as_mut().expect("spilling");
+        open_once(&mut spill.store, &spill.settings)?;
+        let restored = self.restored(rows)?;
+        let groups = rows.column(0).as_primitive::<UInt32Type>();
+        let partition = |i: usize| restored.partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
+        let mut order: Vec<usize> = (0..rows.num_rows()).collect();
+        order.sort_by(|a, b| {
+            let key = |i: usize| (groups.value(i), partition(i), restored.positions.value(i));
+            key(*a).cmp(&key(*b))
+        });
+        let mut puts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for same in
+            order.chunk_by(|a, b| groups.value(*a) == groups.value(*b) && partition(*a) == partition(*b))
+        {
+            let first = same[0];
+            let count = same.len() as u64;
+            let base = self.seq;
+            self.seq += count + 1;
+            let mut value = Vec::new();
+            for (position, i) in same.iter().enumerate() {
+                let number = match self.spec.newest_first() {
+                    true => u64::MAX - self.seq + 1 + position as u64,
+                    false => base + 1 + position as u64,
+                };
+                let order = restored.orders.as_ref().map_or(&[][..], |o| o.row(*i).data());
+                encode_row(number, order, restored.converted.row(*i).data(), &mut value);
+            }
+            puts.push((store_key(groups.value(first), partition(first)), value));
+            self.created(partition(first), restored.ends[first].unwrap_or(i64::MIN));
+            if puts.len() >= WRITE_CHUNK {
+                self.write_restored(std::mem::take(&mut puts))?;
+            }
+        }
+        self.write_restored(puts)
+    }
+
+    fn write_restored(&self, puts: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let store = self
+            .spill
+            .as_ref()
+            .and_then(|s| s.store.as_ref())
+            .expect("opened");
+        store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
+    }
+}
