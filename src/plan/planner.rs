@@ -1236,6 +1236,11 @@ impl<'a> Planner<'a> {
             arrival,
             retract,
             window_end,
+            // A window TopN's windows free its state.
+            state_ttl: match window_end {
+                Some(_) => None,
+                None => self.config.state_ttl()?,
+            },
             input: crate::changelog::without_op(&self.nodes[input].schema),
             schema: data.clone(),
         };

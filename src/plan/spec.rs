@@ -197,6 +197,9 @@ pub struct TopNData {
     /// A window TopN's window-end input column.
     #[serde(default)]
     pub window_end: Option<usize>,
+    /// `table.exec.state.ttl` in ms.
+    #[serde(default)]
+    pub state_ttl_ms: Option<u64>,
 }
 
 /// An OVER aggregation as data (`NodeSpec::OverAggregate`).
@@ -1053,6 +1056,7 @@ fn build_top_n(
         rank_type: data.rank_type,
         retract: data.retract,
         window_end: data.window_end,
+        state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
         input,
         schema: output.clone(),
     }))

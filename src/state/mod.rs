@@ -2,6 +2,7 @@
 
 pub mod incremental;
 pub mod key_group;
+pub mod keyed_map;
 pub mod local_dir;
 pub mod memory_guess;
 pub mod runs;

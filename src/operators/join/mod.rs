@@ -44,7 +44,9 @@ use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 use crate::state::incremental::{DELETED_COLUMN, DeltaKind, STATE_KEY_COLUMN};
+use crate::state::keyed_map::sweep_slice;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use crate::state::store::SWEEP;
 use crate::{Error, Result};
 
 /// Which rows of a join without a match are kept, padded with nulls.
@@ -251,6 +253,7 @@ impl OperatorFactory for JoinFactory {
             keys_of,
             max_parallelism: ctx.max_parallelism,
             swept: 0,
+            sweeps: [0, 0],
             spill: ctx
                 .spill
                 .clone()
@@ -342,6 +345,8 @@ struct JoinOperator {
     max_parallelism: usize,
     /// When expired rows were last swept (ms).
     swept: i64,
+    /// Where each side's next sweep starts (a bucket).
+    sweeps: [usize; 2],
     /// The spilling state backend: keys beyond the budget in its store.
     spill: Option<spill::JoinSpill>,
 }
@@ -649,7 +654,7 @@ impl JoinOperator {
             false => changed
                 .iter()
                 .map(|k| k.as_ref())
-                .partition(|k| state.buckets.contains_key(*k)),
+                .partition(|k| state.buckets.contains_key(k)),
         };
         let buckets = present.iter().map(|k| (*k, &state.buckets[*k]));
         if let Some((columns, keys)) = self.bucket_rows(side, buckets)? {
@@ -892,13 +897,17 @@ impl Operator for JoinOperator {
         self.join.state_ttl.is_some()
     }
 
-    /// Sweeps expired rows at most every half TTL, so memory is given back
-    /// for keys that never come again.
+    /// Sweeps a slice of each side for expired rows, so memory is given
+    /// back for keys that never come again: as many buckets as go round
+    /// the side once every half TTL, never the whole side at once.
     fn on_processing_time(&mut self, now: crate::runtime::Timestamp, _out: &mut Output) -> Result<()> {
-        if let Some(ttl) = self.join.ttl_ms()
-            && now - self.swept >= ttl / 2
-        {
-            self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
+        if let Some(ttl) = self.join.ttl_ms() {
+            // The first tick sweeps the floor only.
+            let elapsed = if self.swept == 0 { 0 } else { now - self.swept };
+            for (side, cursor) in self.sides.iter_mut().zip(&mut self.sweeps) {
+                let slice = sweep_slice(side.buckets.buckets(), elapsed, ttl / 2, SWEEP);
+                side.expire_some(cursor, slice, now, ttl);
+            }
             self.swept = now;
         }
         self.sweep_store(now)

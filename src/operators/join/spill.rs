@@ -243,7 +243,7 @@ impl JoinOperator {
                     );
                 }
             }
-            self.sides[side].buckets = ByKey::default();
+            self.sides[side].buckets = Default::default();
         }
         if let Some(spill) = self.spill.as_mut() {
             spill.guess.emptied();

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use thin_vec::ThinVec;
 
 use crate::changelog::RowKind;
+use crate::state::keyed_map::KeyedMap;
 
 /// How often a stored row is there, and, on an outer side, how many rows of
 /// the other side it joins (its null-padded row is out while that is 0).
@@ -300,11 +301,28 @@ impl Layout {
     }
 }
 
+/// Expires `bucket`'s rows at `now` for `ttl`, noting `key` as changed
+/// when it lost any; whether it keeps rows.
+fn keep_unexpired(
+    key: &Key,
+    bucket: &mut Bucket,
+    (now, ttl): (i64, i64),
+    changed: &mut Option<HashSet<Key, foldhash::fast::FixedState>>,
+) -> bool {
+    if !bucket.expire(now, ttl) {
+        return true;
+    }
+    if let Some(changed) = changed.as_mut() {
+        changed.insert(key.clone());
+    }
+    !bucket.is_empty()
+}
+
 /// The rows of one side by join key (row-format bytes of the key).
 #[derive(Debug)]
 pub struct SideState {
     /// Each key's rows, in arrival order.
-    pub buckets: ByKey<Bucket>,
+    pub buckets: KeyedMap<Key, Bucket>,
     /// How rows are kept.
     pub layout: Layout,
     /// Whether rows keep tallies (copies, matches): a multiset side that
@@ -322,7 +340,7 @@ impl SideState {
     /// An empty side.
     pub fn new(layout: Layout, counts_matches: bool, ttl: bool) -> Self {
         SideState {
-            buckets: ByKey::default(),
+            buckets: KeyedMap::default(),
             layout,
             tallies: layout == (Layout::Multiset { dedupe: true }) || counts_matches,
             ttl,
@@ -362,11 +380,8 @@ impl SideState {
 
     /// The key's bucket, made when it has none.
     pub fn bucket(&mut self, key: &[u8]) -> &mut Bucket {
-        // Look up before `entry`, which would copy the key on every call.
-        if !self.buckets.contains_key(key) {
-            self.buckets.insert(key.into(), Bucket::with_width(self.width));
-        }
-        self.buckets.get_mut(key).expect("just inserted")
+        let width = self.width;
+        (self.buckets).get_or_insert_with(key, || (key.into(), Bucket::with_width(width)))
     }
 
     /// Adds a copy of `row` under `key` at `now`, joined with `matches`
@@ -374,13 +389,7 @@ impl SideState {
     pub fn add(&mut self, key: &[u8], row: &[u8], matches: i64, now: i64) {
         self.mark(key);
         let width = self.width;
-        let bucket = match self.buckets.get_mut(key) {
-            Some(bucket) => bucket,
-            None => self
-                .buckets
-                .entry(key.into())
-                .or_insert(Bucket::with_width(width)),
-        };
+        let bucket = (self.buckets).get_or_insert_with(key, || (key.into(), Bucket::with_width(width)));
         match self.layout {
             Layout::OneRowPerJoinKey => *bucket = Bucket::with_width(width),
             Layout::Multiset { dedupe: true } => {
@@ -415,14 +424,15 @@ impl SideState {
     /// Forgets every row not written for `ttl` ms at `now`.
     pub fn expire(&mut self, now: i64, ttl: i64) {
         let changed = &mut self.changed;
-        self.buckets.retain(|key, bucket| {
-            if !bucket.expire(now, ttl) {
-                return true;
-            }
-            if let Some(changed) = changed.as_mut() {
-                changed.insert(key.clone());
-            }
-            !bucket.is_empty()
+        (self.buckets).retain(|key, bucket| keep_unexpired(key, bucket, (now, ttl), changed));
+    }
+
+    /// Forgets the rows not written for `ttl` ms at `now` of the keys in
+    /// the next `buckets` buckets from `cursor` (see [`KeyedMap::sweep`]).
+    pub fn expire_some(&mut self, cursor: &mut usize, buckets: usize, now: i64, ttl: i64) {
+        let changed = &mut self.changed;
+        (self.buckets).sweep(cursor, buckets, |key, bucket| {
+            keep_unexpired(key, bucket, (now, ttl), changed)
         });
     }
 

@@ -699,3 +699,39 @@ fn spilled_join_rows_past_the_state_ttl_are_swept_from_the_store() {
     assert_eq!(h.push_to(1, "1 b").unwrap(), Vec::<String>::new());
     assert_eq!(h.push_to(0, "1 a").unwrap(), lines(&["+I 1 a 1 b"]));
 }
+
+#[test]
+fn the_state_ttl_sweeps_a_slice_of_the_rows_per_tick_and_all_of_them_in_half_the_ttl() {
+    let mut setup = SETUP.to_vec();
+    setup.push("SET 'table.exec.state.ttl' = '1 h'");
+    let mut h = Harness::of(
+        &setup,
+        "INSERT INTO out SELECT l.k, a, r.k, b FROM l JOIN r ON l.k = r.k",
+        "Join",
+        0,
+    )
+    .unwrap()
+    .incremental()
+    .unwrap();
+    let rows: Vec<String> = (0..20_000).map(|k| format!("{k} a")).collect();
+    h.push_to(0, &rows.join("\n")).unwrap();
+    h.snapshot_delta(true).unwrap();
+    // Sweeps see the rows expired, as two hours later.
+    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let deleted = |h: &mut Harness| h.snapshot_delta(false).unwrap().map_or(0, |d| d.num_rows());
+    h.processing_time(later).unwrap();
+    let first = deleted(&mut h);
+    assert!(
+        first > 0 && first < 20_000 / 4,
+        "the first tick sweeps a slice: {first} keys"
+    );
+    // A tick a minute: half the TTL (30 minutes) goes round the table once.
+    let mut swept = first;
+    for minute in 1..=30 {
+        h.processing_time(later + minute * 60_000).unwrap();
+        let now = deleted(&mut h);
+        assert!(now < 20_000 / 4, "minute {minute}: a slice, {now} keys");
+        swept += now;
+    }
+    assert_eq!(swept, 20_000, "every key swept once within half the TTL");
+}

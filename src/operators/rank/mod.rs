@@ -26,7 +26,7 @@ mod spill;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -42,7 +42,9 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::keyed_map::{KeyedMap, sweep_slice};
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::store::SWEEP;
 use crate::{Error, Result};
 pub use changes::{Change, RankType};
 
@@ -73,6 +75,9 @@ pub struct TopN {
     /// A window TopN: the input column of the windows' end (event time);
     /// ranks are emitted when the watermark passes it.
     pub window_end: Option<usize>,
+    /// `table.exec.state.ttl` (not for a window TopN, whose windows free
+    /// their state): a partition not written for this long is forgotten.
+    pub state_ttl: Option<std::time::Duration>,
     /// The input's columns.
     pub input: SchemaRef,
     /// The input's columns, the rank (`UInt64`) when output, and the op column.
@@ -90,13 +95,21 @@ impl TopN {
         self.arrival == Some(true)
     }
 
+    fn ttl_ms(&self) -> Option<i64> {
+        self.state_ttl.map(|t| t.as_millis() as i64)
+    }
+
     /// The text EXPLAIN shows.
     pub fn describe(&self) -> String {
         let names = |exprs: Vec<String>| exprs.join(", ");
         let key = names(self.partition.iter().map(|e| e.to_string()).collect());
         if let (Some(last), (1, 1)) = (self.arrival, (self.start, self.end)) {
+            let ttl = match self.state_ttl {
+                Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
+                None => String::new(),
+            };
             return format!(
-                "Deduplicate(keep=[{}], key=[{key}], order=[PROCTIME])",
+                "Deduplicate(keep=[{}], key=[{key}], order=[PROCTIME]{ttl})",
                 if last { "LastRow" } else { "FirstRow" },
             );
         }
@@ -110,9 +123,13 @@ impl TopN {
             (None, true) => ("Rank(", "strategy=[RetractStrategy], ".to_string()),
             (None, false) => ("Rank(", "strategy=[AppendFastStrategy], ".to_string()),
         };
+        let ttl = match self.state_ttl {
+            Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
+            None => String::new(),
+        };
         format!(
             "{node}{strategy}rankType=[{}], rankRange=[rankStart={}, rankEnd={}], \
-             partitionBy=[{key}], orderBy=[{}], select=[*{}])",
+             partitionBy=[{key}], orderBy=[{}], select=[*{}]{ttl})",
             self.rank_type.name(),
             self.start,
             self.end,
@@ -121,11 +138,15 @@ impl TopN {
         )
     }
 
-    /// `_key_group`, the input's columns, `_position` (0-based rank).
+    /// `_key_group`, the input's columns, `_position` (0-based rank), and
+    /// with a state TTL `_written` (when the partition was last written, ms).
     fn state_schema(&self) -> SchemaRef {
         let mut fields = vec![Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false)];
         fields.extend(self.input.fields().iter().map(|f| f.as_ref().clone()));
         fields.push(Field::new("_position", DataType::UInt32, false));
+        if self.state_ttl.is_some() {
+            fields.push(Field::new("_written", DataType::Int64, false));
+        }
         Arc::new(Schema::new(fields))
     }
 
@@ -162,6 +183,7 @@ impl OperatorFactory for TopN {
                 arrival: self.arrival,
                 retract: self.retract,
                 window_end: self.window_end,
+                state_ttl_ms: self.state_ttl.map(|d| d.as_millis() as u64),
             },
         )))
     }
@@ -194,8 +216,10 @@ impl OperatorFactory for TopN {
             )?,
             order_of: sort_fields(&order, self.order.iter().map(|(_, o)| *o).collect())?,
             rows_of: RowConverter::new(rows)?,
-            partitions: HashMap::default(),
+            partitions: KeyedMap::default(),
             windows: BTreeMap::new(),
+            swept: 0,
+            sweep: 0,
             watermark: Timestamp::MIN,
             seq: 0,
             no_tie: Arc::from(&[][..]),
@@ -217,7 +241,11 @@ struct TopNOperator {
     partitions_of: RowConverter,
     order_of: RowConverter,
     rows_of: RowConverter,
-    partitions: HashMap<Box<[u8]>, Entries, foldhash::fast::FixedState>,
+    partitions: KeyedMap<Box<[u8]>, Partition>,
+    /// When expired partitions were last swept (ms), and where the next
+    /// sweep starts (a bucket).
+    swept: i64,
+    sweep: usize,
     /// A window TopN's partitions by the end of their window.
     windows: BTreeMap<Timestamp, Vec<Box<[u8]>>>,
     watermark: Timestamp,
@@ -230,6 +258,14 @@ struct TopNOperator {
     spill: Option<spill::TopNSpill>,
 }
 
+/// A partition's kept rows, and when it was last written (ms: a state TTL
+/// forgets it when not written for that long, as Flink's).
+#[derive(Default)]
+struct Partition {
+    rows: Entries,
+    written: i64,
+}
+
 /// State rows being restored, read as the operator reads its input.
 struct Restored {
     partitions: Option<arrow::row::Rows>,
@@ -238,6 +274,8 @@ struct Restored {
     converted: arrow::row::Rows,
     /// Each row's 0-based rank in its partition.
     positions: arrow::array::UInt32Array,
+    /// When each row's partition was last written (`None`: no state TTL).
+    written: Option<arrow::array::Int64Array>,
 }
 
 /// The ranks from `from` on (up to `end`), continuing after the row ranked
@@ -377,9 +415,18 @@ impl TopNOperator {
         &mut self,
         partition: &[u8],
         (order, row): (&[u8], &[u8]),
-        insert: bool,
+        (insert, now): (bool, i64),
         out: &mut Vec<(Arc<[u8]>, u64, RowKind)>,
     ) -> bool {
+        if let Some(ttl) = self.spec.ttl_ms()
+            && self
+                .partitions
+                .get(partition)
+                .is_some_and(|p| now - p.written >= ttl)
+        {
+            // Expired: forgotten without a retraction, as Flink's TTL.
+            self.partitions.remove(partition);
+        }
         let (kind, end) = (self.spec.rank_type, self.spec.end);
         let keep_all = self.spec.retract;
         let number = if insert { self.next_number() } else { 0 };
@@ -392,10 +439,10 @@ impl TopNOperator {
         if !insert && created {
             return false;
         }
-        let rows = match self.partitions.get_mut(partition) {
-            Some(rows) => rows,
-            None => self.partitions.entry(partition.into()).or_default(),
-        };
+        let kept =
+            (self.partitions).get_or_insert_with(partition, || (partition.into(), Partition::default()));
+        kept.written = now;
+        let rows = &mut kept.rows;
         // Insert-only ROW_NUMBER: a row after a full partition never ranks.
         if insert && !keep_all && kind == RankType::RowNumber && rows.len() as u64 >= end {
             let last = rows.last();
@@ -509,14 +556,14 @@ impl TopNOperator {
 
     /// State rows of kept rows, each with its 0-based rank in its
     /// partition, sorted by key group; `None` for none.
-    fn state_rows(&self, kept: &[(usize, &Arc<[u8]>)]) -> Result<Option<RecordBatch>> {
+    fn state_rows(&self, kept: &[(usize, &Arc<[u8]>, i64)]) -> Result<Option<RecordBatch>> {
         if kept.is_empty() {
             return Ok(None);
         }
         let parser = self.rows_of.parser();
         let data = self
             .rows_of
-            .convert_rows(kept.iter().map(|(_, r)| parser.parse(r)))?;
+            .convert_rows(kept.iter().map(|(_, r, _)| parser.parse(r)))?;
         let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
         let partition = TopN::evaluate(&self.spec.partition, &batch)?;
         let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(
@@ -526,23 +573,33 @@ impl TopNOperator {
         )?)];
         columns.extend(data);
         columns.push(Arc::new(UInt32Array::from_iter_values(
-            kept.iter().map(|(p, _)| *p as u32),
+            kept.iter().map(|(p, _, _)| *p as u32),
         )));
+        if self.spec.state_ttl.is_some() {
+            columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
+                kept.iter().map(|(_, _, w)| *w),
+            )));
+        }
         Ok(Some(sorted_state_rows(&self.spec.state_schema(), columns)?))
     }
 
     /// State rows read as input rows: their partitions, window ends, order
     /// keys, bytes and ranks.
     fn restored(&mut self, rows: &RecordBatch) -> Result<Restored> {
-        let width = rows.num_columns();
-        let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..width - 1].to_vec())
+        let width = self.spec.input.fields().len();
+        let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..1 + width].to_vec())
             .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
         Ok(Restored {
             partitions: self.partition_keys(&data)?,
             ends: self.window_ends(&data)?,
             orders: self.order_keys(&data)?,
             converted: self.rows_of.convert_columns(data.columns())?,
-            positions: rows.column(width - 1).as_primitive::<UInt32Type>().clone(),
+            positions: rows.column(1 + width).as_primitive::<UInt32Type>().clone(),
+            written: (self.spec.state_ttl.is_some()).then(|| {
+                rows.column(2 + width)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .clone()
+            }),
         })
     }
 
@@ -573,12 +630,18 @@ impl Operator for TopNOperator {
             self.load_spilled(&keys)?;
         }
         let mut changes = Vec::new();
+        let now = crate::runtime::operator::wall_clock_millis();
         for (i, end) in ends.into_iter().enumerate() {
             let Some(end) = end else { continue };
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
             let order = orders.as_ref().map_or(&[][..], |o| o.row(i).data());
             let insert = matches!(kinds[i], RowKind::Insert | RowKind::UpdateAfter);
-            if self.change(partition, (order, rows.row(i).data()), insert, &mut changes) {
+            if self.change(
+                partition,
+                (order, rows.row(i).data()),
+                (insert, now),
+                &mut changes,
+            ) {
                 self.created(partition, end);
             }
         }
@@ -598,11 +661,11 @@ impl Operator for TopNOperator {
                 let keys: Vec<&[u8]> = partitions.iter().map(|p| &p[..]).collect();
                 self.load_spilled(&keys)?;
                 for partition in partitions {
-                    let Some(rows) = self.partitions.remove(&partition) else {
+                    let Some(kept) = self.partitions.remove(&partition) else {
                         continue;
                     };
                     let (ranked, _) = ranks_from(
-                        &rows,
+                        &kept.rows,
                         Bound::Unbounded,
                         (0, 0, None),
                         self.spec.rank_type,
@@ -622,6 +685,24 @@ impl Operator for TopNOperator {
         Ok(())
     }
 
+    fn uses_processing_time(&self) -> bool {
+        self.spec.state_ttl.is_some()
+    }
+
+    /// Sweeps a slice of the partitions (and of the store) for expired
+    /// ones: as many buckets as go round memory once every half TTL.
+    fn on_processing_time(&mut self, now: Timestamp, _out: &mut Output) -> Result<()> {
+        let Some(ttl) = self.spec.ttl_ms() else {
+            return Ok(());
+        };
+        // The first tick sweeps the floor only.
+        let elapsed = if self.swept == 0 { 0 } else { now - self.swept };
+        let slice = sweep_slice(self.partitions.buckets(), elapsed, ttl / 2, SWEEP);
+        (self.partitions).sweep(&mut self.sweep, slice, |_, p| now - p.written < ttl);
+        self.swept = now;
+        self.sweep_store(now, ttl)
+    }
+
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if self.has_spilled() {
             let runs = self.spilled_snapshot()?;
@@ -635,10 +716,8 @@ impl Operator for TopNOperator {
                 runs,
             }));
         }
-        let kept: Vec<(usize, &Arc<[u8]>)> = self
-            .partitions
-            .values()
-            .flat_map(|rows| rows.rows().map(|(_, r)| r).enumerate())
+        let kept: Vec<(usize, &Arc<[u8]>, i64)> = (self.partitions.values())
+            .flat_map(|p| p.rows.rows().enumerate().map(|(i, (_, r))| (i, r, p.written)))
             .collect();
         let rows = self.state_rows(&kept)?;
         match (self.spec.window_end, rows) {
@@ -675,6 +754,7 @@ impl Operator for TopNOperator {
             orders,
             converted,
             positions,
+            written,
         } = self.restored(rows)?;
         let mut by_position: Vec<usize> = (0..rows.num_rows()).collect();
         by_position.sort_by_key(|i| positions.value(*i));
@@ -695,13 +775,16 @@ impl Operator for TopNOperator {
                 None => row.clone(),
             };
             match self.partitions.get_mut(partition) {
-                Some(rows) => {
-                    rows.insert((order.into(), tie, number), row);
+                Some(kept) => {
+                    kept.rows.insert((order.into(), tie, number), row);
                 }
                 None => {
-                    let mut rows = Entries::default();
-                    rows.insert((order.into(), tie, number), row);
-                    self.partitions.insert(partition.into(), rows);
+                    let mut kept = Partition {
+                        rows: Entries::default(),
+                        written: written.as_ref().map_or(0, |w| w.value(i)),
+                    };
+                    kept.rows.insert((order.into(), tie, number), row);
+                    self.partitions.insert(partition.into(), kept);
                     self.created(partition, ends[i].unwrap_or(i64::MIN));
                 }
             }

@@ -4,8 +4,9 @@
 //! pass half of the subtask's budget (measured when a guess says they may,
 //! [`crate::state::memory_guess`]), every partition is written to the store
 //! ([`crate::state::store`], one entry per partition: its key group and
-//! partition key as the key, its kept rows in rank order as the value, see
-//! [`Entries::encode`]) and memory starts empty again. A batch's partitions
+//! partition key as the key; when it was last written and its kept rows in
+//! rank order as the value, see [`Entries::encode`]) and memory starts
+//! empty again. A batch's partitions
 //! that memory does not hold are read from the store first, so every rank
 //! change is emitted as on the heap; a window TopN reads the partitions of
 //! the windows it fires.
@@ -13,7 +14,8 @@
 //! Checkpoints stay state files: a snapshot writes every partition to the
 //! store, then the store in key order as one run (the checkpoint links it).
 //! A restore writes the checkpoint's rows to the store, a partition per
-//! entry, not to memory.
+//! entry, not to memory. A state TTL removes the store's expired partitions
+//! a slice per tick.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,13 +23,13 @@ use std::sync::Arc;
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::UInt32Type;
 
-use super::TopNOperator;
 use super::entries::{Entries, encode_row};
+use super::{Partition, TopNOperator};
 use crate::runtime::operator::SpillSettings;
 use crate::state::memory_guess::MemoryGuess;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::{Store, WRITE_CHUNK, open_once};
+use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// The least a row is guessed to add to memory: a kept row's place and
@@ -46,6 +48,8 @@ pub(super) struct TopNSpill {
     resident: HashMap<Box<[u8]>, bool, foldhash::fast::FixedState>,
     /// When memory is measured (a measurement walks every kept row).
     guess: MemoryGuess,
+    /// Where the next TTL sweep of the store starts.
+    sweep_from: Vec<u8>,
     runs: u64,
 }
 
@@ -56,6 +60,7 @@ impl TopNSpill {
             store: None,
             resident: HashMap::default(),
             guess: MemoryGuess::new(LEAST_PER_ROW),
+            sweep_from: Vec::new(),
             runs: 0,
         }
     }
@@ -78,6 +83,22 @@ fn store_key(group: u32, partition: &[u8]) -> Vec<u8> {
 
 fn cut_short() -> Error {
     Error::State("a spilled TopN partition's rows are cut short".into())
+}
+
+/// A store value: when the partition was last written, then its rows.
+fn encode(partition: &Partition) -> Vec<u8> {
+    let mut value = partition.written.to_le_bytes().to_vec();
+    partition.rows.encode(&mut value);
+    value
+}
+
+/// The partition of a store value; ties as [`Entries::decode`] makes them.
+fn decode(value: &[u8], no_tie: Option<&Arc<[u8]>>) -> Result<Partition> {
+    let written = value.get(..8).ok_or_else(cut_short)?;
+    Ok(Partition {
+        written: i64::from_le_bytes(written.try_into().expect("8 bytes")),
+        rows: Entries::decode(&value[8..], no_tie).ok_or_else(cut_short)?,
+    })
 }
 
 impl TopNOperator {
@@ -113,7 +134,7 @@ impl TopNOperator {
         let mut new: Vec<&[u8]> = partitions
             .iter()
             .copied()
-            .filter(|p| !self.partitions.contains_key(*p) && !spill.resident.contains_key(*p))
+            .filter(|p| !self.partitions.contains_key(p) && !spill.resident.contains_key(*p))
             .collect();
         new.sort_unstable();
         new.dedup();
@@ -127,8 +148,8 @@ impl TopNOperator {
         for (i, partition) in new.iter().enumerate() {
             let found = store.get(&store_key(groups.value(i), partition))?;
             if let Some(value) = &found {
-                let rows = Entries::decode(value, no_tie.as_ref()).ok_or_else(cut_short)?;
-                self.partitions.insert((*partition).into(), rows);
+                self.partitions
+                    .insert((*partition).into(), decode(value, no_tie.as_ref())?);
             }
             spill.resident.insert((*partition).into(), found.is_some());
         }
@@ -138,11 +159,11 @@ impl TopNOperator {
     /// Bytes the kept rows, their partitions and windows take in memory.
     fn memory_size(&self) -> usize {
         let slot = std::mem::size_of::<Box<[u8]>>();
-        let partitions = self.partitions.capacity() * (slot + std::mem::size_of::<Entries>() + 1)
+        let partitions = self.partitions.capacity() * (slot + std::mem::size_of::<Partition>() + 1)
             + self
                 .partitions
                 .iter()
-                .map(|(k, rows)| k.len() + rows.memory_size())
+                .map(|(k, p)| k.len() + p.rows.memory_size())
                 .sum::<usize>();
         let resident = self.spill.as_ref().map_or(0, |s| {
             s.resident.capacity() * (slot + 2) + s.resident.keys().map(|k| k.len()).sum::<usize>()
@@ -203,11 +224,7 @@ impl TopNOperator {
             for (i, (partition, found)) in chunk.iter().enumerate() {
                 let at = store_key(groups.value(i), partition);
                 match self.partitions.get(partition) {
-                    Some(rows) if !rows.is_empty() => {
-                        let mut value = Vec::new();
-                        rows.encode(&mut value);
-                        puts.push((at, value));
-                    }
+                    Some(kept) if !kept.rows.is_empty() => puts.push((at, encode(kept))),
                     _ if *found => removes.push(at),
                     _ => {}
                 }
@@ -222,7 +239,7 @@ impl TopNOperator {
                 removes.iter().map(|k| &k[..]),
             )?;
         }
-        self.partitions = HashMap::default();
+        self.partitions = Default::default();
         if let Some(spill) = self.spill.as_mut() {
             spill.guess.emptied();
         }
@@ -254,10 +271,10 @@ impl TopNOperator {
                 break;
             }
             let partitions = (entries.iter())
-                .map(|(_, value)| Entries::decode(value, no_tie.as_ref()).ok_or_else(cut_short))
+                .map(|(_, value)| decode(value, no_tie.as_ref()))
                 .collect::<Result<Vec<_>>>()?;
-            let kept: Vec<(usize, &Arc<[u8]>)> = (partitions.iter())
-                .flat_map(|rows| rows.rows().map(|(_, r)| r).enumerate())
+            let kept: Vec<(usize, &Arc<[u8]>, i64)> = (partitions.iter())
+                .flat_map(|p| p.rows.rows().enumerate().map(|(i, (_, r))| (i, r, p.written)))
                 .collect();
             if let Some(rows) = self.state_rows(&kept)? {
                 writer.write(&rows)?;
@@ -288,7 +305,8 @@ impl TopNOperator {
             let count = same.len() as u64;
             let base = self.seq;
             self.seq += count + 1;
-            let mut value = Vec::new();
+            let written = restored.written.as_ref().map_or(0, |w| w.value(first));
+            let mut value = written.to_le_bytes().to_vec();
             for (position, i) in same.iter().enumerate() {
                 let number = match self.spec.newest_first() {
                     true => u64::MAX - self.seq + 1 + position as u64,
@@ -304,6 +322,28 @@ impl TopNOperator {
             }
         }
         self.write_restored(puts)
+    }
+
+    /// Removes the store's partitions not written for `ttl` ms at `now`, a
+    /// slice of the store per call (from where the last one stopped).
+    /// Partitions memory holds are left to memory's sweep.
+    pub(super) fn sweep_store(&mut self, now: i64, ttl: i64) -> Result<()> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        let Some(store) = &spill.store else {
+            return Ok(());
+        };
+        let entries = store.scan_on(&mut spill.sweep_from, SWEEP)?;
+        let mut removes = Vec::new();
+        for (key, value) in &entries {
+            let written = value.get(..8).ok_or_else(cut_short)?;
+            let written = i64::from_le_bytes(written.try_into().expect("8 bytes"));
+            if now - written >= ttl && !spill.resident.contains_key(&key[4..]) {
+                removes.push(&key[..]);
+            }
+        }
+        store.write(std::iter::empty(), removes)
     }
 
     fn write_restored(&self, puts: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {

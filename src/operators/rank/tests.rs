@@ -547,3 +547,76 @@ fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_w
     );
     assert_eq!(snapshot.watermark("t").unwrap(), start + 400_000);
 }
+
+fn top2_with_ttl(ttl: &str) -> Harness {
+    let mut setup = SETUP.to_vec();
+    let ttl = format!("SET 'table.exec.state.ttl' = '{ttl}'");
+    setup.push(&ttl);
+    Harness::of(
+        &setup,
+        "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 2",
+        "Rank",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_partition_not_written_for_longer_than_the_state_ttl_ranks_afresh_across_a_restore_too() {
+    let mut h = top2_with_ttl("1 s");
+    h.push("1 10\n1 30\n2 5").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let rows = h.restart().unwrap().unwrap().rows.unwrap();
+    assert!(rows.schema().column_with_name("_written").is_some());
+    assert_eq!(h.push("2 3").unwrap(), lines(&["+I 2 3 2"]), "written again");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    // Auction 1 was written 1.2 s ago: forgotten, nothing retracted; 2 was
+    // written 0.6 s ago: its ranks hold.
+    assert_eq!(h.push("1 20").unwrap(), lines(&["+I 1 20 1"]));
+    assert_eq!(h.push("2 4").unwrap(), lines(&["-U 2 3 2", "+U 2 4 2"]));
+}
+
+/// Bids of auctions `0..keys`, one each.
+fn one_bid_each(keys: usize) -> String {
+    (0..keys).map(|k| format!("{k} 1")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn the_state_ttl_sweeps_a_slice_of_the_partitions_per_tick_and_all_of_them_in_half_the_ttl() {
+    let mut h = top2_with_ttl("1 h");
+    h.push(&one_bid_each(20_000)).unwrap();
+    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let kept = |h: &mut Harness| {
+        h.snapshot_only()
+            .unwrap()
+            .and_then(|s| s.rows)
+            .map_or(0, |r| r.num_rows())
+    };
+    h.processing_time(later).unwrap();
+    let first = kept(&mut h);
+    assert!(
+        first > 15_000 && first < 20_000,
+        "the first tick sweeps a slice: {first} left"
+    );
+    for minute in 1..=30 {
+        h.processing_time(later + minute * 60_000).unwrap();
+    }
+    assert_eq!(kept(&mut h), 0, "every partition swept within half the TTL");
+}
+
+#[test]
+fn spilled_partitions_past_the_state_ttl_are_swept_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = top2_with_ttl("1 h").spilling(16 * 1024, dir.path()).unwrap();
+    for batch in many_bids(20, 100, 2000) {
+        h.push(&batch).unwrap();
+    }
+    assert!(stored_under(dir.path()));
+    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    for minute in 0..3 {
+        h.processing_time(later + minute * 60_000).unwrap();
+    }
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(snapshot.runs.is_empty(), "every partition expired");
+    assert_eq!(h.push("1 10").unwrap(), lines(&["+I 1 10 1"]), "ranked afresh");
+}
