@@ -18,7 +18,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, RecordBatch, UInt32Array, new_null_array,
+};
 use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -116,6 +118,69 @@ pub fn upsert_delta(
 /// (without [`DELETED_COLUMN`]), sorted by key group.
 pub fn apply_upserts(files: Vec<RecordBatch>, key_columns: usize) -> Result<Option<RecordBatch>> {
     apply_newest(files, Some(key_columns))
+}
+
+/// Part of a file of a [`DeltaKind::Replace`] chain: state rows, their
+/// state keys, and whether it deletes them (see [`replacement_rows`]).
+pub type ReplacedPart = (RecordBatch, BinaryArray, bool);
+
+/// One file of a [`DeltaKind::Replace`] chain from parts of state rows (each with its
+/// state keys, and whether it deletes them): the state columns, then
+/// [`STATE_KEY_COLUMN`], then (deltas) [`DELETED_COLUMN`]; sorted by key group.
+pub fn replacement_rows(
+    schema: &SchemaRef,
+    parts: Vec<ReplacedPart>,
+    full: bool,
+) -> Result<Option<RecordBatch>> {
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let mut fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(!full || f.is_nullable()))
+        .collect();
+    fields[0] = fields[0].clone().with_nullable(false);
+    fields.push(Field::new(STATE_KEY_COLUMN, DataType::Binary, false));
+    if !full {
+        fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+    }
+    let file_schema = Arc::new(Schema::new(fields));
+    let batches = parts
+        .into_iter()
+        .map(|(rows, keys, deleted)| {
+            let n = rows.num_rows();
+            let mut columns = rows.columns().to_vec();
+            columns.push(Arc::new(keys));
+            if !full {
+                columns.push(Arc::new(BooleanArray::from(vec![deleted; n])));
+            }
+            Ok(RecordBatch::try_new(file_schema.clone(), columns)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let all = arrow::compute::concat_batches(&file_schema, &batches)?;
+    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
+    Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+}
+
+/// A part that deletes `keys` (state keys, in `groups` key groups): the key
+/// group, every other state column NULL.
+pub fn deleted_part(schema: &SchemaRef, groups: UInt32Array, keys: BinaryArray) -> Result<ReplacedPart> {
+    let n = keys.len();
+    let nullable = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(groups)];
+    columns.extend(
+        schema.fields()[1..]
+            .iter()
+            .map(|f| new_null_array(f.data_type(), n)),
+    );
+    Ok((RecordBatch::try_new(nullable, columns)?, keys, true))
 }
 
 /// The state rows of a chain of [`DeltaKind::Replace`] files: the rows of

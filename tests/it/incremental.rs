@@ -108,6 +108,27 @@ fn a_regular_join_of_updating_inputs_with_incremental_checkpoints_killed_three_t
 }
 
 #[test]
+fn a_top_n_over_updating_input_with_incremental_checkpoints_killed_three_times_ends_with_the_exact_table() {
+    for (parallelism, settings) in MODES {
+        let settings = format!("{settings} {}", incremental(3));
+        let (expected, got, context) = crash_three_times(
+            "changelog-topn-incremental",
+            parallelism,
+            &settings,
+            SEQUENCE,
+            "p BIGINT, k BIGINT, c BIGINT, rn BIGINT",
+            "SELECT p, k, c, rn FROM (SELECT p, k, c,
+               ROW_NUMBER() OVER (PARTITION BY p ORDER BY c DESC, k ASC) AS rn
+             FROM (SELECT id % 97 AS p, id % 991 AS k, COUNT(*) AS c FROM seq GROUP BY id % 97, id % 991))
+             WHERE rn <= 3",
+        );
+        let (expected, got) = (changelog_table(&expected), changelog_table(&got));
+        assert!(!expected.is_empty(), "{context}");
+        assert_eq!(got, expected, "final table after crashes: {context} {settings}");
+    }
+}
+
+#[test]
 fn a_hopping_aggregation_rescaled_4_2_3_from_incremental_checkpoints_writes_exactly_the_rows_of_a_clean_run()
 {
     crash_and_rescale(

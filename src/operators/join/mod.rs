@@ -43,7 +43,7 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::incremental::{DELETED_COLUMN, DeltaKind, STATE_KEY_COLUMN};
+use crate::state::incremental::{DeltaKind, replacement_rows};
 use crate::state::keyed_map::sweep_slice;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::state::store::SWEEP;
@@ -351,9 +351,8 @@ struct JoinOperator {
     spill: Option<spill::JoinSpill>,
 }
 
-/// Part of a file of a join's chain: state rows, their state keys, and
-/// whether it deletes them (see [`replacement_rows`]).
-type Part = (RecordBatch, BinaryArray, bool);
+/// Part of a file of a join's chain (see [`replacement_rows`]).
+type Part = crate::state::incremental::ReplacedPart;
 
 /// The candidate pairs of one input batch: each input row's range of
 /// pairs, and per pair the other side's entry it is.
@@ -740,41 +739,6 @@ fn state_key(side: usize, key: &[u8]) -> Vec<u8> {
     bytes.push(side as u8);
     bytes.extend_from_slice(key);
     bytes
-}
-
-/// One file of a join's chain from parts of state rows (each with its
-/// state keys, and whether it deletes them): the state columns, then
-/// [`STATE_KEY_COLUMN`], then (deltas) [`DELETED_COLUMN`]; sorted by key group.
-fn replacement_rows(schema: &SchemaRef, parts: Vec<Part>, full: bool) -> Result<Option<RecordBatch>> {
-    if parts.is_empty() {
-        return Ok(None);
-    }
-    let mut fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone().with_nullable(!full || f.is_nullable()))
-        .collect();
-    fields[0] = fields[0].clone().with_nullable(false);
-    fields.push(Field::new(STATE_KEY_COLUMN, DataType::Binary, false));
-    if !full {
-        fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
-    }
-    let file_schema = Arc::new(Schema::new(fields));
-    let batches = parts
-        .into_iter()
-        .map(|(rows, keys, deleted)| {
-            let n = rows.num_rows();
-            let mut columns = rows.columns().to_vec();
-            columns.push(Arc::new(keys));
-            if !full {
-                columns.push(Arc::new(BooleanArray::from(vec![deleted; n])));
-            }
-            Ok(RecordBatch::try_new(file_schema.clone(), columns)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let all = arrow::compute::concat_batches(&file_schema, &batches)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
 }
 
 /// The key bytes of each row of `data` by `exprs` (cast to `types`; one

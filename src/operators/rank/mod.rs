@@ -26,7 +26,7 @@ mod spill;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -42,8 +42,9 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::incremental::{DeltaKind, deleted_part, replacement_rows};
 use crate::state::keyed_map::{KeyedMap, sweep_slice};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::state::store::SWEEP;
 use crate::{Error, Result};
 pub use changes::{Change, RankType};
@@ -226,6 +227,11 @@ impl OperatorFactory for TopN {
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
             spill: ctx.spill.clone().map(spill::TopNSpill::new),
+            // Deltas of the heap's partitions; a window TopN frees its
+            // windows and a spilled one reads the store whole: full
+            // snapshots for them.
+            changed: (ctx.incremental && self.window_end.is_none() && ctx.spill.is_none())
+                .then(HashSet::default),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -256,6 +262,8 @@ struct TopNOperator {
     metrics: Arc<TaskMetrics>,
     /// The spilling state backend: partitions beyond the budget in its store.
     spill: Option<spill::TopNSpill>,
+    /// Incremental checkpoints: the partitions changed since the last snapshot.
+    changed: Option<HashSet<Box<[u8]>>>,
 }
 
 /// A partition's kept rows, and when it was last written (ms: a state TTL
@@ -439,6 +447,11 @@ impl TopNOperator {
         if !insert && created {
             return false;
         }
+        if let Some(changed) = &mut self.changed
+            && !changed.contains(partition)
+        {
+            changed.insert(partition.into());
+        }
         let kept =
             (self.partitions).get_or_insert_with(partition, || (partition.into(), Partition::default()));
         kept.written = now;
@@ -555,8 +568,14 @@ impl TopNOperator {
     }
 
     /// State rows of kept rows, each with its 0-based rank in its
-    /// partition, sorted by key group; `None` for none.
+    /// partition and its partition's write time, sorted by key group;
+    /// `None` for none.
     fn state_rows(&self, kept: &[(usize, &Arc<[u8]>, i64)]) -> Result<Option<RecordBatch>> {
+        self.state_batch(kept, true)
+    }
+
+    /// [`TopNOperator::state_rows`], in the order of `kept` unless `sorted`.
+    fn state_batch(&self, kept: &[(usize, &Arc<[u8]>, i64)], sorted: bool) -> Result<Option<RecordBatch>> {
         if kept.is_empty() {
             return Ok(None);
         }
@@ -580,7 +599,11 @@ impl TopNOperator {
                 kept.iter().map(|(_, _, w)| *w),
             )));
         }
-        Ok(Some(sorted_state_rows(&self.spec.state_schema(), columns)?))
+        let schema = self.spec.state_schema();
+        Ok(Some(match sorted {
+            true => sorted_state_rows(&schema, columns)?,
+            false => state_rows(&schema, columns)?,
+        }))
     }
 
     /// State rows read as input rows: their partitions, window ends, order
@@ -698,7 +721,14 @@ impl Operator for TopNOperator {
         // The first tick sweeps the floor only.
         let elapsed = if self.swept == 0 { 0 } else { now - self.swept };
         let slice = sweep_slice(self.partitions.buckets(), elapsed, ttl / 2, SWEEP);
-        (self.partitions).sweep(&mut self.sweep, slice, |_, p| now - p.written < ttl);
+        let changed = &mut self.changed;
+        (self.partitions).sweep(&mut self.sweep, slice, |key, p| {
+            let keep = now - p.written < ttl;
+            if let (false, Some(changed)) = (keep, changed.as_mut()) {
+                changed.insert(key.clone());
+            }
+            keep
+        });
         self.swept = now;
         self.sweep_store(now, ttl)
     }
@@ -731,6 +761,47 @@ impl Operator for TopNOperator {
                 rows: Some(rows),
             })),
         }
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.changed.is_some().then_some(DeltaKind::Replace)
+    }
+
+    /// Every partition's rows (`full`), or those of the partitions changed
+    /// since the last snapshot and a deleting row for each one gone; each
+    /// row's state key is its partition key.
+    fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let keys: Vec<&[u8]> = match full {
+            true => self.partitions.keys().map(|k| &k[..]).collect(),
+            false => changed.iter().map(|k| &k[..]).collect(),
+        };
+        let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) =
+            keys.into_iter().partition(|k| self.partitions.contains_key(k));
+        let mut kept = Vec::new();
+        let mut state_keys = arrow::array::BinaryBuilder::new();
+        for key in &present {
+            let partition = &self.partitions[*key];
+            for (i, (_, row)) in partition.rows.rows().enumerate() {
+                kept.push((i, row, partition.written));
+                state_keys.append_value(key);
+            }
+        }
+        let schema = self.spec.state_schema();
+        let mut parts = Vec::new();
+        if let Some(rows) = self.state_batch(&kept, false)? {
+            parts.push((rows, state_keys.finish(), false));
+        }
+        if !gone.is_empty() {
+            let groups = self.key_groups_of(&gone)?;
+            let keys = arrow::array::BinaryArray::from_iter_values(gone.iter());
+            parts.push(deleted_part(&schema, groups, keys)?);
+        }
+        Ok(Some(OperatorSnapshot {
+            runs: Vec::new(),
+            meta: serde_json::Value::Null,
+            rows: replacement_rows(&schema, parts, full)?,
+        }))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

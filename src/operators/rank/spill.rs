@@ -108,7 +108,7 @@ impl TopNOperator {
     }
 
     /// The key group of each partition key.
-    fn key_groups_of(&self, partitions: &[&[u8]]) -> Result<UInt32Array> {
+    pub(super) fn key_groups_of(&self, partitions: &[&[u8]]) -> Result<UInt32Array> {
         if self.spec.partition.is_empty() || partitions.is_empty() {
             return Ok(UInt32Array::from(vec![0; partitions.len()]));
         }

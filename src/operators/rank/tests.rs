@@ -620,3 +620,59 @@ fn spilled_partitions_past_the_state_ttl_are_swept_from_the_store() {
     assert!(snapshot.runs.is_empty(), "every partition expired");
     assert_eq!(h.push("1 10").unwrap(), lines(&["+I 1 10 1"]), "ranked afresh");
 }
+
+/// Whether each row of a delta deletes its partition.
+fn deletions(delta: &arrow::record_batch::RecordBatch) -> Vec<bool> {
+    use arrow::array::AsArray;
+    let deleted = delta
+        .column_by_name(crate::state::incremental::DELETED_COLUMN)
+        .expect("a delta");
+    let mut flags: Vec<bool> = deleted.as_boolean().iter().map(|d| d.unwrap()).collect();
+    flags.sort();
+    flags
+}
+
+#[test]
+fn an_incremental_top_n_snapshot_holds_the_partitions_changed_since_the_last_one() {
+    let mut h = top2().incremental().unwrap();
+    h.push("1 10\n1 30\n2 5\n3 1").unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 4);
+    h.push("1 20").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![false, false],
+        "auction 1's two rows, as they are now"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+    h.push("2 6").unwrap();
+    h.snapshot_delta(false).unwrap().expect("a delta");
+    h.restart_from_chain().unwrap();
+    assert_eq!(h.push("1 25").unwrap(), lines(&["-U 1 20 2", "+U 1 25 2"]));
+    assert_eq!(h.push("2 4").unwrap(), Vec::<String>::new(), "6 and 5 are kept");
+    assert_eq!(
+        h.push("3 2").unwrap(),
+        lines(&["-U 3 1 1", "+U 3 2 1", "+I 3 1 2"])
+    );
+}
+
+#[test]
+fn a_partition_whose_last_row_was_retracted_is_deleted_by_the_next_delta() {
+    let mut h = updating_top2().incremental().unwrap();
+    h.push("+I 1 5\n+I 2 3").unwrap();
+    h.snapshot_delta(true).unwrap().expect("a base");
+    // Partitions are MOD(auction, 50): auction 1 leaves partition 1 empty.
+    h.push("-D 1 5").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![true]);
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.push("+I 51 1").unwrap(),
+        lines(&["+I 51 1 1"]),
+        "partition 1 starts empty"
+    );
+    assert_eq!(
+        h.push("+I 52 9").unwrap(),
+        lines(&["-U 2 3 1", "+U 52 9 1", "+I 2 3 2"])
+    );
+}
