@@ -857,15 +857,17 @@ impl Operator for GroupAggregateOperator {
         }
         if self.has_spilled() {
             return Ok(Some(OperatorSnapshot {
-                runs: self.spilled_snapshot()?,
+                runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: None,
+                deferred: self.spilled_snapshot()?,
             }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
+            deferred: Default::default(),
         }))
     }
 
@@ -885,6 +887,7 @@ impl Operator for GroupAggregateOperator {
                 runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows,
+                deferred: Default::default(),
             }));
         }
         let snapshot = self.snapshot(checkpoint)?;

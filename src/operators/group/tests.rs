@@ -523,3 +523,45 @@ fn a_delta_after_a_savepoint_of_spilled_groups_holds_what_changed_before_it() {
         "nothing changed since"
     );
 }
+
+/// State rows as sorted lines (key group and order left out).
+fn state_lines(rows: &[arrow::record_batch::RecordBatch]) -> Vec<String> {
+    let mut lines: Vec<String> = arrow::util::pretty::pretty_format_batches(rows)
+        .unwrap()
+        .to_string()
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .skip(1)
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_snapshot_of_spilled_groups_read_after_the_groups_changed_holds_them_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(40, 100, 1500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, before);
+    let expected = heap.snapshot_only().unwrap().unwrap().rows.unwrap();
+
+    let mut h = harness(COUNT_SUM_MAX, 0).spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_deferred().unwrap().expect("a snapshot");
+    assert!(
+        snapshot.deferred.is_some() && snapshot.runs.is_empty(),
+        "the run is left to the writer"
+    );
+    // The groups change, and go to the store again, before the run is read.
+    emitted(&mut h, after);
+    let runs = snapshot.all_runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    let read = crate::state::snapshot::read_state_file(runs[0].path(), &(0..=usize::MAX)).unwrap();
+    assert_eq!(
+        state_lines(&read.into_iter().collect::<Vec<_>>()),
+        state_lines(&[expected])
+    );
+    assert!(snapshot.all_runs().unwrap().is_empty(), "written once");
+}
