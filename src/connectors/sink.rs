@@ -118,7 +118,6 @@ impl Operator for SinkOperator {
             runs: Vec::new(),
             meta: self.writer.pre_commit(checkpoint)?,
             rows: None,
-            deferred: Default::default(),
         }))
     }
 

@@ -126,7 +126,6 @@ impl Harness {
                 runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: None,
-                deferred: Default::default(),
             });
         if full {
             self.chain.clear();
@@ -137,17 +136,10 @@ impl Harness {
         Ok(rows)
     }
 
-    /// A snapshot as the operator hands it over, its deferred runs not yet
-    /// written (the operator goes on meanwhile).
-    pub fn snapshot_deferred(&mut self) -> Result<Option<OperatorSnapshot>> {
-        self.checkpoint += 1;
-        self.operator.snapshot(self.checkpoint)
-    }
-
     /// A plain snapshot (as for a savepoint), the operator left as it is.
     pub fn snapshot_only(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;
-        resolved(self.operator.snapshot(self.checkpoint)?)
+        self.operator.snapshot(self.checkpoint)
     }
 
     /// Replaces the operator with a new one restored from the chain (base
@@ -166,7 +158,6 @@ impl Harness {
             runs: Vec::new(),
             meta,
             rows: rows.clone(),
-            deferred: Default::default(),
         })?;
         Ok(rows)
     }
@@ -229,7 +220,7 @@ impl Harness {
     /// the snapshot (as after a crash); returns the snapshot.
     pub fn restart(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;
-        let snapshot = resolved(self.operator.snapshot(self.checkpoint)?)?;
+        let snapshot = self.operator.snapshot(self.checkpoint)?;
         let restored = snapshot.as_ref().map(with_runs_read).transpose()?;
         self.operator = self.factory.create(&self.context())?;
         if let Some(restored) = restored {
@@ -239,27 +230,14 @@ impl Harness {
     }
 }
 
-/// A snapshot with its deferred runs written (as the checkpoint's writer
-/// writes them).
-fn resolved(snapshot: Option<OperatorSnapshot>) -> Result<Option<OperatorSnapshot>> {
-    snapshot
-        .map(|mut s| {
-            s.runs = s.all_runs()?;
-            s.deferred = Default::default();
-            Ok(s)
-        })
-        .transpose()
-}
-
 /// A snapshot as a restore reads it back from a checkpoint: the rows of its
 /// spilled runs (linked as deltas that merge) joined to its rows.
 fn with_runs_read(snapshot: &OperatorSnapshot) -> Result<OperatorSnapshot> {
-    let runs = snapshot.all_runs()?;
-    if runs.is_empty() {
+    if snapshot.runs.is_empty() {
         return Ok(snapshot.clone());
     }
     let mut files: Vec<RecordBatch> = snapshot.rows.iter().cloned().collect();
-    for run in &runs {
+    for run in &snapshot.runs {
         files.extend(crate::state::snapshot::read_state_file(
             run.path(),
             &(0..=usize::MAX),
@@ -269,7 +247,6 @@ fn with_runs_read(snapshot: &OperatorSnapshot) -> Result<OperatorSnapshot> {
         meta: snapshot.meta.clone(),
         rows: crate::state::incremental::combine(Some(crate::state::incremental::DeltaKind::Merge), files)?,
         runs: Vec::new(),
-        deferred: Default::default(),
     })
 }
 

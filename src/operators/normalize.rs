@@ -163,7 +163,6 @@ impl Operator for NormalizeOperator {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
-            deferred: Default::default(),
         }))
     }
 

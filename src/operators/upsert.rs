@@ -244,7 +244,6 @@ impl Operator for MaterializerOperator {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
-            deferred: Default::default(),
         }))
     }
 

@@ -282,7 +282,6 @@ pub fn restore_task(
                 runs: Vec::new(),
                 meta: saved.meta.clone(),
                 rows,
-                deferred: Default::default(),
             });
         }
         chain[index].restore_rescaled(snapshots)?;

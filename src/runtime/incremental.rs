@@ -336,7 +336,6 @@ impl CompactionJob {
             runs: Vec::new(),
             meta: self.meta,
             rows,
-            deferred: Default::default(),
         })?;
         let full = operator.snapshot_delta(0, true)?.and_then(|s| s.rows);
         match full.filter(|r| r.num_rows() > 0) {

@@ -24,63 +24,15 @@ pub struct OperatorSnapshot {
     /// (partial states, merged with `rows` on restore); a checkpoint links
     /// them.
     pub runs: Vec<crate::state::runs::Run>,
-    /// The spilling backend: runs still to be written from a snapshot of
-    /// its store, by the checkpoint's writer instead of the task (reading
-    /// a large store takes long); they join `runs`.
-    pub deferred: DeferredRuns,
-}
-
-/// The work that writes a snapshot's deferred runs.
-type RunsWork = Box<dyn FnOnce() -> Result<Vec<crate::state::runs::Run>> + Send>;
-
-/// Runs a snapshot leaves to its writer ([`OperatorSnapshot::deferred`]):
-/// done once, by whoever takes them first (copies of a snapshot share them).
-#[derive(Clone, Default)]
-pub struct DeferredRuns(Option<Arc<std::sync::Mutex<Option<RunsWork>>>>);
-
-impl std::fmt::Debug for DeferredRuns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "DeferredRuns({})",
-            if self.0.is_some() { "pending" } else { "none" }
-        )
-    }
-}
-
-impl DeferredRuns {
-    /// Runs that `work` writes when they are taken.
-    pub fn new(work: impl FnOnce() -> Result<Vec<crate::state::runs::Run>> + Send + 'static) -> Self {
-        DeferredRuns(Some(Arc::new(std::sync::Mutex::new(Some(Box::new(work))))))
-    }
-
-    /// Whether there are runs to write.
-    pub fn is_some(&self) -> bool {
-        self.0.is_some()
-    }
-
-    /// Writes the runs (the first time; none after).
-    pub fn take(&self) -> Result<Vec<crate::state::runs::Run>> {
-        let work = self.0.as_ref().and_then(|w| w.lock().ok()?.take());
-        work.map_or(Ok(Vec::new()), |work| work())
-    }
 }
 
 impl OperatorSnapshot {
-    /// Its runs, the deferred ones written now.
-    pub fn all_runs(&self) -> Result<Vec<crate::state::runs::Run>> {
-        let mut runs = self.runs.clone();
-        runs.extend(self.deferred.take()?);
-        Ok(runs)
-    }
-
     /// A snapshot of an operator whose small state is its watermark.
     pub fn with_watermark(watermark: Timestamp, rows: Option<RecordBatch>) -> Self {
         OperatorSnapshot {
             meta: serde_json::json!({ "watermark": watermark }),
             rows,
             runs: Vec::new(),
-            deferred: Default::default(),
         }
     }
 

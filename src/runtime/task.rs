@@ -63,13 +63,11 @@ fn write_snapshots(
                  snapshot,
                  chain,
              }| {
-                // Runs read from a spilled store are written here, off the task.
-                let runs = snapshot.all_runs()?;
                 if let Some(chain) = chain {
                     // Written even for an aborted checkpoint: later ones
                     // of the chain refer to the file.
                     let delta_kind = Some(chain.kind);
-                    let (file, deltas) = chain.write(snapshot.rows.as_ref(), &runs)?;
+                    let (file, deltas) = chain.write(snapshot.rows.as_ref(), &snapshot.runs)?;
                     return Ok(OperatorState {
                         operator_id,
                         signature,
@@ -89,7 +87,7 @@ fn write_snapshots(
                     }
                     _ => None,
                 };
-                let deltas = link_runs(dir, &operator_id, subtask, &runs)?;
+                let deltas = link_runs(dir, &operator_id, subtask, &snapshot.runs)?;
                 let delta_kind = (!deltas.is_empty()).then_some(DeltaKind::Merge);
                 Ok(OperatorState {
                     operator_id,
@@ -857,9 +855,7 @@ impl Task {
                     let step = chain.prepare(id);
                     let snapshot = operator.snapshot_delta(id, step == Step::Full)?;
                     let has_rows = snapshot.as_ref().is_some_and(|s| {
-                        s.rows.as_ref().is_some_and(|r| r.num_rows() > 0)
-                            || !s.runs.is_empty()
-                            || s.deferred.is_some()
+                        s.rows.as_ref().is_some_and(|r| r.num_rows() > 0) || !s.runs.is_empty()
                     });
                     let write = chain.record(id, step, has_rows);
                     let meta = snapshot
@@ -870,7 +866,6 @@ impl Task {
                         meta,
                         rows: None,
                         runs: Vec::new(),
-                        deferred: Default::default(),
                     });
                     (Some(snapshot), Some(write))
                 }

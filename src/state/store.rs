@@ -170,16 +170,6 @@ impl Store {
         Ok(entries)
     }
 
-    /// A point-in-time view of it, to read off the operator's thread while
-    /// the operator goes on writing (a snapshot's run).
-    pub fn view(&self) -> StoreView {
-        StoreView {
-            snapshot: self.partition.snapshot(),
-            _keyspace: self.keyspace.clone(),
-            dir: self.dir.clone(),
-        }
-    }
-
     /// Whether it holds no entry.
     pub fn is_empty(&self) -> Result<bool> {
         self.partition.is_empty().map_err(|e| failed(&self.dir, e))
@@ -201,31 +191,6 @@ impl Store {
     /// Bytes it takes on disk.
     pub fn disk_space(&self) -> u64 {
         self.keyspace.disk_space()
-    }
-}
-
-/// A store as it was when [`Store::view`] was called; its files (and its
-/// directory) stay until the view is dropped, even when the store goes.
-pub struct StoreView {
-    snapshot: fjall::Snapshot,
-    _keyspace: fjall::Keyspace,
-    dir: PathBuf,
-}
-
-impl StoreView {
-    /// The next up to `limit` entries from `cursor` on, as [`Store::scan_on`].
-    pub fn scan_on(&self, cursor: &mut Vec<u8>, limit: usize) -> Result<Vec<(fjall::Slice, fjall::Slice)>> {
-        let entries = self
-            .snapshot
-            .range::<&[u8], _>((Bound::Included(&cursor[..]), Bound::Unbounded))
-            .take(limit)
-            .map(|entry| entry.map_err(|e| failed(&self.dir, e)))
-            .collect::<Result<Vec<_>>>()?;
-        match entries.last() {
-            Some((last, _)) => *cursor = key_after(last),
-            None => cursor.clear(),
-        }
-        Ok(entries)
     }
 }
 

@@ -857,17 +857,15 @@ impl Operator for GroupAggregateOperator {
         }
         if self.has_spilled() {
             return Ok(Some(OperatorSnapshot {
-                runs: Vec::new(),
+                runs: self.spilled_snapshot()?,
                 meta: serde_json::Value::Null,
                 rows: None,
-                deferred: self.spilled_snapshot()?,
             }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
-            deferred: Default::default(),
         }))
     }
 
@@ -887,7 +885,6 @@ impl Operator for GroupAggregateOperator {
                 runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows,
-                deferred: Default::default(),
             }));
         }
         let snapshot = self.snapshot(checkpoint)?;

@@ -30,10 +30,10 @@ use arrow::row::{Row, RowConverter, SortField};
 
 use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
-use crate::runtime::operator::{DeferredRuns, SpillSettings};
+use crate::runtime::operator::SpillSettings;
 use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::MemoryGuess;
-use crate::state::runs::RunWriter;
+use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
@@ -311,36 +311,27 @@ impl GroupAggregateOperator {
         self.spill.as_ref().is_some_and(|s| s.store.is_some())
     }
 
-    /// A full snapshot of spilled state: every group to the store, then a
-    /// view of the store, which the checkpoint's writer reads as one run of
-    /// state rows in key-group order (off the task's thread: a large store
-    /// takes long to read).
-    pub(super) fn spilled_snapshot(&mut self) -> Result<DeferredRuns> {
+    /// A full snapshot of spilled state: every group to the store, then the
+    /// store as one run of state rows in key-group order.
+    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Run>> {
         self.spill_all()?;
         let schema = self.spec.state_schema(&self.accumulators);
-        let key_count = self.spec.key_schema.fields().len();
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let store = spill.store.as_ref().expect("has spilled");
         if store.is_empty()? {
-            return Ok(DeferredRuns::default());
+            return Ok(Vec::new());
         }
-        let path = store.snapshot_run_path(spill.runs)?;
-        let view = store.view();
-        // Converters of its own (they cannot be shared with the task).
-        let decoder = Spill::new(spill.settings.clone(), &schema, key_count, false)?;
-        Ok(DeferredRuns::new(move || {
-            let mut writer = RunWriter::create(path, schema.clone())?;
-            let mut from = Vec::new();
-            loop {
-                let entries = view.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
-                if entries.is_empty() {
-                    break;
-                }
-                writer.write(&decoder.decode(&entries, &schema)?)?;
+        let mut writer = RunWriter::create(store.snapshot_run_path(spill.runs)?, schema.clone())?;
+        let mut from = Vec::new();
+        loop {
+            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
+            if entries.is_empty() {
+                break;
             }
-            Ok(vec![writer.finish()?])
-        }))
+            writer.write(&spill.decode(&entries, &schema)?)?;
+        }
+        Ok(vec![writer.finish()?])
     }
 
     /// An incremental snapshot of spilled state: the upsert delta of the

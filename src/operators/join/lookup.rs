@@ -360,7 +360,6 @@ impl Operator for LookupJoinOperator {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(RecordBatch::try_new(self.spec.state_schema(), columns)?),
-            deferred: Default::default(),
         }))
     }
 

@@ -224,17 +224,7 @@ impl OperatorFactory for JoinFactory {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(JoinOperator::new(self.0.clone(), ctx)?))
-    }
-
-    fn can_spill(&self) -> bool {
-        true
-    }
-}
-
-impl JoinOperator {
-    /// A subtask of `join` in `ctx`.
-    fn new(join: Arc<Join>, ctx: &TaskContext) -> Result<Self> {
+        let join = self.0.clone();
         let rows_of = |input: &SchemaRef| {
             RowConverter::new(
                 input
@@ -245,7 +235,7 @@ impl JoinOperator {
             )
         };
         let keys_of = RowConverter::new(join.key_types()?.into_iter().map(SortField::new).collect())?;
-        Ok(JoinOperator {
+        Ok(Box::new(JoinOperator {
             rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
             sides: [0, 1].map(|side| {
                 let state = SideState::new(
@@ -269,7 +259,11 @@ impl JoinOperator {
                 .clone()
                 .map(|settings| spill::JoinSpill::new(settings, ctx.incremental)),
             join,
-        })
+        }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 }
 
@@ -891,10 +885,9 @@ impl Operator for JoinOperator {
         }
         if self.has_spilled() {
             return Ok(Some(OperatorSnapshot {
-                runs: Vec::new(),
+                runs: self.spilled_snapshot(false)?,
                 meta: serde_json::Value::Null,
                 rows: None,
-                deferred: self.spilled_snapshot(false)?,
             }));
         }
         let schema = self.join.state_schema();
@@ -906,7 +899,6 @@ impl Operator for JoinOperator {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&schema, columns)?),
-            deferred: Default::default(),
         }))
     }
 
@@ -933,25 +925,23 @@ impl Operator for JoinOperator {
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
         if self.has_spilled() {
-            let (deferred, rows) = match full {
+            let (runs, rows) = match full {
                 true => (self.spilled_snapshot(true)?, None),
-                false => (Default::default(), self.spilled_delta()?),
+                false => (Vec::new(), self.spilled_delta()?),
             };
             if full {
                 self.forget_spilled_changes();
             }
             return Ok(Some(OperatorSnapshot {
-                runs: Vec::new(),
+                runs,
                 meta: serde_json::Value::Null,
                 rows,
-                deferred,
             }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.delta_rows(full)?,
-            deferred: Default::default(),
         }))
     }
 

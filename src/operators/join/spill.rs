@@ -24,11 +24,11 @@ use arrow::row::Rows;
 
 use super::state::{Bucket, ByKey, Key};
 use super::{JoinOperator, Part, replacement_rows};
-use crate::runtime::operator::{DeferredRuns, SpillSettings};
+use crate::runtime::operator::SpillSettings;
 use crate::state::memory_guess::MemoryGuess;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups, state_rows};
-use crate::state::store::{SWEEP, Store, StoreView, WRITE_CHUNK, open_once};
+use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// A join subtask's spilled state.
@@ -277,11 +277,10 @@ impl JoinOperator {
         Ok(parts)
     }
 
-    /// A full snapshot of spilled state: every key to the store, then a view
-    /// of the store, which the checkpoint's writer reads as one run of state
-    /// rows in key-group order (off the task's thread), with their state
+    /// A full snapshot of spilled state: every key to the store, then the
+    /// store as one run of state rows in key-group order, with their state
     /// keys when it is the `base` of an incremental chain.
-    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<DeferredRuns> {
+    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Run>> {
         self.spill_all()?;
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
@@ -292,37 +291,18 @@ impl JoinOperator {
             .and_then(|s| s.store.as_ref())
             .expect("has spilled");
         if store.is_empty()? {
-            return Ok(DeferredRuns::default());
+            return Ok(Vec::new());
         }
         let path = store.snapshot_run_path(runs)?;
-        let view = store.view();
         let now = self
             .join
             .ttl_ms()
             .map(|_| crate::runtime::operator::wall_clock_millis());
-        // Converters of its own (they cannot be shared with the task).
-        let mut context = crate::runtime::TaskContext::standalone(1);
-        context.max_parallelism = self.max_parallelism;
-        let decoder = JoinOperator::new(self.join.clone(), &context)?;
-        Ok(DeferredRuns::new(move || {
-            decoder.write_run(&view, path, base, now)
-        }))
-    }
-
-    /// The run of the entries of `view` as state rows (see
-    /// [`JoinOperator::spilled_snapshot`]), without the rows expired at `now`.
-    fn write_run(
-        &self,
-        view: &StoreView,
-        path: std::path::PathBuf,
-        base: bool,
-        now: Option<i64>,
-    ) -> Result<Vec<Run>> {
         let schema = self.join.state_schema();
         let mut writer: Option<RunWriter> = None;
         let mut from = Vec::new();
         loop {
-            let entries = view.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
+            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
             if entries.is_empty() {
                 break;
             }

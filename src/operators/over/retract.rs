@@ -356,7 +356,6 @@ impl Operator for RetractOverOperator {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.state_schema(), columns)?),
-            deferred: Default::default(),
         }))
     }
 

@@ -194,35 +194,28 @@ impl OperatorFactory for TopN {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(TopNOperator::new(Arc::new(self.clone()), ctx)?))
-    }
-}
-
-impl TopNOperator {
-    /// A subtask of `spec` in `ctx`.
-    fn new(spec: Arc<TopN>, ctx: &TaskContext) -> Result<Self> {
         let sort_fields =
             |exprs: &[Arc<dyn PhysicalExpr>], options: Vec<SortOptions>| -> Result<RowConverter> {
                 let fields = exprs
                     .iter()
                     .zip(options)
-                    .map(|(e, o)| Ok(SortField::new_with_options(e.data_type(&spec.input)?, o)))
+                    .map(|(e, o)| Ok(SortField::new_with_options(e.data_type(&self.input)?, o)))
                     .collect::<Result<Vec<_>>>()?;
                 Ok(RowConverter::new(fields)?)
             };
-        let order: Vec<Arc<dyn PhysicalExpr>> = spec.order.iter().map(|(e, _)| e.clone()).collect();
-        let rows = spec
+        let order: Vec<Arc<dyn PhysicalExpr>> = self.order.iter().map(|(e, _)| e.clone()).collect();
+        let rows = self
             .input
             .fields()
             .iter()
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
-        Ok(TopNOperator {
+        Ok(Box::new(TopNOperator {
             partitions_of: sort_fields(
-                &spec.partition,
-                vec![SortOptions::default(); spec.partition.len()],
+                &self.partition,
+                vec![SortOptions::default(); self.partition.len()],
             )?,
-            order_of: sort_fields(&order, spec.order.iter().map(|(_, o)| *o).collect())?,
+            order_of: sort_fields(&order, self.order.iter().map(|(_, o)| *o).collect())?,
             rows_of: RowConverter::new(rows)?,
             partitions: KeyedMap::default(),
             windows: BTreeMap::new(),
@@ -237,10 +230,10 @@ impl TopNOperator {
             // Deltas of the heap's partitions; a window TopN frees its
             // windows and a spilled one reads the store whole: full
             // snapshots for them.
-            changed: (ctx.incremental && spec.window_end.is_none() && ctx.spill.is_none())
+            changed: (ctx.incremental && self.window_end.is_none() && ctx.spill.is_none())
                 .then(HashSet::default),
-            spec,
-        })
+            spec: Arc::new(self.clone()),
+        }))
     }
 }
 
@@ -742,7 +735,7 @@ impl Operator for TopNOperator {
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if self.has_spilled() {
-            let deferred = self.spilled_snapshot()?;
+            let runs = self.spilled_snapshot()?;
             let meta = match self.spec.window_end {
                 Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
                 None => serde_json::Value::Null,
@@ -750,8 +743,7 @@ impl Operator for TopNOperator {
             return Ok(Some(OperatorSnapshot {
                 meta,
                 rows: None,
-                runs: Vec::new(),
-                deferred,
+                runs,
             }));
         }
         let kept: Vec<(usize, &Arc<[u8]>, i64)> = (self.partitions.values())
@@ -767,7 +759,6 @@ impl Operator for TopNOperator {
                 runs: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: Some(rows),
-                deferred: Default::default(),
             })),
         }
     }
@@ -810,7 +801,6 @@ impl Operator for TopNOperator {
             runs: Vec::new(),
             meta: serde_json::Value::Null,
             rows: replacement_rows(&schema, parts, full)?,
-            deferred: Default::default(),
         }))
     }
 

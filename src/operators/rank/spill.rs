@@ -25,11 +25,11 @@ use arrow::datatypes::UInt32Type;
 
 use super::entries::{Entries, encode_row};
 use super::{Partition, TopNOperator};
-use crate::runtime::operator::{DeferredRuns, SpillSettings};
+use crate::runtime::operator::SpillSettings;
 use crate::state::memory_guess::MemoryGuess;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::{SWEEP, Store, StoreView, WRITE_CHUNK, open_once};
+use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// The least a row is guessed to add to memory: a kept row's place and
@@ -247,11 +247,11 @@ impl TopNOperator {
         Ok(())
     }
 
-    /// A snapshot of spilled state: every partition to the store, then a
-    /// view of the store, which the checkpoint's writer reads as one run of
-    /// state rows in key-group order (off the task's thread).
-    pub(super) fn spilled_snapshot(&mut self) -> Result<DeferredRuns> {
+    /// A snapshot of spilled state: every partition to the store, then the
+    /// store as one run of state rows in key-group order.
+    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Run>> {
         self.spill_all()?;
+        let no_tie = self.shared_tie().cloned();
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let runs = spill.runs;
@@ -261,24 +261,12 @@ impl TopNOperator {
             .and_then(|s| s.store.as_ref())
             .expect("has spilled");
         if store.is_empty()? {
-            return Ok(DeferredRuns::default());
+            return Ok(Vec::new());
         }
-        let path = store.snapshot_run_path(runs)?;
-        let view = store.view();
-        // Converters of its own (they cannot be shared with the task).
-        let mut context = crate::runtime::TaskContext::standalone(1);
-        context.max_parallelism = self.max_parallelism;
-        let decoder = TopNOperator::new(self.spec.clone(), &context)?;
-        Ok(DeferredRuns::new(move || decoder.write_run(&view, path)))
-    }
-
-    /// The run of the partitions of `view` as state rows.
-    fn write_run(&self, view: &StoreView, path: std::path::PathBuf) -> Result<Vec<Run>> {
-        let no_tie = self.shared_tie().cloned();
-        let mut writer = RunWriter::create(path, self.spec.state_schema())?;
+        let mut writer = RunWriter::create(store.snapshot_run_path(runs)?, self.spec.state_schema())?;
         let mut from = Vec::new();
         loop {
-            let entries = view.scan_on(&mut from, RUN_ROW_GROUP_ROWS / 4)?;
+            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS / 4)?;
             if entries.is_empty() {
                 break;
             }
