@@ -56,6 +56,47 @@ impl MemoryGuess {
     }
 }
 
+/// An operator that writes its state to its store when memory passes half
+/// its budget: when to measure and when to spill, decided here once.
+pub trait SpillsWhenFull {
+    /// Its guess and its budget (bytes); `None` without the spilling backend.
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)>;
+
+    /// Bytes its state takes in memory (a measurement, which may walk it).
+    fn measure(&self) -> usize;
+
+    /// Writes memory to the store and empties it.
+    fn spill(&mut self) -> crate::Result<()>;
+
+    /// After a batch of `rows` rows: spills when memory holds more than half
+    /// the budget, measured only when the guess says it may.
+    fn spill_if_full(&mut self, rows: usize) -> crate::Result<()> {
+        match self
+            .guess()
+            .is_some_and(|(guess, budget)| guess.may_pass(rows, budget / 2))
+        {
+            true => self.spill_if_over(),
+            false => Ok(()),
+        }
+    }
+
+    /// Measures memory, and spills when it holds more than half the budget.
+    fn spill_if_over(&mut self) -> crate::Result<()> {
+        if self.guess().is_none() {
+            return Ok(());
+        }
+        let size = self.measure();
+        let Some((guess, budget)) = self.guess() else {
+            return Ok(());
+        };
+        guess.measured(size);
+        match size > budget / 2 {
+            true => self.spill(),
+            false => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +126,59 @@ mod tests {
         );
         guess.emptied();
         assert!(!guess.may_pass(9_000, 1_000_000));
+    }
+
+    /// State of a given size that counts its measurements and spills.
+    struct Growing {
+        guess: MemoryGuess,
+        size: usize,
+        measurements: std::cell::Cell<usize>,
+        spills: usize,
+    }
+
+    impl SpillsWhenFull for Growing {
+        fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+            Some((&mut self.guess, 100_000))
+        }
+
+        fn measure(&self) -> usize {
+            self.measurements.set(self.measurements.get() + 1);
+            self.size
+        }
+
+        fn spill(&mut self) -> crate::Result<()> {
+            self.spills += 1;
+            self.size = 0;
+            self.guess.emptied();
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn state_spills_when_a_measurement_finds_it_past_half_the_budget_and_is_measured_only_when_it_may_be() {
+        let mut state = Growing {
+            guess: MemoryGuess::new(10),
+            size: 0,
+            measurements: Default::default(),
+            spills: 0,
+        };
+        let mut largest = 0;
+        // 200 batches of 10 rows of 100 bytes: 200 kB in all.
+        for _ in 0..200 {
+            state.size += 1000;
+            largest = largest.max(state.size);
+            state.spill_if_full(10).unwrap();
+        }
+        assert!(
+            (3..=4).contains(&state.spills),
+            "{} spills of about 50 kB",
+            state.spills
+        );
+        assert!(largest <= 100_000, "never past the budget: {largest}");
+        assert!(
+            state.measurements.get() < 50,
+            "{} measurements in 200 batches",
+            state.measurements.get()
+        );
     }
 }

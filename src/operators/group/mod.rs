@@ -50,6 +50,7 @@ use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::incremental::{DeltaKind, upsert_delta};
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
 use crate::{Error, Result};
 

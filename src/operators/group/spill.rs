@@ -32,7 +32,7 @@ use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
 use crate::runtime::operator::SpillSettings;
 use crate::state::incremental::upsert_delta;
-use crate::state::memory_guess::MemoryGuess;
+use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
@@ -177,6 +177,20 @@ impl Spill {
     }
 }
 
+impl SpillsWhenFull for GroupAggregateOperator {
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    }
+
+    fn measure(&self) -> usize {
+        self.memory_size()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        self.spill_all()
+    }
+}
+
 impl GroupAggregateOperator {
     /// Bytes the groups' state takes in memory.
     fn memory_size(&self) -> usize {
@@ -225,24 +239,6 @@ impl GroupAggregateOperator {
         let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
         let states = spill.decode_values(&values)?;
         self.restore_groups(&states, &groups)
-    }
-
-    /// After a batch of `rows` rows: writes every group to the store when
-    /// memory holds more than half the budget (measured when it may).
-    pub(super) fn spill_if_full(&mut self, rows: usize) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
-            return Ok(());
-        };
-        if !spill.guess.may_pass(rows, spill.settings.budget / 2) {
-            return Ok(());
-        }
-        let size = self.memory_size();
-        let spill = self.spill.as_mut().expect("checked above");
-        spill.guess.measured(size);
-        if size > spill.settings.budget / 2 {
-            self.spill_all()?;
-        }
-        Ok(())
     }
 
     /// Writes every group to the store (a group without rows is removed

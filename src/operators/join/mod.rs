@@ -43,8 +43,9 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::incremental::{DeltaKind, replacement_rows};
+use crate::state::incremental::{DeltaKind, deleted_part, replacement_rows};
 use crate::state::keyed_map::sweep_slice;
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::state::store::SWEEP;
 use crate::{Error, Result};
@@ -667,26 +668,16 @@ impl JoinOperator {
 
     /// Rows that delete `keys` of one side: key group, side, state key.
     fn deleted_keys(&self, side: usize, keys: &[&[u8]]) -> Result<Part> {
-        let schema = self.join.state_schema();
         let parser = self.keys_of.parser();
         let key_columns = self.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
         let n = keys.len();
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
-            Arc::new(Int8Array::from(vec![side as i8; n])),
-        ];
-        let nullable = Arc::new(Schema::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        ));
-        for field in &schema.fields()[2..] {
-            columns.push(new_null_array(field.data_type(), n));
-        }
-        let keys = BinaryArray::from_iter_values(keys.iter().map(|k| state_key(side, k)));
-        Ok((RecordBatch::try_new(nullable, columns)?, keys, true))
+        let groups = key_groups(&key_columns, n, self.max_parallelism)?;
+        let state_keys = BinaryArray::from_iter_values(keys.iter().map(|k| state_key(side, k)));
+        let (rows, state_keys, deleted) = deleted_part(&self.join.state_schema(), groups, state_keys)?;
+        // The side column says whose key goes.
+        let mut columns = rows.columns().to_vec();
+        columns[1] = Arc::new(Int8Array::from(vec![side as i8; n]));
+        Ok((RecordBatch::try_new(rows.schema(), columns)?, state_keys, deleted))
     }
 
     fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {

@@ -25,7 +25,7 @@ use arrow::row::Rows;
 use super::state::{Bucket, ByKey, Key};
 use super::{JoinOperator, Part, replacement_rows};
 use crate::runtime::operator::SpillSettings;
-use crate::state::memory_guess::MemoryGuess;
+use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups, state_rows};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
@@ -95,6 +95,20 @@ fn cut_short() -> Error {
     Error::State("a spilled join state value is cut short".into())
 }
 
+impl SpillsWhenFull for JoinOperator {
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    }
+
+    fn measure(&self) -> usize {
+        self.memory_size()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        self.spill_all()
+    }
+}
+
 impl JoinOperator {
     /// Whether state went to the store (snapshots then read it from there).
     pub(super) fn has_spilled(&self) -> bool {
@@ -159,30 +173,6 @@ impl JoinOperator {
             .as_ref()
             .map_or(0, |s| s.resident.capacity() * (std::mem::size_of::<Key>() + 9));
         self.sides.iter().map(|s| s.memory_size()).sum::<usize>() + resident
-    }
-
-    /// After a batch of `rows` rows: writes every key to the store when
-    /// memory holds more than half the budget (measured when it may).
-    pub(super) fn spill_if_full(&mut self, rows: usize) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
-            return Ok(());
-        };
-        if !spill.guess.may_pass(rows, spill.settings.budget / 2) {
-            return Ok(());
-        }
-        self.spill_if_over()
-    }
-
-    fn spill_if_over(&mut self) -> Result<()> {
-        let size = self.memory_size();
-        let Some(spill) = self.spill.as_mut() else {
-            return Ok(());
-        };
-        spill.guess.measured(size);
-        if size > spill.settings.budget / 2 {
-            self.spill_all()?;
-        }
-        Ok(())
     }
 
     /// Writes both sides' rows of every key memory holds to the store (a

@@ -143,17 +143,23 @@ fn join_state_survives_a_snapshot_and_restore_with_its_match_counts() {
     );
 }
 
-#[test]
-fn a_row_not_written_for_longer_than_the_state_ttl_is_forgotten_across_a_restore_too() {
+/// An inner join of `l` and `r` on `k` under a state TTL of `ttl`.
+fn inner_join_with_ttl(ttl: &str) -> Harness {
     let mut setup = SETUP.to_vec();
-    setup.push("SET 'table.exec.state.ttl' = '1 s'");
-    let mut h = Harness::of(
+    let ttl = format!("SET 'table.exec.state.ttl' = '{ttl}'");
+    setup.push(&ttl);
+    Harness::of(
         &setup,
         "INSERT INTO out SELECT l.k, a, r.k, b FROM l JOIN r ON l.k = r.k",
         "Join",
         0,
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn a_row_not_written_for_longer_than_the_state_ttl_is_forgotten_across_a_restore_too() {
+    let mut h = inner_join_with_ttl("1 s");
     h.push_to(0, "1 a\n2 x").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(600));
     let rows = h.restart().unwrap().unwrap().rows.unwrap();
@@ -678,17 +684,9 @@ fn a_delta_after_a_savepoint_of_a_spilled_join_holds_what_changed_before_it() {
 #[test]
 fn spilled_join_rows_past_the_state_ttl_are_swept_from_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let mut setup = SETUP.to_vec();
-    setup.push("SET 'table.exec.state.ttl' = '1 h'");
-    let mut h = Harness::of(
-        &setup,
-        "INSERT INTO out SELECT l.k, a, r.k, b FROM l JOIN r ON l.k = r.k",
-        "Join",
-        0,
-    )
-    .unwrap()
-    .spilling(16 * 1024, dir.path())
-    .unwrap();
+    let mut h = inner_join_with_ttl("1 h")
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
     joined(&mut h, &both_sides(20, 50, 950));
     let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
     for _ in 0..3 {
@@ -702,17 +700,7 @@ fn spilled_join_rows_past_the_state_ttl_are_swept_from_the_store() {
 
 #[test]
 fn the_state_ttl_sweeps_a_slice_of_the_rows_per_tick_and_all_of_them_in_half_the_ttl() {
-    let mut setup = SETUP.to_vec();
-    setup.push("SET 'table.exec.state.ttl' = '1 h'");
-    let mut h = Harness::of(
-        &setup,
-        "INSERT INTO out SELECT l.k, a, r.k, b FROM l JOIN r ON l.k = r.k",
-        "Join",
-        0,
-    )
-    .unwrap()
-    .incremental()
-    .unwrap();
+    let mut h = inner_join_with_ttl("1 h").incremental().unwrap();
     let rows: Vec<String> = (0..20_000).map(|k| format!("{k} a")).collect();
     h.push_to(0, &rows.join("\n")).unwrap();
     h.snapshot_delta(true).unwrap();

@@ -44,6 +44,7 @@ use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 use crate::state::incremental::{DeltaKind, deleted_part, replacement_rows};
 use crate::state::keyed_map::{KeyedMap, sweep_slice};
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::state::store::SWEEP;
 use crate::{Error, Result};

@@ -26,7 +26,7 @@ use arrow::datatypes::UInt32Type;
 use super::entries::{Entries, encode_row};
 use super::{Partition, TopNOperator};
 use crate::runtime::operator::SpillSettings;
-use crate::state::memory_guess::MemoryGuess;
+use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
@@ -99,6 +99,20 @@ fn decode(value: &[u8], no_tie: Option<&Arc<[u8]>>) -> Result<Partition> {
         written: i64::from_le_bytes(written.try_into().expect("8 bytes")),
         rows: Entries::decode(&value[8..], no_tie).ok_or_else(cut_short)?,
     })
+}
+
+impl SpillsWhenFull for TopNOperator {
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    }
+
+    fn measure(&self) -> usize {
+        self.memory_size()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        self.spill_all()
+    }
 }
 
 impl TopNOperator {
@@ -174,33 +188,6 @@ impl TopNOperator {
             .map(|w| 48 + w.capacity() * slot + w.iter().map(|k| k.len()).sum::<usize>())
             .sum();
         partitions + resident + windows
-    }
-
-    /// After a batch of `rows` rows: writes every partition to the store
-    /// when memory holds more than half the budget (measured when it may).
-    pub(super) fn spill_if_full(&mut self, rows: usize) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
-            return Ok(());
-        };
-        if !spill.guess.may_pass(rows, spill.settings.budget / 2) {
-            return Ok(());
-        }
-        self.spill_if_over()
-    }
-
-    /// Writes every partition to the store when memory holds more than half
-    /// the budget.
-    pub(super) fn spill_if_over(&mut self) -> Result<()> {
-        if self.spill.is_none() {
-            return Ok(());
-        }
-        let size = self.memory_size();
-        let spill = self.spill.as_mut().expect("checked above");
-        spill.guess.measured(size);
-        if size > spill.settings.budget / 2 {
-            self.spill_all()?;
-        }
-        Ok(())
     }
 
     /// Writes every partition memory holds to the store (one emptied since

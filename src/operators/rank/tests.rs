@@ -85,24 +85,27 @@ fn without_the_rank_in_the_output_rows_enter_and_leave_without_updates() {
     assert_eq!(h.push("1 5").unwrap(), Vec::<String>::new());
 }
 
-#[test]
-fn deduplication_on_processing_time_keeps_the_first_or_the_last_row_by_arrival() {
+/// A deduplication of bids by auction on processing time, keeping the
+/// first (`ASC`) or the last (`DESC`) row.
+fn dedup(order: &str) -> Harness {
     let setup = [
         "CREATE TABLE bids (auction BIGINT, price BIGINT, p AS PROCTIME()) WITH ('connector' = 'datagen')",
         "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
     ];
-    let dedup = |order: &str| {
-        Harness::of(
-            &setup,
-            &format!(
-                "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER \
-                 (PARTITION BY auction ORDER BY p {order}) AS rn FROM bids) WHERE rn = 1"
-            ),
-            "Deduplicate",
-            0,
-        )
-        .unwrap()
-    };
+    Harness::of(
+        &setup,
+        &format!(
+            "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER \
+             (PARTITION BY auction ORDER BY p {order}) AS rn FROM bids) WHERE rn = 1"
+        ),
+        "Deduplicate",
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn deduplication_on_processing_time_keeps_the_first_or_the_last_row_by_arrival() {
     let mut first = dedup("ASC");
     let rows = "1 10 2020-01-01T00:00:00Z\n1 30 2020-01-01T00:00:01Z\n2 5 2020-01-01T00:00:01Z";
     assert_eq!(
@@ -351,22 +354,6 @@ fn a_spilled_top_2_emits_the_rank_changes_the_heap_emits() {
 
 #[test]
 fn spilled_deduplication_keeps_the_heaps_first_and_last_rows() {
-    let setup = [
-        "CREATE TABLE bids (auction BIGINT, price BIGINT, p AS PROCTIME()) WITH ('connector' = 'datagen')",
-        "CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole')",
-    ];
-    let dedup = |order: &str| {
-        Harness::of(
-            &setup,
-            &format!(
-                "INSERT INTO out2 SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER \
-                 (PARTITION BY auction ORDER BY p {order}) AS rn FROM bids) WHERE rn = 1"
-            ),
-            "Deduplicate",
-            0,
-        )
-        .unwrap()
-    };
     let batches: Vec<String> = many_bids(40, 100, 1500)
         .iter()
         .map(|b| {
