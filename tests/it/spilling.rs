@@ -197,7 +197,8 @@ fn peaks_of_three_runs(
 }
 
 /// Loosely (the machine is shared): a spilling run's peak RSS is below the
-/// heap's, and within 4 budgets of 32 MB of the process without state.
+/// heap's, and within 3 budgets of 32 MB of the process without state (the
+/// store takes at least 16 MB; 46-70 MB above it measured on 2026-12-02).
 fn assert_within_budget(base_peak: u64, heap_peak: u64, spill_peak: u64) {
     let mb = |bytes: u64| bytes >> 20;
     let context = format!(
@@ -208,7 +209,7 @@ fn assert_within_budget(base_peak: u64, heap_peak: u64, spill_peak: u64) {
     );
     eprintln!("{context}");
     assert!(spill_peak < heap_peak, "{context}");
-    assert!(spill_peak.saturating_sub(base_peak) < 4 * (32 << 20), "{context}");
+    assert!(spill_peak.saturating_sub(base_peak) < 3 * (32 << 20), "{context}");
 }
 
 /// A job of 6M rows over `keys` keys in one window, written as CSV to `out`.

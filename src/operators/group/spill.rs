@@ -1,8 +1,8 @@
 //! The spilling state backend of non-windowed aggregation: groups beyond the memory budget in the key-value store.
 //!
 //! Memory holds the groups the latest batches touched. When their state
-//! passes half of the subtask's budget (measured when a guess says it may,
-//! [`crate::state::memory_guess`]), every group is written to the store
+//! passes a quarter of the subtask's budget (measured when a guess says it
+//! may, [`crate::state::memory_guess`]), every group is written to the store
 //! ([`crate::state::store`], one entry per group: its key group and keys as
 //! the key, `_count`, `_written` and the accumulators' states as the value,
 //! both in Arrow's row format) and memory starts empty again. A batch's keys
@@ -20,7 +20,6 @@
 //! A keyless aggregate (no GROUP BY keys) has one group, kept in the store
 //! under key group 0.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
@@ -31,6 +30,7 @@ use arrow::row::{Row, RowConverter, SortField};
 use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
 use crate::runtime::operator::SpillSettings;
+use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
@@ -53,7 +53,7 @@ pub(super) struct Spill {
     values: RowConverter,
     /// Incremental checkpoints: store keys of groups written to the store
     /// since the last snapshot that changed since it.
-    flushed: Option<HashSet<Vec<u8>>>,
+    flushed: Option<FlushedKeys>,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
     /// When memory is measured (accumulators of values walk every group).
@@ -86,7 +86,7 @@ impl Spill {
             store: None,
             keys,
             values: RowConverter::new(sort(1 + key_count..fields.len()))?,
-            flushed: incremental.then(HashSet::new),
+            flushed: incremental.then(FlushedKeys::default),
             sweep_from: Vec::new(),
             guess: MemoryGuess::new(LEAST_PER_ROW),
             runs: 0,
@@ -96,6 +96,24 @@ impl Spill {
     /// Opens the store, if not open yet.
     fn open_store(&mut self) -> Result<()> {
         open_once(&mut self.store, &self.settings)
+    }
+
+    /// The upsert delta of store `keys`: their state read back, and a
+    /// deleting row for each the store has none of.
+    fn read_back(&self, keys: &[&[u8]], schema: &SchemaRef, key_count: usize) -> Result<Option<RecordBatch>> {
+        let store = self.store.as_ref().expect("has spilled");
+        let (mut live, mut gone) = (Vec::new(), Vec::new());
+        for key in keys {
+            match store.get(key)? {
+                Some(value) => live.push((fjall::Slice::from(*key), value)),
+                None => gone.push(*key),
+            }
+        }
+        let rows = (!live.is_empty())
+            .then(|| self.decode(&live, schema))
+            .transpose()?;
+        let deleted = (!gone.is_empty()).then(|| self.decode_keys(&gone)).transpose()?;
+        upsert_delta(schema, rows, deleted, key_count)
     }
 
     /// The store key of each of `rows` groups with these keys: key group
@@ -254,8 +272,8 @@ impl GroupAggregateOperator {
         let changed = self.changed.take();
         let spill = self.spill.as_mut().expect("checked above");
         spill.open_store()?;
+        let mut flushed = spill.flushed.take();
         let spill = self.spill.as_ref().expect("checked above");
-        let mut flushed = Vec::new();
         for start in (0..total).step_by(WRITE_CHUNK) {
             let end = (start + WRITE_CHUNK).min(total);
             let chunk: Vec<ArrayRef> = keys.iter().map(|k| k.slice(start, end - start)).collect();
@@ -268,17 +286,15 @@ impl GroupAggregateOperator {
                 .map(|(i, g)| (&store_keys[g - start][..], values.row(i).data()));
             let removes = gone.iter().map(|g| &store_keys[g - start][..]);
             spill.store.as_ref().expect("opened above").write(puts, removes)?;
-            if let Some(changed) = &changed {
+            if let (Some(changed), Some(flushed)) = (&changed, &mut flushed) {
                 let was_changed = |g: &usize| changed.flags.get(*g).copied().unwrap_or(false);
-                flushed.extend(
-                    (start..end)
-                        .filter(was_changed)
-                        .map(|g| store_keys[g - start].clone()),
-                );
+                (start..end)
+                    .filter(was_changed)
+                    .for_each(|g| flushed.push(&store_keys[g - start]));
             }
         }
-        if let Some(set) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
-            set.extend(flushed);
+        if let Some(spill) = self.spill.as_mut() {
+            spill.flushed = flushed;
         }
         self.changed = changed.map(|_| super::Changed::default());
         self.accumulators = self.spec.accumulators()?;
@@ -337,42 +353,30 @@ impl GroupAggregateOperator {
     pub(super) fn spilled_delta(&mut self) -> Result<Option<RecordBatch>> {
         let schema = self.spec.state_schema(&self.accumulators);
         let key_count = self.spec.key_schema.fields().len();
+        // Memory is newer than the store for the groups it changed.
+        let mut in_memory_keys = Vec::new();
         if let Some(changed) = &self.changed {
-            // Memory is newer than the store for the groups it changed.
             let groups = changed.groups.clone();
             let keys = changed.keys.keys(&groups)?;
             let spill = self.spill.as_ref().expect("has spilled");
-            let store_keys = spill.store_keys(&keys, groups.len(), self.max_parallelism)?;
-            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
-                store_keys.iter().for_each(|k| {
-                    flushed.remove(k);
-                });
-            }
+            in_memory_keys = spill.store_keys(&keys, groups.len(), self.max_parallelism)?;
+            in_memory_keys.sort_unstable();
         }
+        let in_memory_key = |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
         let in_memory = self.changed_rows()?;
         let spill = self.spill.as_mut().expect("has spilled");
-        let mut flushed: Vec<Vec<u8>> = spill
-            .flushed
-            .as_mut()
-            .map(|f| f.drain().collect())
-            .unwrap_or_default();
-        flushed.sort_unstable();
-        let store = spill.store.as_ref().expect("has spilled");
-        let (mut live, mut gone) = (Vec::new(), Vec::new());
-        for key in flushed {
-            match store.get(&key)? {
-                Some(value) => live.push((fjall::Slice::from(key), value)),
-                None => gone.push(key),
-            }
-        }
-        let rows = (!live.is_empty())
-            .then(|| spill.decode(&live, &schema))
-            .transpose()?;
-        let gone_keys: Vec<&[u8]> = gone.iter().map(|k| &k[..]).collect();
-        let deleted = (!gone.is_empty())
-            .then(|| spill.decode_keys(&gone_keys))
-            .transpose()?;
-        let from_store = upsert_delta(&schema, rows, deleted, key_count)?;
+        let mut flushed = spill.flushed.take().unwrap_or_default();
+        let mut parts = Vec::new();
+        flushed.drain_sorted(WRITE_CHUNK, |keys| {
+            let keys: Vec<&[u8]> = keys.iter().copied().filter(|k| !in_memory_key(k)).collect();
+            parts.extend(spill.read_back(&keys, &schema, key_count)?);
+            Ok(())
+        })?;
+        spill.flushed = Some(flushed);
+        let from_store = match parts.is_empty() {
+            true => None,
+            false => Some(arrow::compute::concat_batches(&parts[0].schema(), &parts)?),
+        };
         match (in_memory, from_store) {
             (None, delta) | (delta, None) => Ok(delta),
             (Some(a), Some(b)) => {
@@ -427,7 +431,7 @@ impl GroupAggregateOperator {
             .collect();
         store.write([], expired.iter().copied())?;
         if let Some(flushed) = &mut spill.flushed {
-            flushed.extend(expired.iter().map(|k| k.to_vec()));
+            expired.iter().for_each(|k| flushed.push(k));
         }
         Ok(())
     }

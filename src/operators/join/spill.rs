@@ -1,7 +1,8 @@
 //! The spilling state backend of regular joins: keys' rows beyond the memory budget in the key-value store.
 //!
 //! Memory holds both sides' rows of the keys the latest batches touched.
-//! When they pass half of the subtask's budget, every key's rows are
+//! When they pass a quarter of the subtask's budget
+//! ([`crate::state::memory_guess::spill_threshold`]), every key's rows are
 //! written to the store ([`crate::state::store`], one entry per key and
 //! side: key group, side and join key as the key, the side's [`Bucket`] of
 //! rows as the value) and memory starts empty again. A batch's keys that
@@ -25,6 +26,7 @@ use arrow::row::Rows;
 use super::state::{Bucket, ByKey, Key};
 use super::{JoinOperator, Part, replacement_rows};
 use crate::runtime::operator::SpillSettings;
+use crate::state::flushed::FlushedKeys;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups, state_rows};
@@ -41,7 +43,7 @@ pub(super) struct JoinSpill {
     resident: ByKey<u8>,
     /// Incremental checkpoints: store keys written to the store since the
     /// last snapshot that changed since it.
-    flushed: Option<HashSet<Vec<u8>>>,
+    flushed: Option<FlushedKeys>,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
     /// When memory is measured (a measurement walks every key).
@@ -56,7 +58,7 @@ impl JoinSpill {
             settings,
             store: None,
             resident: ByKey::default(),
-            flushed: incremental.then(HashSet::new),
+            flushed: incremental.then(FlushedKeys::default),
             sweep_from: Vec::new(),
             // At least a new key's slots on both sides.
             guess: MemoryGuess::new(2 * (std::mem::size_of::<Key>() + std::mem::size_of::<Bucket>() + 8)),
@@ -226,11 +228,9 @@ impl JoinOperator {
                 let refs: Vec<&[u8]> = chunk.iter().map(|k| k.as_ref()).collect();
                 let groups = self.key_groups_of(&refs)?;
                 if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
-                    flushed.extend(
-                        refs.iter()
-                            .enumerate()
-                            .map(|(i, k)| store_key(groups.value(i), side, k)),
-                    );
+                    refs.iter()
+                        .enumerate()
+                        .for_each(|(i, k)| flushed.push(&store_key(groups.value(i), side, k)));
                 }
             }
             self.sides[side].buckets = Default::default();
@@ -323,35 +323,47 @@ impl JoinOperator {
             in_memory.extend(changed.iter().map(|k| super::state_key(side, k)));
         }
         let spill = self.spill.as_mut().expect("has spilled");
-        let mut flushed: Vec<Vec<u8>> = spill
-            .flushed
-            .as_mut()
-            .map(|f| f.drain().filter(|k| !in_memory.contains(&k[4..])).collect())
-            .unwrap_or_default();
-        flushed.sort_unstable();
+        let mut flushed = spill.flushed.take().unwrap_or_default();
+        flushed.drain_sorted(WRITE_CHUNK, |keys| {
+            let keys: Vec<&[u8]> = keys
+                .iter()
+                .copied()
+                .filter(|k| !in_memory.contains(&k[4..]))
+                .collect();
+            parts.extend(self.read_back(&keys)?);
+            Ok(())
+        })?;
+        if let Some(spill) = self.spill.as_mut() {
+            spill.flushed = Some(flushed);
+        }
+        replacement_rows(&self.join.state_schema(), parts, false)
+    }
+
+    /// The parts of store `keys`: their rows read back, and a deleting part
+    /// for the keys of each side the store has none of.
+    fn read_back(&self, keys: &[&[u8]]) -> Result<Vec<Part>> {
         let store = self
             .spill
             .as_ref()
             .and_then(|s| s.store.as_ref())
             .expect("has spilled");
         let (mut live, mut gone) = (Vec::new(), [Vec::new(), Vec::new()]);
-        for key in flushed {
-            match store.get(&key)? {
-                Some(value) => live.push((fjall::Slice::from(key), value)),
+        for key in keys {
+            match store.get(key)? {
+                Some(value) => live.push((fjall::Slice::from(*key), value)),
                 None => {
-                    let (side, join_key) = split_store_key(&key)?;
-                    gone[side].push(join_key.to_vec());
+                    let (side, join_key) = split_store_key(key)?;
+                    gone[side].push(join_key);
                 }
             }
         }
-        parts.extend(self.stored_parts(&live, None)?);
+        let mut parts = self.stored_parts(&live, None)?;
         for (side, keys) in gone.iter().enumerate() {
             if !keys.is_empty() {
-                let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-                parts.push(self.deleted_keys(side, &refs)?);
+                parts.push(self.deleted_keys(side, keys)?);
             }
         }
-        replacement_rows(&self.join.state_schema(), parts, false)
+        Ok(parts)
     }
 
     /// A new base of the chain holds every change so far: none is left for
@@ -364,7 +376,7 @@ impl JoinOperator {
 
     /// Restores state rows a chunk at a time: each chunk's keys read from
     /// the store, its rows added, memory written to the store when it holds
-    /// more than half the budget.
+    /// more than its share ([`SpillsWhenFull`]).
     pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
         self.spill.as_mut().expect("spilling").open_store()?;
         for start in (0..rows.num_rows()).step_by(WRITE_CHUNK) {
@@ -410,8 +422,8 @@ impl JoinOperator {
         }
         store.write(puts.iter().map(|(k, v)| (*k, &v[..])), removes.iter().copied())?;
         if let Some(flushed) = &mut spill.flushed {
-            flushed.extend(puts.iter().map(|(k, _)| k.to_vec()));
-            flushed.extend(removes.iter().map(|k| k.to_vec()));
+            puts.iter().for_each(|(k, _)| flushed.push(k));
+            removes.iter().for_each(|k| flushed.push(k));
         }
         Ok(())
     }

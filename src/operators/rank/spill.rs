@@ -1,8 +1,8 @@
 //! The spilling state backend of TopN and deduplication: partitions beyond the memory budget in the key-value store.
 //!
 //! Memory holds the partitions the latest batches touched. When their rows
-//! pass half of the subtask's budget (measured when a guess says they may,
-//! [`crate::state::memory_guess`]), every partition is written to the store
+//! pass a quarter of the subtask's budget (measured when a guess says they
+//! may, [`crate::state::memory_guess`]), every partition is written to the store
 //! ([`crate::state::store`], one entry per partition: its key group and
 //! partition key as the key; when it was last written and its kept rows in
 //! rank order as the value, see [`Entries::encode`]) and memory starts
@@ -26,7 +26,7 @@ use arrow::datatypes::UInt32Type;
 use super::entries::{Entries, encode_row};
 use super::{Partition, TopNOperator};
 use crate::runtime::operator::SpillSettings;
-use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
+use crate::state::memory_guess::{self, MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
@@ -65,10 +65,13 @@ impl TopNSpill {
         }
     }
 
-    /// Whether restored state `rows` may not fit half the budget in
-    /// memory: they are restored into the store then, else into memory.
+    /// Whether restored state `rows` may not fit the memory the state is
+    /// given (half of it: the rows and the partitions built from them are
+    /// in memory at once): they are restored into the store then, else into
+    /// memory.
     pub(super) fn holds_more_than_memory(&self, rows: &RecordBatch) -> bool {
-        self.store.is_some() || rows.get_array_memory_size() > self.settings.budget / 4
+        self.store.is_some()
+            || rows.get_array_memory_size() > memory_guess::spill_threshold(self.settings.budget) / 2
     }
 }
 
