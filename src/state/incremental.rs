@@ -104,12 +104,12 @@ pub fn upsert_delta(
         columns.push(Arc::new(BooleanArray::from(vec![true; rows])));
         batches.push(RecordBatch::try_new(delta.clone(), columns)?);
     }
-    if batches.is_empty() {
-        return Ok(None);
-    }
-    let all = concat_batches(&delta, &batches)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(Some(take_record_batch(&all, &order)?))
+    let all = match batches.len() {
+        0 => return Ok(None),
+        1 => batches.pop().expect("one"),
+        _ => concat_batches(&delta, &batches)?,
+    };
+    Ok(Some(crate::state::snapshot::sorted_by_key_group(all)?))
 }
 
 /// The state rows a chain of upsert files stands for: `files` in order (the

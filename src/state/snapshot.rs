@@ -87,9 +87,22 @@ pub fn schema_signature(schema: &Schema) -> String {
 /// State rows of `schema` from `columns` (each cast to its field's type),
 /// sorted by their first column, the key group.
 pub fn sorted_state_rows(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
-    let all = state_rows(schema, columns)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(arrow::compute::take_record_batch(&all, &order)?)
+    sorted_by_key_group(state_rows(schema, columns)?)
+}
+
+/// `rows` (first column `_key_group`) sorted by key group: themselves when
+/// they are (no copy; a delta of rows sorted already was copied twice, 50 MB
+/// of a spilled GROUP BY's checkpoint under 256 MB), else a sorted copy.
+pub fn sorted_by_key_group(rows: RecordBatch) -> Result<RecordBatch> {
+    let groups = rows
+        .column(0)
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| crate::Error::Internal("state rows without a UInt32 _key_group first".into()))?;
+    if arrow::array::Array::null_count(groups) == 0 && groups.values().is_sorted() {
+        return Ok(rows);
+    }
+    let order = arrow::compute::sort_to_indices(rows.column(0), None, None)?;
+    Ok(arrow::compute::take_record_batch(&rows, &order)?)
 }
 
 /// State rows of `schema` from `columns` (each cast to its field's type), in
@@ -341,6 +354,36 @@ mod tests {
     use arrow::array::Int64Array;
 
     use super::*;
+
+    fn rows_of_groups(groups: Vec<u32>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(KEY_GROUP_COLUMN, DataType::UInt32, false),
+            Field::new("count", DataType::Int64, true),
+        ]));
+        let counts = Int64Array::from_iter_values((0..groups.len() as i64).map(|i| i * 10));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(UInt32Array::from(groups)), Arc::new(counts)],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_sorted_by_key_group_already_are_kept_without_a_copy_and_others_are_sorted() {
+        let sorted = rows_of_groups(vec![1, 1, 4, 9]);
+        let kept = sorted_by_key_group(sorted.clone()).unwrap();
+        assert!(kept.column(1).to_data().ptr_eq(&sorted.column(1).to_data()));
+        let unsorted = rows_of_groups(vec![4, 1, 9, 1]);
+        let made = sorted_by_key_group(unsorted).unwrap();
+        let groups: Vec<u32> = made.column(0).as_primitive::<UInt32Type>().values().to_vec();
+        assert_eq!(groups, [1, 1, 4, 9]);
+        let counts: Vec<i64> = made
+            .column(1)
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(counts[2..], [0, 20], "each row moved whole");
+    }
 
     fn rows() -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
