@@ -158,9 +158,11 @@ pub fn replacement_rows(
             Ok(RecordBatch::try_new(file_schema.clone(), columns)?)
         })
         .collect::<Result<Vec<_>>>()?;
-    let all = arrow::compute::concat_batches(&file_schema, &batches)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+    let all = match batches.len() {
+        1 => batches.into_iter().next().expect("one"),
+        _ => concat_batches(&file_schema, &batches)?,
+    };
+    Ok(Some(crate::state::snapshot::sorted_by_key_group(all)?))
 }
 
 /// A part that deletes `keys` (state keys, in `groups` key groups): the key
