@@ -21,12 +21,13 @@ use std::sync::Arc;
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BooleanArray, RecordBatch, UInt32Array, new_null_array,
 };
-use arrow::compute::{concat_batches, take_record_batch};
+use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::message::CheckpointId;
+use crate::state::snapshot::concat_by_key_group;
 use crate::{Error, Result};
 
 /// The last column of an upsert delta: true where the row deletes its key.
@@ -104,12 +105,7 @@ pub fn upsert_delta(
         columns.push(Arc::new(BooleanArray::from(vec![true; rows])));
         batches.push(RecordBatch::try_new(delta.clone(), columns)?);
     }
-    let all = match batches.len() {
-        0 => return Ok(None),
-        1 => batches.pop().expect("one"),
-        _ => concat_batches(&delta, &batches)?,
-    };
-    Ok(Some(crate::state::snapshot::sorted_by_key_group(all)?))
+    concat_by_key_group(batches)
 }
 
 /// The state rows a chain of upsert files stands for: `files` in order (the
@@ -158,11 +154,7 @@ pub fn replacement_rows(
             Ok(RecordBatch::try_new(file_schema.clone(), columns)?)
         })
         .collect::<Result<Vec<_>>>()?;
-    let all = match batches.len() {
-        1 => batches.into_iter().next().expect("one"),
-        _ => concat_batches(&file_schema, &batches)?,
-    };
-    Ok(Some(crate::state::snapshot::sorted_by_key_group(all)?))
+    concat_by_key_group(batches)
 }
 
 /// A part that deletes `keys` (state keys, in `groups` key groups): the key
@@ -272,12 +264,7 @@ fn apply_newest(files: Vec<RecordBatch>, key_columns: Option<usize>) -> Result<O
             .collect::<Result<Vec<_>>>()?;
         parts.push(RecordBatch::try_new(schema.clone(), cast_to(&schema, columns)?)?);
     }
-    if parts.is_empty() {
-        return Ok(None);
-    }
-    let all = concat_batches(&schema, &parts)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(Some(take_record_batch(&all, &order)?))
+    concat_by_key_group(parts)
 }
 
 /// `columns` with the nullability of `schema` (a delta's columns are

@@ -90,6 +90,17 @@ pub fn sorted_state_rows(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<R
     sorted_by_key_group(state_rows(schema, columns)?)
 }
 
+/// `batches` of state rows (one schema, first column `_key_group`) as one
+/// batch sorted by key group; none without batches.
+pub fn concat_by_key_group(batches: Vec<RecordBatch>) -> Result<Option<RecordBatch>> {
+    let all = match batches.len() {
+        0 => return Ok(None),
+        1 => batches.into_iter().next().expect("one"),
+        _ => concat_batches(&batches[0].schema(), &batches)?,
+    };
+    Ok(Some(sorted_by_key_group(all)?))
+}
+
 /// `rows` (first column `_key_group`) sorted by key group: themselves when
 /// they are (no copy; a delta of rows sorted already was copied twice, 50 MB
 /// of a spilled GROUP BY's checkpoint under 256 MB), else a sorted copy.

@@ -37,6 +37,9 @@ pub fn open_once(slot: &mut Option<Store>, settings: &crate::runtime::operator::
     Ok(())
 }
 
+/// A key and its value, as the store gives them.
+pub type Entry = (fjall::Slice, fjall::Slice);
+
 /// One operator subtask's key-value store.
 pub struct Store {
     // Dropped in this order: the partition before its keyspace, whose drop
@@ -113,6 +116,18 @@ impl Store {
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
         self.partition.get(key).map_err(|e| failed(&self.dir, e))
+    }
+
+    /// The entries of those of `keys` it holds, and the keys it does not hold.
+    pub fn get_each<'k>(&self, keys: &[&'k [u8]]) -> Result<(Vec<Entry>, Vec<&'k [u8]>)> {
+        let (mut found, mut missing) = (Vec::new(), Vec::new());
+        for &key in keys {
+            match self.get(key)? {
+                Some(value) => found.push((fjall::Slice::from(key), value)),
+                None => missing.push(key),
+            }
+        }
+        Ok((found, missing))
     }
 
     /// Sets each key of `puts` to its value and removes each key of `removes`.

@@ -34,7 +34,7 @@ use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
+use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
@@ -101,14 +101,7 @@ impl Spill {
     /// The upsert delta of store `keys`: their state read back, and a
     /// deleting row for each the store has none of.
     fn read_back(&self, keys: &[&[u8]], schema: &SchemaRef, key_count: usize) -> Result<Option<RecordBatch>> {
-        let store = self.store.as_ref().expect("has spilled");
-        let (mut live, mut gone) = (Vec::new(), Vec::new());
-        for key in keys {
-            match store.get(key)? {
-                Some(value) => live.push((fjall::Slice::from(*key), value)),
-                None => gone.push(*key),
-            }
-        }
+        let (live, gone) = self.store.as_ref().expect("has spilled").get_each(keys)?;
         let rows = (!live.is_empty())
             .then(|| self.decode(&live, schema))
             .transpose()?;
@@ -363,28 +356,16 @@ impl GroupAggregateOperator {
             in_memory_keys.sort_unstable();
         }
         let in_memory_key = |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
-        let in_memory = self.changed_rows()?;
+        let mut parts: Vec<RecordBatch> = self.changed_rows()?.into_iter().collect();
         let spill = self.spill.as_mut().expect("has spilled");
         let mut flushed = spill.flushed.take().unwrap_or_default();
-        let mut parts = Vec::new();
         flushed.drain_sorted(WRITE_CHUNK, |keys| {
             let keys: Vec<&[u8]> = keys.iter().copied().filter(|k| !in_memory_key(k)).collect();
             parts.extend(spill.read_back(&keys, &schema, key_count)?);
             Ok(())
         })?;
         spill.flushed = Some(flushed);
-        let from_store = match parts.is_empty() {
-            true => None,
-            false => Some(arrow::compute::concat_batches(&parts[0].schema(), &parts)?),
-        };
-        match (in_memory, from_store) {
-            (None, delta) | (delta, None) => Ok(delta),
-            (Some(a), Some(b)) => {
-                let all = arrow::compute::concat_batches(&a.schema(), [&a, &b])?;
-                let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-                Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
-            }
-        }
+        concat_by_key_group(parts)
     }
 
     /// Restores state rows into the store (not memory).

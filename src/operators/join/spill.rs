@@ -29,7 +29,7 @@ use crate::runtime::operator::SpillSettings;
 use crate::state::flushed::FlushedKeys;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::runs::{Run, RunWriter};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups, state_rows};
+use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups, state_rows};
 use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
@@ -347,15 +347,11 @@ impl JoinOperator {
             .as_ref()
             .and_then(|s| s.store.as_ref())
             .expect("has spilled");
-        let (mut live, mut gone) = (Vec::new(), [Vec::new(), Vec::new()]);
-        for key in keys {
-            match store.get(key)? {
-                Some(value) => live.push((fjall::Slice::from(*key), value)),
-                None => {
-                    let (side, join_key) = split_store_key(key)?;
-                    gone[side].push(join_key);
-                }
-            }
+        let (live, missing) = store.get_each(keys)?;
+        let mut gone = [Vec::new(), Vec::new()];
+        for key in missing {
+            let (side, join_key) = split_store_key(key)?;
+            gone[side].push(join_key);
         }
         let mut parts = self.stored_parts(&live, None)?;
         for (side, keys) in gone.iter().enumerate() {
@@ -432,14 +428,7 @@ impl JoinOperator {
 /// Parts of state rows (without their state keys) as one batch in
 /// key-group order.
 fn sorted(parts: Vec<Part>) -> Result<Option<RecordBatch>> {
-    let Some(first) = parts.first() else {
-        return Ok(None);
-    };
-    let schema = first.0.schema();
-    let rows: Vec<RecordBatch> = parts.into_iter().map(|part| part.0).collect();
-    let all = arrow::compute::concat_batches(&schema, &rows)?;
-    let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-    Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+    concat_by_key_group(parts.into_iter().map(|part| part.0).collect())
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@ use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::incremental::DeltaKind;
-use crate::state::snapshot::{key_groups, schema_signature, window_state_schema};
+use crate::state::snapshot::{
+    concat_by_key_group, key_groups, schema_signature, state_rows, window_state_schema,
+};
 use crate::{Error, Result};
 
 mod spill;
@@ -665,19 +667,9 @@ impl WindowAggregateOperator {
             let mut columns: Vec<ArrayRef> =
                 vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
             columns.extend(chunk);
-            let columns = columns
-                .into_iter()
-                .zip(schema.fields())
-                .map(|(c, f)| Ok(arrow::compute::cast(&c, f.data_type())?))
-                .collect::<Result<Vec<_>>>()?;
-            batches.push(RecordBatch::try_new(schema.clone(), columns)?);
+            batches.push(state_rows(&schema, columns)?);
         }
-        if batches.is_empty() {
-            return Ok(None);
-        }
-        let all = arrow::compute::concat_batches(&schema, &batches)?;
-        let order = arrow::compute::sort_to_indices(all.column(0), None, None)?;
-        Ok(Some(arrow::compute::take_record_batch(&all, &order)?))
+        concat_by_key_group(batches)
     }
 
     /// Incremental checkpoints: the partial states added since the last
