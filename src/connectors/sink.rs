@@ -116,6 +116,7 @@ impl Operator for SinkOperator {
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: self.writer.pre_commit(checkpoint)?,
             rows: None,
         }))

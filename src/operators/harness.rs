@@ -118,19 +118,27 @@ impl Harness {
     /// An incremental snapshot (`full`: a new base, which starts the chain
     /// again); returns its rows, and keeps it as the chain's next file.
     pub fn snapshot_delta(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        self.snapshot_delta_while(full, |_| Ok(()))
+    }
+
+    /// [`Harness::snapshot_delta`], its deferred state read only after
+    /// `go_on` has given the operator more input, as a snapshot's writer
+    /// reads it while the task goes on.
+    pub fn snapshot_delta_while(
+        &mut self,
+        full: bool,
+        go_on: impl FnOnce(&mut Harness) -> Result<()>,
+    ) -> Result<Option<RecordBatch>> {
         self.checkpoint += 1;
         let snapshot = self
             .operator
             .snapshot_delta(self.checkpoint, full)?
-            .unwrap_or(OperatorSnapshot {
-                runs: Vec::new(),
-                meta: serde_json::Value::Null,
-                rows: None,
-            });
+            .unwrap_or_default();
+        go_on(self)?;
         if full {
             self.chain.clear();
         }
-        let snapshot = with_runs_read(&snapshot)?;
+        let snapshot = with_runs_read(&snapshot.written(&|| true)?)?;
         let rows = snapshot.rows.clone();
         self.chain.push(snapshot);
         Ok(rows)
@@ -139,7 +147,8 @@ impl Harness {
     /// A plain snapshot (as for a savepoint), the operator left as it is.
     pub fn snapshot_only(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;
-        self.operator.snapshot(self.checkpoint)
+        let snapshot = self.operator.snapshot(self.checkpoint)?;
+        snapshot.map(|s| s.written(&|| true)).transpose()
     }
 
     /// Replaces the operator with a new one restored from the chain (base
@@ -156,6 +165,7 @@ impl Harness {
         self.operator = self.factory.create(&self.context())?;
         self.operator.restore(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta,
             rows: rows.clone(),
         })?;
@@ -216,11 +226,27 @@ impl Harness {
         self.drain(out)
     }
 
+    /// A snapshot as the task takes it at a barrier: its deferred runs are
+    /// not written yet, and the operator goes on.
+    pub fn snapshot_unwritten(&mut self) -> Result<Option<OperatorSnapshot>> {
+        self.checkpoint += 1;
+        self.operator.snapshot(self.checkpoint)
+    }
+
+    /// Writes `snapshot` (its deferred runs) and replaces the operator with
+    /// a new one restored from it, as after a crash.
+    pub fn restart_from(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        let restored = with_runs_read(&snapshot.written(&|| true)?)?;
+        self.operator = self.factory.create(&self.context())?;
+        self.operator.restore(restored)
+    }
+
     /// Snapshots the operator and replaces it with a new one restored from
     /// the snapshot (as after a crash); returns the snapshot.
     pub fn restart(&mut self) -> Result<Option<OperatorSnapshot>> {
         self.checkpoint += 1;
         let snapshot = self.operator.snapshot(self.checkpoint)?;
+        let snapshot = snapshot.map(|s| s.written(&|| true)).transpose()?;
         let restored = snapshot.as_ref().map(with_runs_read).transpose()?;
         self.operator = self.factory.create(&self.context())?;
         if let Some(restored) = restored {
@@ -234,7 +260,12 @@ impl Harness {
 /// spilled runs (linked as deltas that merge) joined to its rows.
 fn with_runs_read(snapshot: &OperatorSnapshot) -> Result<OperatorSnapshot> {
     if snapshot.runs.is_empty() {
-        return Ok(snapshot.clone());
+        let (meta, rows) = (snapshot.meta.clone(), snapshot.rows.clone());
+        return Ok(OperatorSnapshot {
+            meta,
+            rows,
+            ..Default::default()
+        });
     }
     let mut files: Vec<RecordBatch> = snapshot.rows.iter().cloned().collect();
     for run in &snapshot.runs {
@@ -247,6 +278,7 @@ fn with_runs_read(snapshot: &OperatorSnapshot) -> Result<OperatorSnapshot> {
         meta: snapshot.meta.clone(),
         rows: crate::state::incremental::combine(Some(crate::state::incremental::DeltaKind::Merge), files)?,
         runs: Vec::new(),
+        deferred: Vec::new(),
     })
 }
 

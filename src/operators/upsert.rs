@@ -242,6 +242,7 @@ impl Operator for MaterializerOperator {
         )));
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
         }))

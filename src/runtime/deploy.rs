@@ -280,6 +280,7 @@ pub fn restore_task(
             let rows = combine(saved.delta_kind, files)?;
             snapshots.push(OperatorSnapshot {
                 runs: Vec::new(),
+                deferred: Vec::new(),
                 meta: saved.meta.clone(),
                 rows,
             });

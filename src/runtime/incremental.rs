@@ -334,6 +334,7 @@ impl CompactionJob {
         let mut operator = (self.compactor)()?;
         operator.restore(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: self.meta,
             rows,
         })?;

@@ -13,7 +13,7 @@ use crate::state::incremental::DeltaKind;
 use crate::{Error, Result};
 
 /// What an operator saves in a checkpoint.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct OperatorSnapshot {
     /// Small state (watermark, pending sink files, ...), as JSON.
     pub meta: serde_json::Value,
@@ -24,15 +24,43 @@ pub struct OperatorSnapshot {
     /// (partial states, merged with `rows` on restore); a checkpoint links
     /// them.
     pub runs: Vec<crate::state::runs::Run>,
+    /// State its snapshot writer reads after the task went on (the spilled
+    /// store, frozen at the barrier): runs that join `runs`, or `rows`.
+    pub deferred: Vec<crate::state::deferred::Deferred>,
 }
 
 impl OperatorSnapshot {
+    /// The snapshot with its deferred state read (while `live` says the
+    /// checkpoint goes on), as a checkpoint holds it.
+    pub fn written(mut self, live: &dyn Fn() -> bool) -> Result<Self> {
+        use crate::state::deferred::Written;
+        for deferred in std::mem::take(&mut self.deferred) {
+            match deferred.write(live)? {
+                None => {}
+                Some(Written::Run(run)) => self.runs.push(run),
+                Some(Written::Rows(_)) if self.rows.is_some() => {
+                    return Err(Error::Internal("a snapshot's rows are given twice".into()));
+                }
+                Some(Written::Rows(rows)) => self.rows = Some(rows),
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether it holds keyed state (rows, or runs written or to write).
+    pub fn has_rows(&self) -> bool {
+        self.rows.as_ref().is_some_and(|r| r.num_rows() > 0)
+            || !self.runs.is_empty()
+            || !self.deferred.is_empty()
+    }
+
     /// A snapshot of an operator whose small state is its watermark.
     pub fn with_watermark(watermark: Timestamp, rows: Option<RecordBatch>) -> Self {
         OperatorSnapshot {
             meta: serde_json::json!({ "watermark": watermark }),
             rows,
             runs: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 

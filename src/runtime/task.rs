@@ -63,9 +63,11 @@ fn write_snapshots(
                  snapshot,
                  chain,
              }| {
+                // A chain's file is written even for an aborted checkpoint:
+                // later ones of the chain refer to it.
+                let always = || true;
+                let snapshot = snapshot.written(if chain.is_some() { &always } else { live })?;
                 if let Some(chain) = chain {
-                    // Written even for an aborted checkpoint: later ones
-                    // of the chain refer to the file.
                     let delta_kind = Some(chain.kind);
                     let (file, deltas) = chain.write(snapshot.rows.as_ref(), &snapshot.runs)?;
                     return Ok(OperatorState {
@@ -854,9 +856,7 @@ impl Task {
                 Some(chain) if barrier.kind == BarrierKind::Checkpoint => {
                     let step = chain.prepare(id);
                     let snapshot = operator.snapshot_delta(id, step == Step::Full)?;
-                    let has_rows = snapshot.as_ref().is_some_and(|s| {
-                        s.rows.as_ref().is_some_and(|r| r.num_rows() > 0) || !s.runs.is_empty()
-                    });
+                    let has_rows = snapshot.as_ref().is_some_and(OperatorSnapshot::has_rows);
                     let write = chain.record(id, step, has_rows);
                     let meta = snapshot
                         .as_ref()
@@ -866,6 +866,7 @@ impl Task {
                         meta,
                         rows: None,
                         runs: Vec::new(),
+                        deferred: Vec::new(),
                     });
                     (Some(snapshot), Some(write))
                 }

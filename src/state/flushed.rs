@@ -22,6 +22,11 @@ impl FlushedKeys {
         self.ends.push(self.bytes.len());
     }
 
+    /// Whether no key was written.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
     /// Forgets every key, giving their memory back.
     pub fn clear(&mut self) {
         *self = FlushedKeys::default();

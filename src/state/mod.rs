@@ -1,5 +1,6 @@
 //! Keyed state: key groups, state snapshots (with checkpoints), spilled runs and the spilling store.
 
+pub mod deferred;
 pub mod flushed;
 pub mod incremental;
 pub mod key_group;

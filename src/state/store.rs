@@ -118,18 +118,6 @@ impl Store {
         self.partition.get(key).map_err(|e| failed(&self.dir, e))
     }
 
-    /// The entries of those of `keys` it holds, and the keys it does not hold.
-    pub fn get_each<'k>(&self, keys: &[&'k [u8]]) -> Result<(Vec<Entry>, Vec<&'k [u8]>)> {
-        let (mut found, mut missing) = (Vec::new(), Vec::new());
-        for &key in keys {
-            match self.get(key)? {
-                Some(value) => found.push((fjall::Slice::from(key), value)),
-                None => missing.push(key),
-            }
-        }
-        Ok((found, missing))
-    }
-
     /// Sets each key of `puts` to its value and removes each key of `removes`.
     pub fn write<'a>(
         &self,
@@ -210,6 +198,55 @@ impl Store {
     pub fn disk_space(&self) -> u64 {
         self.keyspace.disk_space()
     }
+
+    /// Its entries as they are now, to read on another thread while this
+    /// one goes on writing (fjall keeps the versions a snapshot sees).
+    pub fn frozen(&self) -> Frozen {
+        Frozen {
+            snapshot: self.partition.snapshot(),
+            dir: self.dir.clone(),
+        }
+    }
+}
+
+/// A read-only view of a store at one moment ([`Store::frozen`]).
+pub struct Frozen {
+    snapshot: fjall::Snapshot,
+    dir: PathBuf,
+}
+
+impl Frozen {
+    /// The entries of those of `keys` it holds, and the keys it does not hold.
+    pub fn get_each<'k>(&self, keys: &[&'k [u8]]) -> Result<(Vec<Entry>, Vec<&'k [u8]>)> {
+        let (mut found, mut missing) = (Vec::new(), Vec::new());
+        for &key in keys {
+            match self.snapshot.get(key).map_err(|e| failed(&self.dir, e))? {
+                Some(value) => found.push((fjall::Slice::from(key), value)),
+                None => missing.push(key),
+            }
+        }
+        Ok((found, missing))
+    }
+
+    /// Every entry in key order, `chunk` at a time (the last may be
+    /// shorter; none after the end).
+    pub fn chunks(&self, chunk: usize) -> impl Iterator<Item = Result<Vec<Entry>>> + 'static {
+        let dir = self.dir.clone();
+        let mut entries = self.snapshot.range::<&[u8], _>(..);
+        std::iter::from_fn(move || {
+            let mut read = Vec::new();
+            for entry in entries.by_ref() {
+                match entry {
+                    Ok(entry) => read.push(entry),
+                    Err(e) => return Some(Err(failed(&dir, e))),
+                }
+                if read.len() == chunk {
+                    break;
+                }
+            }
+            (!read.is_empty()).then_some(Ok(read))
+        })
+    }
 }
 
 /// The smallest key after `key` (for the next scan to start past it).
@@ -251,6 +288,23 @@ mod tests {
         let rest = s.scan(&key_after(&first[1].0), 10).unwrap();
         let read: Vec<&[u8]> = rest.iter().map(|(k, _)| &k[..]).collect();
         assert_eq!(read, [&7u32.to_be_bytes()[..], &300u32.to_be_bytes()[..]]);
+    }
+
+    #[test]
+    fn a_frozen_store_reads_its_entries_as_they_were_while_the_store_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let keys: Vec<[u8; 4]> = (0u32..5).map(u32::to_be_bytes).collect();
+        s.write(keys.iter().map(|k| (&k[..], &b"old"[..])), []).unwrap();
+        let frozen = s.frozen();
+        s.write([(&keys[0][..], &b"new"[..])], [&keys[1][..]]).unwrap();
+        let chunks: Vec<Vec<Entry>> = frozen.chunks(2).collect::<Result<_>>().unwrap();
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 1]);
+        let read: Vec<(&[u8], &[u8])> = chunks.iter().flatten().map(|(k, v)| (&k[..], &v[..])).collect();
+        let expected: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"old"[..])).collect();
+        assert_eq!(read, expected);
+        assert_eq!(s.get(&keys[0]).unwrap().as_deref(), Some(&b"new"[..]));
     }
 
     #[test]

@@ -858,13 +858,15 @@ impl Operator for GroupAggregateOperator {
         }
         if self.has_spilled() {
             return Ok(Some(OperatorSnapshot {
-                runs: self.spilled_snapshot()?,
+                runs: Vec::new(),
+                deferred: self.spilled_snapshot()?,
                 meta: serde_json::Value::Null,
                 rows: None,
             }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
         }))
@@ -877,15 +879,18 @@ impl Operator for GroupAggregateOperator {
     }
 
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if !full && self.has_spilled() {
+            return Ok(Some(OperatorSnapshot {
+                deferred: self.spilled_delta()?.into_iter().collect(),
+                ..OperatorSnapshot::default()
+            }));
+        }
         if !full {
-            let rows = match self.has_spilled() {
-                true => self.spilled_delta()?,
-                false => self.changed_rows()?,
-            };
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
+                deferred: Vec::new(),
                 meta: serde_json::Value::Null,
-                rows,
+                rows: self.changed_rows()?,
             }));
         }
         let snapshot = self.snapshot(checkpoint)?;

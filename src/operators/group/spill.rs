@@ -30,12 +30,12 @@ use arrow::row::{Row, RowConverter, SortField};
 use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
 use crate::runtime::operator::SpillSettings;
+use crate::state::deferred::{Deferred, store_delta, store_run};
 use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups};
-use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// The least a row is guessed to add to memory: a new group's key slot,
@@ -47,10 +47,8 @@ pub(super) struct Spill {
     settings: SpillSettings,
     /// Opened at the first spill (or restore).
     store: Option<Store>,
-    /// Keys to row bytes and back (`None`: keyless).
-    keys: Option<RowConverter>,
-    /// The state columns after the keys, to row bytes and back.
-    values: RowConverter,
+    /// State rows to store entries and back.
+    codec: Codec,
     /// Incremental checkpoints: store keys of groups written to the store
     /// since the last snapshot that changed since it.
     flushed: Option<FlushedKeys>,
@@ -70,22 +68,10 @@ impl Spill {
         key_count: usize,
         incremental: bool,
     ) -> Result<Self> {
-        let fields = state_schema.fields();
-        let sort = |range: std::ops::Range<usize>| -> Vec<SortField> {
-            fields[range]
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect()
-        };
-        let keys = match key_count {
-            0 => None,
-            n => Some(RowConverter::new(sort(1..1 + n))?),
-        };
         Ok(Spill {
             settings,
             store: None,
-            keys,
-            values: RowConverter::new(sort(1 + key_count..fields.len()))?,
+            codec: Codec::new(state_schema, key_count)?,
             flushed: incremental.then(FlushedKeys::default),
             sweep_from: Vec::new(),
             guess: MemoryGuess::new(LEAST_PER_ROW),
@@ -96,17 +82,6 @@ impl Spill {
     /// Opens the store, if not open yet.
     fn open_store(&mut self) -> Result<()> {
         open_once(&mut self.store, &self.settings)
-    }
-
-    /// The upsert delta of store `keys`: their state read back, and a
-    /// deleting row for each the store has none of.
-    fn read_back(&self, keys: &[&[u8]], schema: &SchemaRef, key_count: usize) -> Result<Option<RecordBatch>> {
-        let (live, gone) = self.store.as_ref().expect("has spilled").get_each(keys)?;
-        let rows = (!live.is_empty())
-            .then(|| self.decode(&live, schema))
-            .transpose()?;
-        let deleted = (!gone.is_empty()).then(|| self.decode_keys(&gone)).transpose()?;
-        upsert_delta(schema, rows, deleted, key_count)
     }
 
     /// The store key of each of `rows` groups with these keys: key group
@@ -122,7 +97,7 @@ impl Spill {
     /// The store key of each row of `keys`, whose key groups are `groups`.
     fn keyed(&self, groups: &UInt32Array, keys: &[ArrayRef]) -> Result<Vec<Vec<u8>>> {
         let rows = groups.len();
-        let encoded = match &self.keys {
+        let encoded = match &self.codec.keys {
             Some(converter) => Some(converter.convert_columns(keys)?),
             None => None,
         };
@@ -149,7 +124,53 @@ impl Spill {
             .zip(&schema.fields()[1 + key_count..])
             .map(|(c, f)| Ok(arrow::compute::cast(c, f.data_type())?))
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.values.convert_columns(&columns)?)
+        Ok(self.codec.values.convert_columns(&columns)?)
+    }
+}
+
+/// Store entries to state rows and back: the keys' and the state columns'
+/// row converters.
+struct Codec {
+    /// Keys to row bytes and back (`None`: keyless).
+    keys: Option<RowConverter>,
+    /// The state columns after the keys, to row bytes and back.
+    values: RowConverter,
+}
+
+impl Codec {
+    /// The upsert delta of store `keys` read from `frozen`: their state,
+    /// and a deleting row for each it has none of.
+    fn read_back(
+        &self,
+        frozen: &Frozen,
+        keys: &[&[u8]],
+        schema: &SchemaRef,
+        key_count: usize,
+    ) -> Result<Option<RecordBatch>> {
+        let (live, gone) = frozen.get_each(keys)?;
+        let rows = (!live.is_empty())
+            .then(|| self.decode(&live, schema))
+            .transpose()?;
+        let deleted = (!gone.is_empty()).then(|| self.decode_keys(&gone)).transpose()?;
+        upsert_delta(schema, rows, deleted, key_count)
+    }
+
+    /// The converters of state rows of `state_schema` (`_key_group`,
+    /// `key_count` keys, then the rest).
+    fn new(state_schema: &SchemaRef, key_count: usize) -> Result<Codec> {
+        let fields = state_schema.fields();
+        let sort = |range: std::ops::Range<usize>| -> Vec<SortField> {
+            fields[range]
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect()
+        };
+        let keys = match key_count {
+            0 => None,
+            n => Some(RowConverter::new(sort(1..1 + n))?),
+        };
+        let values = RowConverter::new(sort(1 + key_count..fields.len()))?;
+        Ok(Codec { keys, values })
     }
 
     /// The state columns after the keys, from row bytes.
@@ -248,7 +269,7 @@ impl GroupAggregateOperator {
             return Ok(());
         }
         let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
-        let states = spill.decode_values(&values)?;
+        let states = spill.codec.decode_values(&values)?;
         self.restore_groups(&states, &groups)
     }
 
@@ -317,33 +338,29 @@ impl GroupAggregateOperator {
     }
 
     /// A full snapshot of spilled state: every group to the store, then the
-    /// store as one run of state rows in key-group order.
-    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Run>> {
+    /// store, frozen now, as one run of state rows in key-group order,
+    /// written by the snapshot's writer ([`crate::state::deferred`]).
+    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Deferred>> {
         self.spill_all()?;
         let schema = self.spec.state_schema(&self.accumulators);
+        let codec = Codec::new(&schema, self.spec.key_schema.fields().len())?;
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let store = spill.store.as_ref().expect("has spilled");
         if store.is_empty()? {
             return Ok(Vec::new());
         }
-        let mut writer = RunWriter::create(store.snapshot_run_path(spill.runs)?, schema.clone())?;
-        let mut from = Vec::new();
-        loop {
-            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
-            if entries.is_empty() {
-                break;
-            }
-            writer.write(&spill.decode(&entries, &schema)?)?;
-        }
-        Ok(vec![writer.finish()?])
+        let path = store.snapshot_run_path(spill.runs)?;
+        let decode = move |entries: &[Entry]| codec.decode(entries, &schema).map(Some);
+        Ok(vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)])
     }
 
     /// An incremental snapshot of spilled state: the upsert delta of the
     /// groups changed in memory, and of those written to the store since
-    /// the last snapshot (their state read back; gone when the store has
-    /// none).
-    pub(super) fn spilled_delta(&mut self) -> Result<Option<RecordBatch>> {
+    /// the last snapshot (their state read back from the store frozen now,
+    /// by the snapshot's writer; gone when the store has none). `None`:
+    /// nothing changed.
+    pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
         let schema = self.spec.state_schema(&self.accumulators);
         let key_count = self.spec.key_schema.fields().len();
         // Memory is newer than the store for the groups it changed.
@@ -355,17 +372,29 @@ impl GroupAggregateOperator {
             in_memory_keys = spill.store_keys(&keys, groups.len(), self.max_parallelism)?;
             in_memory_keys.sort_unstable();
         }
-        let in_memory_key = |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
-        let mut parts: Vec<RecordBatch> = self.changed_rows()?.into_iter().collect();
+        let parts: Vec<RecordBatch> = self.changed_rows()?.into_iter().collect();
+        let codec = Codec::new(&schema, key_count)?;
         let spill = self.spill.as_mut().expect("has spilled");
-        let mut flushed = spill.flushed.take().unwrap_or_default();
-        flushed.drain_sorted(WRITE_CHUNK, |keys| {
-            let keys: Vec<&[u8]> = keys.iter().copied().filter(|k| !in_memory_key(k)).collect();
-            parts.extend(spill.read_back(&keys, &schema, key_count)?);
-            Ok(())
-        })?;
-        spill.flushed = Some(flushed);
-        concat_by_key_group(parts)
+        let flushed = std::mem::take(spill.flushed.get_or_insert_with(FlushedKeys::default));
+        if parts.is_empty() && flushed.is_empty() {
+            return Ok(None);
+        }
+        let frozen = spill.store.as_ref().expect("has spilled").frozen();
+        let in_memory = move |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
+        let read_back = move |frozen: &Frozen, keys: &[&[u8]]| {
+            Ok(codec
+                .read_back(frozen, keys, &schema, key_count)?
+                .into_iter()
+                .collect())
+        };
+        Ok(Some(store_delta(
+            frozen,
+            parts,
+            in_memory,
+            flushed,
+            read_back,
+            concat_by_key_group,
+        )))
     }
 
     /// Restores state rows into the store (not memory).
@@ -400,7 +429,7 @@ impl GroupAggregateOperator {
             return Ok(());
         }
         let values: Vec<&[u8]> = entries.iter().map(|(_, v)| &v[..]).collect();
-        let states = spill.decode_values(&values)?;
+        let states = spill.codec.decode_values(&values)?;
         // `_count`, then `_written`.
         let written = states[1].as_primitive::<Int64Type>();
         let ttl = ttl.as_millis() as i64;
@@ -439,7 +468,7 @@ mod tests {
         let keys: Vec<ArrayRef> = vec![Arc::new(arrow::array::StringArray::from(vec![Some("a"), None]))];
         let store_keys = spill.store_keys(&keys, 2, 128).unwrap();
         let refs: Vec<&[u8]> = store_keys.iter().map(|k| &k[..]).collect();
-        let decoded = spill.decode_keys(&refs).unwrap();
+        let decoded = spill.codec.decode_keys(&refs).unwrap();
         let expected_groups = key_groups(&keys, 2, 128).unwrap();
         assert_eq!(
             decoded[0].as_primitive::<arrow::datatypes::UInt32Type>(),

@@ -450,6 +450,32 @@ fn spilled_groups_restore_from_a_snapshot_as_if_never_stopped() {
 }
 
 #[test]
+fn a_spilled_snapshot_holds_the_groups_of_its_barrier_while_the_operator_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(40, 100, 1500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, before);
+    let expected = emitted(&mut heap, after);
+
+    let mut h = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    emitted(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        emitted(&mut h, after),
+        expected,
+        "the groups as they were at the barrier"
+    );
+}
+
+#[test]
 fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let first = many_rows(30, 100, 1500);
@@ -474,6 +500,38 @@ fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_th
     let keys = upserts(&delta);
     assert_eq!(keys.len(), 300, "each changed key once");
     assert!(keys.iter().all(|(_, deleted)| !deleted));
+    h.restart_from_chain().unwrap();
+    assert_eq!(emitted(&mut h, &third), expected);
+}
+
+#[test]
+fn a_delta_of_spilled_groups_reads_the_store_of_its_barrier_while_the_operator_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = many_rows(30, 100, 1500);
+    let second = many_rows(30, 100, 300);
+    let third = many_rows(10, 100, 1500);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, &first);
+    emitted(&mut heap, &second);
+    let expected = emitted(&mut heap, &third);
+
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &first);
+    h.snapshot_delta(true).unwrap();
+    emitted(&mut h, &second);
+    // The third part changes the store before the delta is read.
+    let delta = h
+        .snapshot_delta_while(false, |h| {
+            emitted(h, &third);
+            Ok(())
+        })
+        .unwrap()
+        .expect("changes");
+    assert_eq!(upserts(&delta).len(), 300, "the keys changed before the barrier");
     h.restart_from_chain().unwrap();
     assert_eq!(emitted(&mut h, &third), expected);
 }

@@ -358,6 +358,7 @@ impl Operator for LookupJoinOperator {
         columns.extend(waiting.columns().iter().cloned());
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(RecordBatch::try_new(self.spec.state_schema(), columns)?),
         }))

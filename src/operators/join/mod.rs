@@ -226,18 +226,8 @@ impl OperatorFactory for JoinFactory {
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let join = self.0.clone();
-        let rows_of = |input: &SchemaRef| {
-            RowConverter::new(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| SortField::new(f.data_type().clone()))
-                    .collect(),
-            )
-        };
-        let keys_of = RowConverter::new(join.key_types()?.into_iter().map(SortField::new).collect())?;
         Ok(Box::new(JoinOperator {
-            rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
+            codec: Codec::new(&join, ctx.max_parallelism)?,
             sides: [0, 1].map(|side| {
                 let state = SideState::new(
                     join.layout(side),
@@ -251,7 +241,6 @@ impl OperatorFactory for JoinFactory {
                     state
                 }
             }),
-            keys_of,
             max_parallelism: ctx.max_parallelism,
             swept: 0,
             sweeps: [0, 0],
@@ -338,10 +327,8 @@ pub fn joined_schema(inputs: &[SchemaRef; 2]) -> Schema {
 
 struct JoinOperator {
     join: Arc<Join>,
-    /// Each side's rows as bytes, and back.
-    rows_of: [RowConverter; 2],
-    /// Keys as bytes, and back.
-    keys_of: RowConverter,
+    /// Rows and keys as bytes, and back.
+    codec: Codec,
     sides: [SideState; 2],
     max_parallelism: usize,
     /// When expired rows were last swept (ms).
@@ -350,6 +337,108 @@ struct JoinOperator {
     sweeps: [usize; 2],
     /// The spilling state backend: keys beyond the budget in its store.
     spill: Option<spill::JoinSpill>,
+}
+
+/// A regular join's rows and keys as bytes and back, and its state rows
+/// from them: owned, so that a snapshot's writer can make state rows on a
+/// thread of its own.
+struct Codec {
+    join: Arc<Join>,
+    /// Each side's rows as bytes, and back.
+    rows_of: [RowConverter; 2],
+    /// Keys as bytes, and back.
+    keys_of: RowConverter,
+    max_parallelism: usize,
+}
+
+impl Codec {
+    fn new(join: &Arc<Join>, max_parallelism: usize) -> Result<Codec> {
+        let rows_of = |input: &SchemaRef| {
+            RowConverter::new(
+                input
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )
+        };
+        Ok(Codec {
+            join: join.clone(),
+            rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
+            keys_of: RowConverter::new(join.key_types()?.into_iter().map(SortField::new).collect())?,
+            max_parallelism,
+        })
+    }
+
+    /// Rows that delete `keys` of one side: key group, side, state key.
+    pub(super) fn deleted_keys(&self, side: usize, keys: &[&[u8]]) -> Result<Part> {
+        let parser = self.keys_of.parser();
+        let key_columns = self.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+        let n = keys.len();
+        let groups = key_groups(&key_columns, n, self.max_parallelism)?;
+        let state_keys = BinaryArray::from_iter_values(keys.iter().map(|k| state_key(side, k)));
+        let (rows, state_keys, deleted) = deleted_part(&self.join.state_schema(), groups, state_keys)?;
+        // The side column says whose key goes.
+        let mut columns = rows.columns().to_vec();
+        columns[1] = Arc::new(Int8Array::from(vec![side as i8; n]));
+        Ok((RecordBatch::try_new(rows.schema(), columns)?, state_keys, deleted))
+    }
+
+    /// The state rows of `buckets` of one side, and each row's state key
+    /// (the side and the join key's bytes, for incremental chains).
+    pub(super) fn bucket_rows<'a>(
+        &self,
+        side: usize,
+        buckets: impl Iterator<Item = (&'a [u8], &'a Bucket)>,
+    ) -> Result<Option<(Vec<ArrayRef>, BinaryArray)>> {
+        let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
+        let mut keys = Vec::new();
+        let mut rows = Vec::new();
+        let mut tallies = Vec::new();
+        let mut written = Vec::new();
+        let mut state_keys = BinaryBuilder::new();
+        for (key, bucket) in buckets {
+            for j in 0..bucket.len() {
+                keys.push(key_parser.parse(key));
+                rows.push(row_parser.parse(bucket.row(j)));
+                tallies.push(bucket.tally(j));
+                written.push(bucket.written(j));
+                state_keys.append_value(state_key(side, key));
+            }
+        }
+        let n = rows.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let key_columns = self.keys_of.convert_rows(keys)?;
+        let data = self.rows_of[side].convert_rows(rows)?;
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
+            Arc::new(Int8Array::from(vec![side as i8; n])),
+        ];
+        for s in 0..2 {
+            if s == side {
+                columns.extend(data.iter().cloned());
+            } else {
+                columns.extend(
+                    self.join.inputs[s]
+                        .fields()
+                        .iter()
+                        .map(|f| new_null_array(f.data_type(), n)),
+                );
+            }
+        }
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            tallies.iter().map(|t| t.count),
+        )));
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            tallies.iter().map(|t| t.matches),
+        )));
+        if self.join.state_ttl.is_some() {
+            columns.push(Arc::new(Int64Array::from(written)));
+        }
+        Ok(Some((columns, state_keys.finish())))
+    }
 }
 
 /// Part of a file of a join's chain (see [`replacement_rows`]).
@@ -378,7 +467,7 @@ impl JoinOperator {
         key_rows(
             &self.join.keys[side],
             &self.join.key_types()?,
-            &self.keys_of,
+            &self.codec.keys_of,
             data,
             self.join.null_equal,
         )
@@ -399,7 +488,7 @@ impl JoinOperator {
         let mut entries = Vec::new();
         let mut tallies = Vec::new();
         let mut rows = Vec::new();
-        let parser = self.rows_of[1 - side].parser();
+        let parser = self.codec.rows_of[1 - side].parser();
         for i in 0..data.num_rows() {
             starts.push(entries.len());
             if null_keys.is_some_and(|n| n.is_null(i)) {
@@ -424,7 +513,7 @@ impl JoinOperator {
                 matched: Vec::new(),
             });
         }
-        let columns = self.rows_of[1 - side].convert_rows(rows)?;
+        let columns = self.codec.rows_of[1 - side].convert_rows(rows)?;
         let indices = UInt32Array::from(inputs);
         let matched = pair_matches(
             self.join.filter.as_ref(),
@@ -447,7 +536,7 @@ impl JoinOperator {
         let kinds = changelog::row_kinds(batch)?;
         let data = changelog::data(batch);
         let (keys, null_keys) = self.keys(side, &data)?;
-        let rows = self.rows_of[side].convert_columns(data.columns())?;
+        let rows = self.codec.rows_of[side].convert_columns(data.columns())?;
         self.load_spilled(&keys, null_keys.as_ref())?;
         let now = crate::runtime::operator::wall_clock_millis();
         if let Some(ttl) = self.join.ttl_ms() {
@@ -575,60 +664,13 @@ impl JoinOperator {
         Ok(self.bucket_rows(side, buckets)?.map(|(columns, _)| columns))
     }
 
-    /// The state rows of `buckets` of one side, and each row's state key
-    /// (the side and the join key's bytes, for incremental chains).
+    /// The state rows of `buckets` of one side, and each row's state key.
     fn bucket_rows<'a>(
         &self,
         side: usize,
         buckets: impl Iterator<Item = (&'a [u8], &'a Bucket)>,
     ) -> Result<Option<(Vec<ArrayRef>, BinaryArray)>> {
-        let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
-        let mut keys = Vec::new();
-        let mut rows = Vec::new();
-        let mut tallies = Vec::new();
-        let mut written = Vec::new();
-        let mut state_keys = BinaryBuilder::new();
-        for (key, bucket) in buckets {
-            for j in 0..bucket.len() {
-                keys.push(key_parser.parse(key));
-                rows.push(row_parser.parse(bucket.row(j)));
-                tallies.push(bucket.tally(j));
-                written.push(bucket.written(j));
-                state_keys.append_value(state_key(side, key));
-            }
-        }
-        let n = rows.len();
-        if n == 0 {
-            return Ok(None);
-        }
-        let key_columns = self.keys_of.convert_rows(keys)?;
-        let data = self.rows_of[side].convert_rows(rows)?;
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
-            Arc::new(Int8Array::from(vec![side as i8; n])),
-        ];
-        for s in 0..2 {
-            if s == side {
-                columns.extend(data.iter().cloned());
-            } else {
-                columns.extend(
-                    self.join.inputs[s]
-                        .fields()
-                        .iter()
-                        .map(|f| new_null_array(f.data_type(), n)),
-                );
-            }
-        }
-        columns.push(Arc::new(Int64Array::from_iter_values(
-            tallies.iter().map(|t| t.count),
-        )));
-        columns.push(Arc::new(Int64Array::from_iter_values(
-            tallies.iter().map(|t| t.matches),
-        )));
-        if self.join.state_ttl.is_some() {
-            columns.push(Arc::new(Int64Array::from(written)));
-        }
-        Ok(Some((columns, state_keys.finish())))
+        self.codec.bucket_rows(side, buckets)
     }
 
     /// Incremental checkpoints: the rows of every key (`full`), or of the
@@ -661,23 +703,9 @@ impl JoinOperator {
             parts.push((state_rows(&schema, columns)?, keys, false));
         }
         if !gone.is_empty() {
-            parts.push(self.deleted_keys(side, &gone)?);
+            parts.push(self.codec.deleted_keys(side, &gone)?);
         }
         Ok(changed)
-    }
-
-    /// Rows that delete `keys` of one side: key group, side, state key.
-    fn deleted_keys(&self, side: usize, keys: &[&[u8]]) -> Result<Part> {
-        let parser = self.keys_of.parser();
-        let key_columns = self.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
-        let n = keys.len();
-        let groups = key_groups(&key_columns, n, self.max_parallelism)?;
-        let state_keys = BinaryArray::from_iter_values(keys.iter().map(|k| state_key(side, k)));
-        let (rows, state_keys, deleted) = deleted_part(&self.join.state_schema(), groups, state_keys)?;
-        // The side column says whose key goes.
-        let mut columns = rows.columns().to_vec();
-        columns[1] = Arc::new(Int8Array::from(vec![side as i8; n]));
-        Ok((RecordBatch::try_new(rows.schema(), columns)?, state_keys, deleted))
     }
 
     fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {
@@ -698,7 +726,7 @@ impl JoinOperator {
         )?;
         let (keys, _) = self.keys(side, &data)?;
         self.load_spilled(&keys, None)?;
-        let converted = self.rows_of[side].convert_columns(data.columns())?;
+        let converted = self.codec.rows_of[side].convert_columns(data.columns())?;
         let counts = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
         let matches = rows.column(3 + widths[0] + widths[1]).as_primitive::<Int64Type>();
         let written = self.join.state_ttl.map(|_| {
@@ -876,7 +904,8 @@ impl Operator for JoinOperator {
         }
         if self.has_spilled() {
             return Ok(Some(OperatorSnapshot {
-                runs: self.spilled_snapshot(false)?,
+                runs: Vec::new(),
+                deferred: self.spilled_snapshot(false)?,
                 meta: serde_json::Value::Null,
                 rows: None,
             }));
@@ -888,6 +917,7 @@ impl Operator for JoinOperator {
         };
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&schema, columns)?),
         }))
@@ -916,21 +946,21 @@ impl Operator for JoinOperator {
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
         if self.has_spilled() {
-            let (runs, rows) = match full {
-                true => (self.spilled_snapshot(true)?, None),
-                false => (Vec::new(), self.spilled_delta()?),
+            let deferred = match full {
+                true => self.spilled_snapshot(true)?,
+                false => self.spilled_delta()?.into_iter().collect(),
             };
             if full {
                 self.forget_spilled_changes();
             }
             return Ok(Some(OperatorSnapshot {
-                runs,
-                meta: serde_json::Value::Null,
-                rows,
+                deferred,
+                ..OperatorSnapshot::default()
             }));
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: self.delta_rows(full)?,
         }))

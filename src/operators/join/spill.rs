@@ -26,11 +26,11 @@ use arrow::row::Rows;
 use super::state::{Bucket, ByKey, Key};
 use super::{JoinOperator, Part, replacement_rows};
 use crate::runtime::operator::SpillSettings;
+use crate::state::deferred::{Deferred, store_delta, store_run};
 use crate::state::flushed::FlushedKeys;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups, state_rows};
-use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// A join subtask's spilled state.
@@ -122,8 +122,11 @@ impl JoinOperator {
         if keys.is_empty() {
             return Ok(UInt32Array::from(Vec::<u32>::new()));
         }
-        let parser = self.keys_of.parser();
-        let columns = self.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+        let parser = self.codec.keys_of.parser();
+        let columns = self
+            .codec
+            .keys_of
+            .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
         key_groups(&columns, keys.len(), self.max_parallelism)
     }
 
@@ -242,35 +245,11 @@ impl JoinOperator {
         Ok(())
     }
 
-    /// The state rows of store entries (parts of a chain file, each with
-    /// its state keys), without the rows expired at `now` when given.
-    fn stored_parts(&self, entries: &[(fjall::Slice, fjall::Slice)], now: Option<i64>) -> Result<Vec<Part>> {
-        let schema = self.join.state_schema();
-        let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
-        for (key, value) in entries {
-            let (side, join_key) = split_store_key(key)?;
-            let mut bucket = Bucket::decode(value, self.sides[side].width).ok_or_else(cut_short)?;
-            if let (Some(now), Some(ttl)) = (now, self.join.ttl_ms()) {
-                bucket.expire(now, ttl);
-            }
-            if !bucket.is_empty() {
-                buckets[side].push((join_key, bucket));
-            }
-        }
-        let mut parts = Vec::new();
-        for (side, buckets) in buckets.iter().enumerate() {
-            let rows = buckets.iter().map(|(k, b)| (*k, b));
-            if let Some((columns, keys)) = self.bucket_rows(side, rows)? {
-                parts.push((state_rows(&schema, columns)?, keys, false));
-            }
-        }
-        Ok(parts)
-    }
-
     /// A full snapshot of spilled state: every key to the store, then the
-    /// store as one run of state rows in key-group order, with their state
-    /// keys when it is the `base` of an incremental chain.
-    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Run>> {
+    /// store, frozen now, as one run of state rows in key-group order, with
+    /// their state keys when it is the `base` of an incremental chain,
+    /// written by the snapshot's writer ([`crate::state::deferred`]).
+    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
         self.spill_all()?;
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
@@ -289,77 +268,46 @@ impl JoinOperator {
             .ttl_ms()
             .map(|_| crate::runtime::operator::wall_clock_millis());
         let schema = self.join.state_schema();
-        let mut writer: Option<RunWriter> = None;
-        let mut from = Vec::new();
-        loop {
-            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS)?;
-            if entries.is_empty() {
-                break;
+        let codec = super::Codec::new(&self.join, self.max_parallelism)?;
+        let widths = [0, 1].map(|side| self.sides[side].width);
+        let decode = move |entries: &[Entry]| {
+            let parts = stored_parts(&codec, widths, entries, now)?;
+            match base {
+                true => replacement_rows(&schema, parts, true),
+                false => sorted(parts),
             }
-            let parts = self.stored_parts(&entries, now)?;
-            let rows = match base {
-                true => replacement_rows(&schema, parts, true)?,
-                false => sorted(parts)?,
-            };
-            let Some(rows) = rows else {
-                continue;
-            };
-            if writer.is_none() {
-                writer = Some(RunWriter::create(path.clone(), rows.schema())?);
-            }
-            writer.as_mut().expect("made above").write(&rows)?;
-        }
-        writer.map(RunWriter::finish).into_iter().collect()
+        };
+        Ok(vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)])
     }
 
     /// An incremental snapshot of spilled state: the keys changed in memory,
     /// and those written to the store since the last snapshot (their rows
-    /// read back; deleted when the store has none).
-    pub(super) fn spilled_delta(&mut self) -> Result<Option<RecordBatch>> {
+    /// read back from the store frozen now, by the snapshot's writer;
+    /// deleted when the store has none). `None`: nothing changed.
+    pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
         let mut parts = Vec::new();
         let mut in_memory = HashSet::new();
         for side in 0..2 {
             let changed = self.memory_parts(side, false, &mut parts)?;
             in_memory.extend(changed.iter().map(|k| super::state_key(side, k)));
         }
+        let codec = super::Codec::new(&self.join, self.max_parallelism)?;
+        let widths = [0, 1].map(|side| self.sides[side].width);
         let spill = self.spill.as_mut().expect("has spilled");
-        let mut flushed = spill.flushed.take().unwrap_or_default();
-        flushed.drain_sorted(WRITE_CHUNK, |keys| {
-            let keys: Vec<&[u8]> = keys
-                .iter()
-                .copied()
-                .filter(|k| !in_memory.contains(&k[4..]))
-                .collect();
-            parts.extend(self.read_back(&keys)?);
-            Ok(())
-        })?;
-        if let Some(spill) = self.spill.as_mut() {
-            spill.flushed = Some(flushed);
+        let flushed = std::mem::take(spill.flushed.get_or_insert_with(FlushedKeys::default));
+        if parts.is_empty() && flushed.is_empty() {
+            return Ok(None);
         }
-        replacement_rows(&self.join.state_schema(), parts, false)
-    }
-
-    /// The parts of store `keys`: their rows read back, and a deleting part
-    /// for the keys of each side the store has none of.
-    fn read_back(&self, keys: &[&[u8]]) -> Result<Vec<Part>> {
-        let store = self
-            .spill
-            .as_ref()
-            .and_then(|s| s.store.as_ref())
-            .expect("has spilled");
-        let (live, missing) = store.get_each(keys)?;
-        let mut gone = [Vec::new(), Vec::new()];
-        for key in missing {
-            let (side, join_key) = split_store_key(key)?;
-            gone[side].push(join_key);
-        }
-        let mut parts = self.stored_parts(&live, None)?;
-        for (side, keys) in gone.iter().enumerate() {
-            if !keys.is_empty() {
-                parts.push(self.deleted_keys(side, keys)?);
-            }
-        }
-        Ok(parts)
+        let frozen = spill.store.as_ref().expect("has spilled").frozen();
+        let schema = self.join.state_schema();
+        Ok(Some(store_delta(
+            frozen,
+            parts,
+            move |k: &[u8]| in_memory.contains(&k[4..]),
+            flushed,
+            move |frozen: &Frozen, keys: &[&[u8]]| read_back(&codec, widths, frozen, keys),
+            move |parts| replacement_rows(&schema, parts, false),
+        )))
     }
 
     /// A new base of the chain holds every change so far: none is left for
@@ -427,6 +375,55 @@ impl JoinOperator {
 
 /// Parts of state rows (without their state keys) as one batch in
 /// key-group order.
+/// The state rows of store entries of a join whose sides' rows are
+/// `widths` bytes wide (parts of a chain file, each with its state keys),
+/// without the rows expired at `now` when given.
+fn stored_parts(
+    codec: &super::Codec,
+    widths: [u32; 2],
+    entries: &[Entry],
+    now: Option<i64>,
+) -> Result<Vec<Part>> {
+    let schema = codec.join.state_schema();
+    let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
+    for (key, value) in entries {
+        let (side, join_key) = split_store_key(key)?;
+        let mut bucket = Bucket::decode(value, widths[side]).ok_or_else(cut_short)?;
+        if let (Some(now), Some(ttl)) = (now, codec.join.ttl_ms()) {
+            bucket.expire(now, ttl);
+        }
+        if !bucket.is_empty() {
+            buckets[side].push((join_key, bucket));
+        }
+    }
+    let mut parts = Vec::new();
+    for (side, buckets) in buckets.iter().enumerate() {
+        let rows = buckets.iter().map(|(k, b)| (*k, b));
+        if let Some((columns, keys)) = codec.bucket_rows(side, rows)? {
+            parts.push((state_rows(&schema, columns)?, keys, false));
+        }
+    }
+    Ok(parts)
+}
+
+/// The parts of store `keys` read from `frozen`: their rows, and a deleting
+/// part for the keys of each side it has none of.
+fn read_back(codec: &super::Codec, widths: [u32; 2], frozen: &Frozen, keys: &[&[u8]]) -> Result<Vec<Part>> {
+    let (live, missing) = frozen.get_each(keys)?;
+    let mut gone = [Vec::new(), Vec::new()];
+    for key in missing {
+        let (side, join_key) = split_store_key(key)?;
+        gone[side].push(join_key);
+    }
+    let mut parts = stored_parts(codec, widths, &live, None)?;
+    for (side, keys) in gone.iter().enumerate() {
+        if !keys.is_empty() {
+            parts.push(codec.deleted_keys(side, keys)?);
+        }
+    }
+    Ok(parts)
+}
+
 fn sorted(parts: Vec<Part>) -> Result<Option<RecordBatch>> {
     concat_by_key_group(parts.into_iter().map(|part| part.0).collect())
 }

@@ -604,6 +604,31 @@ fn a_spilled_join_restores_from_a_snapshot_as_if_never_stopped() {
 }
 
 #[test]
+fn a_spilled_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = both_sides(40, 50, 750);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness("FULL JOIN");
+    joined(&mut heap, before);
+    let expected = joined(&mut heap, after);
+    let mut h = harness("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    joined(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    joined(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        joined(&mut h, after),
+        expected,
+        "the rows as they were at the barrier"
+    );
+}
+
+#[test]
 fn incremental_snapshots_of_a_spilled_join_hold_the_keys_changed_in_memory_and_in_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let batches = counts_then_retractions(600);
@@ -639,6 +664,47 @@ fn incremental_snapshots_of_a_spilled_join_hold_the_keys_changed_in_memory_and_i
         600,
         "every left key lost its last row"
     );
+}
+
+#[test]
+fn a_delta_of_a_spilled_join_reads_the_store_of_its_barrier_while_the_join_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = counts_then_retractions(600);
+    let (first, rest) = batches.split_at(25);
+    let (second, third) = rest.split_at(30);
+    let mut heap = counts_join();
+    joined(&mut heap, first);
+    joined(&mut heap, second);
+    let expected = joined(&mut heap, third);
+
+    let mut h = counts_join()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    joined(&mut h, first);
+    h.snapshot_delta(true).unwrap();
+    joined(&mut h, second);
+    // The retractions change the store before the delta is read.
+    let delta = h
+        .snapshot_delta_while(false, |h| {
+            joined(h, third);
+            Ok(())
+        })
+        .unwrap()
+        .expect("changes");
+    let deleted = deletions(&delta);
+    assert_eq!(
+        deleted.len(),
+        600,
+        "each left key changed before the barrier, once"
+    );
+    assert!(
+        deleted.iter().all(|d| !d),
+        "no key had lost its last row at the barrier"
+    );
+    h.restart_from_chain().unwrap();
+    assert_eq!(joined(&mut h, third), expected);
 }
 
 #[test]

@@ -354,6 +354,7 @@ impl Operator for RetractOverOperator {
         columns.extend(data);
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.state_schema(), columns)?),
         }))

@@ -87,6 +87,14 @@ pub struct TopN {
 }
 
 impl TopN {
+    /// Its input rows as bytes, and back.
+    fn rows_converter(&self) -> Result<RowConverter> {
+        let fields = (self.input.fields().iter())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(RowConverter::new(fields)?)
+    }
+
     /// Whether it emits inserts only: the first rows by arrival, or a window
     /// TopN's final ranks.
     pub fn insert_only(&self) -> bool {
@@ -205,19 +213,13 @@ impl OperatorFactory for TopN {
                 Ok(RowConverter::new(fields)?)
             };
         let order: Vec<Arc<dyn PhysicalExpr>> = self.order.iter().map(|(e, _)| e.clone()).collect();
-        let rows = self
-            .input
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
         Ok(Box::new(TopNOperator {
             partitions_of: sort_fields(
                 &self.partition,
                 vec![SortOptions::default(); self.partition.len()],
             )?,
             order_of: sort_fields(&order, self.order.iter().map(|(_, o)| *o).collect())?,
-            rows_of: RowConverter::new(rows)?,
+            rows_of: self.rows_converter()?,
             partitions: KeyedMap::default(),
             windows: BTreeMap::new(),
             swept: 0,
@@ -577,34 +579,7 @@ impl TopNOperator {
 
     /// [`TopNOperator::state_rows`], in the order of `kept` unless `sorted`.
     fn state_batch(&self, kept: &[(usize, &Arc<[u8]>, i64)], sorted: bool) -> Result<Option<RecordBatch>> {
-        if kept.is_empty() {
-            return Ok(None);
-        }
-        let parser = self.rows_of.parser();
-        let data = self
-            .rows_of
-            .convert_rows(kept.iter().map(|(_, r, _)| parser.parse(r)))?;
-        let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
-        let partition = TopN::evaluate(&self.spec.partition, &batch)?;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(
-            &partition,
-            kept.len(),
-            self.max_parallelism,
-        )?)];
-        columns.extend(data);
-        columns.push(Arc::new(UInt32Array::from_iter_values(
-            kept.iter().map(|(p, _, _)| *p as u32),
-        )));
-        if self.spec.state_ttl.is_some() {
-            columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
-                kept.iter().map(|(_, _, w)| *w),
-            )));
-        }
-        let schema = self.spec.state_schema();
-        Ok(Some(match sorted {
-            true => sorted_state_rows(&schema, columns)?,
-            false => state_rows(&schema, columns)?,
-        }))
+        state_batch(&self.spec, &self.rows_of, self.max_parallelism, kept, sorted)
     }
 
     /// State rows read as input rows: their partitions, window ends, order
@@ -736,7 +711,7 @@ impl Operator for TopNOperator {
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if self.has_spilled() {
-            let runs = self.spilled_snapshot()?;
+            let deferred = self.spilled_snapshot()?;
             let meta = match self.spec.window_end {
                 Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
                 None => serde_json::Value::Null,
@@ -744,7 +719,8 @@ impl Operator for TopNOperator {
             return Ok(Some(OperatorSnapshot {
                 meta,
                 rows: None,
-                runs,
+                runs: Vec::new(),
+                deferred,
             }));
         }
         let kept: Vec<(usize, &Arc<[u8]>, i64)> = (self.partitions.values())
@@ -758,6 +734,7 @@ impl Operator for TopNOperator {
             (None, None) => Ok(None),
             (None, Some(rows)) => Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
+                deferred: Vec::new(),
                 meta: serde_json::Value::Null,
                 rows: Some(rows),
             })),
@@ -800,6 +777,7 @@ impl Operator for TopNOperator {
         }
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
+            deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: replacement_rows(&schema, parts, full)?,
         }))
@@ -884,4 +862,38 @@ impl Operator for TopNOperator {
     fn is_keyed(&self) -> bool {
         true
     }
+}
+
+/// The state rows of a TopN's `kept` rows (each with its rank's place in
+/// its partition, its bytes as `rows_of` makes them and its write time),
+/// sorted by key group if `sorted`, in the order of `kept` otherwise.
+fn state_batch(
+    spec: &TopN,
+    rows_of: &RowConverter,
+    max_parallelism: usize,
+    kept: &[(usize, &Arc<[u8]>, i64)],
+    sorted: bool,
+) -> Result<Option<RecordBatch>> {
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    let parser = rows_of.parser();
+    let data = rows_of.convert_rows(kept.iter().map(|(_, r, _)| parser.parse(r)))?;
+    let batch = RecordBatch::try_new(spec.input.clone(), data.clone())?;
+    let partition = TopN::evaluate(&spec.partition, &batch)?;
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(&partition, kept.len(), max_parallelism)?)];
+    columns.extend(data);
+    columns.push(Arc::new(UInt32Array::from_iter_values(
+        kept.iter().map(|(p, _, _)| *p as u32),
+    )));
+    if spec.state_ttl.is_some() {
+        columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
+            kept.iter().map(|(_, _, w)| *w),
+        )));
+    }
+    let schema = spec.state_schema();
+    Ok(Some(match sorted {
+        true => sorted_state_rows(&schema, columns)?,
+        false => state_rows(&schema, columns)?,
+    }))
 }

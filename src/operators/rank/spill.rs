@@ -26,10 +26,10 @@ use arrow::datatypes::UInt32Type;
 use super::entries::{Entries, encode_row};
 use super::{Partition, TopNOperator};
 use crate::runtime::operator::SpillSettings;
+use crate::state::deferred::{Deferred, store_run};
 use crate::state::memory_guess::{self, MemoryGuess, SpillsWhenFull};
-use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::{SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// The least a row is guessed to add to memory: a kept row's place and
@@ -238,8 +238,9 @@ impl TopNOperator {
     }
 
     /// A snapshot of spilled state: every partition to the store, then the
-    /// store as one run of state rows in key-group order.
-    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Run>> {
+    /// store, frozen now, as one run of state rows in key-group order,
+    /// written by the snapshot's writer ([`crate::state::deferred`]).
+    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Deferred>> {
         self.spill_all()?;
         let no_tie = self.shared_tie().cloned();
         let spill = self.spill.as_mut().expect("has spilled");
@@ -253,24 +254,24 @@ impl TopNOperator {
         if store.is_empty()? {
             return Ok(Vec::new());
         }
-        let mut writer = RunWriter::create(store.snapshot_run_path(runs)?, self.spec.state_schema())?;
-        let mut from = Vec::new();
-        loop {
-            let entries = store.scan_on(&mut from, RUN_ROW_GROUP_ROWS / 4)?;
-            if entries.is_empty() {
-                break;
-            }
+        let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
+        let max_parallelism = self.max_parallelism;
+        let decode = move |entries: &[Entry]| {
             let partitions = (entries.iter())
                 .map(|(_, value)| decode(value, no_tie.as_ref()))
                 .collect::<Result<Vec<_>>>()?;
             let kept: Vec<(usize, &Arc<[u8]>, i64)> = (partitions.iter())
                 .flat_map(|p| p.rows.rows().enumerate().map(|(i, (_, r))| (i, r, p.written)))
                 .collect();
-            if let Some(rows) = self.state_rows(&kept)? {
-                writer.write(&rows)?;
-            }
-        }
-        Ok(vec![writer.finish()?])
+            super::state_batch(&spec, &rows_of, max_parallelism, &kept, true)
+        };
+        let path = store.snapshot_run_path(runs)?;
+        Ok(vec![store_run(
+            store.frozen(),
+            path,
+            RUN_ROW_GROUP_ROWS / 4,
+            decode,
+        )])
     }
 
     /// Restores state rows into the store (not memory): each partition's

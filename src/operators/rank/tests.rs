@@ -432,6 +432,32 @@ fn a_spilled_top_2_restores_from_a_snapshot_as_if_never_stopped() {
 }
 
 #[test]
+fn a_spilled_top_2_snapshot_holds_the_ranks_of_its_barrier_while_the_operator_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_bids(40, 100, 500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = top2();
+    emitted(&mut heap, before);
+    let expected = emitted(&mut heap, after);
+
+    let mut h = top2().spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    emitted(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        emitted(&mut h, after),
+        expected,
+        "the ranks as they were at the barrier"
+    );
+}
+
+#[test]
 fn a_small_top_n_under_the_spilling_backend_never_spills() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = top2().spilling(1 << 20, dir.path()).unwrap();
