@@ -25,24 +25,16 @@ pub struct OperatorSnapshot {
     /// them.
     pub runs: Vec<crate::state::runs::Run>,
     /// State its snapshot writer reads after the task went on (the spilled
-    /// store, frozen at the barrier): runs that join `runs`, or `rows`.
+    /// store, frozen at the barrier), as runs that join `runs`.
     pub deferred: Vec<crate::state::deferred::Deferred>,
 }
 
 impl OperatorSnapshot {
-    /// The snapshot with its deferred state read (while `live` says the
+    /// The snapshot with its deferred runs written (while `live` says the
     /// checkpoint goes on), as a checkpoint holds it.
     pub fn written(mut self, live: &dyn Fn() -> bool) -> Result<Self> {
-        use crate::state::deferred::Written;
         for deferred in std::mem::take(&mut self.deferred) {
-            match deferred.write(live)? {
-                None => {}
-                Some(Written::Run(run)) => self.runs.push(run),
-                Some(Written::Rows(_)) if self.rows.is_some() => {
-                    return Err(Error::Internal("a snapshot's rows are given twice".into()));
-                }
-                Some(Written::Rows(rows)) => self.rows = Some(rows),
-            }
+            self.runs.extend(deferred.write(live)?);
         }
         Ok(self)
     }

@@ -4,36 +4,29 @@
 //! the memory budget), and an incremental one reads back every key written
 //! to the store since the last snapshot. The task freezes the store at the
 //! barrier (a fjall snapshot, no copy); the snapshot writer then reads the
-//! frozen store, into one run that the checkpoint links, or into the
-//! delta's rows, while the task goes on with its input, as Flink's RocksDB
-//! backend uploads its files asynchronously.
+//! frozen store into one run (the whole state, or the delta), which the
+//! checkpoint links, while the task goes on with its input, as Flink's
+//! RocksDB backend uploads its files asynchronously.
 //!
 //! ```text
 //!  task:   barrier ─► memory to the store ─► freeze ─► next batch ...
-//!  writer:                                   frozen store ─► decode ─► run / rows ─► file
+//!  writer:                                   frozen store ─► decode ─► run ─► link
 //! ```
 
 use std::path::PathBuf;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::UInt32Type;
 
 use crate::state::flushed::FlushedKeys;
 use crate::state::runs::{Run, RunWriter};
-use crate::state::store::{Entry, Frozen, WRITE_CHUNK};
+use crate::state::snapshot::{concat_by_key_group, sorted_by_key_group};
+use crate::state::store::{Entry, Frozen};
 use crate::{Error, Result};
-
-/// What a deferred part of a snapshot comes to.
-#[derive(Debug)]
-pub enum Written {
-    /// A run the checkpoint links.
-    Run(Run),
-    /// The snapshot's rows.
-    Rows(RecordBatch),
-}
 
 /// Reads the frozen state, or finds there is nothing in it; told whether
 /// the checkpoint is still going on.
-type Write = Box<dyn FnOnce(&dyn Fn() -> bool) -> Result<Option<Written>> + Send>;
+type Write = Box<dyn FnOnce(&dyn Fn() -> bool) -> Result<Option<Run>> + Send>;
 
 /// Part of a snapshot its writer reads ([`crate::runtime::OperatorSnapshot::deferred`]).
 pub struct Deferred(Write);
@@ -45,8 +38,9 @@ impl std::fmt::Debug for Deferred {
 }
 
 impl Deferred {
-    /// Reads it while `live` says the checkpoint goes on (`None`: no rows).
-    pub fn write(self, live: &dyn Fn() -> bool) -> Result<Option<Written>> {
+    /// Reads it into a run while `live` says the checkpoint goes on
+    /// (`None`: no rows).
+    pub fn write(self, live: &dyn Fn() -> bool) -> Result<Option<Run>> {
         (self.0)(live)
     }
 }
@@ -78,43 +72,107 @@ where
             }
             writer.as_mut().expect("made above").write(&rows)?;
         }
-        Ok(writer.map(RunWriter::finish).transpose()?.map(Written::Run))
+        writer.map(RunWriter::finish).transpose()
     }))
 }
 
-/// The rows of an incremental snapshot of spilled state: the parts taken
-/// from memory at the barrier (the keys it changed since the last
-/// snapshot) and, read from `frozen` by `read_back` `WRITE_CHUNK` keys at a
-/// time, the parts of the `flushed` keys (written to the store since) that
-/// are not `in_memory` (memory is newer); `finish` makes them one batch
-/// sorted by key group.
-pub fn store_delta<P, M, R, F>(
-    frozen: Frozen,
-    mut parts: Vec<P>,
-    in_memory: M,
-    mut flushed: FlushedKeys,
-    mut read_back: R,
-    finish: F,
-) -> Deferred
+/// What an incremental snapshot of spilled state reads ([`store_delta`]).
+pub struct DeltaOf<P, M> {
+    /// The store at the barrier.
+    pub frozen: Frozen,
+    /// Where the delta's run goes.
+    pub path: PathBuf,
+    /// Flushed keys read back at a time.
+    pub chunk: usize,
+    /// The parts taken from memory at the barrier: the keys it changed
+    /// since the last snapshot.
+    pub memory: Vec<P>,
+    /// Whether a store key is one of those (memory is newer).
+    pub in_memory: M,
+    /// The keys written to the store since the last snapshot.
+    pub flushed: FlushedKeys,
+}
+
+/// An incremental snapshot of spilled state, as a run sorted by key group:
+/// the memory parts of `delta` and, read from its frozen store by
+/// `read_back` a chunk of keys at a time, the parts of the flushed keys not
+/// in memory; `finish` makes parts one batch sorted by key group. The
+/// flushed keys come in store-key order, which is key-group order, so each
+/// chunk is written with the memory rows of key groups up to its last, and
+/// the writer holds one chunk at a time, not the whole delta.
+pub fn store_delta<P, M, R, F>(delta: DeltaOf<P, M>, mut read_back: R, mut finish: F) -> Deferred
 where
     P: Send + 'static,
     M: Fn(&[u8]) -> bool + Send + 'static,
     R: FnMut(&Frozen, &[&[u8]]) -> Result<Vec<P>> + Send + 'static,
-    F: FnOnce(Vec<P>) -> Result<Option<RecordBatch>> + Send + 'static,
+    F: FnMut(Vec<P>) -> Result<Option<RecordBatch>> + Send + 'static,
 {
+    let DeltaOf {
+        frozen,
+        path,
+        chunk,
+        memory: parts,
+        in_memory,
+        mut flushed,
+    } = delta;
     Deferred(Box::new(move |live| {
-        flushed.drain_sorted(WRITE_CHUNK, |keys| {
+        let mut memory = MemoryRows::new(finish(parts)?)?;
+        let mut writer: Option<RunWriter> = None;
+        let mut write = |rows: Option<RecordBatch>| -> Result<()> {
+            let Some(rows) = rows.filter(|r| r.num_rows() > 0) else {
+                return Ok(());
+            };
+            if writer.is_none() {
+                writer = Some(RunWriter::create(path.clone(), rows.schema())?);
+            }
+            writer.as_mut().expect("made above").write(&rows)
+        };
+        flushed.drain_sorted(chunk, |keys| {
             if !live() {
                 return Err(aborted());
             }
             let keys: Vec<&[u8]> = keys.iter().copied().filter(|k| !in_memory(k)).collect();
-            if !keys.is_empty() {
-                parts.extend(read_back(&frozen, &keys)?);
-            }
-            Ok(())
+            let Some(chunk) = finish(read_back(&frozen, &keys)?)? else {
+                return Ok(());
+            };
+            let last = chunk
+                .column(0)
+                .as_primitive::<UInt32Type>()
+                .values()
+                .last()
+                .copied();
+            let mut both: Vec<RecordBatch> = memory.take_through(last).into_iter().collect();
+            both.push(chunk);
+            write(concat_by_key_group(both)?)
         })?;
-        Ok(finish(parts)?.map(Written::Rows))
+        write(memory.take_through(Some(u32::MAX)))?;
+        writer.map(RunWriter::finish).transpose()
     }))
+}
+
+/// The memory part of a delta (sorted by key group), given out a key-group
+/// range at a time.
+struct MemoryRows {
+    rows: Option<RecordBatch>,
+    /// Rows before it are given out.
+    from: usize,
+}
+
+impl MemoryRows {
+    fn new(rows: Option<RecordBatch>) -> Result<Self> {
+        let rows = rows.map(sorted_by_key_group).transpose()?;
+        Ok(MemoryRows { rows, from: 0 })
+    }
+
+    /// The rows not given out yet of key groups up to `last` (none: no rows).
+    fn take_through(&mut self, last: Option<u32>) -> Option<RecordBatch> {
+        let (rows, last) = (self.rows.as_ref()?, last?);
+        let groups = rows.column(0).as_primitive::<UInt32Type>().values();
+        let end = self.from + groups[self.from..].partition_point(|g| *g <= last);
+        let taken = (end > self.from).then(|| rows.slice(self.from, end - self.from));
+        self.from = end;
+        taken
+    }
 }
 
 #[cfg(test)]
@@ -151,9 +209,7 @@ mod tests {
         let run = store_run(store.frozen(), dir.path().join("run.parquet"), 3, key_groups);
         store.write([], keys.iter().map(|k| &k[..])).unwrap();
         assert!(store.is_empty().unwrap());
-        let Some(Written::Run(run)) = run.write(&|| true).unwrap() else {
-            panic!("a run")
-        };
+        let run = run.write(&|| true).unwrap().expect("rows");
         assert_eq!(run.info.rows, 5, "the even key groups of the ten keys frozen");
         let mut cursor = run.cursor().unwrap();
         let read = cursor.take_below(u32::MAX).unwrap();
@@ -181,5 +237,81 @@ mod tests {
         store.write([(&1u32.to_be_bytes()[..], &b""[..])], []).unwrap();
         let run = store_run(store.frozen(), dir.path().join("run.parquet"), 3, |_| Ok(None));
         assert!(run.write(&|| true).unwrap().is_none());
+    }
+
+    /// Rows of `_key_group` and `from` of store keys (4 bytes, big-endian).
+    fn rows_of(keys: &[&[u8]], from: &str) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("_key_group", DataType::UInt32, false),
+            Field::new("from", DataType::Utf8, false),
+        ]));
+        let groups: Vec<u32> = keys
+            .iter()
+            .map(|k| u32::from_be_bytes([k[0], k[1], k[2], k[3]]))
+            .collect();
+        let from = arrow::array::StringArray::from(vec![from; keys.len()]);
+        RecordBatch::try_new(schema, vec![Arc::new(UInt32Array::from(groups)), Arc::new(from)]).unwrap()
+    }
+
+    #[test]
+    fn a_delta_interleaves_memory_rows_with_the_flushed_keys_read_back_in_key_group_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 16 << 20).unwrap();
+        let stored: Vec<[u8; 4]> = [1u32, 3, 5, 7, 9].map(u32::to_be_bytes).to_vec();
+        store
+            .write(stored.iter().map(|k| (&k[..], &b""[..])), [])
+            .unwrap();
+        let mut flushed = FlushedKeys::default();
+        stored.iter().rev().for_each(|k| flushed.push(k));
+        let memory: Vec<[u8; 4]> = [8u32, 2, 3].map(u32::to_be_bytes).to_vec();
+        let memory_refs: Vec<&[u8]> = memory.iter().map(|k| &k[..]).collect();
+        let in_memory_keys: Vec<Vec<u8>> = memory.iter().map(|k| k.to_vec()).collect();
+        let of = DeltaOf {
+            frozen: store.frozen(),
+            path: dir.path().join("delta.parquet"),
+            chunk: 2,
+            memory: vec![rows_of(&memory_refs, "memory")],
+            in_memory: move |k: &[u8]| in_memory_keys.iter().any(|m| m[..] == *k),
+            flushed,
+        };
+        let delta = store_delta(
+            of,
+            |frozen: &Frozen, keys: &[&[u8]]| {
+                let (found, _) = frozen.get_each(keys)?;
+                let found: Vec<&[u8]> = found.iter().map(|(k, _)| &k[..]).collect();
+                Ok(vec![rows_of(&found, "store")])
+            },
+            concat_by_key_group,
+        );
+        // Changed after the barrier: not in the delta.
+        store.write([], [&stored[0][..]]).unwrap();
+        let run = delta.write(&|| true).unwrap().expect("rows");
+        let read = run.cursor().unwrap().take_below(u32::MAX).unwrap();
+        let rows: Vec<(u32, String)> = (read.iter())
+            .flat_map(|b| {
+                let groups = b.column(0).as_primitive::<UInt32Type>().values().to_vec();
+                let from = b
+                    .column(1)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|s| s.unwrap().to_string())
+                    .collect::<Vec<_>>();
+                groups.into_iter().zip(from)
+            })
+            .collect();
+        let expected = [
+            (1, "store"),
+            (2, "memory"),
+            (3, "memory"),
+            (5, "store"),
+            (7, "store"),
+            (8, "memory"),
+            (9, "store"),
+        ];
+        let expected: Vec<(u32, String)> = expected.iter().map(|(g, f)| (*g, f.to_string())).collect();
+        assert_eq!(
+            rows, expected,
+            "key 3 from memory, which is newer; in key-group order"
+        );
     }
 }

@@ -30,7 +30,7 @@ use arrow::row::{Row, RowConverter, SortField};
 use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
 use crate::runtime::operator::SpillSettings;
-use crate::state::deferred::{Deferred, store_delta, store_run};
+use crate::state::deferred::{Deferred, DeltaOf, store_delta, store_run};
 use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
@@ -379,7 +379,9 @@ impl GroupAggregateOperator {
         if parts.is_empty() && flushed.is_empty() {
             return Ok(None);
         }
-        let frozen = spill.store.as_ref().expect("has spilled").frozen();
+        spill.runs += 1;
+        let store = spill.store.as_ref().expect("has spilled");
+        let (frozen, path) = (store.frozen(), store.snapshot_run_path(spill.runs)?);
         let in_memory = move |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
         let read_back = move |frozen: &Frozen, keys: &[&[u8]]| {
             Ok(codec
@@ -387,14 +389,15 @@ impl GroupAggregateOperator {
                 .into_iter()
                 .collect())
         };
-        Ok(Some(store_delta(
+        let of = DeltaOf {
             frozen,
-            parts,
+            path,
+            chunk: WRITE_CHUNK,
+            memory: parts,
             in_memory,
             flushed,
-            read_back,
-            concat_by_key_group,
-        )))
+        };
+        Ok(Some(store_delta(of, read_back, concat_by_key_group)))
     }
 
     /// Restores state rows into the store (not memory).

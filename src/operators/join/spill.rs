@@ -26,7 +26,7 @@ use arrow::row::Rows;
 use super::state::{Bucket, ByKey, Key};
 use super::{JoinOperator, Part, replacement_rows};
 use crate::runtime::operator::SpillSettings;
-use crate::state::deferred::{Deferred, store_delta, store_run};
+use crate::state::deferred::{Deferred, DeltaOf, store_delta, store_run};
 use crate::state::flushed::FlushedKeys;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups, state_rows};
@@ -298,13 +298,20 @@ impl JoinOperator {
         if parts.is_empty() && flushed.is_empty() {
             return Ok(None);
         }
-        let frozen = spill.store.as_ref().expect("has spilled").frozen();
+        spill.runs += 1;
+        let store = spill.store.as_ref().expect("has spilled");
+        let (frozen, path) = (store.frozen(), store.snapshot_run_path(spill.runs)?);
         let schema = self.join.state_schema();
-        Ok(Some(store_delta(
+        let of = DeltaOf {
             frozen,
-            parts,
-            move |k: &[u8]| in_memory.contains(&k[4..]),
+            path,
+            chunk: WRITE_CHUNK,
+            memory: parts,
+            in_memory: move |k: &[u8]| in_memory.contains(&k[4..]),
             flushed,
+        };
+        Ok(Some(store_delta(
+            of,
             move |frozen: &Frozen, keys: &[&[u8]]| read_back(&codec, widths, frozen, keys),
             move |parts| replacement_rows(&schema, parts, false),
         )))
