@@ -266,28 +266,81 @@ pub fn restore_task(
             let sources = round_robin_sources(old_parallelism, ctx.subtask, ctx.parallelism);
             (sources, 0..=usize::MAX)
         };
-        let mut snapshots = Vec::new();
-        for task in sources.iter().map(|k| old[*k]) {
-            let Some(saved) = operator_state(task, uid) else {
-                continue;
-            };
-            let mut files = Vec::new();
-            for file in saved.files() {
-                if overlaps(&(file.key_groups.0..=file.key_groups.1), &wanted) {
-                    files.extend(read_state_file(&restored.dir.join(&file.path), &wanted)?);
-                }
-            }
-            let rows = combine(saved.delta_kind, files)?;
-            snapshots.push(OperatorSnapshot {
-                runs: Vec::new(),
-                deferred: Vec::new(),
-                meta: saved.meta.clone(),
-                rows,
-            });
+        let saved: Vec<&OperatorState> = (sources.iter())
+            .filter_map(|k| operator_state(old[*k], uid))
+            .collect();
+        let bytes = (saved.iter())
+            .flat_map(|s| s.files())
+            .filter(|f| overlaps(&(f.key_groups.0..=f.key_groups.1), &wanted))
+            .map(|f| f.bytes)
+            .sum();
+        let ranges = match chain[index].is_keyed() {
+            true => restore_ranges(&wanted, bytes, ctx.spill.as_ref()),
+            false => vec![wanted],
+        };
+        for range in ranges {
+            let snapshots = (saved.iter())
+                .map(|saved| saved_snapshot(restored, saved, &range))
+                .collect::<Result<Vec<_>>>()?;
+            chain[index].restore_rescaled(snapshots)?;
         }
-        chain[index].restore_rescaled(snapshots)?;
     }
     Ok(replay)
+}
+
+/// One old subtask's snapshot of an operator, its rows of key groups `range`
+/// (its chain combined).
+fn saved_snapshot(
+    restored: &RestoredCheckpoint,
+    saved: &OperatorState,
+    range: &std::ops::RangeInclusive<usize>,
+) -> Result<OperatorSnapshot> {
+    let mut files = Vec::new();
+    for file in saved.files() {
+        if overlaps(&(file.key_groups.0..=file.key_groups.1), range) {
+            files.extend(read_state_file(&restored.dir.join(&file.path), range)?);
+        }
+    }
+    Ok(OperatorSnapshot {
+        meta: saved.meta.clone(),
+        rows: combine(saved.delta_kind, files)?,
+        ..OperatorSnapshot::default()
+    })
+}
+
+/// The key-group ranges of `wanted` a restore of keyed state of `bytes`
+/// (its files' sizes) reads and hands over one at a time. Under the
+/// spilling backend every keyed operator adds what each range restores to
+/// its state and spills as it goes, so a range holds about a 32nd of its
+/// share in file bytes (rows take several times their Parquet bytes in
+/// memory; at least 1 MB, as a range reads whole row groups) and a restore
+/// of state larger than the budget stays within it; on the heap all at once.
+fn restore_ranges(
+    wanted: &std::ops::RangeInclusive<usize>,
+    bytes: u64,
+    spill: Option<&SpillSettings>,
+) -> Vec<std::ops::RangeInclusive<usize>> {
+    let Some(spill) = spill else {
+        return vec![wanted.clone()];
+    };
+    let (first, last) = (*wanted.start(), *wanted.end());
+    if first > last || last > u32::MAX as usize {
+        return vec![wanted.clone()];
+    }
+    let ends = crate::state::runs::bucket_bounds(
+        first as u32,
+        last as u32,
+        bytes,
+        (spill.budget / 32).max(1 << 20) as u64,
+    );
+    let mut start = first;
+    ends.into_iter()
+        .map(|end| {
+            let range = start..=(end as usize - 1);
+            start = end as usize;
+            range
+        })
+        .collect()
 }
 
 /// The spilling backend's settings for each operator subtask that spills:
@@ -631,4 +684,37 @@ pub fn build_attempt(
         max_parallelism: settings.max_parallelism,
         number: attempt,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spill(budget: usize) -> SpillSettings {
+        SpillSettings {
+            budget,
+            dir: PathBuf::from("/unused"),
+        }
+    }
+
+    #[test]
+    fn a_spilled_restore_reads_key_group_ranges_of_a_32nd_of_the_share_that_cover_its_own() {
+        let ranges = restore_ranges(&(32..=63), 40 << 20, Some(&spill(256 << 20)));
+        assert_eq!(ranges, vec![32..=37, 38..=43, 44..=50, 51..=56, 57..=63]);
+        assert_eq!(
+            restore_ranges(&(32..=63), 1 << 20, Some(&spill(256 << 20))),
+            vec![32..=63]
+        );
+        let one_each = restore_ranges(&(0..=3), 1 << 40, Some(&spill(1 << 20)));
+        assert_eq!(
+            one_each,
+            vec![0..=0, 1..=1, 2..=2, 3..=3],
+            "at most a range per key group"
+        );
+    }
+
+    #[test]
+    fn a_restore_on_the_heap_reads_all_at_once() {
+        assert_eq!(restore_ranges(&(0..=127), 1 << 40, None), vec![0..=127]);
+    }
 }
