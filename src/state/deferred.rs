@@ -21,7 +21,7 @@ use arrow::datatypes::UInt32Type;
 use crate::state::flushed::FlushedKeys;
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{concat_by_key_group, sorted_by_key_group};
-use crate::state::store::{Entry, Frozen};
+use crate::state::store::{Entry, Frozen, Store, WRITE_CHUNK};
 use crate::{Error, Result};
 
 /// Reads the frozen state, or finds there is nothing in it; told whether
@@ -91,6 +91,34 @@ pub struct DeltaOf<P, M> {
     pub in_memory: M,
     /// The keys written to the store since the last snapshot.
     pub flushed: FlushedKeys,
+}
+
+impl<P, M> DeltaOf<P, M> {
+    /// The delta of a spilled operator at a barrier: memory's `parts` and
+    /// the keys flushed to `store` since the last snapshot (taken, leaving
+    /// none), with `store` frozen now and the next of its snapshot runs
+    /// (`runs`, counted up) as the path; `None` when neither has anything.
+    pub fn take(
+        store: &Store,
+        runs: &mut u64,
+        flushed: &mut Option<FlushedKeys>,
+        parts: Vec<P>,
+        in_memory: M,
+    ) -> Result<Option<Self>> {
+        let flushed = std::mem::take(flushed.get_or_insert_with(FlushedKeys::default));
+        if parts.is_empty() && flushed.is_empty() {
+            return Ok(None);
+        }
+        *runs += 1;
+        Ok(Some(DeltaOf {
+            frozen: store.frozen(),
+            path: store.snapshot_run_path(*runs)?,
+            chunk: WRITE_CHUNK,
+            memory: parts,
+            in_memory,
+            flushed,
+        }))
+    }
 }
 
 /// An incremental snapshot of spilled state, as a run sorted by key group:

@@ -374,28 +374,17 @@ impl GroupAggregateOperator {
         }
         let parts: Vec<RecordBatch> = self.changed_rows()?.into_iter().collect();
         let codec = Codec::new(&schema, key_count)?;
-        let spill = self.spill.as_mut().expect("has spilled");
-        let flushed = std::mem::take(spill.flushed.get_or_insert_with(FlushedKeys::default));
-        if parts.is_empty() && flushed.is_empty() {
-            return Ok(None);
-        }
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
-        let (frozen, path) = (store.frozen(), store.snapshot_run_path(spill.runs)?);
         let in_memory = move |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let Some(of) = DeltaOf::take(store, &mut spill.runs, &mut spill.flushed, parts, in_memory)? else {
+            return Ok(None);
+        };
         let read_back = move |frozen: &Frozen, keys: &[&[u8]]| {
             Ok(codec
                 .read_back(frozen, keys, &schema, key_count)?
                 .into_iter()
                 .collect())
-        };
-        let of = DeltaOf {
-            frozen,
-            path,
-            chunk: WRITE_CHUNK,
-            memory: parts,
-            in_memory,
-            flushed,
         };
         Ok(Some(store_delta(of, read_back, concat_by_key_group)))
     }

@@ -145,17 +145,8 @@ impl OperatorFactory for IntervalJoin {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        let rows_of = |input: &SchemaRef| {
-            RowConverter::new(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| SortField::new(f.data_type().clone()))
-                    .collect(),
-            )
-        };
         Ok(Box::new(IntervalJoinOperator {
-            rows_of: [rows_of(&self.inputs[0])?, rows_of(&self.inputs[1])?],
+            rows_of: super::row_converters(&self.inputs)?,
             keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
             sides: Default::default(),
             watermark: MIN_WATERMARK,

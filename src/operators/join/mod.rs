@@ -353,18 +353,9 @@ struct Codec {
 
 impl Codec {
     fn new(join: &Arc<Join>, max_parallelism: usize) -> Result<Codec> {
-        let rows_of = |input: &SchemaRef| {
-            RowConverter::new(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| SortField::new(f.data_type().clone()))
-                    .collect(),
-            )
-        };
         Ok(Codec {
             join: join.clone(),
-            rows_of: [rows_of(&join.inputs[0])?, rows_of(&join.inputs[1])?],
+            rows_of: row_converters(&join.inputs)?,
             keys_of: RowConverter::new(join.key_types()?.into_iter().map(SortField::new).collect())?,
             max_parallelism,
         })
@@ -439,6 +430,17 @@ impl Codec {
         }
         Ok(Some((columns, state_keys.finish())))
     }
+}
+
+/// Each side's rows as bytes, and back.
+fn row_converters(inputs: &[SchemaRef; 2]) -> Result<[RowConverter; 2]> {
+    let of = |input: &SchemaRef| {
+        let fields = (input.fields().iter())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        RowConverter::new(fields)
+    };
+    Ok([of(&inputs[0])?, of(&inputs[1])?])
 }
 
 /// Part of a file of a join's chain (see [`replacement_rows`]).

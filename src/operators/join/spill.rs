@@ -293,22 +293,12 @@ impl JoinOperator {
         }
         let codec = super::Codec::new(&self.join, self.max_parallelism)?;
         let widths = [0, 1].map(|side| self.sides[side].width);
-        let spill = self.spill.as_mut().expect("has spilled");
-        let flushed = std::mem::take(spill.flushed.get_or_insert_with(FlushedKeys::default));
-        if parts.is_empty() && flushed.is_empty() {
-            return Ok(None);
-        }
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
-        let (frozen, path) = (store.frozen(), store.snapshot_run_path(spill.runs)?);
         let schema = self.join.state_schema();
-        let of = DeltaOf {
-            frozen,
-            path,
-            chunk: WRITE_CHUNK,
-            memory: parts,
-            in_memory: move |k: &[u8]| in_memory.contains(&k[4..]),
-            flushed,
+        let in_memory = move |k: &[u8]| in_memory.contains(&k[4..]);
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let Some(of) = DeltaOf::take(store, &mut spill.runs, &mut spill.flushed, parts, in_memory)? else {
+            return Ok(None);
         };
         Ok(Some(store_delta(
             of,

@@ -118,17 +118,8 @@ impl OperatorFactory for TemporalJoin {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        let fields = |s: &SchemaRef| {
-            s.fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect()
-        };
         Ok(Box::new(TemporalJoinOperator {
-            rows_of: [
-                RowConverter::new(fields(&self.inputs[0]))?,
-                RowConverter::new(fields(&self.inputs[1]))?,
-            ],
+            rows_of: super::row_converters(&self.inputs)?,
             keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
             waiting: BTreeMap::new(),
             versions: ByKey::default(),

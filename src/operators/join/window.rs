@@ -101,17 +101,8 @@ impl OperatorFactory for WindowJoin {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        let rows_of = |input: &SchemaRef| {
-            RowConverter::new(
-                input
-                    .fields()
-                    .iter()
-                    .map(|f| SortField::new(f.data_type().clone()))
-                    .collect(),
-            )
-        };
         Ok(Box::new(WindowJoinOperator {
-            rows_of: [rows_of(&self.inputs[0])?, rows_of(&self.inputs[1])?],
+            rows_of: super::row_converters(&self.inputs)?,
             keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
             windows: BTreeMap::new(),
             watermark: Timestamp::MIN,
