@@ -1,6 +1,6 @@
 //! The spilling state backend with real processes: window state several
 //! times the memory budget, in runs on local disk, and the state of
-//! non-windowed aggregations and regular joins in the backend's store, give
+//! non-windowed aggregations, regular and interval joins in the backend's store, give
 //! the rows of the heap with a lower peak RSS, and survive SIGKILL like any
 //! checkpointed state.
 
@@ -23,25 +23,31 @@ fn spilling(budget: &str, dir: &Path) -> String {
     )
 }
 
-#[test]
-fn a_tumbling_aggregation_with_spilled_state_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+/// `query` (insert-only, its columns `columns`) with the spilling backend
+/// under 1 MB, killed three times at each of [`MODES`]: exactly the rows
+/// of a clean run, 400k of them.
+fn spilled_rows_killed_three_times(name: &str, columns: &str, query: &str) {
     for (parallelism, settings) in MODES {
         let spill = tempfile::tempdir().unwrap();
-        // 100k keys per 3 s window (about 5 MB of state) under a 1 MB budget.
         let settings = format!("{settings} {}", spilling("1 mb", spill.path()));
-        let (expected, got, context) = crash_three_times(
-            "tumble-spilling",
-            parallelism,
-            &settings,
-            SEQUENCE,
-            "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
-            "SELECT id % 100000, window_start, COUNT(*), SUM(id)
-             FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '3' SECOND))
-             GROUP BY id % 100000, window_start, window_end",
-        );
+        let (expected, got, context) =
+            crash_three_times(name, parallelism, &settings, SEQUENCE, columns, query);
         let context = format!("{context} {settings}{}", row_difference(&expected, &got));
+        assert_eq!(expected.len(), 400_000, "{context}");
         assert!(got == expected, "rows differ after crashes: {context}");
     }
+}
+
+#[test]
+fn a_tumbling_aggregation_with_spilled_state_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // 100k keys per 3 s window (about 5 MB of state) under a 1 MB budget.
+    spilled_rows_killed_three_times(
+        "tumble-spilling",
+        "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
+        "SELECT id % 100000, window_start, COUNT(*), SUM(id)
+         FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '3' SECOND))
+         GROUP BY id % 100000, window_start, window_end",
+    );
 }
 
 #[test]
@@ -142,6 +148,19 @@ fn a_top_n_with_spilled_partitions_killed_three_times_ends_with_the_exact_table(
     spilled_updates_killed_three_times("changelog-topn-spilling", columns, UPDATING_TOP_N, false);
 }
 
+#[test]
+fn an_interval_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // Each even id joins the next one (key id / 2); each odd one comes out
+    // padded once the watermark is 10 minutes past it: about 60k left rows
+    // kept (several MB on the heap) under a 1 MB budget.
+    spilled_rows_killed_three_times(
+        "interval-spilling",
+        "a BIGINT, b BIGINT",
+        "SELECT a.id, b.id FROM seq a LEFT JOIN seq b
+         ON a.id / 2 = b.id / 2 AND a.id < b.id AND a.ts BETWEEN b.ts - INTERVAL '10' MINUTE AND b.ts",
+    );
+}
+
 /// The peak resident set (VmHWM) of a `weir run` of `file`, polled from
 /// /proc while it runs, in bytes; panics if the run fails.
 fn peak_rss_of_run(file: &Path) -> u64 {
@@ -218,11 +237,18 @@ fn assert_within_budget(base_peak: u64, heap_peak: u64, spill_peak: u64) {
     assert!(spill_peak.saturating_sub(base_peak) < 3 * (32 << 20), "{context}");
 }
 
+/// Writes the job `sql` to `dir/name.sql`; returns its path.
+fn write_job(dir: &Path, name: &str, sql: String) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.sql"));
+    std::fs::write(&file, sql).unwrap();
+    file
+}
+
 /// A job of 6M rows over `keys` keys in one window, written as CSV to `out`.
 fn large_state_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
-    let file = dir.join(format!("{name}.sql"));
-    std::fs::write(
-        &file,
+    write_job(
+        dir,
+        name,
         format!(
             "{settings}
              SET 'table.local-time-zone' = 'UTC';
@@ -239,8 +265,6 @@ fn large_state_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path
             out.display()
         ),
     )
-    .unwrap();
-    file
 }
 
 #[test]
@@ -258,12 +282,33 @@ fn a_window_job_with_state_several_times_its_budget_gives_the_rows_of_the_heap_w
     assert_eq!(left, 0, "the runs are gone at the end");
 }
 
+/// A large-state job kept in the spilling backend's store, run as
+/// [`peaks_of_three_runs`] runs it: the heap's table is the one row
+/// `expected` (JSON), the spilling run's the same within the budget, and
+/// the store is gone at the end.
+fn store_job_gives_the_heaps_table_within_the_budget(
+    job: fn(&Path, &str, &str, u64, &Path) -> std::path::PathBuf,
+    expected: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |name: &str| dir.path().join(name);
+    let store = dir.path().join("store");
+    let (base_peak, heap_peak, spill_peak) = peaks_of_three_runs(dir.path(), job, &store);
+    let table = |name: &str| changelog_table(&committed_rows(&out(name)));
+    let heap = table("heap");
+    assert_eq!(heap.keys().collect::<Vec<_>>(), [expected], "the heap's table");
+    assert_eq!(table("spill"), heap);
+    assert_within_budget(base_peak, heap_peak, spill_peak);
+    let left = std::fs::read_dir(&store).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "the store is gone at the end");
+}
+
 /// A job of 6M rows over `keys` groups, then the count of groups and of
 /// rows (one row, updated every batch), as a changelog to `out`.
 fn large_group_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
-    let file = dir.join(format!("{name}.sql"));
-    std::fs::write(
-        &file,
+    write_job(
+        dir,
+        name,
         format!(
             "{settings}
              CREATE TABLE seq (id BIGINT)
@@ -277,36 +322,20 @@ fn large_group_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path
             out.display()
         ),
     )
-    .unwrap();
-    file
 }
 
 #[test]
 fn a_group_by_with_state_several_times_its_budget_gives_the_table_of_the_heap_within_the_budget() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = |name: &str| dir.path().join(name);
-    let store = dir.path().join("store");
-    let (base_peak, heap_peak, spill_peak) = peaks_of_three_runs(dir.path(), large_group_job, &store);
-    let table = |name: &str| changelog_table(&committed_rows(&out(name)));
-    let expected = table("heap");
-    assert_eq!(
-        expected.keys().collect::<Vec<_>>(),
-        ["{\"n\":2000000,\"total\":6000000}"],
-        "the heap's table"
-    );
-    assert_eq!(table("spill"), expected);
-    assert_within_budget(base_peak, heap_peak, spill_peak);
-    let left = std::fs::read_dir(&store).map_or(0, |d| d.count());
-    assert_eq!(left, 0, "the store is gone at the end");
+    store_job_gives_the_heaps_table_within_the_budget(large_group_job, "{\"n\":2000000,\"total\":6000000}");
 }
 
 /// 2M groups of `rows` rows (ids `0..rows`) under 32 MB with checkpoints
 /// into `dir/ck`, then the count of groups and of rows as a changelog to
 /// `dir/out` (`keys` 4: next to no state).
 fn checkpointed_group_job(dir: &Path, name: &str, keys: u64, rows: u64) -> std::path::PathBuf {
-    let file = dir.join(format!("{name}.sql"));
-    std::fs::write(
-        &file,
+    write_job(
+        dir,
+        name,
         format!(
             "{}
              SET 'execution.checkpointing.interval' = '1 s';
@@ -325,8 +354,6 @@ fn checkpointed_group_job(dir: &Path, name: &str, keys: u64, rows: u64) -> std::
             dir.join(format!("out-{name}")).display(),
         ),
     )
-    .unwrap();
-    file
 }
 
 /// The one job directory under a checkpoint directory (`<job>/<job id>`).
@@ -426,9 +453,9 @@ fn a_flink_rocksdb_setting_is_refused_with_what_weir_has_instead() {
 /// row a key and side), then the count of joined rows and their sum (one
 /// row, updated every batch), as a changelog to `out`.
 fn large_join_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
-    let file = dir.join(format!("{name}.sql"));
-    std::fs::write(
-        &file,
+    write_job(
+        dir,
+        name,
         format!(
             "{settings}
              SET 'table.optimizer.join.broadcast-threshold' = '-1';
@@ -443,25 +470,44 @@ fn large_join_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path)
             out.display()
         ),
     )
-    .unwrap();
-    file
 }
 
 #[test]
 fn a_join_with_state_several_times_its_budget_gives_the_table_of_the_heap_within_the_budget() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = |name: &str| dir.path().join(name);
-    let store = dir.path().join("store");
-    let (base_peak, heap_peak, spill_peak) = peaks_of_three_runs(dir.path(), large_join_job, &store);
-    let table = |name: &str| changelog_table(&committed_rows(&out(name)));
-    let expected = table("heap");
-    assert_eq!(
-        expected.keys().collect::<Vec<_>>(),
-        ["{\"n\":2000000,\"total\":1999999000000}"],
-        "the heap's table"
+    store_job_gives_the_heaps_table_within_the_budget(
+        large_join_job,
+        "{\"n\":2000000,\"total\":1999999000000}",
     );
-    assert_eq!(table("spill"), expected);
-    assert_within_budget(base_peak, heap_peak, spill_peak);
-    let left = std::fs::read_dir(&store).map_or(0, |d| d.count());
-    assert_eq!(left, 0, "the store is gone at the end");
+}
+
+/// A job of 2M rows a side, those below `keys` joined on their ids within
+/// an hour of each other (every row is kept until the input ends), then
+/// the count of joined rows and their sum, as a changelog to `out`.
+fn large_interval_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
+    write_job(
+        dir,
+        name,
+        format!(
+            "{settings}
+             CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id / 1000, 3), WATERMARK FOR ts AS ts)
+               WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence',
+                     'fields.id.start' = '0', 'fields.id.end' = '1999999',
+                     'rows-per-second' = '1000000000');
+             CREATE TABLE `out` (n BIGINT, total BIGINT)
+               WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'debezium-json');
+             INSERT INTO `out` SELECT COUNT(*), SUM(x.id)
+               FROM seq x JOIN seq y ON x.id = y.id
+                 AND x.ts BETWEEN y.ts - INTERVAL '1' HOUR AND y.ts + INTERVAL '1' HOUR
+               WHERE x.id < {keys} AND y.id < {keys};",
+            out.display()
+        ),
+    )
+}
+
+#[test]
+fn an_interval_join_with_state_several_times_its_budget_gives_the_table_of_the_heap_within_the_budget() {
+    store_job_gives_the_heaps_table_within_the_budget(
+        large_interval_job,
+        "{\"n\":2000000,\"total\":1999999000000}",
+    );
 }

@@ -396,8 +396,7 @@ impl GroupAggregateOperator {
         let spill = self.spill.as_mut().expect("spilling");
         spill.open_store()?;
         let spill = self.spill.as_ref().expect("spilling");
-        for start in (0..rows.num_rows()).step_by(WRITE_CHUNK) {
-            let chunk = rows.slice(start, (rows.num_rows() - start).min(WRITE_CHUNK));
+        for chunk in crate::state::store::in_chunks(rows) {
             let key_groups = chunk.column(0).as_primitive::<arrow::datatypes::UInt32Type>();
             let store_keys = spill.keyed(key_groups, &chunk.columns()[1..1 + key_count])?;
             let values = spill.encode_values(&chunk.columns()[1 + key_count..], &schema, key_count)?;

@@ -5,7 +5,9 @@
 //! could join may still come (by the watermark), and forgotten after; an
 //! outer side's row that never joined is then emitted padded with NULLs.
 //! The output is insert-only and keeps the time attributes; its watermark
-//! is held back by the larger of the two bounds, as Flink's.
+//! is held back by the larger of the two bounds, as Flink's. Under the
+//! spilling backend, rows beyond the memory budget go to a store
+//! (`interval/spill.rs`).
 //!
 //! ```text
 //!  left  ──HASH──►┐  rows by key and time; watermark w: left rows with
@@ -31,7 +33,11 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
+use crate::state::store::{Entry, in_chunks};
+
+mod spill;
 
 /// An interval join of two inputs.
 #[derive(Debug, Clone)]
@@ -151,10 +157,18 @@ impl OperatorFactory for IntervalJoin {
             sides: Default::default(),
             watermark: MIN_WATERMARK,
             max_parallelism: ctx.max_parallelism,
+            spill: ctx.spill.clone().map(spill::IntervalSpill::new),
             spec: Arc::new(self.clone()),
         }))
     }
+
+    fn can_spill(&self) -> bool {
+        true
+    }
 }
+
+/// A kept row's place in time: its time, then its side's count of rows.
+type At = (i64, u64);
 
 /// A kept row, and whether it has joined (an outer side's unjoined rows
 /// are emitted padded when they expire).
@@ -173,13 +187,109 @@ struct Side {
     keys: std::collections::HashMap<Arc<[u8]>, KeyRows, foldhash::fast::FixedState>,
     times: BTreeMap<(i64, u64), Arc<[u8]>>,
     seq: u64,
+    /// Bytes its rows and keys take, about (the spilling backend's measure).
+    bytes: usize,
 }
 
-/// One key's rows by `(time, seq)`.
+/// Bytes a kept row takes besides its own: its entries in the time index
+/// and its key's map (with the slack of their nodes), and its allocation.
+const ROW_OVERHEAD: usize = 128;
+
+/// Bytes a key takes besides its own: its slot (with its first row) and
+/// its shared allocation.
+const KEY_OVERHEAD: usize = 112;
+
+/// One key's rows by `(time, seq)`: the first inline, a map from the
+/// second on. A map of its own for every key took a 456-byte node for a
+/// key's first row (3 GB on the heap for 2M keys of one row a side); a
+/// deque instead made keys of many rows a third slower.
 #[derive(Debug)]
 struct KeyRows {
     key: Arc<[u8]>,
-    rows: BTreeMap<(i64, u64), Kept>,
+    rows: Rows,
+}
+
+#[derive(Debug)]
+enum Rows {
+    None,
+    One((i64, u64), Kept),
+    Many(BTreeMap<(i64, u64), Kept>),
+}
+
+impl KeyRows {
+    fn insert(&mut self, at: (i64, u64), kept: Kept) {
+        if let Rows::Many(map) = &mut self.rows {
+            map.insert(at, kept);
+            return;
+        }
+        self.rows = match std::mem::replace(&mut self.rows, Rows::None) {
+            Rows::One(first, row) => {
+                let mut map = BTreeMap::new();
+                map.insert(first, row);
+                map.insert(at, kept);
+                Rows::Many(map)
+            }
+            _ => Rows::One(at, kept),
+        }
+    }
+
+    fn remove(&mut self, at: (i64, u64)) -> Option<Kept> {
+        match &mut self.rows {
+            Rows::One(first, _) if *first == at => match std::mem::replace(&mut self.rows, Rows::None) {
+                Rows::One(_, kept) => Some(kept),
+                _ => unreachable!("matched above"),
+            },
+            Rows::Many(map) => map.remove(&at),
+            _ => None,
+        }
+    }
+
+    fn get_mut(&mut self, at: (i64, u64)) -> Option<&mut Kept> {
+        match &mut self.rows {
+            Rows::One(first, kept) if *first == at => Some(kept),
+            Rows::Many(map) => map.get_mut(&at),
+            _ => None,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match &self.rows {
+            Rows::None => true,
+            Rows::One(..) => false,
+            Rows::Many(map) => map.is_empty(),
+        }
+    }
+
+    /// Its rows with times from `from` to `to`, both included, in order.
+    fn range(&self, from: i64, to: i64) -> RowRange<'_> {
+        match &self.rows {
+            Rows::None => RowRange::One(None),
+            Rows::One(at, kept) => RowRange::One((from <= at.0 && at.0 <= to).then_some((at, kept))),
+            Rows::Many(map) => RowRange::Many(map.range((from, 0)..=(to, u64::MAX))),
+        }
+    }
+
+    /// All its rows, in order.
+    fn iter(&self) -> impl Iterator<Item = (&(i64, u64), &Kept)> {
+        self.range(i64::MIN, i64::MAX)
+    }
+}
+
+/// A range of a key's rows ([`KeyRows::range`]).
+enum RowRange<'a> {
+    One(Option<(&'a (i64, u64), &'a Kept)>),
+    Many(std::collections::btree_map::Range<'a, (i64, u64), Kept>),
+}
+
+impl<'a> Iterator for RowRange<'a> {
+    type Item = (&'a (i64, u64), &'a Kept);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            RowRange::One(row) => row.take(),
+            RowRange::Many(range) => range.next(),
+        }
+    }
 }
 
 impl Side {
@@ -188,15 +298,17 @@ impl Side {
         let by_time = match self.keys.get_mut(key) {
             Some(by_time) => by_time,
             None => {
+                self.bytes += key.len() + KEY_OVERHEAD;
                 let key: Arc<[u8]> = key.into();
                 self.keys.entry(key.clone()).or_insert(KeyRows {
                     key,
-                    rows: BTreeMap::new(),
+                    rows: Rows::None,
                 })
             }
         };
         self.seq += 1;
-        by_time.rows.insert((time, self.seq), kept);
+        self.bytes += kept.row.len() + ROW_OVERHEAD;
+        by_time.insert((time, self.seq), kept);
         self.times.insert((time, self.seq), by_time.key.clone());
     }
 
@@ -211,12 +323,14 @@ impl Side {
             let Some(by_time) = self.keys.get_mut(&key[..]) else {
                 continue;
             };
-            if let Some(kept) = by_time.rows.remove(&at)
-                && !kept.joined
-            {
-                unjoined.push(kept.row);
+            if let Some(kept) = by_time.remove(at) {
+                self.bytes -= kept.row.len() + ROW_OVERHEAD;
+                if !kept.joined {
+                    unjoined.push(kept.row);
+                }
             }
-            if by_time.rows.is_empty() {
+            if by_time.is_empty() {
+                self.bytes -= key.len() + KEY_OVERHEAD;
                 self.keys.remove(&key[..]);
             }
         }
@@ -232,6 +346,17 @@ struct IntervalJoinOperator {
     /// The input watermark (event time) or the wall clock (processing time).
     watermark: Timestamp,
     max_parallelism: usize,
+    /// The spilling backend: rows beyond the budget in a store.
+    spill: Option<spill::IntervalSpill>,
+}
+
+/// Where a candidate row of the other side is kept: in memory (by its
+/// `(time, seq)`) or in the store (its entry among those read for the
+/// batch: input row, then place).
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Memory((i64, u64)),
+    Store(usize, usize),
 }
 
 /// Output rows as indices: the input row and the other side's candidate
@@ -273,21 +398,24 @@ impl IntervalJoinOperator {
         let times = self.times(side, data, now)?;
         let (keys, null_keys) = key_rows(&spec.keys[side], &spec.key_types()?, &self.keys_of, data, false)?;
         let rows = self.rows_of[side].convert_columns(data.columns())?;
-        // Candidate pairs: the other side's rows of the key within the window.
+        let skip: Vec<bool> = (times.iter().enumerate())
+            .map(|(i, t)| null_keys.as_ref().is_some_and(|n| n.is_null(i)) || *t == MIN_WATERMARK)
+            .collect();
+        // Candidate pairs: the other side's rows of the key within the
+        // window, in memory and in the store.
+        let stored = self.stored_candidates(side, &keys, &times, &skip)?;
         let (mut inputs, mut places, mut found) = (Vec::new(), Vec::new(), Vec::new());
         let parser = self.rows_of[1 - side].parser();
         for (i, time) in times.iter().enumerate() {
-            if null_keys.as_ref().is_some_and(|n| n.is_null(i)) || *time == MIN_WATERMARK {
-                continue;
-            }
-            let Some(by_time) = self.sides[1 - side].keys.get(keys.row(i).as_ref()) else {
-                continue;
-            };
-            let (from, to) = spec.window(side, *time);
-            for (at, kept) in by_time.rows.range((from, 0)..=(to, u64::MAX)) {
-                inputs.push(i as u32);
-                places.push(*at);
-                found.push(parser.parse(&kept.row));
+            if !skip[i] {
+                let window = spec.window(side, *time);
+                let memory = self.sides[1 - side].keys.get(keys.row(i).as_ref());
+                let stored = stored.get(i).map_or(&[][..], |s| &s[..]);
+                candidates(i, window, memory, stored, |place, row| {
+                    inputs.push(i as u32);
+                    places.push(place);
+                    found.push(parser.parse(row));
+                })?;
             }
         }
         let other = match found.is_empty() {
@@ -301,6 +429,7 @@ impl IntervalJoinOperator {
         };
         let mut pairs = Pairs::default();
         let mut joined = vec![false; data.num_rows()];
+        let mut stored_joined = Vec::new();
         for (p, ok) in matched.iter().enumerate() {
             if !ok {
                 continue;
@@ -309,20 +438,24 @@ impl IntervalJoinOperator {
             joined[i] = true;
             pairs.input.push(Some(i as u32));
             pairs.other.push(Some(p as u32));
-            if spec.kind.outer(1 - side)
-                && let Some(kept) = self.sides[1 - side]
-                    .keys
-                    .get_mut(keys.row(i).as_ref())
-                    .and_then(|m| m.rows.get_mut(&places[p]))
-            {
-                kept.joined = true;
+            if !spec.kind.outer(1 - side) {
+                continue;
+            }
+            match places[p] {
+                Place::Memory(at) => {
+                    let memory = self.sides[1 - side].keys.get_mut(keys.row(i).as_ref());
+                    if let Some(kept) = memory.and_then(|m| m.get_mut(at)) {
+                        kept.joined = true;
+                    }
+                }
+                Place::Store(i, j) => stored_joined.push(&stored[i][j]),
             }
         }
+        self.mark_stored_joined(&stored_joined)?;
         for (i, time) in times.iter().enumerate() {
-            let null_key = null_keys.as_ref().is_some_and(|n| n.is_null(i));
             // Kept while rows of the other side it could join may still come.
             let (_, last) = spec.window(side, *time);
-            if !null_key && *time != MIN_WATERMARK && self.watermark < last {
+            if !skip[i] && self.watermark < last {
                 let kept = Kept {
                     row: rows.row(i).as_ref().into(),
                     joined: joined[i],
@@ -336,7 +469,7 @@ impl IntervalJoinOperator {
         if !pairs.input.is_empty() {
             out.batch(self.output(side, data, other.as_deref(), pairs)?);
         }
-        Ok(())
+        self.spill_if_full(data.num_rows())
     }
 
     /// Joined rows: the input side's taken by row, the other's by pair.
@@ -376,53 +509,52 @@ impl IntervalJoinOperator {
     fn advance(&mut self, w: Timestamp, out: &mut Output) -> Result<()> {
         self.watermark = self.watermark.max(w);
         for side in 0..2 {
-            let unjoined = self.sides[side].expire(self.spec.expired(side, self.watermark));
-            if unjoined.is_empty() || !self.spec.kind.outer(side) {
-                continue;
+            let expired = self.spec.expired(side, self.watermark);
+            let unjoined = self.sides[side].expire(expired);
+            self.pad(side, &unjoined, out)?;
+            while let Some(unjoined) = self.expire_stored(side, expired)? {
+                self.pad(side, &unjoined, out)?;
             }
-            let parser = self.rows_of[side].parser();
-            let mine = self.rows_of[side].convert_rows(unjoined.iter().map(|r| parser.parse(r)))?;
-            let theirs = nulls(&self.spec.inputs[1 - side], unjoined.len());
-            let (left, right) = if side == 0 { (mine, theirs) } else { (theirs, mine) };
-            out.batch(RecordBatch::try_new(
-                self.spec.schema.clone(),
-                left.into_iter().chain(right).collect(),
-            )?);
         }
+        Ok(())
+    }
+
+    /// Emits `unjoined` rows of `side` padded with NULLs, if it is outer.
+    fn pad<R: AsRef<[u8]>>(&self, side: usize, unjoined: &[R], out: &mut Output) -> Result<()> {
+        if unjoined.is_empty() || !self.spec.kind.outer(side) {
+            return Ok(());
+        }
+        let parser = self.rows_of[side].parser();
+        let mine = self.rows_of[side].convert_rows(unjoined.iter().map(|r| parser.parse(r.as_ref())))?;
+        let theirs = nulls(&self.spec.inputs[1 - side], unjoined.len());
+        let (left, right) = if side == 0 { (mine, theirs) } else { (theirs, mine) };
+        out.batch(RecordBatch::try_new(
+            self.spec.schema.clone(),
+            left.into_iter().chain(right).collect(),
+        )?);
         Ok(())
     }
 
     /// One side's kept rows as state columns.
     fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
         let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
-        let (mut keys, mut rows, mut times, mut joined) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut keys = Vec::new();
+        let mut kept = SideRows::default();
         for (key, by_time) in &self.sides[side].keys {
-            for ((t, _), k) in &by_time.rows {
+            for ((t, _), k) in by_time.iter() {
                 keys.push(key_parser.parse(key));
-                rows.push(row_parser.parse(&k.row));
-                times.push(*t);
-                joined.push(k.joined);
+                kept.rows.push(row_parser.parse(&k.row));
+                kept.times.push(*t);
+                kept.joined.push(k.joined);
             }
         }
-        if rows.is_empty() {
+        if keys.is_empty() {
             return Ok(None);
         }
-        let n = rows.len();
+        let n = keys.len();
         let key_columns = self.keys_of.convert_rows(keys)?;
-        let data = self.rows_of[side].convert_rows(rows)?;
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
-            Arc::new(Int8Array::from(vec![side as i8; n])),
-        ];
-        for s in 0..2 {
-            match s == side {
-                true => columns.extend(data.iter().cloned()),
-                false => columns.extend(nulls(&self.spec.inputs[s], n)),
-            }
-        }
-        columns.push(Arc::new(Int64Array::from(times)));
-        columns.push(Arc::new(BooleanArray::from(joined)));
-        Ok(Some(columns))
+        let groups = key_groups(&key_columns, n, self.max_parallelism)?;
+        side_columns(&self.spec, &self.rows_of[side], side, groups, kept).map(Some)
     }
 
     fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {
@@ -457,6 +589,67 @@ impl IntervalJoinOperator {
         }
         Ok(())
     }
+}
+
+/// Kept rows of one side, as state columns take them.
+#[derive(Default)]
+struct SideRows<'a> {
+    rows: Vec<arrow::row::Row<'a>>,
+    times: Vec<i64>,
+    joined: Vec<bool>,
+}
+
+/// State columns of rows of `side` (bytes of `converter`) in key groups
+/// `groups`: `_key_group`, `_side`, the left columns, the right ones (NULL
+/// on the other side), `_time`, `_emitted`.
+fn side_columns(
+    spec: &IntervalJoin,
+    converter: &RowConverter,
+    side: usize,
+    groups: arrow::array::UInt32Array,
+    kept: SideRows,
+) -> Result<Vec<ArrayRef>> {
+    let n = kept.rows.len();
+    let data = converter.convert_rows(kept.rows)?;
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(groups), Arc::new(Int8Array::from(vec![side as i8; n]))];
+    for s in 0..2 {
+        match s == side {
+            true => columns.extend(data.iter().cloned()),
+            false => columns.extend(nulls(&spec.inputs[s], n)),
+        }
+    }
+    columns.push(Arc::new(Int64Array::from(kept.times)));
+    columns.push(Arc::new(BooleanArray::from(kept.joined)));
+    Ok(columns)
+}
+
+/// The rows of one key of the other side within `window` (times, both
+/// included) for input row `input`, given to `take`: those `memory` keeps
+/// and those read from the store (`stored`), merged in `(time, seq)` order
+/// as one map would hold them.
+fn candidates<'a>(
+    input: usize,
+    (from, to): (i64, i64),
+    memory: Option<&'a KeyRows>,
+    stored: &'a [Entry],
+    mut take: impl FnMut(Place, &'a [u8]),
+) -> Result<()> {
+    let mut memory = match memory {
+        Some(rows) => rows.range(from, to),
+        None => RowRange::One(None),
+    }
+    .peekable();
+    for (j, (key, value)) in stored.iter().enumerate() {
+        let at = spill::row_time(key)?;
+        while let Some((earlier, kept)) = memory.next_if(|(a, _)| **a < at) {
+            take(Place::Memory(*earlier), &kept.row);
+        }
+        take(Place::Store(input, j), spill::row_bytes(value)?);
+    }
+    for (at, kept) in memory {
+        take(Place::Memory(*at), &kept.row);
+    }
+    Ok(())
 }
 
 fn nulls(schema: &SchemaRef, n: usize) -> Vec<ArrayRef> {
@@ -497,6 +690,9 @@ impl Operator for IntervalJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
         let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         // The watermark is saved too: which rows are kept depends on it.
         let rows = columns
@@ -520,8 +716,14 @@ impl Operator for IntervalJoinOperator {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
-        self.restore_side(0, rows)?;
-        self.restore_side(1, rows)
+        // A chunk at a time: with the spilling backend, memory goes to the
+        // store whenever it holds more than its share.
+        for chunk in in_chunks(rows) {
+            self.restore_side(0, &chunk)?;
+            self.restore_side(1, &chunk)?;
+            self.spill_if_over()?;
+        }
+        Ok(())
     }
 
     fn state_signature(&self) -> Result<Option<String>> {

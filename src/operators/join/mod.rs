@@ -432,6 +432,16 @@ impl Codec {
     }
 }
 
+/// The key group of each of `keys` (join keys as bytes of `keys_of`).
+fn key_groups_of(keys_of: &RowConverter, keys: &[&[u8]], max_parallelism: usize) -> Result<UInt32Array> {
+    if keys.is_empty() {
+        return Ok(UInt32Array::from(Vec::<u32>::new()));
+    }
+    let parser = keys_of.parser();
+    let columns = keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+    crate::state::snapshot::key_groups(&columns, keys.len(), max_parallelism)
+}
+
 /// Each side's rows as bytes, and back.
 fn row_converters(inputs: &[SchemaRef; 2]) -> Result<[RowConverter; 2]> {
     let of = |input: &SchemaRef| {

@@ -29,8 +29,8 @@ use crate::runtime::operator::SpillSettings;
 use crate::state::deferred::{Deferred, DeltaOf, store_delta, store_run};
 use crate::state::flushed::FlushedKeys;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups, state_rows};
-use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
+use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, in_chunks, open_once};
 use crate::{Error, Result};
 
 /// A join subtask's spilled state.
@@ -119,15 +119,7 @@ impl JoinOperator {
 
     /// The key group of each of `keys` (join keys' bytes).
     fn key_groups_of(&self, keys: &[&[u8]]) -> Result<UInt32Array> {
-        if keys.is_empty() {
-            return Ok(UInt32Array::from(Vec::<u32>::new()));
-        }
-        let parser = self.codec.keys_of.parser();
-        let columns = self
-            .codec
-            .keys_of
-            .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
-        key_groups(&columns, keys.len(), self.max_parallelism)
+        super::key_groups_of(&self.codec.keys_of, keys, self.max_parallelism)
     }
 
     /// Reads both sides' rows of the keys of `keys` that memory does not
@@ -320,8 +312,7 @@ impl JoinOperator {
     /// more than its share ([`SpillsWhenFull`]).
     pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
         self.spill.as_mut().expect("spilling").open_store()?;
-        for start in (0..rows.num_rows()).step_by(WRITE_CHUNK) {
-            let chunk = rows.slice(start, (rows.num_rows() - start).min(WRITE_CHUNK));
+        for chunk in in_chunks(rows) {
             self.restore_side(0, &chunk)?;
             self.restore_side(1, &chunk)?;
             self.spill_if_over()?;

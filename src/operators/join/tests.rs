@@ -789,3 +789,134 @@ fn the_state_ttl_sweeps_a_slice_of_the_rows_per_tick_and_all_of_them_in_half_the
     }
     assert_eq!(swept, 20_000, "every key swept once within half the TTL");
 }
+
+/// One step of an interval join's input: rows of a side, or a watermark.
+enum Step {
+    Rows(usize, String),
+    Watermark(i64),
+}
+
+/// Batches of `rows` rows for both sides in turn over `keys` keys, each
+/// batch a second later than the one before (rows up to 2 s out of
+/// order), the watermark 3 s behind after every other batch.
+fn interval_steps(batches: usize, rows: usize, keys: usize) -> Vec<Step> {
+    let base = 1_577_836_800; // 2020-01-01T00:00:00, s
+    let mut steps = Vec::new();
+    for b in 0..batches {
+        let lines: Vec<String> = (0..rows)
+            .map(|r| {
+                let i = b * rows + r;
+                let s = b + i % 3;
+                let at = chrono::DateTime::from_timestamp(base + s as i64, 0).unwrap();
+                format!(
+                    "{} v{} {}",
+                    (i * 7919) % keys,
+                    i % 5,
+                    at.format("%Y-%m-%dT%H:%M:%S")
+                )
+            })
+            .collect();
+        steps.push(Step::Rows(b % 2, lines.join("\n")));
+        if b % 2 == 1 {
+            steps.push(Step::Watermark((base + b as i64 - 3) * 1000));
+        }
+    }
+    steps
+}
+
+/// What `h` emits for each step, each step's lines sorted (a watermark's
+/// padded rows come in no set order).
+fn interval_joined(h: &mut Harness, steps: &[Step]) -> Vec<Vec<String>> {
+    steps
+        .iter()
+        .map(|step| {
+            let mut lines = match step {
+                Step::Rows(side, rows) => h.push_to(*side, rows).unwrap(),
+                Step::Watermark(w) => h.watermark(*w).unwrap(),
+            };
+            lines.sort();
+            lines
+        })
+        .collect()
+}
+
+#[test]
+fn a_spilled_interval_join_emits_the_rows_the_heap_emits() {
+    let dir = tempfile::tempdir().unwrap();
+    // 90 keys: 590 pairs, 910 rows of each side that join nothing.
+    let mut steps = interval_steps(60, 50, 90);
+    steps.push(Step::Watermark(i64::MAX));
+    let expected = interval_joined(&mut interval("FULL JOIN"), &steps);
+    let all: Vec<&String> = expected.iter().flatten().collect();
+    assert!(
+        all.iter().filter(|l| l.contains("null")).count() > 300,
+        "padded rows"
+    );
+    let pairs = all.iter().filter(|l| !l.contains("null")).count();
+    assert!(pairs > 500, "{pairs} pairs");
+    let mut h = interval("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    let mut got = Vec::new();
+    let mut store_seen = false;
+    for step in &steps {
+        got.extend(interval_joined(&mut h, std::slice::from_ref(step)));
+        store_seen |= entries_in(dir.path()) > 0;
+    }
+    assert!(store_seen, "rows went to the store");
+    assert_eq!(got, expected);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(
+        snapshot.runs.is_empty() && snapshot.rows.is_none(),
+        "the last watermark expired every row, in the store too"
+    );
+}
+
+#[test]
+fn a_spilled_interval_join_restores_from_a_snapshot_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = interval_steps(40, 50, 90);
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = interval("LEFT JOIN");
+    interval_joined(&mut heap, before);
+    let kept = heap
+        .snapshot_only()
+        .unwrap()
+        .expect("state")
+        .rows
+        .unwrap()
+        .num_rows();
+    let expected = interval_joined(&mut heap, after);
+    let mut h = interval("LEFT JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    interval_joined(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(
+        snapshot.runs[0].info.rows as usize, kept,
+        "the rows the heap keeps"
+    );
+    assert_eq!(interval_joined(&mut h, after), expected);
+}
+
+#[test]
+fn a_spilled_interval_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = interval_steps(40, 50, 90);
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = interval("FULL JOIN");
+    interval_joined(&mut heap, before);
+    let expected = interval_joined(&mut heap, after);
+    let mut h = interval("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    interval_joined(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    interval_joined(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        interval_joined(&mut h, after),
+        expected,
+        "the rows as they were at the barrier"
+    );
+}
