@@ -187,8 +187,13 @@ impl Store {
     /// Up to `limit` entries in key order, from the first key at or after
     /// `from`.
     pub fn scan(&self, from: &[u8], limit: usize) -> Result<Vec<(fjall::Slice, fjall::Slice)>> {
+        self.entries((Bound::Included(from), Bound::Unbounded), limit)
+    }
+
+    /// Up to `limit` entries within `bounds`, in key order.
+    fn entries(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>), limit: usize) -> Result<Vec<Entry>> {
         self.partition
-            .range::<&[u8], _>((Bound::Included(from), Bound::Unbounded))
+            .range::<&[u8], _>(bounds)
             .take(limit)
             .map(|entry| entry.map_err(|e| failed(&self.dir, e)))
             .collect()
@@ -197,11 +202,7 @@ impl Store {
     /// Up to `limit` entries in key order with keys from `from` to `to`,
     /// both included (a range scan: one key's entries of a time range).
     pub fn range(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<Entry>> {
-        self.partition
-            .range::<&[u8], _>((Bound::Included(from), Bound::Included(to)))
-            .take(limit)
-            .map(|entry| entry.map_err(|e| failed(&self.dir, e)))
-            .collect()
+        self.entries((Bound::Included(from), Bound::Included(to)), limit)
     }
 
     /// The next up to `limit` entries from `cursor` on, which moves past
