@@ -83,6 +83,13 @@ impl Harness {
         })
     }
 
+    /// Input `input` as a changelog (rows may start with a kind, `-D`): for
+    /// an operator that takes updates where the planned source has none.
+    pub fn updating_input(mut self, input: usize) -> Harness {
+        self.inputs[input] = crate::changelog::with_op(&self.inputs[input]);
+        self
+    }
+
     /// The operator afresh, with incremental checkpoints on.
     pub fn incremental(mut self) -> Result<Harness> {
         self.incremental = true;

@@ -1,6 +1,6 @@
 //! The spilling state backend with real processes: window state several
 //! times the memory budget, in runs on local disk, and the state of
-//! non-windowed aggregations, regular and interval joins in the backend's store, give
+//! non-windowed aggregations, regular, interval and temporal joins in the backend's store, give
 //! the rows of the heap with a lower peak RSS, and survive SIGKILL like any
 //! checkpointed state.
 
@@ -23,15 +23,14 @@ fn spilling(budget: &str, dir: &Path) -> String {
     )
 }
 
-/// `query` (insert-only, its columns `columns`) with the spilling backend
-/// under 1 MB, killed three times at each of [`MODES`]: exactly the rows
-/// of a clean run, 400k of them.
-fn spilled_rows_killed_three_times(name: &str, columns: &str, query: &str) {
+/// `query` (insert-only, its columns `columns`) of the tables of `source`
+/// with the spilling backend under 1 MB, killed three times at each of
+/// [`MODES`]: exactly the rows of a clean run, 400k of them.
+fn spilled_rows_killed_three_times(name: &str, source: &str, columns: &str, query: &str) {
     for (parallelism, settings) in MODES {
         let spill = tempfile::tempdir().unwrap();
         let settings = format!("{settings} {}", spilling("1 mb", spill.path()));
-        let (expected, got, context) =
-            crash_three_times(name, parallelism, &settings, SEQUENCE, columns, query);
+        let (expected, got, context) = crash_three_times(name, parallelism, &settings, source, columns, query);
         let context = format!("{context} {settings}{}", row_difference(&expected, &got));
         assert_eq!(expected.len(), 400_000, "{context}");
         assert!(got == expected, "rows differ after crashes: {context}");
@@ -43,6 +42,7 @@ fn a_tumbling_aggregation_with_spilled_state_killed_three_times_writes_exactly_t
     // 100k keys per 3 s window (about 5 MB of state) under a 1 MB budget.
     spilled_rows_killed_three_times(
         "tumble-spilling",
+        SEQUENCE,
         "k BIGINT, ws TIMESTAMP(3), c BIGINT, s BIGINT",
         "SELECT id % 100000, window_start, COUNT(*), SUM(id)
          FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '3' SECOND))
@@ -155,9 +155,31 @@ fn an_interval_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows
     // kept (several MB on the heap) under a 1 MB budget.
     spilled_rows_killed_three_times(
         "interval-spilling",
+        SEQUENCE,
         "a BIGINT, b BIGINT",
         "SELECT a.id, b.id FROM seq a LEFT JOIN seq b
          ON a.id / 2 = b.id / 2 AND a.id < b.id AND a.ts BETWEEN b.ts - INTERVAL '10' MINUTE AND b.ts",
+    );
+}
+
+#[test]
+fn a_temporal_join_with_spilled_versions_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // 400k versions, one a key (several MB on the heap), under 1 MB: each
+    // row joins key id * 7 % 400000 once its version's time is not after
+    // the row's, else comes out padded.
+    let source = format!(
+        "{SEQUENCE};
+         CREATE TABLE versions (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+           PRIMARY KEY (id) NOT ENFORCED, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '100000',
+           'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999')"
+    );
+    spilled_rows_killed_three_times(
+        "temporal-spilling",
+        &source,
+        "id BIGINT, version BIGINT",
+        "SELECT s.id, v.id FROM seq s LEFT JOIN versions FOR SYSTEM_TIME AS OF s.ts AS v
+         ON s.id * 7 % 400000 = v.id",
     );
 }
 
@@ -509,5 +531,46 @@ fn an_interval_join_with_state_several_times_its_budget_gives_the_table_of_the_h
     store_job_gives_the_heaps_table_within_the_budget(
         large_interval_job,
         "{\"n\":2000000,\"total\":1999999000000}",
+    );
+}
+
+/// A temporal join of 2M rows with `keys` versions, a key each (each is
+/// its key's current one to the end): row `id` joins key `id * 7 % 2M`
+/// once that version's time is not after its own; then the count of
+/// joined rows and the sum of their keys, as a changelog to `out`. A
+/// thousand rows a millisecond: the watermark stays a millisecond behind,
+/// so no row is late (the result is the same in every run).
+fn large_temporal_job(dir: &Path, name: &str, settings: &str, keys: u64, out: &Path) -> std::path::PathBuf {
+    write_job(
+        dir,
+        name,
+        format!(
+            "{settings}
+             CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id / 1000, 3),
+                 WATERMARK FOR ts AS ts - INTERVAL '0.001' SECOND)
+               WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence',
+                     'fields.id.start' = '0', 'fields.id.end' = '1999999',
+                     'rows-per-second' = '1000000000');
+             CREATE TABLE versions (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id / 1000, 3),
+                 PRIMARY KEY (id) NOT ENFORCED, WATERMARK FOR ts AS ts - INTERVAL '0.001' SECOND)
+               WITH ('connector' = 'datagen', 'fields.id.kind' = 'sequence',
+                     'fields.id.start' = '0', 'fields.id.end' = '{}',
+                     'rows-per-second' = '1000000000');
+             CREATE TABLE `out` (n BIGINT, total BIGINT)
+               WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'debezium-json');
+             INSERT INTO `out` SELECT COUNT(*), SUM(v.id)
+               FROM seq s JOIN versions FOR SYSTEM_TIME AS OF s.ts AS v ON s.id * 7 % 2000000 = v.id;",
+            keys - 1,
+            out.display()
+        ),
+    )
+}
+
+#[test]
+fn a_temporal_join_with_versions_several_times_its_budget_gives_the_table_of_the_heap_within_the_budget() {
+    // From a Python loop over the 2M rows.
+    store_job_gives_the_heaps_table_within_the_budget(
+        large_temporal_job,
+        "{\"n\":1000571,\"total\":722634166000}",
     );
 }

@@ -5,7 +5,9 @@
 //! stream row (input 0) waits until the watermark passes its time, then
 //! joins the version of its key that was current at that time (`INNER`,
 //! or `LEFT` padded when there is none or it was deleted). Versions older
-//! than the one current at the watermark are dropped. Insert-only.
+//! than the one current at the watermark are dropped. Insert-only. Under the
+//! spilling backend, rows and versions beyond the memory budget go to a
+//! store (`temporal/spill.rs`).
 //!
 //! ```text
 //!  stream    ──HASH[k]──►┐  rows wait by time     watermark w: rows at <= w join
@@ -27,7 +29,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
-use super::state::ByKey;
+use super::state::{ByKey, Key};
 use super::{JoinKind, key_rows, pair_matches};
 use crate::Result;
 use crate::changelog;
@@ -35,7 +37,11 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
+use crate::state::store::in_chunks;
+
+mod spill;
 
 /// An event-time temporal join.
 #[derive(Debug, Clone)]
@@ -124,9 +130,16 @@ impl OperatorFactory for TemporalJoin {
             waiting: BTreeMap::new(),
             versions: ByKey::default(),
             watermark: Timestamp::MIN,
+            compacted: Timestamp::MIN,
+            changes: BTreeMap::new(),
             max_parallelism: ctx.max_parallelism,
+            spill: ctx.spill.clone().map(spill::TemporalSpill::new),
             spec: Arc::new(self.clone()),
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 }
 
@@ -143,9 +156,66 @@ struct TemporalJoinOperator {
     /// Stream rows by time, waiting for the watermark.
     waiting: BTreeMap<i64, Vec<Keyed>>,
     /// Each key's versions by time: the row, and whether it was deleted then.
+    /// Under the spilling backend, the keys memory holds since the last
+    /// spill (a key without versions kept, to leave the store at the next).
     versions: ByKey<Versions>,
     watermark: Timestamp,
+    /// The watermark versions were last dropped at (see [`compact_versions`]).
+    compacted: Timestamp,
+    /// Keys by the watermark at which some of their versions are dropped
+    /// ([`next_change`]): a watermark visits those, not every key.
+    changes: BTreeMap<i64, Vec<Key>>,
     max_parallelism: usize,
+    /// The spilling backend: rows and versions beyond the budget in a store.
+    spill: Option<spill::TemporalSpill>,
+}
+
+/// Drops the versions of a key no row can join once the watermark is `w`:
+/// all but the last at or before it, and that one too when it deleted the
+/// key and nothing comes after. A plain function: the store's versions are
+/// dropped by it when they are read, as memory's are at each watermark.
+fn compact_versions(versions: &mut Versions, w: Timestamp) {
+    let current = versions.range(..=w).next_back().map(|(t, _)| *t);
+    if let Some(current) = current {
+        *versions = versions.split_off(&current);
+        if versions.len() == 1 && versions.values().next().is_some_and(|(_, deleted)| *deleted) {
+            versions.clear();
+        }
+    }
+}
+
+/// The first watermark at or after `w` at which [`compact_versions`]
+/// changes `versions` (`None`: never, as for a key's one version): `w`
+/// itself when two versions are at or before it, or a lone deletion; else
+/// when a later version becomes current with an older one before it.
+fn next_change(versions: &Versions, w: Timestamp) -> Option<i64> {
+    let mut before = versions.range(..=w);
+    let (current, older) = (before.next_back(), before.next_back());
+    let mut after = versions.range(w.saturating_add(1)..);
+    match current {
+        Some((_, (_, deleted))) if older.is_some() || (*deleted && versions.len() == 1) => Some(w),
+        Some(_) => after.next().map(|(t, _)| *t),
+        None => match (after.next(), after.next()) {
+            (Some((t, (_, deleted))), None) => deleted.then_some(*t),
+            (_, second) => second.map(|(t, _)| *t),
+        },
+    }
+}
+
+/// Stream rows due at a watermark in the order they fire: the store's (in
+/// time order, each time's in arrival order) and memory's, by time, the
+/// store's first at the same time (they came before memory's).
+fn merge_due(stored: Vec<(i64, Keyed)>, memory: BTreeMap<i64, Vec<Keyed>>) -> Vec<(i64, Keyed)> {
+    let mut due = Vec::with_capacity(stored.len() + memory.values().map(Vec::len).sum::<usize>());
+    let mut stored = stored.into_iter().peekable();
+    for (time, rows) in memory {
+        while let Some(row) = stored.next_if(|(t, _)| *t <= time) {
+            due.push(row);
+        }
+        due.extend(rows.into_iter().map(|row| (time, row)));
+    }
+    due.extend(stored);
+    due
 }
 
 fn millis(column: &ArrayRef) -> Result<Vec<Option<i64>>> {
@@ -169,6 +239,10 @@ impl TemporalJoinOperator {
             false,
         )?;
         let rows = self.rows_of[side].convert_columns(data.columns())?;
+        if side == 1 {
+            let wanted = (0..keys.num_rows()).filter(|i| !nulls.as_ref().is_some_and(|n| n.is_null(*i)));
+            self.load_stored(wanted.map(|i| keys.row(i).data()))?;
+        }
         for (i, time) in times.iter().enumerate() {
             let null_key = nulls.as_ref().is_some_and(|n| n.is_null(i));
             let (Some(time), key, row) = (*time, keys.row(i), rows.row(i)) else {
@@ -187,38 +261,47 @@ impl TemporalJoinOperator {
                     .push((key, row.as_ref().into()));
             } else if !null_key {
                 let version = (row.as_ref().into(), kinds[i].is_retraction());
-                let versions = match self.versions.get_mut(key.as_ref()) {
-                    Some(v) => v,
-                    None => self.versions.entry(key.as_ref().into()).or_default(),
-                };
-                versions.insert(time, version);
+                self.add_version(key.as_ref(), time, version);
             }
         }
-        Ok(())
+        self.spill_if_full(batch.num_rows())
     }
 
-    /// Joins the waiting rows at or before `w` with their versions.
+    /// Joins the waiting rows at or before `w` with their versions: under
+    /// the spilling backend, the store's a chunk at a time, merged with
+    /// memory's in time order.
     fn fire(&mut self, w: Timestamp, out: &mut Output) -> Result<()> {
-        let later = self.waiting.split_off(&w.saturating_add(1));
-        let due = std::mem::replace(&mut self.waiting, later);
+        loop {
+            // `more`: the chunk's last time, when rows up to `w` may follow.
+            let (stored, more) = self.stored_due(w)?;
+            let upto = more.unwrap_or(w.saturating_add(1));
+            let later = self.waiting.split_off(&upto);
+            let memory = std::mem::replace(&mut self.waiting, later);
+            self.join_due(merge_due(stored, memory), out)?;
+            if more.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Joins stream rows with the version of their key current at their time.
+    fn join_due(&mut self, due: Vec<(i64, Keyed)>, out: &mut Output) -> Result<()> {
         if due.is_empty() {
             return Ok(());
         }
+        let stored = self.stored_versions(due.iter().map(|(_, (key, _))| &key[..]))?;
         let (left_parser, right_parser) = (self.rows_of[0].parser(), self.rows_of[1].parser());
         let (mut left, mut right, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
-        for (time, rows) in &due {
-            for (key, row) in rows {
-                let version = self
-                    .versions
-                    .get(&key[..])
-                    .and_then(|v| v.range(..=time).next_back())
-                    .and_then(|(_, (row, deleted))| (!deleted).then_some(row));
-                left.push(left_parser.parse(row));
-                pairs.push(version.map(|v| {
-                    right.push(right_parser.parse(v));
-                    (right.len() - 1) as u32
-                }));
-            }
+        for (time, (key, row)) in &due {
+            let version = (self.versions.get(&key[..]))
+                .or_else(|| stored.get(&key[..]))
+                .and_then(|v| v.range(..=time).next_back())
+                .and_then(|(_, (row, deleted))| (!deleted).then_some(row));
+            left.push(left_parser.parse(row));
+            pairs.push(version.map(|v| {
+                right.push(right_parser.parse(v));
+                (right.len() - 1) as u32
+            }));
         }
         let left_columns = self.rows_of[0].convert_rows(left)?;
         let right_columns = match right.is_empty() {
@@ -276,19 +359,56 @@ impl TemporalJoinOperator {
         Ok(())
     }
 
-    /// Drops versions no row can join any more: all but the last at or
-    /// before the watermark (a deleted key with nothing after is dropped).
+    /// Adds a version of `key` at `time`, noting when the watermark will
+    /// drop some of its versions.
+    fn add_version(&mut self, key: &[u8], time: i64, version: (Box<[u8]>, bool)) {
+        let versions = match self.versions.get_mut(key) {
+            Some(v) => v,
+            None => self.versions.entry(key.into()).or_default(),
+        };
+        versions.insert(time, version);
+        if let Some(at) = next_change(versions, self.compacted) {
+            self.changes.entry(at).or_default().push(key.into());
+        }
+    }
+
+    /// Drops versions no row can join any more ([`compact_versions`]) of
+    /// the keys [`next_change`] named up to `w`, not of every key; a key
+    /// left without any is forgotten, unless the store may hold it.
     fn compact(&mut self, w: Timestamp) {
-        self.versions.retain(|_, versions| {
-            let current = versions.range(..=w).next_back().map(|(t, _)| *t);
-            if let Some(current) = current {
-                *versions = versions.split_off(&current);
-                if versions.len() == 1 && versions.values().next().is_some_and(|(_, deleted)| *deleted) {
-                    versions.clear();
+        let keep_empty = self.has_spilled();
+        let later = self.changes.split_off(&w.saturating_add(1));
+        for key in std::mem::replace(&mut self.changes, later).into_values().flatten() {
+            // Not in memory: spilled, dropped when read from the store.
+            let Some(versions) = self.versions.get_mut(&key[..]) else {
+                continue;
+            };
+            compact_versions(versions, w);
+            match next_change(versions, w) {
+                Some(at) => self.changes.entry(at).or_default().push(key),
+                None if versions.is_empty() && !keep_empty => {
+                    self.versions.remove(&key[..]);
                 }
+                None => {}
             }
-            !versions.is_empty()
-        });
+        }
+        self.compacted = w;
+    }
+
+    /// Bytes its rows and versions take in memory, about (the spilling
+    /// backend's measure: a walk of them).
+    fn memory_size(&self) -> usize {
+        const ENTRY: usize = 48;
+        let waiting: usize = (self.waiting.values())
+            .map(|rows| ENTRY + rows.iter().map(|(k, r)| ENTRY + k.len() + r.len()).sum::<usize>())
+            .sum();
+        let versions: usize = (self.versions.iter())
+            .map(|(k, v)| 2 * ENTRY + k.len() + v.values().map(|(r, _)| ENTRY + r.len()).sum::<usize>())
+            .sum();
+        let changes: usize = (self.changes.values())
+            .map(|keys| ENTRY + keys.len() * std::mem::size_of::<Key>())
+            .sum();
+        waiting + versions + changes
     }
 
     /// One side's rows as state columns (see [`TemporalJoin::state_schema`]).
@@ -312,36 +432,111 @@ impl TemporalJoinOperator {
                 }
             }
         }
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let n = rows.len();
-        let data = self.rows_of[side].convert_rows(rows)?;
-        let batch = RecordBatch::try_new(self.spec.inputs[side].clone(), data.clone())?;
-        // Key groups from the key columns as the exchange hashed them.
-        let keys: Vec<ArrayRef> = self.spec.keys[side]
-            .iter()
-            .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
-            .collect::<Result<_>>()?;
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&keys, n, self.max_parallelism)?),
-            Arc::new(Int8Array::from(vec![side as i8; n])),
+        let state = SideState { rows, times, deleted };
+        side_columns(&self.spec, &self.rows_of[side], self.max_parallelism, side, state)
+    }
+
+    /// Adds one side's rows of state rows to memory (a key's versions read
+    /// from the store first, if it has them: they may be in several chunks).
+    fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<()> {
+        let widths = [
+            self.spec.inputs[0].fields().len(),
+            self.spec.inputs[1].fields().len(),
         ];
-        for s in 0..2 {
-            match s == side {
-                true => columns.extend(data.iter().cloned()),
-                false => columns.extend(
-                    self.spec.inputs[s]
-                        .fields()
-                        .iter()
-                        .map(|f| new_null_array(f.data_type(), n)),
-                ),
+        let sides = rows.column(1).as_primitive::<Int8Type>();
+        let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
+        let rows = arrow::compute::filter_record_batch(rows, &mask)?;
+        let start = 2 + if side == 0 { 0 } else { widths[0] };
+        let data = RecordBatch::try_new(
+            self.spec.inputs[side].clone(),
+            rows.columns()[start..start + widths[side]].to_vec(),
+        )?;
+        let times = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
+        let deleted = rows.column(3 + widths[0] + widths[1]).as_boolean();
+        let (keys, nulls) = key_rows(
+            &self.spec.keys[side],
+            &self.spec.key_types()?,
+            &self.keys_of,
+            &data,
+            false,
+        )?;
+        let null_key = |i: usize| nulls.as_ref().is_some_and(|n| n.is_null(i));
+        if side == 1 {
+            self.load_stored((0..keys.num_rows()).filter(|i| !null_key(*i)).map(|i| keys.row(i).data()))?;
+        }
+        let converted = self.rows_of[side].convert_columns(data.columns())?;
+        for i in 0..rows.num_rows() {
+            let key: Box<[u8]> = match null_key(i) {
+                true => Box::new([]),
+                false => keys.row(i).as_ref().into(),
+            };
+            let row: Box<[u8]> = converted.row(i).as_ref().into();
+            match side {
+                0 => self.waiting.entry(times.value(i)).or_default().push((key, row)),
+                _ => self.add_version(&key, times.value(i), (row, deleted.value(i))),
             }
         }
-        columns.push(Arc::new(Int64Array::from(times)));
-        columns.push(Arc::new(BooleanArray::from(deleted)));
-        Ok(Some(columns))
+        Ok(())
     }
+}
+
+/// One side's rows of state, with their times and whether they delete.
+#[derive(Default)]
+struct SideState<'a> {
+    rows: Vec<arrow::row::Row<'a>>,
+    times: Vec<i64>,
+    deleted: Vec<bool>,
+}
+
+/// The key group of each row of `side` in `data`, from its key columns as
+/// the exchange hashed them (a stream row with a NULL key has one too).
+fn key_groups_of_rows(
+    spec: &TemporalJoin,
+    side: usize,
+    data: &[ArrayRef],
+    max_parallelism: usize,
+) -> Result<UInt32Array> {
+    let n = data.first().map_or(0, |c| c.len());
+    let batch = RecordBatch::try_new(spec.inputs[side].clone(), data.to_vec())?;
+    let keys: Vec<ArrayRef> = spec.keys[side]
+        .iter()
+        .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
+        .collect::<Result<_>>()?;
+    key_groups(&keys, n, max_parallelism)
+}
+
+/// One side's rows as state columns (see [`TemporalJoin::state_schema`]);
+/// `None` without rows.
+fn side_columns(
+    spec: &TemporalJoin,
+    converter: &RowConverter,
+    max_parallelism: usize,
+    side: usize,
+    state: SideState,
+) -> Result<Option<Vec<ArrayRef>>> {
+    if state.rows.is_empty() {
+        return Ok(None);
+    }
+    let n = state.rows.len();
+    let data = converter.convert_rows(state.rows)?;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(key_groups_of_rows(spec, side, &data, max_parallelism)?),
+        Arc::new(Int8Array::from(vec![side as i8; n])),
+    ];
+    for s in 0..2 {
+        match s == side {
+            true => columns.extend(data.iter().cloned()),
+            false => columns.extend(
+                spec.inputs[s]
+                    .fields()
+                    .iter()
+                    .map(|f| new_null_array(f.data_type(), n)),
+            ),
+        }
+    }
+    columns.push(Arc::new(Int64Array::from(state.times)));
+    columns.push(Arc::new(BooleanArray::from(state.deleted)));
+    Ok(Some(columns))
 }
 
 impl Operator for TemporalJoinOperator {
@@ -362,6 +557,9 @@ impl Operator for TemporalJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
         let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         let rows = columns
             .map(|c| sorted_state_rows(&self.spec.state_schema(), c))
@@ -378,49 +576,18 @@ impl Operator for TemporalJoinOperator {
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         self.watermark = snapshot.watermark(&self.spec.describe())?;
+        // Saved versions were dropped at that watermark.
+        self.compacted = self.watermark;
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
-        let widths = [
-            self.spec.inputs[0].fields().len(),
-            self.spec.inputs[1].fields().len(),
-        ];
-        for side in 0..2 {
-            let sides = rows.column(1).as_primitive::<Int8Type>();
-            let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
-            let rows = arrow::compute::filter_record_batch(rows, &mask)?;
-            let start = 2 + if side == 0 { 0 } else { widths[0] };
-            let data = RecordBatch::try_new(
-                self.spec.inputs[side].clone(),
-                rows.columns()[start..start + widths[side]].to_vec(),
-            )?;
-            let times = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
-            let deleted = rows.column(3 + widths[0] + widths[1]).as_boolean();
-            let (keys, nulls) = key_rows(
-                &self.spec.keys[side],
-                &self.spec.key_types()?,
-                &self.keys_of,
-                &data,
-                false,
-            )?;
-            let converted = self.rows_of[side].convert_columns(data.columns())?;
-            for i in 0..rows.num_rows() {
-                let key: Box<[u8]> = match nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-                    true => Box::new([]),
-                    false => keys.row(i).as_ref().into(),
-                };
-                let row: Box<[u8]> = converted.row(i).as_ref().into();
-                match side {
-                    0 => self.waiting.entry(times.value(i)).or_default().push((key, row)),
-                    _ => {
-                        self.versions
-                            .entry(key[..].into())
-                            .or_default()
-                            .insert(times.value(i), (row, deleted.value(i)));
-                    }
-                }
-            }
+        // A chunk at a time: with the spilling backend, memory goes to the
+        // store whenever it holds more than its share.
+        for chunk in in_chunks(rows) {
+            self.restore_side(0, &chunk)?;
+            self.restore_side(1, &chunk)?;
+            self.spill_if_over()?;
         }
         Ok(())
     }
@@ -431,5 +598,65 @@ impl Operator for TemporalJoinOperator {
 
     fn is_keyed(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn versions(of: &[(i64, bool)]) -> Versions {
+        of.iter().map(|(t, d)| (*t, (Box::default(), *d))).collect()
+    }
+
+    #[test]
+    fn a_keys_versions_change_when_a_later_one_becomes_current_over_an_older_one() {
+        assert_eq!(next_change(&versions(&[(5, false)]), 9), None, "one version");
+        assert_eq!(next_change(&versions(&[(5, false)]), 1), None);
+        assert_eq!(next_change(&versions(&[(5, true)]), 1), Some(5), "a lone deletion goes");
+        assert_eq!(next_change(&versions(&[(5, true)]), 7), Some(7));
+        assert_eq!(next_change(&versions(&[(2, false), (5, false)]), 3), Some(5));
+        assert_eq!(next_change(&versions(&[(2, false), (5, false)]), 6), Some(6), "two before");
+        assert_eq!(next_change(&versions(&[(5, false), (8, false)]), 1), Some(8));
+        assert_eq!(next_change(&versions(&[(2, true), (5, false)]), 3), Some(5));
+        assert_eq!(next_change(&Versions::new(), 3), None);
+    }
+
+    /// Versions added and watermarks in a pseudo-random order: dropping at
+    /// [`next_change`]'s times only keeps what dropping at every watermark
+    /// keeps, after every watermark.
+    #[test]
+    fn dropping_versions_when_next_change_says_equals_dropping_them_at_every_watermark() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..200 {
+            let (mut every, mut noted) = (Versions::new(), Versions::new());
+            let (mut w, mut due): (i64, Option<i64>) = (0, None);
+            for _ in 0..40 {
+                if next(3) == 0 {
+                    w += next(4) as i64;
+                    compact_versions(&mut every, w);
+                    if due.is_some_and(|at| at <= w) {
+                        compact_versions(&mut noted, w);
+                        due = next_change(&noted, w);
+                    }
+                    assert_eq!(noted, every, "at watermark {w}");
+                } else {
+                    let (time, deleted) = (w - 3 + next(10) as i64, next(4) == 0);
+                    every.insert(time, (Box::default(), deleted));
+                    noted.insert(time, (Box::default(), deleted));
+                    let at = next_change(&noted, w);
+                    due = match (due, at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+        }
     }
 }
