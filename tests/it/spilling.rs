@@ -30,7 +30,8 @@ fn spilled_rows_killed_three_times(name: &str, source: &str, columns: &str, quer
     for (parallelism, settings) in MODES {
         let spill = tempfile::tempdir().unwrap();
         let settings = format!("{settings} {}", spilling("1 mb", spill.path()));
-        let (expected, got, context) = crash_three_times(name, parallelism, &settings, source, columns, query);
+        let (expected, got, context) =
+            crash_three_times(name, parallelism, &settings, source, columns, query);
         let context = format!("{context} {settings}{}", row_difference(&expected, &got));
         assert_eq!(expected.len(), 400_000, "{context}");
         assert!(got == expected, "rows differ after crashes: {context}");

@@ -146,8 +146,63 @@ impl OperatorFactory for TemporalJoin {
 /// A row's bytes and its key's.
 type Keyed = (Box<[u8]>, Box<[u8]>);
 
-/// A key's versions by time: the row, and whether the key was deleted then.
-type Versions = BTreeMap<i64, (Box<[u8]>, bool)>;
+/// Stream rows with their times, in the order they fire.
+type Due = Vec<(i64, Keyed)>;
+
+/// A version's row, and whether it deleted its key.
+type Version = (Box<[u8]>, bool);
+
+/// A key's versions in time order, one a time: a sorted vector whose first
+/// is inline, since after the watermark drops the old ones a key has one
+/// or a few (a map took 456 bytes a key for its first node).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Versions(smallvec::SmallVec<[(i64, Version); 1]>);
+
+impl Versions {
+    fn new() -> Self {
+        Versions::default()
+    }
+
+    /// Sets the version at `time` (replacing one there).
+    fn insert(&mut self, time: i64, version: Version) {
+        match self.0.binary_search_by_key(&time, |(t, _)| *t) {
+            Ok(i) => self.0[i].1 = version,
+            Err(i) => self.0.insert(i, (time, version)),
+        }
+    }
+
+    /// How many are at or before `w`.
+    fn at_or_before(&self, w: Timestamp) -> usize {
+        self.0.partition_point(|(t, _)| *t <= w)
+    }
+
+    /// The version current at `time`: the last at or before it.
+    fn current_at(&self, time: i64) -> Option<&Version> {
+        let n = self.at_or_before(time);
+        n.checked_sub(1).map(|i| &self.0[i].1)
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, (i64, Version)> {
+        self.0.iter()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a Versions {
+    type Item = &'a (i64, Version);
+    type IntoIter = std::slice::Iter<'a, (i64, Version)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
 
 struct TemporalJoinOperator {
     spec: Arc<TemporalJoin>,
@@ -175,11 +230,11 @@ struct TemporalJoinOperator {
 /// key and nothing comes after. A plain function: the store's versions are
 /// dropped by it when they are read, as memory's are at each watermark.
 fn compact_versions(versions: &mut Versions, w: Timestamp) {
-    let current = versions.range(..=w).next_back().map(|(t, _)| *t);
-    if let Some(current) = current {
-        *versions = versions.split_off(&current);
-        if versions.len() == 1 && versions.values().next().is_some_and(|(_, deleted)| *deleted) {
-            versions.clear();
+    let before = versions.at_or_before(w);
+    if before > 0 {
+        versions.0.drain(..before - 1);
+        if versions.len() == 1 && versions.0[0].1.1 {
+            versions.0.clear();
         }
     }
 }
@@ -189,23 +244,21 @@ fn compact_versions(versions: &mut Versions, w: Timestamp) {
 /// itself when two versions are at or before it, or a lone deletion; else
 /// when a later version becomes current with an older one before it.
 fn next_change(versions: &Versions, w: Timestamp) -> Option<i64> {
-    let mut before = versions.range(..=w);
-    let (current, older) = (before.next_back(), before.next_back());
-    let mut after = versions.range(w.saturating_add(1)..);
-    match current {
-        Some((_, (_, deleted))) if older.is_some() || (*deleted && versions.len() == 1) => Some(w),
-        Some(_) => after.next().map(|(t, _)| *t),
-        None => match (after.next(), after.next()) {
-            (Some((t, (_, deleted))), None) => deleted.then_some(*t),
-            (_, second) => second.map(|(t, _)| *t),
-        },
+    let (before, all) = (versions.at_or_before(w), &versions.0);
+    let time = |i: usize| all.get(i).map(|(t, _)| *t);
+    match before {
+        0 if all.len() == 1 => all[0].1.1.then_some(all[0].0),
+        0 => time(1),
+        1 if all.len() == 1 && all[0].1.1 => Some(w),
+        1 => time(1),
+        _ => Some(w),
     }
 }
 
 /// Stream rows due at a watermark in the order they fire: the store's (in
 /// time order, each time's in arrival order) and memory's, by time, the
 /// store's first at the same time (they came before memory's).
-fn merge_due(stored: Vec<(i64, Keyed)>, memory: BTreeMap<i64, Vec<Keyed>>) -> Vec<(i64, Keyed)> {
+fn merge_due(stored: Due, memory: BTreeMap<i64, Vec<Keyed>>) -> Due {
     let mut due = Vec::with_capacity(stored.len() + memory.values().map(Vec::len).sum::<usize>());
     let mut stored = stored.into_iter().peekable();
     for (time, rows) in memory {
@@ -285,7 +338,7 @@ impl TemporalJoinOperator {
     }
 
     /// Joins stream rows with the version of their key current at their time.
-    fn join_due(&mut self, due: Vec<(i64, Keyed)>, out: &mut Output) -> Result<()> {
+    fn join_due(&mut self, due: Due, out: &mut Output) -> Result<()> {
         if due.is_empty() {
             return Ok(());
         }
@@ -295,8 +348,8 @@ impl TemporalJoinOperator {
         for (time, (key, row)) in &due {
             let version = (self.versions.get(&key[..]))
                 .or_else(|| stored.get(&key[..]))
-                .and_then(|v| v.range(..=time).next_back())
-                .and_then(|(_, (row, deleted))| (!deleted).then_some(row));
+                .and_then(|v| v.current_at(*time))
+                .and_then(|(row, deleted)| (!deleted).then_some(row));
             left.push(left_parser.parse(row));
             pairs.push(version.map(|v| {
                 right.push(right_parser.parse(v));
@@ -378,7 +431,10 @@ impl TemporalJoinOperator {
     fn compact(&mut self, w: Timestamp) {
         let keep_empty = self.has_spilled();
         let later = self.changes.split_off(&w.saturating_add(1));
-        for key in std::mem::replace(&mut self.changes, later).into_values().flatten() {
+        for key in std::mem::replace(&mut self.changes, later)
+            .into_values()
+            .flatten()
+        {
             // Not in memory: spilled, dropped when read from the store.
             let Some(versions) = self.versions.get_mut(&key[..]) else {
                 continue;
@@ -402,9 +458,21 @@ impl TemporalJoinOperator {
         let waiting: usize = (self.waiting.values())
             .map(|rows| ENTRY + rows.iter().map(|(k, r)| ENTRY + k.len() + r.len()).sum::<usize>())
             .sum();
-        let versions: usize = (self.versions.iter())
-            .map(|(k, v)| 2 * ENTRY + k.len() + v.values().map(|(r, _)| ENTRY + r.len()).sum::<usize>())
+        // The table's slots, then what they point to: rows, and keys and
+        // versions that do not fit their slot.
+        let slots = self.versions.capacity() * (std::mem::size_of::<(Key, Versions)>() + 1);
+        let pointed: usize = (self.versions.iter())
+            .map(|(k, v)| {
+                let key = if k.spilled() { k.capacity() } else { 0 };
+                let outside = if v.0.spilled() {
+                    v.0.capacity() * std::mem::size_of::<(i64, Version)>()
+                } else {
+                    0
+                };
+                key + outside + v.iter().map(|(_, (r, _))| 16 + r.len()).sum::<usize>()
+            })
             .sum();
+        let versions = slots + pointed;
         let changes: usize = (self.changes.values())
             .map(|keys| ENTRY + keys.len() * std::mem::size_of::<Key>())
             .sum();
@@ -425,7 +493,7 @@ impl TemporalJoinOperator {
             }
         } else {
             for versions in self.versions.values() {
-                for (time, (row, gone)) in versions {
+                for (time, (row, gone)) in versions.iter() {
                     rows.push(parser.parse(row));
                     times.push(*time);
                     deleted.push(*gone);
@@ -462,7 +530,11 @@ impl TemporalJoinOperator {
         )?;
         let null_key = |i: usize| nulls.as_ref().is_some_and(|n| n.is_null(i));
         if side == 1 {
-            self.load_stored((0..keys.num_rows()).filter(|i| !null_key(*i)).map(|i| keys.row(i).data()))?;
+            self.load_stored(
+                (0..keys.num_rows())
+                    .filter(|i| !null_key(*i))
+                    .map(|i| keys.row(i).data()),
+            )?;
         }
         let converted = self.rows_of[side].convert_columns(data.columns())?;
         for i in 0..rows.num_rows() {
@@ -606,20 +678,47 @@ mod tests {
     use super::*;
 
     fn versions(of: &[(i64, bool)]) -> Versions {
-        of.iter().map(|(t, d)| (*t, (Box::default(), *d))).collect()
+        let mut versions = Versions::new();
+        of.iter()
+            .for_each(|(t, d)| versions.insert(*t, (Box::default(), *d)));
+        versions
     }
 
     #[test]
     fn a_keys_versions_change_when_a_later_one_becomes_current_over_an_older_one() {
         assert_eq!(next_change(&versions(&[(5, false)]), 9), None, "one version");
         assert_eq!(next_change(&versions(&[(5, false)]), 1), None);
-        assert_eq!(next_change(&versions(&[(5, true)]), 1), Some(5), "a lone deletion goes");
+        assert_eq!(
+            next_change(&versions(&[(5, true)]), 1),
+            Some(5),
+            "a lone deletion goes"
+        );
         assert_eq!(next_change(&versions(&[(5, true)]), 7), Some(7));
         assert_eq!(next_change(&versions(&[(2, false), (5, false)]), 3), Some(5));
-        assert_eq!(next_change(&versions(&[(2, false), (5, false)]), 6), Some(6), "two before");
+        assert_eq!(
+            next_change(&versions(&[(2, false), (5, false)]), 6),
+            Some(6),
+            "two before"
+        );
         assert_eq!(next_change(&versions(&[(5, false), (8, false)]), 1), Some(8));
         assert_eq!(next_change(&versions(&[(2, true), (5, false)]), 3), Some(5));
         assert_eq!(next_change(&Versions::new(), 3), None);
+    }
+
+    #[test]
+    fn due_rows_fire_in_time_order_the_stores_first_at_one_time() {
+        let row = |name: &str| -> Keyed { (Box::default(), name.as_bytes().into()) };
+        let stored = vec![(1, row("s1")), (2, row("s2")), (2, row("s2'")), (5, row("s5"))];
+        let memory = BTreeMap::from([
+            (0, vec![row("m0")]),
+            (2, vec![row("m2"), row("m2'")]),
+            (3, vec![row("m3")]),
+        ]);
+        let order: Vec<String> = merge_due(stored, memory)
+            .into_iter()
+            .map(|(_, (_, r))| String::from_utf8(r.into()).unwrap())
+            .collect();
+        assert_eq!(order, ["m0", "s1", "s2", "s2'", "m2", "m2'", "m3", "s5"]);
     }
 
     /// Versions added and watermarks in a pseudo-random order: dropping at

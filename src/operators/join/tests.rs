@@ -951,11 +951,11 @@ fn temporal_steps(batches: usize, rows: usize, keys: usize) -> Vec<Step> {
         let lines: Vec<String> = (0..rows)
             .map(|r| {
                 let i = b * rows + r;
-                let late = side == 0 && i % 11 == 0;
+                let late = side == 0 && i.is_multiple_of(11);
                 let s = b as i64 + (i % 3) as i64 - if late { 6 } else { 0 };
                 let at = chrono::DateTime::from_timestamp(base + s, 0).unwrap();
                 let kind = match side {
-                    1 if i % 7 == 0 => "-D ",
+                    1 if i.is_multiple_of(7) => "-D ",
                     1 => "+I ",
                     _ => "",
                 };
@@ -1002,11 +1002,15 @@ fn a_spilled_temporal_join_emits_the_rows_the_heap_emits_in_its_order() {
     let expected = emitted(&mut heap, &steps);
     let all: Vec<&String> = expected.iter().flatten().filter(|l| l.starts_with('+')).collect();
     let padded = all.iter().filter(|l| l.ends_with("null null")).count();
-    assert!(padded > 100 && all.len() - padded > 500, "{padded} of {} padded", all.len());
+    assert!(
+        padded > 100 && all.len() - padded > 500,
+        "{padded} of {} padded",
+        all.len()
+    );
     let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
     // A spill after every batch, and one every few batches: rows of one
     // time then fire from the store and from memory.
-    for budget in [16 * 1024, 128 * 1024] {
+    for budget in [16 * 1024, 192 * 1024] {
         let dir = tempfile::tempdir().unwrap();
         let mut h = temporal().spilling(budget, dir.path()).unwrap();
         let mut got = Vec::new();
@@ -1054,8 +1058,16 @@ fn a_spilled_temporal_join_snapshot_holds_the_state_of_its_barrier_while_the_joi
     let mut h = temporal().spilling(16 * 1024, dir.path()).unwrap();
     emitted(&mut h, before);
     let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.deferred.len(), 1, "the store, read by the snapshot's writer");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
     emitted(&mut h, after);
     h.restart_from(snapshot).unwrap();
-    assert_eq!(sorted(emitted(&mut h, after)), expected, "the state as it was at the barrier");
+    assert_eq!(
+        sorted(emitted(&mut h, after)),
+        expected,
+        "the state as it was at the barrier"
+    );
 }

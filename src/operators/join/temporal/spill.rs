@@ -37,8 +37,8 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::RowConverter;
 
 use super::{
-    Keyed, SideState, TemporalJoin, TemporalJoinOperator, Versions, compact_versions, key_groups_of_rows,
-    side_columns,
+    Due, Keyed, SideState, TemporalJoin, TemporalJoinOperator, Versions, compact_versions,
+    key_groups_of_rows, side_columns,
 };
 use crate::operators::join::state::{ByKey, Key};
 use crate::runtime::Timestamp;
@@ -121,7 +121,7 @@ fn stream_key(head: [u8; 4], time: i64, seq: u64) -> Vec<u8> {
 /// deletes, its row's length and bytes.
 fn encode_versions(versions: &Versions) -> Vec<u8> {
     let mut bytes = Vec::new();
-    for (time, (row, deleted)) in versions {
+    for (time, (row, deleted)) in versions.iter() {
         bytes.extend_from_slice(&time.to_be_bytes());
         bytes.push(*deleted as u8);
         bytes.extend_from_slice(&(row.len() as u32).to_be_bytes());
@@ -186,7 +186,10 @@ impl TemporalJoinOperator {
 
     /// The store's versions of those of `keys` that memory does not hold,
     /// dropped as at the last watermark; nothing before anything spilled.
-    pub(super) fn stored_versions<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Result<ByKey<Versions>> {
+    pub(super) fn stored_versions<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> Result<ByKey<Versions>> {
         let mut found = ByKey::default();
         let Some(store) = self.store() else {
             return Ok(found);
@@ -224,7 +227,7 @@ impl TemporalJoinOperator {
     /// The next chunk of the store's stream rows at or before `w`, in
     /// `(time, seq)` order, taken out of the store; and, when the chunk is
     /// full, its last time (more rows up to `w` may follow).
-    pub(super) fn stored_due(&mut self, w: Timestamp) -> Result<(Vec<(i64, Keyed)>, Option<i64>)> {
+    pub(super) fn stored_due(&mut self, w: Timestamp) -> Result<(Due, Option<i64>)> {
         let Some(spill) = self.spill.as_mut() else {
             return Ok((Vec::new(), None));
         };
@@ -273,7 +276,10 @@ impl TemporalJoinOperator {
                 }
             }
             let store = self.store().expect("opened above");
-            store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), removes.iter().map(|k| &k[..]))?;
+            store.write(
+                puts.iter().map(|(k, v)| (&k[..], &v[..])),
+                removes.iter().map(|k| &k[..]),
+            )?;
         }
         drop(versions);
         // The store's versions are dropped when they are read.
@@ -327,9 +333,8 @@ impl TemporalJoinOperator {
         let path = store.snapshot_run_path(spill.runs)?;
         let spec = self.spec.clone();
         let converters = crate::operators::join::row_converters(&spec.inputs)?;
-        let decode = move |entries: &[Entry]| {
-            stored_rows(&spec, &converters, max_parallelism, compacted, entries)
-        };
+        let decode =
+            move |entries: &[Entry]| stored_rows(&spec, &converters, max_parallelism, compacted, entries);
         snapshot.deferred = vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)];
         Ok(snapshot)
     }
@@ -399,13 +404,18 @@ mod tests {
 
     #[test]
     fn versions_and_stream_rows_come_back_from_their_values() {
-        let versions: Versions = [(-3, (b"a".to_vec().into(), false)), (8, (Box::default(), true))].into();
+        let mut versions = Versions::new();
+        versions.insert(8, (Box::default(), true));
+        versions.insert(-3, (b"a".to_vec().into(), false));
         assert_eq!(decode_versions(&encode_versions(&versions)).unwrap(), versions);
         assert_eq!(decode_versions(&[]).unwrap(), Versions::new());
         assert!(decode_versions(&encode_versions(&versions)[..5]).is_err());
         let value = stream_value(b"key", b"row");
         assert_eq!(split_stream_value(&value).unwrap(), (&b"key"[..], &b"row"[..]));
-        assert_eq!(split_stream_value(&stream_value(b"", b"r")).unwrap(), (&b""[..], &b"r"[..]));
+        assert_eq!(
+            split_stream_value(&stream_value(b"", b"r")).unwrap(),
+            (&b""[..], &b"r"[..])
+        );
         assert!(split_stream_value(&value[..5]).is_err());
     }
 }
