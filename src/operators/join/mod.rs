@@ -442,6 +442,24 @@ fn key_groups_of(keys_of: &RowConverter, keys: &[&[u8]], max_parallelism: usize)
     crate::state::snapshot::key_groups(&columns, keys.len(), max_parallelism)
 }
 
+/// The key group of each row of `data` (columns of `schema`), from its
+/// key columns `exprs` as the exchange hashed them (a row with a NULL key
+/// has one too): for state kept as rows, without their keys' bytes.
+fn row_key_groups(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    schema: &SchemaRef,
+    data: &[ArrayRef],
+    max_parallelism: usize,
+) -> Result<UInt32Array> {
+    let n = data.first().map_or(0, |c| c.len());
+    let batch = RecordBatch::try_new(schema.clone(), data.to_vec())?;
+    let keys: Vec<ArrayRef> = exprs
+        .iter()
+        .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
+        .collect::<Result<_>>()?;
+    crate::state::snapshot::key_groups(&keys, n, max_parallelism)
+}
+
 /// Each side's rows as bytes, and back.
 fn row_converters(inputs: &[SchemaRef; 2]) -> Result<[RowConverter; 2]> {
     let of = |input: &SchemaRef| {

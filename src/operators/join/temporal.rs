@@ -38,7 +38,7 @@ use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::memory_guess::SpillsWhenFull;
-use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
+use crate::state::snapshot::{schema_signature, sorted_state_rows};
 use crate::state::store::in_chunks;
 
 mod spill;
@@ -560,21 +560,14 @@ struct SideState<'a> {
     deleted: Vec<bool>,
 }
 
-/// The key group of each row of `side` in `data`, from its key columns as
-/// the exchange hashed them (a stream row with a NULL key has one too).
+/// The key group of each row of `side` in `data` (see [`super::row_key_groups`]).
 fn key_groups_of_rows(
     spec: &TemporalJoin,
     side: usize,
     data: &[ArrayRef],
     max_parallelism: usize,
 ) -> Result<UInt32Array> {
-    let n = data.first().map_or(0, |c| c.len());
-    let batch = RecordBatch::try_new(spec.inputs[side].clone(), data.to_vec())?;
-    let keys: Vec<ArrayRef> = spec.keys[side]
-        .iter()
-        .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
-        .collect::<Result<_>>()?;
-    key_groups(&keys, n, max_parallelism)
+    super::row_key_groups(&spec.keys[side], &spec.inputs[side], data, max_parallelism)
 }
 
 /// One side's rows as state columns (see [`TemporalJoin::state_schema`]);

@@ -1071,3 +1071,136 @@ fn a_spilled_temporal_join_snapshot_holds_the_state_of_its_barrier_while_the_joi
         "the state as it was at the barrier"
     );
 }
+
+/// Batches of `rows` rows for both sides of [`window_join`] in turn over
+/// `keys` keys (every thirteenth key NULL), in 10 s windows a second
+/// apart (up to 2 s out of order), the watermark 3 s behind after every
+/// other batch, and at the end past every window.
+fn window_steps(batches: usize, rows: usize, keys: usize) -> Vec<Step> {
+    let base = 1_577_836_800; // 2020-01-01T00:00:00, s
+    let at = |s: i64| {
+        let t = chrono::DateTime::from_timestamp(base + s, 0).unwrap();
+        t.format("%Y-%m-%dT%H:%M:%S").to_string()
+    };
+    let mut steps = Vec::new();
+    for b in 0..batches {
+        let side = b % 2;
+        let lines: Vec<String> = (0..rows)
+            .map(|r| {
+                let i = b * rows + r;
+                let start = (b as i64 + (i % 3) as i64) / 10 * 10;
+                let (ws, we) = (at(start), at(start + 10));
+                let key = match i.is_multiple_of(13) {
+                    true => "null".to_string(),
+                    false => ((i * 7919) % keys).to_string(),
+                };
+                match side {
+                    0 => format!("{key} {ws} {we}"),
+                    _ => format!("{key} b{i} {ws} {we}"),
+                }
+            })
+            .collect();
+        steps.push(Step::Rows(side, lines.join("\n")));
+        if side == 1 {
+            steps.push(Step::Watermark((base + b as i64 - 3) * 1000));
+        }
+    }
+    steps.push(Step::Watermark(i64::MAX));
+    steps
+}
+
+#[test]
+fn a_spilled_window_join_emits_the_rows_the_heap_emits() {
+    let steps = window_steps(60, 50, 90);
+    let expected = sorted(emitted(&mut window_join("FULL JOIN"), &steps));
+    let all: Vec<&String> = expected.iter().flatten().filter(|l| l.starts_with('+')).collect();
+    let padded = all.iter().filter(|l| l.contains("null")).count();
+    assert!(
+        padded > 100 && all.len() - padded > 1000,
+        "{padded} of {} padded",
+        all.len()
+    );
+    for budget in [16 * 1024, 128 * 1024] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = window_join("FULL JOIN").spilling(budget, dir.path()).unwrap();
+        let mut got = Vec::new();
+        let mut store_seen = false;
+        for step in &steps {
+            got.extend(sorted(emitted(&mut h, std::slice::from_ref(step))));
+            store_seen |= entries_in(dir.path()) > 0;
+        }
+        assert!(store_seen, "rows went to the store");
+        assert_eq!(got, expected, "at {budget} bytes");
+        let snapshot = h.restart().unwrap().expect("a snapshot");
+        assert_eq!(
+            state_rows_of(&snapshot),
+            0,
+            "every window fired, in the store too"
+        );
+    }
+}
+
+#[test]
+fn a_spilled_window_join_restores_from_a_snapshot_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = window_steps(40, 50, 90);
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = window_join("LEFT JOIN");
+    emitted(&mut heap, before);
+    let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
+    let expected = sorted(emitted(&mut heap, after));
+    let mut h = window_join("LEFT JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(state_rows_of(&snapshot), kept, "the rows the heap keeps");
+    assert_eq!(sorted(emitted(&mut h, after)), expected);
+}
+
+#[test]
+fn a_spilled_window_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = window_steps(40, 50, 90);
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = window_join("FULL JOIN");
+    emitted(&mut heap, before);
+    let expected = sorted(emitted(&mut heap, after));
+    let mut h = window_join("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    emitted(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        sorted(emitted(&mut h, after)),
+        expected,
+        "the rows as they were at the barrier"
+    );
+}
+
+#[test]
+fn a_window_with_rows_in_the_store_and_in_memory_joins_them_all() {
+    let (w0, w10) = ("2020-01-01T00:00:00", "2020-01-01T00:00:10");
+    let left: Vec<String> = (0..200).map(|k| format!("{k} {w0} {w10}")).collect();
+    let steps = [
+        Step::Rows(0, left.join("\n")),
+        // After the spill of the left rows: one row, kept in memory.
+        Step::Rows(1, format!("7 x {w0} {w10}")),
+        Step::Watermark(1_577_836_810_000),
+    ];
+    let expected = sorted(emitted(&mut window_join("LEFT JOIN"), &steps));
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = window_join("LEFT JOIN").spilling(16 * 1024, dir.path()).unwrap();
+    let mut got = emitted(&mut h, &steps[..2]);
+    assert!(entries_in(dir.path()) > 0, "the left rows went to the store");
+    got.extend(emitted(&mut h, &steps[2..]));
+    assert_eq!(sorted(got), expected);
+    assert!(
+        expected[2].contains(&format!("+I 7 {w0} {w10} 7 x {w0} {w10}")),
+        "{expected:?}"
+    );
+}

@@ -3,7 +3,8 @@
 //! Each side's rows wait in their window; when the watermark passes the
 //! window's end the window's rows are joined (inner, outer, semi or anti)
 //! and forgotten. Insert-only; a row whose window has already fired is
-//! late and dropped.
+//! late and dropped. Under the spilling backend, rows beyond the memory
+//! budget go to a store (`window/spill.rs`).
 //!
 //! ```text
 //!  left  TUMBLE ──HASH──►┐  window [00:00, 00:05): rows of both sides wait;
@@ -27,7 +28,11 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
-use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
+use crate::state::memory_guess::SpillsWhenFull;
+use crate::state::snapshot::{schema_signature, sorted_state_rows};
+use crate::state::store::in_chunks;
+
+mod spill;
 
 /// A window join of two window TVFs.
 #[derive(Debug, Clone)]
@@ -107,8 +112,13 @@ impl OperatorFactory for WindowJoin {
             windows: BTreeMap::new(),
             watermark: Timestamp::MIN,
             max_parallelism: ctx.max_parallelism,
+            spill: ctx.spill.clone().map(spill::WindowSpill::new),
             spec: Arc::new(self.clone()),
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 }
 
@@ -123,6 +133,8 @@ struct WindowJoinOperator {
     windows: BTreeMap<i64, [Vec<Waiting>; 2]>,
     watermark: Timestamp,
     max_parallelism: usize,
+    /// The spilling backend: rows beyond the budget in a store.
+    spill: Option<spill::WindowSpill>,
 }
 
 /// The values of a timestamp column in ms (NULL: `i64::MIN`).
@@ -251,33 +263,76 @@ impl WindowJoinOperator {
             .values()
             .flat_map(|w| w[side].iter().map(|(_, r)| parser.parse(r)))
             .collect();
-        if rows.is_empty() {
-            return Ok(None);
+        side_columns(&self.spec, &self.rows_of[side], self.max_parallelism, side, rows)
+    }
+
+    /// Joins the rows of the window ending at `end`: memory's alone, or,
+    /// when the store has rows of it, memory's written there too and the
+    /// window joined a key group at a time from the store.
+    fn fire_window(&mut self, end: i64, memory: Option<[Vec<Waiting>; 2]>, out: &mut Output) -> Result<()> {
+        if !self.has_stored(end) {
+            if let Some(batch) = memory.map(|rows| self.fire(&rows)).transpose()?.flatten() {
+                out.batch(batch);
+            }
+            return Ok(());
         }
-        let n = rows.len();
-        let data = self.rows_of[side].convert_rows(rows)?;
-        let batch = RecordBatch::try_new(self.spec.inputs[side].clone(), data.clone())?;
-        let keys: Vec<ArrayRef> = self.spec.keys[side]
-            .iter()
-            .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
-            .collect::<Result<_>>()?;
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&keys, n, self.max_parallelism)?),
-            Arc::new(Int8Array::from(vec![side as i8; n])),
-        ];
-        for s in 0..2 {
-            match s == side {
-                true => columns.extend(data.iter().cloned()),
-                false => columns.extend(
-                    self.spec.inputs[s]
-                        .fields()
-                        .iter()
-                        .map(|f| new_null_array(f.data_type(), n)),
-                ),
+        if let Some(rows) = memory {
+            self.spill_window(end, rows)?;
+        }
+        for group in self.take_stored_groups(end) {
+            let rows = self.take_stored(group, end)?;
+            if let Some(batch) = self.fire(&rows)? {
+                out.batch(batch);
             }
         }
-        Ok(Some(columns))
+        Ok(())
     }
+
+    /// Bytes its waiting rows take in memory, about (a walk of them).
+    fn memory_size(&self) -> usize {
+        const ENTRY: usize = 48;
+        (self.windows.values().flatten().flatten())
+            .map(|(k, r)| ENTRY + k.len() + r.len())
+            .sum::<usize>()
+            + self.windows.len() * ENTRY
+    }
+}
+
+/// One side's rows as state columns (`_key_group`, `_side`, the left
+/// columns, the right ones); `None` without rows.
+fn side_columns(
+    spec: &WindowJoin,
+    converter: &RowConverter,
+    max_parallelism: usize,
+    side: usize,
+    rows: Vec<arrow::row::Row>,
+) -> Result<Option<Vec<ArrayRef>>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let n = rows.len();
+    let data = converter.convert_rows(rows)?;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(super::row_key_groups(
+            &spec.keys[side],
+            &spec.inputs[side],
+            &data,
+            max_parallelism,
+        )?),
+        Arc::new(Int8Array::from(vec![side as i8; n])),
+    ];
+    for s in 0..2 {
+        match s == side {
+            true => columns.extend(data.iter().cloned()),
+            false => columns.extend(
+                spec.inputs[s]
+                    .fields()
+                    .iter()
+                    .map(|f| new_null_array(f.data_type(), n)),
+            ),
+        }
+    }
+    Ok(Some(columns))
 }
 
 fn take_all(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<ArrayRef>> {
@@ -290,25 +345,36 @@ impl Operator for WindowJoinOperator {
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
-        self.process(input.min(1), &batch)
+        self.process(input.min(1), &batch)?;
+        self.spill_if_full(batch.num_rows())
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
-        while let Some(entry) = self.windows.first_entry() {
-            if entry.key().saturating_sub(1) > self.watermark {
+        // Windows in time order, whether their rows are in memory or stored.
+        loop {
+            let first = self.windows.keys().next().copied();
+            let end = match (first, self.first_stored()) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => match a.or(b) {
+                    Some(end) => end,
+                    None => break,
+                },
+            };
+            if end.saturating_sub(1) > self.watermark {
                 break;
             }
-            let rows = entry.remove();
-            if let Some(batch) = self.fire(&rows)? {
-                out.batch(batch);
-            }
+            let rows = self.windows.remove(&end);
+            self.fire_window(end, rows, out)?;
         }
         out.watermark(watermark);
         Ok(())
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
         let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
         // The watermark is saved even without rows: after a restore, a row
         // of a window that had fired is late, as it was before.
@@ -336,16 +402,21 @@ impl Operator for WindowJoinOperator {
             self.spec.inputs[0].fields().len(),
             self.spec.inputs[1].fields().len(),
         ];
-        for side in 0..2 {
-            let sides = rows.column(1).as_primitive::<Int8Type>();
-            let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
-            let rows = arrow::compute::filter_record_batch(rows, &mask)?;
-            let start = 2 + if side == 0 { 0 } else { widths[0] };
-            let data = RecordBatch::try_new(
-                self.spec.inputs[side].clone(),
-                rows.columns()[start..start + widths[side]].to_vec(),
-            )?;
-            self.process(side, &data)?;
+        // A chunk at a time: with the spilling backend, memory goes to the
+        // store whenever it holds more than its share.
+        for chunk in in_chunks(rows) {
+            for side in 0..2 {
+                let sides = chunk.column(1).as_primitive::<Int8Type>();
+                let mask: BooleanArray = sides.iter().map(|s| Some(s == Some(side as i8))).collect();
+                let rows = arrow::compute::filter_record_batch(&chunk, &mask)?;
+                let start = 2 + if side == 0 { 0 } else { widths[0] };
+                let data = RecordBatch::try_new(
+                    self.spec.inputs[side].clone(),
+                    rows.columns()[start..start + widths[side]].to_vec(),
+                )?;
+                self.process(side, &data)?;
+            }
+            self.spill_if_over()?;
         }
         self.watermark = watermark;
         Ok(())
