@@ -18,9 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int8Array, Int64Array, UInt32Array, new_null_array,
-};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, new_null_array};
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
@@ -609,15 +607,8 @@ fn side_columns(
     groups: arrow::array::UInt32Array,
     kept: SideRows,
 ) -> Result<Vec<ArrayRef>> {
-    let n = kept.rows.len();
     let data = converter.convert_rows(kept.rows)?;
-    let mut columns: Vec<ArrayRef> = vec![Arc::new(groups), Arc::new(Int8Array::from(vec![side as i8; n]))];
-    for s in 0..2 {
-        match s == side {
-            true => columns.extend(data.iter().cloned()),
-            false => columns.extend(nulls(&spec.inputs[s], n)),
-        }
-    }
+    let mut columns = super::one_side_columns(&spec.inputs, side, groups, &data);
     columns.push(Arc::new(Int64Array::from(kept.times)));
     columns.push(Arc::new(BooleanArray::from(kept.joined)));
     Ok(columns)

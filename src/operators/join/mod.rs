@@ -403,22 +403,8 @@ impl Codec {
         }
         let key_columns = self.keys_of.convert_rows(keys)?;
         let data = self.rows_of[side].convert_rows(rows)?;
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&key_columns, n, self.max_parallelism)?),
-            Arc::new(Int8Array::from(vec![side as i8; n])),
-        ];
-        for s in 0..2 {
-            if s == side {
-                columns.extend(data.iter().cloned());
-            } else {
-                columns.extend(
-                    self.join.inputs[s]
-                        .fields()
-                        .iter()
-                        .map(|f| new_null_array(f.data_type(), n)),
-                );
-            }
-        }
+        let groups = key_groups(&key_columns, n, self.max_parallelism)?;
+        let mut columns = one_side_columns(&self.join.inputs, side, groups, &data);
         columns.push(Arc::new(Int64Array::from_iter_values(
             tallies.iter().map(|t| t.count),
         )));
@@ -458,6 +444,26 @@ fn row_key_groups(
         .map(|k| Ok(k.evaluate(&batch)?.into_array(n)?))
         .collect::<Result<_>>()?;
     crate::state::snapshot::key_groups(&keys, n, max_parallelism)
+}
+
+/// One side's rows as the first columns of a two-sided state table
+/// ([`two_sided_fields`]): their key groups, the side, its columns, and the
+/// other side's as NULLs.
+fn one_side_columns(
+    inputs: &[SchemaRef; 2],
+    side: usize,
+    groups: UInt32Array,
+    data: &[ArrayRef],
+) -> Vec<ArrayRef> {
+    let n = groups.len();
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(groups), Arc::new(Int8Array::from(vec![side as i8; n]))];
+    for (s, input) in inputs.iter().enumerate() {
+        match s == side {
+            true => columns.extend(data.iter().cloned()),
+            false => columns.extend(input.fields().iter().map(|f| new_null_array(f.data_type(), n))),
+        }
+    }
+    columns
 }
 
 /// Each side's rows as bytes, and back.

@@ -18,9 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int8Array, Int64Array, UInt32Array, new_null_array,
-};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, UInt32Array, new_null_array};
 use arrow::compute::take;
 use arrow::datatypes::{
     DataType, Field, Int8Type, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMillisecondType,
@@ -582,23 +580,9 @@ fn side_columns(
     if state.rows.is_empty() {
         return Ok(None);
     }
-    let n = state.rows.len();
     let data = converter.convert_rows(state.rows)?;
-    let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(key_groups_of_rows(spec, side, &data, max_parallelism)?),
-        Arc::new(Int8Array::from(vec![side as i8; n])),
-    ];
-    for s in 0..2 {
-        match s == side {
-            true => columns.extend(data.iter().cloned()),
-            false => columns.extend(
-                spec.inputs[s]
-                    .fields()
-                    .iter()
-                    .map(|f| new_null_array(f.data_type(), n)),
-            ),
-        }
-    }
+    let groups = key_groups_of_rows(spec, side, &data, max_parallelism)?;
+    let mut columns = super::one_side_columns(&spec.inputs, side, groups, &data);
     columns.push(Arc::new(Int64Array::from(state.times)));
     columns.push(Arc::new(BooleanArray::from(state.deleted)));
     Ok(Some(columns))

@@ -827,17 +827,53 @@ fn interval_steps(batches: usize, rows: usize, keys: usize) -> Vec<Step> {
 /// What `h` emits for each step, each step's lines sorted (a watermark's
 /// padded rows come in no set order).
 fn interval_joined(h: &mut Harness, steps: &[Step]) -> Vec<Vec<String>> {
-    steps
-        .iter()
-        .map(|step| {
-            let mut lines = match step {
-                Step::Rows(side, rows) => h.push_to(*side, rows).unwrap(),
-                Step::Watermark(w) => h.watermark(*w).unwrap(),
-            };
-            lines.sort();
-            lines
-        })
-        .collect()
+    sorted(emitted(h, steps))
+}
+
+/// A join (made by `make`) spilling under 16 kB, stopped halfway through
+/// `steps` and restored from its snapshot: the snapshot is one run of the
+/// rows the heap keeps, and the rest of the steps emit what the heap's do
+/// (each step's lines sorted: a restore changes the order of one time's).
+fn spilled_join_restores_as_if_never_stopped(make: &dyn Fn() -> Harness, steps: &[Step]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = make();
+    emitted(&mut heap, before);
+    let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
+    let expected = sorted(emitted(&mut heap, after));
+    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(state_rows_of(&snapshot), kept, "the rows the heap keeps");
+    assert_eq!(sorted(emitted(&mut h, after)), expected);
+}
+
+/// A join (made by `make`) spilling under 16 kB snapshotted halfway
+/// through `steps`, its store read by the snapshot's writer only after the
+/// join went on to the end: restored from it, the rest of the steps emit
+/// what the heap's do.
+fn spilled_join_snapshot_holds_its_barrier(make: &dyn Fn() -> Harness, steps: &[Step]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = make();
+    emitted(&mut heap, before);
+    let expected = sorted(emitted(&mut heap, after));
+    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    emitted(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        sorted(emitted(&mut h, after)),
+        expected,
+        "the state as it was at the barrier"
+    );
 }
 
 #[test]
@@ -872,53 +908,12 @@ fn a_spilled_interval_join_emits_the_rows_the_heap_emits() {
 
 #[test]
 fn a_spilled_interval_join_restores_from_a_snapshot_as_if_never_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let steps = interval_steps(40, 50, 90);
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = interval("LEFT JOIN");
-    interval_joined(&mut heap, before);
-    let kept = heap
-        .snapshot_only()
-        .unwrap()
-        .expect("state")
-        .rows
-        .unwrap()
-        .num_rows();
-    let expected = interval_joined(&mut heap, after);
-    let mut h = interval("LEFT JOIN").spilling(16 * 1024, dir.path()).unwrap();
-    interval_joined(&mut h, before);
-    let snapshot = h.restart().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
-    assert_eq!(
-        snapshot.runs[0].info.rows as usize, kept,
-        "the rows the heap keeps"
-    );
-    assert_eq!(interval_joined(&mut h, after), expected);
+    spilled_join_restores_as_if_never_stopped(&|| interval("LEFT JOIN"), &interval_steps(40, 50, 90));
 }
 
 #[test]
 fn a_spilled_interval_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let steps = interval_steps(40, 50, 90);
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = interval("FULL JOIN");
-    interval_joined(&mut heap, before);
-    let expected = interval_joined(&mut heap, after);
-    let mut h = interval("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
-    interval_joined(&mut h, before);
-    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
-    assert_eq!(
-        snapshot.deferred.len(),
-        1,
-        "the store, read by the snapshot's writer"
-    );
-    interval_joined(&mut h, after);
-    h.restart_from(snapshot).unwrap();
-    assert_eq!(
-        interval_joined(&mut h, after),
-        expected,
-        "the rows as they were at the barrier"
-    );
+    spilled_join_snapshot_holds_its_barrier(&|| interval("FULL JOIN"), &interval_steps(40, 50, 90));
 }
 
 /// A LEFT temporal join of `lt` with `v`, a versioned table whose rows are
@@ -1031,45 +1026,14 @@ fn a_spilled_temporal_join_emits_the_rows_the_heap_emits_in_its_order() {
 
 #[test]
 fn a_spilled_temporal_join_restores_from_a_snapshot_as_if_never_stopped() {
-    let dir = tempfile::tempdir().unwrap();
     let mut steps = temporal_steps(40, 50, 90);
     steps.push(Step::Watermark(i64::MAX));
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = temporal();
-    emitted(&mut heap, before);
-    let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
-    let expected = sorted(emitted(&mut heap, after));
-    let mut h = temporal().spilling(16 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
-    let snapshot = h.restart().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
-    assert_eq!(state_rows_of(&snapshot), kept, "the rows the heap keeps");
-    assert_eq!(sorted(emitted(&mut h, after)), expected);
+    spilled_join_restores_as_if_never_stopped(&temporal, &steps);
 }
 
 #[test]
 fn a_spilled_temporal_join_snapshot_holds_the_state_of_its_barrier_while_the_join_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let steps = temporal_steps(40, 50, 90);
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = temporal();
-    emitted(&mut heap, before);
-    let expected = sorted(emitted(&mut heap, after));
-    let mut h = temporal().spilling(16 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
-    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
-    assert_eq!(
-        snapshot.deferred.len(),
-        1,
-        "the store, read by the snapshot's writer"
-    );
-    emitted(&mut h, after);
-    h.restart_from(snapshot).unwrap();
-    assert_eq!(
-        sorted(emitted(&mut h, after)),
-        expected,
-        "the state as it was at the barrier"
-    );
+    spilled_join_snapshot_holds_its_barrier(&temporal, &temporal_steps(40, 50, 90));
 }
 
 /// Batches of `rows` rows for both sides of [`window_join`] in turn over
@@ -1142,44 +1106,12 @@ fn a_spilled_window_join_emits_the_rows_the_heap_emits() {
 
 #[test]
 fn a_spilled_window_join_restores_from_a_snapshot_as_if_never_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let steps = window_steps(40, 50, 90);
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = window_join("LEFT JOIN");
-    emitted(&mut heap, before);
-    let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
-    let expected = sorted(emitted(&mut heap, after));
-    let mut h = window_join("LEFT JOIN").spilling(16 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
-    let snapshot = h.restart().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
-    assert_eq!(state_rows_of(&snapshot), kept, "the rows the heap keeps");
-    assert_eq!(sorted(emitted(&mut h, after)), expected);
+    spilled_join_restores_as_if_never_stopped(&|| window_join("LEFT JOIN"), &window_steps(40, 50, 90));
 }
 
 #[test]
 fn a_spilled_window_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let steps = window_steps(40, 50, 90);
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = window_join("FULL JOIN");
-    emitted(&mut heap, before);
-    let expected = sorted(emitted(&mut heap, after));
-    let mut h = window_join("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
-    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
-    assert_eq!(
-        snapshot.deferred.len(),
-        1,
-        "the store, read by the snapshot's writer"
-    );
-    emitted(&mut h, after);
-    h.restart_from(snapshot).unwrap();
-    assert_eq!(
-        sorted(emitted(&mut h, after)),
-        expected,
-        "the rows as they were at the barrier"
-    );
+    spilled_join_snapshot_holds_its_barrier(&|| window_join("FULL JOIN"), &window_steps(40, 50, 90));
 }
 
 #[test]

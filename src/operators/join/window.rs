@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array, UInt32Array, new_null_array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Int8Type, Schema, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
@@ -310,29 +310,9 @@ fn side_columns(
     if rows.is_empty() {
         return Ok(None);
     }
-    let n = rows.len();
     let data = converter.convert_rows(rows)?;
-    let mut columns: Vec<ArrayRef> = vec![
-        Arc::new(super::row_key_groups(
-            &spec.keys[side],
-            &spec.inputs[side],
-            &data,
-            max_parallelism,
-        )?),
-        Arc::new(Int8Array::from(vec![side as i8; n])),
-    ];
-    for s in 0..2 {
-        match s == side {
-            true => columns.extend(data.iter().cloned()),
-            false => columns.extend(
-                spec.inputs[s]
-                    .fields()
-                    .iter()
-                    .map(|f| new_null_array(f.data_type(), n)),
-            ),
-        }
-    }
-    Ok(Some(columns))
+    let groups = super::row_key_groups(&spec.keys[side], &spec.inputs[side], &data, max_parallelism)?;
+    Ok(Some(super::one_side_columns(&spec.inputs, side, groups, &data)))
 }
 
 fn take_all(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<ArrayRef>> {
