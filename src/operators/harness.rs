@@ -352,3 +352,87 @@ pub fn render(mut out: Output) -> Result<Vec<String>> {
     }
     Ok(lines)
 }
+
+/// One step of an operator's input: rows of an input, or a watermark.
+pub enum Step {
+    /// Rows (as lines) into an input.
+    Rows(usize, String),
+    /// A watermark.
+    Watermark(i64),
+}
+
+/// What `h` emits for each step, in its order.
+pub fn emitted(h: &mut Harness, steps: &[Step]) -> Vec<Vec<String>> {
+    steps
+        .iter()
+        .map(|step| match step {
+            Step::Rows(input, rows) => h.push_to(*input, rows).unwrap(),
+            Step::Watermark(w) => h.watermark(*w).unwrap(),
+        })
+        .collect()
+}
+
+/// Each step's lines sorted: after a restore, rows of one time fire in
+/// the order of the saved state, not of their arrival.
+pub fn sorted(mut steps: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    steps.iter_mut().for_each(|lines| lines.sort());
+    steps
+}
+
+/// The rows of a snapshot written, in its rows or its one run.
+pub fn state_rows_of(snapshot: &OperatorSnapshot) -> usize {
+    let runs: u64 = snapshot.runs.iter().map(|r| r.info.rows).sum();
+    snapshot.rows.as_ref().map_or(0, |r| r.num_rows()) + runs as usize
+}
+
+/// Entries in a spilling operator's directory (its store's, once made).
+pub fn entries_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+/// An operator (made by `make`) spilling under 16 kB, stopped halfway
+/// through `steps` and restored from its snapshot: the snapshot is one run
+/// of the rows the heap keeps, and the rest of the steps emit what the
+/// heap's do (each step's lines sorted: a restore changes the order of one
+/// time's).
+pub fn spilled_restores_as_if_never_stopped(make: &dyn Fn() -> Harness, steps: &[Step]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = make();
+    emitted(&mut heap, before);
+    let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
+    let expected = sorted(emitted(&mut heap, after));
+    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(state_rows_of(&snapshot), kept, "the rows the heap keeps");
+    assert_eq!(sorted(emitted(&mut h, after)), expected);
+}
+
+/// An operator (made by `make`) spilling under 16 kB snapshotted halfway
+/// through `steps`, its store read by the snapshot's writer only after the
+/// operator went on to the end: restored from it, the rest of the steps
+/// emit what the heap's do.
+pub fn spilled_snapshot_holds_its_barrier(make: &dyn Fn() -> Harness, steps: &[Step]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut heap = make();
+    emitted(&mut heap, before);
+    let expected = sorted(emitted(&mut heap, after));
+    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    emitted(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        sorted(emitted(&mut h, after)),
+        expected,
+        "the state as it was at the barrier"
+    );
+}

@@ -84,6 +84,21 @@ pub fn schema_signature(schema: &Schema) -> String {
         .join(", ")
 }
 
+/// The key group of each of `keys`, row bytes of `converter` (as an
+/// operator keeps its keys), hashed as the exchange hashed their columns.
+pub fn key_groups_of_bytes(
+    converter: &arrow::row::RowConverter,
+    keys: &[&[u8]],
+    max_parallelism: usize,
+) -> Result<UInt32Array> {
+    if keys.is_empty() {
+        return Ok(UInt32Array::from(Vec::<u32>::new()));
+    }
+    let parser = converter.parser();
+    let columns = converter.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+    key_groups(&columns, keys.len(), max_parallelism)
+}
+
 /// State rows of `schema` from `columns` (each cast to its field's type),
 /// sorted by their first column, the key group.
 pub fn sorted_state_rows(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch> {

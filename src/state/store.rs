@@ -36,6 +36,18 @@ pub fn in_chunks(
         .map(move |start| rows.slice(start, (n - start).min(WRITE_CHUNK)))
 }
 
+/// A time as bytes in its order (big-endian, the sign bit flipped), for
+/// store keys ordered by time.
+pub fn ordered(time: i64) -> [u8; 8] {
+    ((time as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The time of [`ordered`] bytes at the start of `bytes` (`None`: too few).
+pub fn time_of(bytes: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
+    Some((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
+}
+
 /// Store entries a TTL sweep reads at a time.
 pub const SWEEP: usize = 4096;
 

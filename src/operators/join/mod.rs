@@ -418,16 +418,6 @@ impl Codec {
     }
 }
 
-/// The key group of each of `keys` (join keys as bytes of `keys_of`).
-fn key_groups_of(keys_of: &RowConverter, keys: &[&[u8]], max_parallelism: usize) -> Result<UInt32Array> {
-    if keys.is_empty() {
-        return Ok(UInt32Array::from(Vec::<u32>::new()));
-    }
-    let parser = keys_of.parser();
-    let columns = keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?;
-    crate::state::snapshot::key_groups(&columns, keys.len(), max_parallelism)
-}
-
 /// The key group of each row of `data` (columns of `schema`), from its
 /// key columns `exprs` as the exchange hashed them (a row with a NULL key
 /// has one too): for state kept as rows, without their keys' bytes.

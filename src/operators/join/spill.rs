@@ -119,7 +119,7 @@ impl JoinOperator {
 
     /// The key group of each of `keys` (join keys' bytes).
     fn key_groups_of(&self, keys: &[&[u8]]) -> Result<UInt32Array> {
-        super::key_groups_of(&self.codec.keys_of, keys, self.max_parallelism)
+        crate::state::snapshot::key_groups_of_bytes(&self.codec.keys_of, keys, self.max_parallelism)
     }
 
     /// Reads both sides' rows of the keys of `keys` that memory does not

@@ -1,6 +1,9 @@
 //! Join through the operator harness: rows into either side, changes out.
 
-use crate::operators::harness::Harness;
+use crate::operators::harness::{
+    Harness, Step, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
+    spilled_snapshot_holds_its_barrier, state_rows_of,
+};
 
 const SETUP: &[&str] = &[
     "CREATE TABLE l (k BIGINT, a STRING) WITH ('connector' = 'datagen')",
@@ -503,10 +506,6 @@ fn joined(h: &mut Harness, batches: &[(usize, String)]) -> Vec<String> {
         .collect()
 }
 
-fn entries_in(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir).map_or(0, |d| d.count())
-}
-
 #[test]
 fn a_spilled_join_emits_the_changes_the_heap_emits() {
     let dir = tempfile::tempdir().unwrap();
@@ -790,12 +789,6 @@ fn the_state_ttl_sweeps_a_slice_of_the_rows_per_tick_and_all_of_them_in_half_the
     assert_eq!(swept, 20_000, "every key swept once within half the TTL");
 }
 
-/// One step of an interval join's input: rows of a side, or a watermark.
-enum Step {
-    Rows(usize, String),
-    Watermark(i64),
-}
-
 /// Batches of `rows` rows for both sides in turn over `keys` keys, each
 /// batch a second later than the one before (rows up to 2 s out of
 /// order), the watermark 3 s behind after every other batch.
@@ -830,52 +823,6 @@ fn interval_joined(h: &mut Harness, steps: &[Step]) -> Vec<Vec<String>> {
     sorted(emitted(h, steps))
 }
 
-/// A join (made by `make`) spilling under 16 kB, stopped halfway through
-/// `steps` and restored from its snapshot: the snapshot is one run of the
-/// rows the heap keeps, and the rest of the steps emit what the heap's do
-/// (each step's lines sorted: a restore changes the order of one time's).
-fn spilled_join_restores_as_if_never_stopped(make: &dyn Fn() -> Harness, steps: &[Step]) {
-    let dir = tempfile::tempdir().unwrap();
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = make();
-    emitted(&mut heap, before);
-    let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
-    let expected = sorted(emitted(&mut heap, after));
-    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
-    let snapshot = h.restart().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
-    assert_eq!(state_rows_of(&snapshot), kept, "the rows the heap keeps");
-    assert_eq!(sorted(emitted(&mut h, after)), expected);
-}
-
-/// A join (made by `make`) spilling under 16 kB snapshotted halfway
-/// through `steps`, its store read by the snapshot's writer only after the
-/// join went on to the end: restored from it, the rest of the steps emit
-/// what the heap's do.
-fn spilled_join_snapshot_holds_its_barrier(make: &dyn Fn() -> Harness, steps: &[Step]) {
-    let dir = tempfile::tempdir().unwrap();
-    let (before, after) = steps.split_at(steps.len() / 2);
-    let mut heap = make();
-    emitted(&mut heap, before);
-    let expected = sorted(emitted(&mut heap, after));
-    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
-    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
-    assert_eq!(
-        snapshot.deferred.len(),
-        1,
-        "the store, read by the snapshot's writer"
-    );
-    emitted(&mut h, after);
-    h.restart_from(snapshot).unwrap();
-    assert_eq!(
-        sorted(emitted(&mut h, after)),
-        expected,
-        "the state as it was at the barrier"
-    );
-}
-
 #[test]
 fn a_spilled_interval_join_emits_the_rows_the_heap_emits() {
     let dir = tempfile::tempdir().unwrap();
@@ -908,12 +855,12 @@ fn a_spilled_interval_join_emits_the_rows_the_heap_emits() {
 
 #[test]
 fn a_spilled_interval_join_restores_from_a_snapshot_as_if_never_stopped() {
-    spilled_join_restores_as_if_never_stopped(&|| interval("LEFT JOIN"), &interval_steps(40, 50, 90));
+    spilled_restores_as_if_never_stopped(&|| interval("LEFT JOIN"), &interval_steps(40, 50, 90));
 }
 
 #[test]
 fn a_spilled_interval_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
-    spilled_join_snapshot_holds_its_barrier(&|| interval("FULL JOIN"), &interval_steps(40, 50, 90));
+    spilled_snapshot_holds_its_barrier(&|| interval("FULL JOIN"), &interval_steps(40, 50, 90));
 }
 
 /// A LEFT temporal join of `lt` with `v`, a versioned table whose rows are
@@ -966,30 +913,6 @@ fn temporal_steps(batches: usize, rows: usize, keys: usize) -> Vec<Step> {
     steps
 }
 
-/// What `h` emits for each step, in its order.
-fn emitted(h: &mut Harness, steps: &[Step]) -> Vec<Vec<String>> {
-    steps
-        .iter()
-        .map(|step| match step {
-            Step::Rows(side, rows) => h.push_to(*side, rows).unwrap(),
-            Step::Watermark(w) => h.watermark(*w).unwrap(),
-        })
-        .collect()
-}
-
-/// Each step's lines sorted: after a restore, rows of one time fire in
-/// the order of the saved state, not of their arrival.
-fn sorted(mut steps: Vec<Vec<String>>) -> Vec<Vec<String>> {
-    steps.iter_mut().for_each(|lines| lines.sort());
-    steps
-}
-
-/// The rows of a snapshot written, in its rows or its one run.
-fn state_rows_of(snapshot: &crate::runtime::operator::OperatorSnapshot) -> usize {
-    let runs: u64 = snapshot.runs.iter().map(|r| r.info.rows).sum();
-    snapshot.rows.as_ref().map_or(0, |r| r.num_rows()) + runs as usize
-}
-
 #[test]
 fn a_spilled_temporal_join_emits_the_rows_the_heap_emits_in_its_order() {
     let steps = temporal_steps(60, 50, 90);
@@ -1028,12 +951,12 @@ fn a_spilled_temporal_join_emits_the_rows_the_heap_emits_in_its_order() {
 fn a_spilled_temporal_join_restores_from_a_snapshot_as_if_never_stopped() {
     let mut steps = temporal_steps(40, 50, 90);
     steps.push(Step::Watermark(i64::MAX));
-    spilled_join_restores_as_if_never_stopped(&temporal, &steps);
+    spilled_restores_as_if_never_stopped(&temporal, &steps);
 }
 
 #[test]
 fn a_spilled_temporal_join_snapshot_holds_the_state_of_its_barrier_while_the_join_goes_on() {
-    spilled_join_snapshot_holds_its_barrier(&temporal, &temporal_steps(40, 50, 90));
+    spilled_snapshot_holds_its_barrier(&temporal, &temporal_steps(40, 50, 90));
 }
 
 /// Batches of `rows` rows for both sides of [`window_join`] in turn over
@@ -1106,12 +1029,12 @@ fn a_spilled_window_join_emits_the_rows_the_heap_emits() {
 
 #[test]
 fn a_spilled_window_join_restores_from_a_snapshot_as_if_never_stopped() {
-    spilled_join_restores_as_if_never_stopped(&|| window_join("LEFT JOIN"), &window_steps(40, 50, 90));
+    spilled_restores_as_if_never_stopped(&|| window_join("LEFT JOIN"), &window_steps(40, 50, 90));
 }
 
 #[test]
 fn a_spilled_window_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on() {
-    spilled_join_snapshot_holds_its_barrier(&|| window_join("FULL JOIN"), &window_steps(40, 50, 90));
+    spilled_snapshot_holds_its_barrier(&|| window_join("FULL JOIN"), &window_steps(40, 50, 90));
 }
 
 #[test]

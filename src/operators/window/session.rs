@@ -34,8 +34,14 @@ use crate::operators::watermark::to_epoch_millis;
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows, window_state_schema};
+use crate::state::store::in_chunks;
 use crate::{Error, Result};
+
+mod spill;
+#[cfg(test)]
+mod tests;
 
 /// The plan of a session window aggregation.
 #[derive(Debug)]
@@ -65,6 +71,11 @@ pub struct SessionAggregate {
 }
 
 impl SessionAggregate {
+    /// The schema of the state rows: `_key_group`, `_start`, `_end`, keys, states.
+    fn state_schema(&self) -> Result<SchemaRef> {
+        window_state_schema(&["_start", "_end"], &self.key_schema, &self.aggregates)
+    }
+
     /// A one-line description for EXPLAIN.
     pub fn describe(&self) -> String {
         let keys: Vec<String> = self
@@ -138,7 +149,14 @@ impl OperatorFactory for SessionAggregateFactory {
             metrics: ctx.metrics.clone(),
             batch_size: ctx.batch_size,
             max_parallelism: ctx.max_parallelism,
+            spill: (ctx.spill.clone())
+                .map(|settings| spill::SessionSpill::new(settings, &self.0))
+                .transpose()?,
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 }
 
@@ -165,6 +183,16 @@ struct SessionOperator {
     metrics: Arc<TaskMetrics>,
     batch_size: usize,
     max_parallelism: usize,
+    /// The spilling backend: sessions beyond the budget in a store.
+    spill: Option<spill::SessionSpill>,
+}
+
+/// The key bytes of each of `rows` rows (`None`: no keys, one session key).
+fn row_keys(key_rows: Option<&arrow::row::Rows>, rows: usize) -> Vec<&[u8]> {
+    match key_rows {
+        Some(keys) => keys.iter().map(|r| r.data()).collect(),
+        None => vec![&[]; rows.min(1)],
+    }
 }
 
 impl SessionOperator {
@@ -289,6 +317,9 @@ impl SessionOperator {
         } else {
             Some(self.converter.convert_columns(&keys)?)
         };
+        if self.has_spilled() {
+            self.load_stored(&row_keys(key_rows.as_ref(), rows))?;
+        }
         let mut merged_into = HashMap::new();
         let mut assigned: Vec<(usize, u32)> = Vec::with_capacity(rows);
         for (row, t) in millis.values().iter().enumerate() {
@@ -359,11 +390,27 @@ impl SessionOperator {
         Ok(())
     }
 
-    /// Emits every session the watermark has closed, in order of end.
-    fn fire(&mut self, out: &mut Output) -> Result<()> {
+    /// Emits every session the watermark has closed, in order of end; with
+    /// the spilling backend, those of the store's keys a chunk at a time.
+    /// Gives how many sessions came from the store.
+    fn fire(&mut self, out: &mut Output) -> Result<usize> {
+        let mut loaded = 0;
+        loop {
+            let (read, more) = self.load_due()?;
+            loaded += read;
+            self.fire_memory(out, more)?;
+            if more.is_none() {
+                return Ok(loaded);
+            }
+        }
+    }
+
+    /// Emits memory's sessions the watermark has closed, ending at or
+    /// before `until` if given.
+    fn fire_memory(&mut self, out: &mut Output, until: Option<i64>) -> Result<()> {
         let mut closed = Vec::new();
         while let Some(&(end, id)) = self.by_end.first() {
-            if !self.fired(end) {
+            if !self.fired(end) || until.is_some_and(|u| end > u) {
                 break;
             }
             self.by_end.pop_first();
@@ -446,33 +493,44 @@ impl SessionOperator {
 impl SessionOperator {
     /// The schema of the state rows: `_key_group`, `_start`, `_end`, keys, states.
     fn state_schema(&self) -> Result<SchemaRef> {
-        window_state_schema(&["_start", "_end"], &self.spec.key_schema, &self.spec.aggregates)
+        self.spec.state_schema()
     }
 
-    /// Every open session as a row, sorted by key group. Reading an
-    /// accumulator's state may consume it, so each is rebuilt from its state.
+    /// Every open session as a row, sorted by key group.
     fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
         let ids: Vec<usize> = self.by_end.iter().map(|(_, id)| *id).collect();
         if ids.is_empty() {
             return Ok(None);
         }
-        let schema = self.state_schema()?;
+        let columns = self.state_columns(&ids, true)?;
+        Ok(Some(sorted_state_rows(&self.state_schema()?, columns)?))
+    }
+
+    /// The state columns of sessions `ids`, in their order. Reading an
+    /// accumulator's state may consume it, so each is rebuilt from its
+    /// state when the session stays (`keep`).
+    fn state_columns(&mut self, ids: &[usize], keep: bool) -> Result<Vec<ArrayRef>> {
         let mut starts = Vec::with_capacity(ids.len());
         let mut ends = Vec::with_capacity(ids.len());
         let mut states: Vec<Vec<ScalarValue>> = Vec::new();
-        for &id in &ids {
-            let mut fresh = self.new_accumulators()?;
+        for &id in ids {
+            let mut fresh = match keep {
+                true => self.new_accumulators()?,
+                false => Vec::new(),
+            };
             let session = self.sessions[id].as_mut().expect("open session");
             starts.push(session.start);
             ends.push(session.end);
             let mut column = 0;
-            for (accumulator, rebuilt) in session.accumulators.iter_mut().zip(fresh.iter_mut()) {
+            for (i, accumulator) in session.accumulators.iter_mut().enumerate() {
                 let state = accumulator.state()?;
-                let arrays = state
-                    .iter()
-                    .map(|v| v.to_array())
-                    .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
-                rebuilt.merge_batch(&arrays)?;
+                if keep {
+                    let arrays = state
+                        .iter()
+                        .map(|v| v.to_array())
+                        .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
+                    fresh[i].merge_batch(&arrays)?;
+                }
                 for value in state {
                     if states.len() <= column {
                         states.push(Vec::with_capacity(ids.len()));
@@ -481,7 +539,9 @@ impl SessionOperator {
                     column += 1;
                 }
             }
-            session.accumulators = fresh;
+            if keep {
+                session.accumulators = fresh;
+            }
         }
         let keys = if self.spec.key_schema.fields().is_empty() {
             vec![]
@@ -503,12 +563,12 @@ impl SessionOperator {
         for values in states {
             columns.push(ScalarValue::iter_to_array(values)?);
         }
-        Ok(Some(sorted_state_rows(&schema, columns)?))
+        Ok(columns)
     }
 
-    /// Reopens the sessions of state rows (this subtask's key groups).
-    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
-        OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &self.spec.describe())?;
+    /// Reopens the sessions of state rows (of the state schema), giving
+    /// their ids in the rows' order.
+    fn open_sessions(&mut self, rows: &RecordBatch) -> Result<Vec<usize>> {
         let key_count = self.spec.key_schema.fields().len();
         let starts = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
         let ends = rows.column(2).as_primitive::<Int64Type>().values().to_vec();
@@ -524,6 +584,7 @@ impl SessionOperator {
             .iter()
             .map(|a| Ok(a.state_fields()?.len()))
             .collect::<Result<Vec<usize>>>()?;
+        let mut ids = Vec::with_capacity(rows.num_rows());
         for row in 0..rows.num_rows() {
             let mut accumulators = self.new_accumulators()?;
             let mut offset = 3 + key_count;
@@ -544,10 +605,39 @@ impl SessionOperator {
                 end: ends[row],
                 accumulators,
             };
-            self.sessions.push(Some(session));
-            let id = self.sessions.len() - 1;
+            let id = match self.free.pop() {
+                Some(id) => {
+                    self.sessions[id] = Some(session);
+                    id
+                }
+                None => {
+                    self.sessions.push(Some(session));
+                    self.sessions.len() - 1
+                }
+            };
             self.by_key.entry(key).or_default().push(id);
             self.by_end.insert((ends[row], id));
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// Reopens the sessions of a snapshot's state rows (this subtask's key
+    /// groups), a chunk at a time: with the spilling backend, a key's
+    /// stored sessions are read first, and memory goes to the store when
+    /// it is full.
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &self.spec.describe())?;
+        let key_count = self.spec.key_schema.fields().len();
+        for chunk in in_chunks(rows) {
+            if self.has_spilled() {
+                let key_rows = (key_count > 0)
+                    .then(|| self.converter.convert_columns(&chunk.columns()[3..3 + key_count]))
+                    .transpose()?;
+                self.load_stored(&row_keys(key_rows.as_ref(), chunk.num_rows()))?;
+            }
+            self.open_sessions(&chunk)?;
+            self.spill_if_over()?;
         }
         Ok(())
     }
@@ -559,6 +649,9 @@ impl Operator for SessionOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
         Ok(Some(OperatorSnapshot::with_watermark(
             self.watermark,
             self.state_rows()?,
@@ -589,7 +682,8 @@ impl Operator for SessionOperator {
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
-        self.process(&batch)
+        self.process(&batch)?;
+        self.spill_if_full(batch.num_rows())
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
@@ -597,8 +691,9 @@ impl Operator for SessionOperator {
             return Ok(());
         }
         self.watermark = watermark;
-        self.fire(out)?;
+        let loaded = self.fire(out)?;
         out.watermark(watermark);
-        Ok(())
+        // The store's sessions read with those that fired stay in memory.
+        self.spill_if_full(loaded)
     }
 }

@@ -35,7 +35,7 @@ use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::store_run;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
-use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once_for_ranges};
+use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
 use crate::{Error, Result};
 
 /// The first four bytes of an index entry's key, after every key group.
@@ -66,11 +66,6 @@ impl IntervalSpill {
             runs: 0,
         }
     }
-}
-
-/// A time as bytes in its order.
-fn ordered(time: i64) -> [u8; 8] {
-    ((time as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 fn cut_short() -> Error {
@@ -176,7 +171,8 @@ impl IntervalJoinOperator {
         let mut stored = vec![Vec::new(); times.len()];
         let wanted: Vec<usize> = (0..times.len()).filter(|i| !skip[*i]).collect();
         let key_bytes: Vec<&[u8]> = wanted.iter().map(|i| keys.row(*i).data()).collect();
-        let groups = crate::operators::join::key_groups_of(&self.keys_of, &key_bytes, self.max_parallelism)?;
+        let groups =
+            crate::state::snapshot::key_groups_of_bytes(&self.keys_of, &key_bytes, self.max_parallelism)?;
         for (n, i) in wanted.into_iter().enumerate() {
             let prefix = key_prefix(groups.value(n), 1 - side, key_bytes[n]);
             let (from, to) = self.spec.window(side, times[i]);
@@ -252,7 +248,7 @@ impl IntervalJoinOperator {
             for chunk in by_key.chunks(WRITE_CHUNK) {
                 let keys: Vec<&[u8]> = chunk.iter().map(|k| &k.key[..]).collect();
                 let groups =
-                    crate::operators::join::key_groups_of(&self.keys_of, &keys, self.max_parallelism)?;
+                    crate::state::snapshot::key_groups_of_bytes(&self.keys_of, &keys, self.max_parallelism)?;
                 let mut puts = Vec::new();
                 for (n, key) in chunk.iter().enumerate() {
                     let prefix = key_prefix(groups.value(n), side, &key.key);

@@ -46,7 +46,7 @@ use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::store_run;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
-use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered};
 use crate::{Error, Result};
 
 /// The first four bytes of an index entry's key, after every key group.
@@ -86,15 +86,9 @@ fn cut_short() -> Error {
     Error::State("a spilled temporal join state entry is cut short".into())
 }
 
-/// A time as bytes in its order.
-fn ordered(time: i64) -> [u8; 8] {
-    ((time as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-/// The time of [`ordered`] bytes.
+/// The time of [`ordered`] bytes at the start of `bytes`.
 fn time_of(bytes: &[u8]) -> Result<i64> {
-    let bytes: [u8; 8] = bytes.get(..8).ok_or_else(cut_short)?.try_into().expect("8 bytes");
-    Ok((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
+    crate::state::store::time_of(bytes).ok_or_else(cut_short)
 }
 
 /// The store key of a key's versions.
@@ -199,7 +193,8 @@ impl TemporalJoinOperator {
             .filter(|k| !self.versions.contains_key(*k) && seen.insert(*k))
             .collect();
         for chunk in wanted.chunks(WRITE_CHUNK) {
-            let groups = crate::operators::join::key_groups_of(&self.keys_of, chunk, self.max_parallelism)?;
+            let groups =
+                crate::state::snapshot::key_groups_of_bytes(&self.keys_of, chunk, self.max_parallelism)?;
             for (key, group) in chunk.iter().zip(groups.values()) {
                 if let Some(value) = store.get(&versions_key(*group, key))? {
                     let mut versions = decode_versions(&value)?;
@@ -267,7 +262,8 @@ impl TemporalJoinOperator {
         let keys: Vec<(&Key, &Versions)> = versions.iter().collect();
         for chunk in keys.chunks(WRITE_CHUNK) {
             let bytes: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
-            let groups = crate::operators::join::key_groups_of(&self.keys_of, &bytes, self.max_parallelism)?;
+            let groups =
+                crate::state::snapshot::key_groups_of_bytes(&self.keys_of, &bytes, self.max_parallelism)?;
             let (mut puts, mut removes) = (Vec::new(), Vec::new());
             for ((key, versions), group) in chunk.iter().zip(groups.values()) {
                 match versions.is_empty() {

@@ -34,7 +34,7 @@ use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::store_run;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
-use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once_for_ranges};
+use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
 use crate::{Error, Result};
 
 /// A window join subtask's spilled state.
@@ -74,7 +74,7 @@ fn cut_short() -> Error {
 fn window_prefix(group: u32, end: i64) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(64);
     bytes.extend_from_slice(&group.to_be_bytes());
-    bytes.extend_from_slice(&((end as u64) ^ (1 << 63)).to_be_bytes());
+    bytes.extend_from_slice(&ordered(end));
     bytes
 }
 

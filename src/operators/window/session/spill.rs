@@ -1,0 +1,434 @@
+//! The spilling state backend of session windows: sessions beyond the memory budget in the key-value store.
+//!
+//! Memory keeps the sessions of the keys that had rows since the last
+//! spill. When they pass a quarter of the subtask's budget
+//! ([`crate::state::memory_guess::spill_threshold`]) every session goes to
+//! the store ([`crate::state::store`]) and memory starts empty again:
+//!
+//! ```text
+//!  key group | key                      ->  per session: its length, then start, end, states
+//!  FF FF FF FF | end | key group | key  ->  (nothing): the index of ends a watermark fires by
+//! ```
+//!
+//! A key's sessions are one entry, in Arrow's row format, so a key is in
+//! memory or in the store, never in both: a batch's keys that memory lacks
+//! are read from the store first (and removed from it), and rows merge into
+//! their sessions as on the heap. A watermark reads the index up to the
+//! ends it closes, a chunk at a time, reads those keys into memory and
+//! fires memory's sessions up to the chunk's last end: sessions fire in
+//! order of end, as on the heap.
+//!
+//! Checkpoints stay state files: a snapshot writes memory to the store and
+//! the store, frozen, as one run of the state rows the heap writes, read by
+//! the snapshot's writer ([`crate::state::deferred`]). A restore reads a
+//! key's stored sessions before a chunk adds to them, and spills when full.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::datatypes::{SchemaRef, UInt32Type};
+use arrow::row::{RowConverter, SortField};
+
+use super::super::spec::TimeShift;
+use super::{SessionAggregate, SessionOperator};
+use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
+use crate::state::deferred::store_run;
+use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
+use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups_of_bytes, state_rows};
+use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered, time_of};
+use crate::{Error, Result};
+
+/// The first four bytes of an index entry's key, after every key group.
+const INDEX: [u8; 4] = [0xFF; 4];
+
+/// More than any zone's offset from UTC changes by, in milliseconds.
+const DAY: i64 = 86_400_000;
+
+/// A session window subtask's spilled state.
+pub(super) struct SessionSpill {
+    settings: SpillSettings,
+    /// Opened at the first spill.
+    store: Option<Store>,
+    /// Its entries to state rows and back.
+    codec: Codec,
+    /// The end the next scan of the index starts at: every session ending
+    /// before it fired (a session stored later with an earlier end moves it
+    /// back). Without it each scan would walk the removed index entries of
+    /// every session read back so far.
+    scan_from: i64,
+    /// When memory is measured.
+    guess: MemoryGuess,
+    runs: u64,
+}
+
+impl SessionSpill {
+    /// The spill of a session window subtask of `spec` with these settings
+    /// (an error if its states have no row format).
+    pub(super) fn new(settings: SpillSettings, spec: &SessionAggregate) -> Result<Self> {
+        Ok(SessionSpill {
+            settings,
+            store: None,
+            codec: Codec::new(spec)?,
+            scan_from: i64::MIN,
+            // At least a new key's session: its key, bounds and a state.
+            guess: MemoryGuess::new(96),
+            runs: 0,
+        })
+    }
+}
+
+fn cut_short() -> Error {
+    Error::State("a spilled session window state entry is cut short".into())
+}
+
+/// The store key of a key's sessions.
+fn entry_key(group: u32, key: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 + key.len());
+    bytes.extend_from_slice(&group.to_be_bytes());
+    bytes.extend_from_slice(key);
+    bytes
+}
+
+/// The index key of a session ending at `end` of the key stored under `entry`.
+fn index_key(end: i64, entry: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(12 + entry.len());
+    bytes.extend_from_slice(&INDEX);
+    bytes.extend_from_slice(&ordered(end));
+    bytes.extend_from_slice(entry);
+    bytes
+}
+
+/// The end and the entry key an index key names.
+fn split_index_key(bytes: &[u8]) -> Result<(i64, &[u8])> {
+    let end = time_of(bytes.get(4..).ok_or_else(cut_short)?).ok_or_else(cut_short)?;
+    Ok((end, bytes.get(12..).ok_or_else(cut_short)?))
+}
+
+/// A key's sessions as a store value: each one's row, after its length.
+fn encode_sessions<'a>(rows: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for row in rows {
+        bytes.extend_from_slice(&(row.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(row);
+    }
+    bytes
+}
+
+/// The session rows of an [`encode_sessions`] value.
+fn split_sessions(mut bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut rows = Vec::new();
+    while !bytes.is_empty() {
+        let len = u32::from_be_bytes(bytes.get(..4).ok_or_else(cut_short)?.try_into().expect("4"));
+        rows.push(bytes.get(4..4 + len as usize).ok_or_else(cut_short)?);
+        bytes = &bytes[4 + len as usize..];
+    }
+    Ok(rows)
+}
+
+/// Store entries to state rows (`_key_group`, `_start`, `_end`, keys,
+/// states) and back: a key's bytes are the operator's, a session's row
+/// holds the columns after `_key_group` but the keys.
+struct Codec {
+    schema: SchemaRef,
+    key_count: usize,
+    keys: RowConverter,
+    sessions: RowConverter,
+}
+
+impl Codec {
+    fn new(spec: &SessionAggregate) -> Result<Codec> {
+        let schema = spec.state_schema()?;
+        let key_count = spec.key_schema.fields().len();
+        let sort = |i: usize| SortField::new(schema.field(i).data_type().clone());
+        let keys = RowConverter::new((3..3 + key_count).map(sort).collect())?;
+        let fields = [1, 2].into_iter().chain(3 + key_count..schema.fields().len());
+        let sessions = RowConverter::new(fields.map(sort).collect())?;
+        Ok(Codec {
+            schema,
+            key_count,
+            keys,
+            sessions,
+        })
+    }
+
+    /// The session rows of state `columns` (cast to the state schema).
+    fn session_rows(&self, columns: &[ArrayRef]) -> Result<arrow::row::Rows> {
+        let picked: Vec<ArrayRef> = [1, 2]
+            .into_iter()
+            .chain(3 + self.key_count..columns.len())
+            .map(|i| {
+                Ok(arrow::compute::cast(
+                    &columns[i],
+                    self.schema.field(i).data_type(),
+                )?)
+            })
+            .collect::<Result<_>>()?;
+        Ok(self.sessions.convert_columns(&picked)?)
+    }
+
+    /// The state rows of store entries (index entries left out), in their
+    /// order; `None` without sessions.
+    fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
+        let (mut groups, mut keys, mut sessions) = (Vec::new(), Vec::new(), Vec::new());
+        let (key_parser, session_parser) = (self.keys.parser(), self.sessions.parser());
+        for (key, value) in entries {
+            let head = key.get(..4).ok_or_else(cut_short)?;
+            if head == INDEX {
+                continue;
+            }
+            let group = u32::from_be_bytes(head.try_into().expect("4"));
+            for row in split_sessions(value)? {
+                groups.push(group);
+                keys.push(key_parser.parse(&key[4..]));
+                sessions.push(session_parser.parse(row));
+            }
+        }
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let mut stored = self.sessions.convert_rows(sessions)?.into_iter();
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(groups))];
+        columns.extend(stored.by_ref().take(2));
+        if self.key_count > 0 {
+            columns.extend(self.keys.convert_rows(keys)?);
+        }
+        columns.extend(stored);
+        Ok(Some(state_rows(&self.schema, columns)?))
+    }
+}
+
+impl SpillsWhenFull for SessionOperator {
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    }
+
+    fn measure(&self) -> usize {
+        self.memory_size()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        self.spill_all()
+    }
+}
+
+impl SessionOperator {
+    /// Whether sessions went to the store (snapshots then read it from there).
+    pub(super) fn has_spilled(&self) -> bool {
+        self.store().is_some()
+    }
+
+    fn store(&self) -> Option<&Store> {
+        self.spill.as_ref().and_then(|s| s.store.as_ref())
+    }
+
+    /// Bytes its sessions take in memory, about.
+    fn memory_size(&self) -> usize {
+        let sessions: usize = (self.sessions.iter().flatten())
+            .map(|s| s.key.len() + s.accumulators.iter().map(|a| a.size()).sum::<usize>())
+            .sum();
+        let keys: usize = (self.by_key.iter())
+            .map(|(k, ids)| k.len() + 8 * ids.capacity() + 48)
+            .sum();
+        let slots = self.sessions.capacity() * std::mem::size_of::<Option<super::Session>>();
+        sessions + keys + slots + 40 * self.by_end.len()
+    }
+
+    /// Reads the store's sessions of those of `keys` memory lacks into
+    /// memory, removing them from the store: before rows are added to them.
+    pub(super) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let Some(store) = self.store() else {
+            return Ok(());
+        };
+        let mut seen = HashSet::new();
+        let wanted: Vec<&[u8]> = (keys.iter().copied())
+            .filter(|k| !self.by_key.contains_key(*k) && seen.insert(*k))
+            .collect();
+        let mut found = Vec::new();
+        for chunk in wanted.chunks(WRITE_CHUNK) {
+            let groups = key_groups_of_bytes(&self.converter, chunk, self.max_parallelism)?;
+            for (key, group) in chunk.iter().zip(groups.values()) {
+                let entry = entry_key(*group, key);
+                if let Some(value) = store.get(&entry)? {
+                    found.push((entry.into(), value));
+                }
+            }
+        }
+        self.take_entries(&found)
+    }
+
+    /// Opens the sessions of store entries in memory and removes the
+    /// entries and their index entries from the store.
+    fn take_entries(&mut self, entries: &[Entry]) -> Result<()> {
+        let Some(spill) = &self.spill else {
+            return Ok(());
+        };
+        let Some(rows) = spill.codec.decode(entries)? else {
+            return Ok(());
+        };
+        let ids = self.open_sessions(&rows)?;
+        let groups = rows.column(0).as_primitive::<UInt32Type>();
+        let mut removes: Vec<Vec<u8>> = entries.iter().map(|(k, _)| k.to_vec()).collect();
+        for (id, group) in ids.iter().zip(groups.values()) {
+            let session = self.sessions[*id].as_ref().expect("opened above");
+            removes.push(index_key(session.end, &entry_key(*group, &session.key)));
+        }
+        let store = self.store().expect("read above");
+        store.write([], removes.iter().map(|k| &k[..]))
+    }
+
+    /// The latest (local) end a session the watermark closes may have: a
+    /// zone's offset changes, by less than a day.
+    fn latest_closed_end(&self) -> i64 {
+        let w = self.watermark.saturating_add(1);
+        match self.spec.shift {
+            TimeShift::Zone(_) => self.spec.shift.to_local(w).saturating_add(DAY),
+            _ => self.spec.shift.to_local(w),
+        }
+    }
+
+    /// Reads into memory the stored keys of the next chunk of sessions the
+    /// watermark closes, in order of end. Gives how many sessions it read
+    /// and, when the chunk is full, its last end (more may follow).
+    pub(super) fn load_due(&mut self) -> Result<(usize, Option<i64>)> {
+        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
+            return Ok((0, None));
+        };
+        let latest = self.latest_closed_end();
+        let (from, to) = (index_key(spill.scan_from, &[]), index_key(latest, &[0xFF; 5]));
+        let index = store.range(&from, &to, SWEEP)?;
+        let (mut last, mut open) = (None, None);
+        let mut wanted = Vec::new();
+        for (key, _) in &index {
+            let (end, entry) = split_index_key(key)?;
+            if !self.fired(end) {
+                open = Some(end);
+                break;
+            }
+            last = Some(end);
+            wanted.push(entry.to_vec());
+        }
+        let full = wanted.len() == SWEEP;
+        // Every session before the first still open, or up to the latest
+        // end, fired; a full chunk's last end may have more.
+        let scan_from = match (full, open) {
+            (true, _) => last.expect("a full chunk"),
+            (false, Some(end)) => end,
+            (false, None) => latest,
+        };
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut found = Vec::with_capacity(wanted.len());
+        for entry in wanted {
+            let value = store.get(&entry)?.ok_or_else(|| {
+                Error::State("a session window's end index names a key the store lacks".into())
+            })?;
+            found.push((entry.into(), value));
+        }
+        self.spill.as_mut().expect("spilling").scan_from = scan_from;
+        let before = self.by_end.len();
+        self.take_entries(&found)?;
+        Ok((self.by_end.len() - before, last.filter(|_| full)))
+    }
+
+    /// Writes every session to the store, a key's as one entry indexed by
+    /// their ends, and empties memory.
+    pub(super) fn spill_all(&mut self) -> Result<()> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        // Bloom filters: most keys of a batch are often in neither.
+        open_once(&mut spill.store, &spill.settings)?;
+        let by_key: Vec<(Box<[u8]>, Vec<usize>)> = self.by_key.drain().collect();
+        let mut start = 0;
+        while start < by_key.len() {
+            let (mut end, mut sessions) = (start, 0);
+            while end < by_key.len() && (sessions < WRITE_CHUNK || end == start) {
+                sessions += by_key[end].1.len();
+                end += 1;
+            }
+            self.spill_keys(&by_key[start..end])?;
+            start = end;
+        }
+        self.sessions.clear();
+        self.free.clear();
+        self.by_end.clear();
+        if let Some(spill) = self.spill.as_mut() {
+            spill.guess.emptied();
+        }
+        crate::alloc::give_back_freed_memory();
+        Ok(())
+    }
+
+    /// Writes the sessions of `keys` to the store (their accumulators are
+    /// read out: the sessions are dropped after).
+    fn spill_keys(&mut self, keys: &[(Box<[u8]>, Vec<usize>)]) -> Result<()> {
+        let ids: Vec<usize> = keys.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
+        let columns = self.state_columns(&ids, false)?;
+        let spill = self.spill.as_mut().expect("spilling");
+        let rows = spill.codec.session_rows(&columns)?;
+        let groups = columns[0].as_primitive::<UInt32Type>();
+        let (mut puts, mut row) = (Vec::with_capacity(2 * ids.len()), 0);
+        for (key, key_ids) in keys {
+            let entry = entry_key(groups.value(row), key);
+            for id in key_ids {
+                let end = self.sessions[*id].as_ref().expect("open session").end;
+                spill.scan_from = spill.scan_from.min(end);
+                puts.push((index_key(end, &entry), Vec::new()));
+            }
+            let value = encode_sessions((row..row + key_ids.len()).map(|r| rows.row(r).data()));
+            puts.push((entry, value));
+            row += key_ids.len();
+        }
+        let store = spill.store.as_ref().expect("opened");
+        store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
+    }
+
+    /// A snapshot of spilled state: memory to the store, then the store,
+    /// frozen now, as one run of state rows in key-group order, written by
+    /// the snapshot's writer; and the watermark.
+    pub(super) fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
+        self.spill_all()?;
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        let codec = Codec::new(&self.spec)?;
+        let spill = self.spill.as_mut().expect("has spilled");
+        spill.runs += 1;
+        let store = spill.store.as_ref().expect("has spilled");
+        if store.is_empty()? {
+            return Ok(snapshot);
+        }
+        let path = store.snapshot_run_path(spill.runs)?;
+        let decode = move |entries: &[Entry]| codec.decode(entries);
+        snapshot.deferred = vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)];
+        Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keys_entry_comes_before_the_index_which_is_in_order_of_end() {
+        let (a, b) = (entry_key(3, b"a"), entry_key(u32::from(u16::MAX), b"b"));
+        let index = [index_key(-5, &b), index_key(-5, &a), index_key(7, &a)];
+        assert!(
+            a < b && b < index[0],
+            "entries by key group, the index after them"
+        );
+        assert!(index[0] > index[1] && index[1] < index[2], "by end, then entry");
+        assert_eq!(split_index_key(&index[2]).unwrap(), (7, &a[..]));
+        assert!(split_index_key(&index[2][..9]).is_err());
+        let (from, to) = (index_key(i64::MIN, &[]), index_key(7, &[0xFF; 5]));
+        assert!(index.iter().all(|k| (&from..=&to).contains(&k)));
+        assert!(index_key(8, &[]) > to);
+    }
+
+    #[test]
+    fn a_keys_sessions_come_back_from_their_value() {
+        let value = encode_sessions([&b"one"[..], b"", b"three"].into_iter());
+        assert_eq!(split_sessions(&value).unwrap(), [&b"one"[..], b"", b"three"]);
+        assert!(split_sessions(&value[..value.len() - 1]).is_err());
+        assert!(split_sessions(&[]).unwrap().is_empty());
+    }
+}
