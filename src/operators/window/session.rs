@@ -204,6 +204,24 @@ impl SessionOperator {
             .collect()
     }
 
+    /// Opens `session` under a free id (or a new one), which it gives.
+    fn open(&mut self, session: Session) -> usize {
+        let (key, end) = (session.key.clone(), session.end);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.sessions[id] = Some(session);
+                id
+            }
+            None => {
+                self.sessions.push(Some(session));
+                self.sessions.len() - 1
+            }
+        };
+        self.by_key.entry(key).or_default().push(id);
+        self.by_end.insert((end, id));
+        id
+    }
+
     fn session(&mut self, id: usize) -> &mut Session {
         self.sessions[id].as_mut().expect("open session")
     }
@@ -250,19 +268,7 @@ impl SessionOperator {
                 end,
                 accumulators: self.new_accumulators()?,
             };
-            let id = match self.free.pop() {
-                Some(id) => {
-                    self.sessions[id] = Some(session);
-                    id
-                }
-                None => {
-                    self.sessions.push(Some(session));
-                    self.sessions.len() - 1
-                }
-            };
-            self.by_key.entry(key.into()).or_default().push(id);
-            self.by_end.insert((end, id));
-            return Ok(Some(id));
+            return Ok(Some(self.open(session)));
         };
         for &other in others {
             let mut gone = self.sessions[other].take().expect("open session");
@@ -600,24 +606,12 @@ impl SessionOperator {
                 .as_ref()
                 .map_or(Box::from([]), |r| r.row(row).data().into());
             let session = Session {
-                key: key.clone(),
+                key,
                 start: starts[row],
                 end: ends[row],
                 accumulators,
             };
-            let id = match self.free.pop() {
-                Some(id) => {
-                    self.sessions[id] = Some(session);
-                    id
-                }
-                None => {
-                    self.sessions.push(Some(session));
-                    self.sessions.len() - 1
-                }
-            };
-            self.by_key.entry(key).or_default().push(id);
-            self.by_end.insert((ends[row], id));
-            ids.push(id);
+            ids.push(self.open(session));
         }
         Ok(ids)
     }
