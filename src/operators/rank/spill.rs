@@ -275,7 +275,7 @@ impl TopNOperator {
     }
 
     /// Restores state rows into the store (not memory): each partition's
-    /// rows in rank order as one entry, numbered as [`TopNOperator::restore`]
+    /// rows in rank order as one entry, numbered as the heap's restore
     /// numbers them.
     pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
         let spill = self.spill.as_mut().expect("spilling");
