@@ -76,6 +76,21 @@ where
     }))
 }
 
+/// A full snapshot of `store` as its `n`th run: the store frozen now, read
+/// by the snapshot's writer ([`store_run`], a run's row group of entries
+/// at a time); nothing when the store is empty.
+pub fn whole_store<D>(store: &Store, n: u64, decode: D) -> Result<Vec<Deferred>>
+where
+    D: FnMut(&[Entry]) -> Result<Option<RecordBatch>> + Send + 'static,
+{
+    if store.is_empty()? {
+        return Ok(Vec::new());
+    }
+    let path = store.snapshot_run_path(n)?;
+    let rows = crate::state::snapshot::RUN_ROW_GROUP_ROWS;
+    Ok(vec![store_run(store.frozen(), path, rows, decode)])
+}
+
 /// What an incremental snapshot of spilled state reads ([`store_delta`]).
 pub struct DeltaOf<P, M> {
     /// The store at the barrier.

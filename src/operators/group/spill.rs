@@ -30,11 +30,11 @@ use arrow::row::{Row, RowConverter, SortField};
 use super::GroupAggregateOperator;
 use crate::operators::groups::Groups;
 use crate::runtime::operator::SpillSettings;
-use crate::state::deferred::{Deferred, DeltaOf, store_delta, store_run};
+use crate::state::deferred::{Deferred, DeltaOf, store_delta, whole_store};
 use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::upsert_delta;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, key_groups};
+use crate::state::snapshot::{concat_by_key_group, key_groups};
 use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
@@ -347,12 +347,8 @@ impl GroupAggregateOperator {
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let store = spill.store.as_ref().expect("has spilled");
-        if store.is_empty()? {
-            return Ok(Vec::new());
-        }
-        let path = store.snapshot_run_path(spill.runs)?;
         let decode = move |entries: &[Entry]| codec.decode(entries, &schema).map(Some);
-        Ok(vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)])
+        whole_store(store, spill.runs, decode)
     }
 
     /// An incremental snapshot of spilled state: the upsert delta of the

@@ -43,9 +43,9 @@ use super::{
 use crate::operators::join::state::{ByKey, Key};
 use crate::runtime::Timestamp;
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::store_run;
+use crate::state::deferred::whole_store;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
+use crate::state::snapshot::{concat_by_key_group, state_rows};
 use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered};
 use crate::{Error, Result};
 
@@ -323,15 +323,11 @@ impl TemporalJoinOperator {
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let store = spill.store.as_ref().expect("has spilled");
-        if store.is_empty()? {
-            return Ok(snapshot);
-        }
-        let path = store.snapshot_run_path(spill.runs)?;
         let spec = self.spec.clone();
         let converters = crate::operators::join::row_converters(&spec.inputs)?;
         let decode =
             move |entries: &[Entry]| stored_rows(&spec, &converters, max_parallelism, compacted, entries);
-        snapshot.deferred = vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)];
+        snapshot.deferred = whole_store(store, spill.runs, decode)?;
         Ok(snapshot)
     }
 }

@@ -31,9 +31,9 @@ use arrow::row::RowConverter;
 
 use super::{Waiting, WindowJoin, WindowJoinOperator, side_columns};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::store_run;
+use crate::state::deferred::whole_store;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
+use crate::state::snapshot::{concat_by_key_group, state_rows};
 use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
 use crate::{Error, Result};
 
@@ -217,14 +217,10 @@ impl WindowJoinOperator {
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let store = spill.store.as_ref().expect("has spilled");
-        if store.is_empty()? {
-            return Ok(snapshot);
-        }
-        let path = store.snapshot_run_path(spill.runs)?;
         let spec = self.spec.clone();
         let converters = crate::operators::join::row_converters(&spec.inputs)?;
         let decode = move |entries: &[Entry]| stored_rows(&spec, &converters, max_parallelism, entries);
-        snapshot.deferred = vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)];
+        snapshot.deferred = whole_store(store, spill.runs, decode)?;
         Ok(snapshot)
     }
 }

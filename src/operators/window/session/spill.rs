@@ -33,9 +33,9 @@ use arrow::row::{RowConverter, SortField};
 use super::super::spec::TimeShift;
 use super::{SessionAggregate, SessionOperator};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::store_run;
+use crate::state::deferred::whole_store;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups_of_bytes, state_rows};
+use crate::state::snapshot::{key_groups_of_bytes, state_rows};
 use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered, time_of};
 use crate::{Error, Result};
 
@@ -394,12 +394,8 @@ impl SessionOperator {
         let spill = self.spill.as_mut().expect("has spilled");
         spill.runs += 1;
         let store = spill.store.as_ref().expect("has spilled");
-        if store.is_empty()? {
-            return Ok(snapshot);
-        }
-        let path = store.snapshot_run_path(spill.runs)?;
         let decode = move |entries: &[Entry]| codec.decode(entries);
-        snapshot.deferred = vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)];
+        snapshot.deferred = whole_store(store, spill.runs, decode)?;
         Ok(snapshot)
     }
 }
