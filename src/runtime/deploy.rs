@@ -369,10 +369,10 @@ fn refuse_heap_state(factories: &[Arc<dyn OperatorFactory>], chain: &[Box<dyn Op
         if operator.is_keyed() && !factory.can_spill() {
             return Err(Error::Plan(format!(
                 "'state.backend.type' = 'spilling' keeps only aggregations (window aggregations: \
-                 TUMBLE, HOP, CUMULATE, SESSION; non-windowed GROUP BY), regular, interval, temporal and \
-                 window joins, TopN and deduplication within 'taskmanager.memory.managed.size', but \
-                 {} keeps its \
-                 state on the heap; use 'hashmap' for this job",
+                 TUMBLE, HOP, CUMULATE, SESSION; non-windowed GROUP BY; OVER), regular, interval, \
+                 temporal and window joins, TopN and deduplication within \
+                 'taskmanager.memory.managed.size', but {} keeps its state on the heap; use 'hashmap' \
+                 for this job",
                 operator.name()
             )));
         }

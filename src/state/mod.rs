@@ -1,6 +1,7 @@
 //! Keyed state: key groups, state snapshots (with checkpoints), spilled runs and the spilling store.
 
 pub mod deferred;
+pub mod entry;
 pub mod flushed;
 pub mod incremental;
 pub mod key_group;

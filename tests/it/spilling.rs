@@ -616,3 +616,19 @@ fn a_temporal_join_with_versions_several_times_its_budget_gives_the_table_of_the
         "{\"n\":1000571,\"total\":722634166000}",
     );
 }
+
+#[test]
+fn an_over_aggregation_with_spilled_partitions_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // 20k partitions, a row of each every 200 s, each with a frame of its
+    // last 3 rows (several MB on the heap, under 1 MB) and a second of rows
+    // waiting for the watermark: a row out per row in.
+    spilled_killed_three_times(
+        "over-spilling",
+        SEQUENCE,
+        "k BIGINT, id BIGINT, s BIGINT, c BIGINT",
+        "SELECT k, id, SUM(id) OVER w, COUNT(*) OVER w
+         FROM (SELECT id % 20000 AS k, id, ts FROM seq)
+         WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)",
+        400_000,
+    );
+}

@@ -24,6 +24,7 @@
 
 pub mod frame;
 pub mod retract;
+mod spill;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -44,6 +45,7 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::memory_guess::SpillsWhenFull;
 pub use frame::Frame;
 
 /// An OVER aggregation: partition, order, frame, aggregates.
@@ -146,11 +148,17 @@ impl OperatorFactory for OverAggregate {
         )))
     }
 
+    fn can_spill(&self) -> bool {
+        true
+    }
+
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let spec = Arc::new(self.clone());
         if self.retract {
             return Ok(Box::new(retract::RetractOverOperator::new(
-                Arc::new(self.clone()),
+                spec,
                 ctx.max_parallelism,
+                ctx.spill.clone(),
             )?));
         }
         let rows = self
@@ -173,7 +181,10 @@ impl OperatorFactory for OverAggregate {
             seq: 0,
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
-            spec: Arc::new(self.clone()),
+            spill: (ctx.spill.clone())
+                .map(|settings| spill::OverSpill::new(settings, &spec, ctx.max_parallelism))
+                .transpose()?,
+            spec,
         }))
     }
 }
@@ -207,15 +218,21 @@ struct OverOperator {
     seq: u64,
     max_parallelism: usize,
     metrics: Arc<TaskMetrics>,
+    /// The spilling backend: partitions beyond the budget in a store.
+    spill: Option<spill::OverSpill>,
 }
 
 /// The rows of one step and each aggregate's result for them.
 type StepResult = (Vec<u32>, Vec<ArrayRef>);
 
 impl OverOperator {
-    /// Each row's group, new partitions added.
+    /// Each row's group, new partitions added (with the spilling backend,
+    /// read from the store first where it has them).
     fn groups_of(&mut self, data: &RecordBatch) -> Result<Vec<usize>> {
         if self.spec.partition.is_empty() {
+            if self.keys.is_empty() {
+                self.load_stored(&[&[]])?;
+            }
             if self.keys.is_empty() {
                 self.add_group(&[]);
             }
@@ -224,6 +241,10 @@ impl OverOperator {
         let keys = self
             .keys_of
             .convert_columns(&evaluate(&self.spec.partition, data)?)?;
+        if self.has_spilled() {
+            let list: Vec<&[u8]> = (0..data.num_rows()).map(|i| keys.row(i).data()).collect();
+            self.load_stored(&list)?;
+        }
         Ok((0..data.num_rows())
             .map(|i| {
                 let key = keys.row(i);
@@ -398,10 +419,79 @@ impl Operator for OverOperator {
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        let groups = self.groups_of(&batch)?;
+        self.process(&batch, out)?;
+        self.spill_if_full(batch.num_rows())
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        if !self.has_spilled() {
+            self.release(self.watermark, out)?;
+        }
+        // The store's partitions due a chunk at a time, each chunk's rows
+        // with memory's up to its last time.
+        while self.has_spilled() {
+            let (loaded, last) = self.load_due()?;
+            self.release(last.unwrap_or(self.watermark), out)?;
+            self.spill_if_full(loaded)?;
+            if last.is_none() {
+                break;
+            }
+        }
+        out.watermark(watermark);
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
+        Ok(Some(OperatorSnapshot::with_watermark(
+            self.watermark,
+            state::rows(self)?,
+        )))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        self.watermark = self.watermark.max(snapshot.watermark(&self.spec.describe())?);
+        match &snapshot.rows {
+            Some(rows) => self.restore_rows(rows),
+            None => Ok(()),
+        }
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+            Some(merged) => {
+                self.watermark = merged.watermark(&self.spec.describe())?;
+                match &merged.rows {
+                    Some(rows) => self.restore_rows(rows),
+                    None => Ok(()),
+                }
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(crate::state::snapshot::schema_signature(&*state::schema(
+            &self.spec,
+        )?)))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}
+
+impl OverOperator {
+    /// A batch's rows: on event time waiting for the watermark (or late),
+    /// on processing time entering now.
+    fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+        let groups = self.groups_of(batch)?;
         let Some(column) = self.spec.time else {
             let now = wall_clock_millis();
-            return self.enter(&batch, &groups, &vec![now; batch.num_rows()], out);
+            return self.enter(batch, &groups, &vec![now; batch.num_rows()], out);
         };
         let times = crate::operators::join::window::millis(batch.column(column))?;
         let rows = self.rows_of.convert_columns(batch.columns())?;
@@ -419,69 +509,54 @@ impl Operator for OverOperator {
         Ok(())
     }
 
-    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
-        self.watermark = self.watermark.max(watermark);
-        let released = match self.watermark.checked_add(1) {
+    /// Memory's waiting rows up to `until` enter, in order.
+    fn release(&mut self, until: Timestamp, out: &mut Output) -> Result<()> {
+        let released = match until.checked_add(1) {
             Some(next) => {
                 let waiting = self.pending.split_off(&(next, Box::from(&[][..]), 0));
                 std::mem::replace(&mut self.pending, waiting)
             }
             None => std::mem::take(&mut self.pending),
         };
-        if !released.is_empty() {
-            let parser = self.rows_of.parser();
-            let columns = self
-                .rows_of
-                .convert_rows(released.keys().map(|(_, r, _)| parser.parse(r)))?;
-            let data = RecordBatch::try_new(self.spec.input.clone(), columns)?;
-            let times: Vec<Timestamp> = released.keys().map(|(t, _, _)| *t).collect();
-            let groups: Vec<usize> = released.values().copied().collect();
-            for start in (0..data.num_rows()).step_by(RELEASE_BATCH) {
-                let end = (start + RELEASE_BATCH).min(data.num_rows());
-                let slice = data.slice(start, end - start);
-                self.enter(&slice, &groups[start..end], &times[start..end], out)?;
-            }
+        if released.is_empty() {
+            return Ok(());
         }
-        out.watermark(watermark);
+        let parser = self.rows_of.parser();
+        let columns = self
+            .rows_of
+            .convert_rows(released.keys().map(|(_, r, _)| parser.parse(r)))?;
+        let data = RecordBatch::try_new(self.spec.input.clone(), columns)?;
+        let times: Vec<Timestamp> = released.keys().map(|(t, _, _)| *t).collect();
+        let groups: Vec<usize> = released.values().copied().collect();
+        for start in (0..data.num_rows()).step_by(RELEASE_BATCH) {
+            let end = (start + RELEASE_BATCH).min(data.num_rows());
+            let slice = data.slice(start, end - start);
+            self.enter(&slice, &groups[start..end], &times[start..end], out)?;
+        }
         Ok(())
     }
 
-    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(OperatorSnapshot::with_watermark(
-            self.watermark,
-            state::rows(self)?,
-        )))
-    }
-
-    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.watermark = self.watermark.max(snapshot.watermark(&self.spec.describe())?);
-        match &snapshot.rows {
-            Some(rows) => state::restore(self, rows),
-            None => Ok(()),
+    /// Restores a snapshot's state rows (this subtask's key groups); with
+    /// the spilling backend a chunk at a time, a partition's stored state
+    /// read first, and memory to the store when it is full.
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        if self.spill.is_none() {
+            return state::restore(self, rows);
         }
-    }
-
-    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
-            Some(merged) => {
-                self.watermark = merged.watermark(&self.spec.describe())?;
-                match &merged.rows {
-                    Some(rows) => state::restore(self, rows),
-                    None => Ok(()),
-                }
+        let rows = state::in_restore_order(rows)?;
+        let k = self.spec.partition.len();
+        for chunk in crate::state::store::in_chunks(&rows) {
+            if self.has_spilled() && k > 0 {
+                let keys = self.keys_of.convert_columns(&chunk.columns()[4..4 + k])?;
+                let list: Vec<&[u8]> = (0..chunk.num_rows()).map(|i| keys.row(i).data()).collect();
+                self.load_stored(&list)?;
+            } else if self.has_spilled() && self.keys.is_empty() {
+                self.load_stored(&[&[]])?;
             }
-            None => Ok(()),
+            state::restore(self, &chunk)?;
+            self.spill_if_over()?;
         }
-    }
-
-    fn state_signature(&self) -> Result<Option<String>> {
-        Ok(Some(crate::state::snapshot::schema_signature(&*state::schema(
-            &self.spec,
-        )?)))
-    }
-
-    fn is_keyed(&self) -> bool {
-        true
+        Ok(())
     }
 }
 

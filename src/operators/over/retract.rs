@@ -13,6 +13,8 @@
 //! `+I`/`-D`; a row that came and went within the batch is not emitted. Unbounded frames are refused for updating input: every later
 //! row would change.
 
+mod spill;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -25,8 +27,9 @@ use super::{Frame, OverAggregate, converter, evaluate};
 use crate::changelog::{self, RowKind};
 use crate::operators::group::accumulator::RetractAccumulator;
 use crate::runtime::message::{CheckpointId, Timestamp};
-use crate::runtime::operator::OperatorSnapshot;
+use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::runtime::{Operator, Output};
+use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
 use crate::{Error, Result};
 
@@ -59,24 +62,46 @@ pub(super) struct RetractOverOperator {
     pub(super) accumulators: Vec<Box<dyn RetractAccumulator>>,
     pub(super) partitions: HashMap<Box<[u8]>, BTreeMap<Place, ()>, foldhash::fast::FixedState>,
     pub(super) max_parallelism: usize,
+    /// The spilling backend: partitions beyond the budget in a store.
+    spill: Option<spill::RetractSpill>,
 }
 
 impl RetractOverOperator {
-    pub(super) fn new(spec: Arc<OverAggregate>, max_parallelism: usize) -> Result<Self> {
+    pub(super) fn new(
+        spec: Arc<OverAggregate>,
+        max_parallelism: usize,
+        spill: Option<SpillSettings>,
+    ) -> Result<Self> {
         let rows = spec
             .input
             .fields()
             .iter()
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
-        Ok(RetractOverOperator {
+        let mut op = RetractOverOperator {
             keys_of: converter(&spec.partition, &spec.input)?,
             rows_of: RowConverter::new(rows)?,
             accumulators: spec.accumulators()?,
             partitions: HashMap::default(),
             max_parallelism,
             spec,
-        })
+            spill: None,
+        };
+        op.spill = spill.map(|s| spill::RetractSpill::new(s, &op)).transpose()?;
+        Ok(op)
+    }
+
+    /// Reads the partitions of `keys` (a row's each) from the store, where
+    /// it has them and memory does not.
+    fn load_partitions(&mut self, keys: Option<&arrow::row::Rows>, rows: usize) -> Result<()> {
+        if !self.has_spilled() {
+            return Ok(());
+        }
+        let list: Vec<&[u8]> = match keys {
+            Some(keys) => (0..rows).map(|i| keys.row(i).data()).collect(),
+            None => vec![&[]],
+        };
+        self.load_stored(&list)
     }
 
     /// The rows whose frame reaches back to `place` (it included), in order.
@@ -322,6 +347,7 @@ impl Operator for RetractOverOperator {
         let keys = self.partition_keys(&data)?;
         let times = crate::operators::join::window::millis(data.column(self.time_column()?))?;
         let rows = self.rows_of.convert_columns(data.columns())?;
+        self.load_partitions(keys.as_ref(), data.num_rows())?;
         let (mut touched, mut frames) = (Touched::default(), Vec::new());
         for (i, kind) in kinds.iter().enumerate() {
             let partition = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
@@ -331,13 +357,16 @@ impl Operator for RetractOverOperator {
         }
         self.partitions.retain(|_, rows| !rows.is_empty());
         let affected = self.settle(touched, &mut frames);
-        if affected.is_empty() {
-            return Ok(());
+        if !affected.is_empty() {
+            self.emit(&affected, &frames, out)?;
         }
-        self.emit(&affected, &frames, out)
+        self.spill_if_full(batch.num_rows())
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
         let kept: Vec<&Arc<[u8]>> = self
             .partitions
             .values()
@@ -365,9 +394,30 @@ impl Operator for RetractOverOperator {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.state_schema(), &self.spec.describe())?;
+        for chunk in crate::state::store::in_chunks(rows) {
+            self.restore_chunk(&chunk)?;
+            self.spill_if_over()?;
+        }
+        Ok(())
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(&self.state_schema())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}
+
+impl RetractOverOperator {
+    /// Adds kept rows of a snapshot to their partitions (with the spilling
+    /// backend, a partition's stored rows read first).
+    fn restore_chunk(&mut self, rows: &RecordBatch) -> Result<()> {
         let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..].to_vec())
             .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
         let keys = self.partition_keys(&data)?;
+        self.load_partitions(keys.as_ref(), data.num_rows())?;
         let times = crate::operators::join::window::millis(data.column(self.time_column()?))?;
         let converted = self.rows_of.convert_columns(data.columns())?;
         for (i, time) in times.iter().enumerate() {
@@ -380,14 +430,6 @@ impl Operator for RetractOverOperator {
             rows.insert((*time, row, copies), ());
         }
         Ok(())
-    }
-
-    fn state_signature(&self) -> Result<Option<String>> {
-        Ok(Some(schema_signature(&self.state_schema())))
-    }
-
-    fn is_keyed(&self) -> bool {
-        true
     }
 }
 

@@ -12,9 +12,9 @@ use super::{OverAggregate, OverOperator, evaluate};
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, sorted_state_rows};
 use crate::{Error, Result};
 
-const ACCUMULATORS: u8 = 0;
-const FRAME_ROW: u8 = 1;
-const WAITING_ROW: u8 = 2;
+pub(super) const ACCUMULATORS: u8 = 0;
+pub(super) const FRAME_ROW: u8 = 1;
+pub(super) const WAITING_ROW: u8 = 2;
 
 /// The columns' segments: partition key, input row, arguments, accumulator states.
 struct Layout {
@@ -82,13 +82,13 @@ pub(super) fn schema(spec: &OverAggregate) -> Result<SchemaRef> {
 }
 
 /// One role's rows: its header columns and the segments it has (others NULL).
-struct Part {
-    role: u8,
-    times: Vec<Option<i64>>,
-    keys: Vec<ArrayRef>,
-    input: Option<Vec<ArrayRef>>,
-    args: Option<Vec<ArrayRef>>,
-    states: Option<Vec<ArrayRef>>,
+pub(super) struct Part {
+    pub(super) role: u8,
+    pub(super) times: Vec<Option<i64>>,
+    pub(super) keys: Vec<ArrayRef>,
+    pub(super) input: Option<Vec<ArrayRef>>,
+    pub(super) args: Option<Vec<ArrayRef>>,
+    pub(super) states: Option<Vec<ArrayRef>>,
 }
 
 fn columns_of(part: Part, layout: &Layout, max_parallelism: usize) -> Result<Vec<ArrayRef>> {
@@ -112,7 +112,6 @@ fn columns_of(part: Part, layout: &Layout, max_parallelism: usize) -> Result<Vec
 
 /// The operator's state as rows; `None` when it holds nothing.
 pub(super) fn rows(op: &OverOperator) -> Result<Option<RecordBatch>> {
-    let layout = layout(&op.spec)?;
     let keys_of = |keys: &mut dyn Iterator<Item = &[u8]>| -> Result<Vec<ArrayRef>> {
         let parser = op.keys_of.parser();
         let keys: Vec<&[u8]> = keys.collect();
@@ -172,14 +171,23 @@ pub(super) fn rows(op: &OverOperator) -> Result<Option<RecordBatch>> {
             states: None,
         });
     }
+    rows_of_parts(&op.spec, parts, op.max_parallelism)
+}
+
+/// The state rows of `parts`, sorted by key group; `None` without parts.
+pub(super) fn rows_of_parts(
+    spec: &OverAggregate,
+    parts: Vec<Part>,
+    max_parallelism: usize,
+) -> Result<Option<RecordBatch>> {
     if parts.is_empty() {
         return Ok(None);
     }
-    let schema = schema(&op.spec)?;
+    let (layout, schema) = (layout(spec)?, schema(spec)?);
     let batches = parts
         .into_iter()
         .map(|p| {
-            let columns = cast_all(columns_of(p, &layout, op.max_parallelism)?, &schema)?;
+            let columns = cast_all(columns_of(p, &layout, max_parallelism)?, &schema)?;
             Ok(RecordBatch::try_new(schema.clone(), columns)?)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -187,7 +195,19 @@ pub(super) fn rows(op: &OverOperator) -> Result<Option<RecordBatch>> {
     Ok(Some(sorted_state_rows(&schema, all.columns().to_vec())?))
 }
 
-fn cast_all(columns: Vec<ArrayRef>, schema: &Schema) -> Result<Vec<ArrayRef>> {
+/// `rows` in the order a restore a chunk at a time needs: by key group,
+/// role and sequence, so that a partition's accumulators come before its
+/// frame rows, which keep their order.
+pub(super) fn in_restore_order(rows: &RecordBatch) -> Result<RecordBatch> {
+    let sort = |i: usize| arrow::compute::SortColumn {
+        values: rows.column(i).clone(),
+        options: None,
+    };
+    let order = arrow::compute::lexsort_to_indices(&[sort(0), sort(1), sort(3)], None)?;
+    Ok(arrow::compute::take_record_batch(rows, &order)?)
+}
+
+pub(super) fn cast_all(columns: Vec<ArrayRef>, schema: &Schema) -> Result<Vec<ArrayRef>> {
     columns
         .into_iter()
         .zip(schema.fields())

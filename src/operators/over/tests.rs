@@ -1,8 +1,11 @@
 //! The OVER aggregation through the harness: rows waiting for the
-//! watermark, ROWS and RANGE frames, late rows, processing time, and a
-//! snapshot/restore round trip.
+//! watermark, ROWS and RANGE frames, late rows, processing time, a
+//! snapshot/restore round trip, and the same under the spilling backend.
 
-use crate::operators::harness::Harness;
+use crate::operators::harness::{
+    Harness, Step, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
+    spilled_snapshot_holds_its_barrier, state_rows_of,
+};
 
 const EVENTS: &str = "CREATE TABLE bids (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) \
                       WITH ('connector' = 'datagen')";
@@ -157,4 +160,322 @@ fn over_an_updating_input_a_retracted_row_changes_the_results_of_the_rows_after_
             &format!("+U 1 30 {} 30", at(3)),
         ])
     );
+}
+
+/// `2020-01-01` plus `ms` milliseconds, as the harness reads a timestamp.
+fn at_ms(ms: i64) -> String {
+    let t = chrono::DateTime::from_timestamp_millis(T0 + ms).unwrap();
+    t.format("%Y-%m-%dT%H:%M:%S%.3f").to_string()
+}
+
+/// Batches of `rows` rows over `partitions` auctions, a batch a second
+/// after the one before and its rows up to 4 s before it (out of order),
+/// the watermark 2 s behind after every other batch (rows at or before a
+/// partition's last released time are late), and at the end past all.
+fn over_steps(batches: usize, rows: usize, partitions: usize) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for b in 0..batches {
+        let lines: Vec<String> = (0..rows)
+            .map(|r| {
+                let i = b * rows + r;
+                let t = b as i64 * 1000 - ((i * 7919) % 4000) as i64;
+                format!("{} {} {}", (i * 31 + b) % partitions, i % 97, at_ms(t))
+            })
+            .collect();
+        steps.push(Step::Rows(0, lines.join("\n")));
+        if b % 2 == 1 {
+            steps.push(Step::Watermark(T0 + (b as i64 - 2) * 1000));
+        }
+    }
+    steps.push(Step::Watermark(i64::MAX));
+    steps
+}
+
+/// The frames a spilled OVER aggregation is checked with: a bounded ROWS
+/// frame, a RANGE frame (`MAX` keeps its values as state), an unbounded
+/// one, and a bounded one without partitions.
+const FRAMES: [&str; 4] = [
+    "SUM(price) OVER w, COUNT(*) OVER w FROM bids \
+     WINDOW w AS (PARTITION BY auction ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)",
+    "SUM(price) OVER w, MAX(price) OVER w FROM bids \
+     WINDOW w AS (PARTITION BY auction ORDER BY ts RANGE BETWEEN INTERVAL '3' SECOND PRECEDING AND CURRENT ROW)",
+    "SUM(price) OVER w, MIN(price) OVER w FROM bids WINDOW w AS (PARTITION BY auction ORDER BY ts)",
+    "SUM(price) OVER w, COUNT(*) OVER w FROM bids WINDOW w AS (ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)",
+];
+
+fn over_of(frame: &'static str) -> impl Fn() -> Harness {
+    move || {
+        Harness::of(
+            &[
+                EVENTS,
+                "CREATE TABLE out (auction BIGINT, price BIGINT, ts TIMESTAMP(3), a BIGINT, b BIGINT) \
+                 WITH ('connector' = 'blackhole')",
+            ],
+            &format!("INSERT INTO out SELECT auction, price, ts, {frame}"),
+            "OverAggregate",
+            0,
+        )
+        .unwrap()
+    }
+}
+
+#[test]
+fn a_spilled_over_aggregation_emits_the_rows_the_heap_emits() {
+    let steps = over_steps(60, 50, 90);
+    for frame in FRAMES {
+        let make = over_of(frame);
+        let expected = sorted(emitted(&mut make(), &steps));
+        let rows = expected.iter().flatten().filter(|l| l.starts_with('+')).count();
+        assert!((2500..3000).contains(&rows), "{rows} of 3000 rows not late");
+        // A spill after every batch or so, and one every few batches (the
+        // keyless one holds one partition and its waiting rows).
+        let budgets = match frame.contains("PARTITION BY") {
+            true => [16 * 1024, 48 * 1024],
+            false => [2 * 1024, 8 * 1024],
+        };
+        for budget in budgets {
+            let dir = tempfile::tempdir().unwrap();
+            let mut h = make().spilling(budget, dir.path()).unwrap();
+            let mut got = Vec::new();
+            let mut store_seen = false;
+            for step in &steps {
+                got.extend(sorted(emitted(&mut h, std::slice::from_ref(step))));
+                store_seen |= entries_in(dir.path()) > 0;
+            }
+            assert!(
+                store_seen,
+                "{frame} at {budget} bytes: partitions went to the store"
+            );
+            assert_eq!(got, expected, "{frame} at {budget} bytes");
+        }
+    }
+}
+
+#[test]
+fn a_spilled_over_aggregation_keeps_the_state_the_heap_keeps() {
+    let mut steps = over_steps(40, 50, 90);
+    steps.pop();
+    for frame in FRAMES {
+        let mut heap = over_of(frame)();
+        emitted(&mut heap, &steps);
+        let kept = state_rows_of(&heap.snapshot_only().unwrap().expect("state"));
+        assert!(kept > 40, "{kept} rows: partitions, frames and waiting rows");
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = over_of(frame)().spilling(16 * 1024, dir.path()).unwrap();
+        emitted(&mut h, &steps);
+        assert_eq!(
+            state_rows_of(&h.restart().unwrap().expect("a snapshot")),
+            kept,
+            "{frame}"
+        );
+    }
+}
+
+#[test]
+fn a_spilled_over_aggregation_restores_from_a_snapshot_as_if_never_stopped() {
+    for frame in FRAMES {
+        spilled_restores_as_if_never_stopped(&over_of(frame), &over_steps(40, 50, 90));
+    }
+}
+
+#[test]
+fn a_spilled_over_aggregation_snapshot_holds_the_partitions_of_its_barrier_while_they_go_on() {
+    for frame in FRAMES {
+        spilled_snapshot_holds_its_barrier(&over_of(frame), &over_steps(40, 50, 90));
+    }
+}
+
+#[test]
+fn stored_and_memorys_waiting_rows_enter_in_order_of_time_over_several_chunks_of_the_store() {
+    // 6000 partitions' rows in the store (more than a chunk of its index),
+    // then 40 in memory (under the budget) with times among theirs.
+    let stored: Vec<String> = (0..6000)
+        .map(|i| format!("{i} 1 {}", at_ms(i as i64 * 10)))
+        .collect();
+    let memory: Vec<String> = (0..40)
+        .map(|i| format!("{} 2 {}", 10_000 + i, at_ms(i * 1500 + 5)))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = over_of(FRAMES[0])().spilling(256 * 1024, dir.path()).unwrap();
+    for chunk in stored.chunks(500) {
+        h.push(&chunk.join("\n")).unwrap();
+    }
+    h.push(&memory.join("\n")).unwrap();
+    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
+    let released = h.watermark(i64::MAX).unwrap();
+    let times: Vec<&str> = released
+        .iter()
+        .filter(|l| l.starts_with('+'))
+        .map(|l| l.split(' ').nth(3).unwrap())
+        .collect();
+    assert_eq!(times.len(), 6040);
+    assert!(times.is_sorted(), "in order of time");
+    assert!(
+        released.iter().any(|l| l.starts_with("+I 10000 2")) && released.last().unwrap().starts_with("wm"),
+        "memory's too, then the watermark"
+    );
+}
+
+#[test]
+fn a_late_row_of_a_stored_partition_is_dropped_as_on_the_heap() {
+    // Under 1 kB every batch spills: the partition's last released time
+    // comes from the store.
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = over_of(FRAMES[0])().spilling(1024, dir.path()).unwrap();
+    h.push(&format!("1 10 {}\n2 20 {}", at(3), at(1))).unwrap();
+    assert_eq!(h.watermark(T0 + 3000).unwrap().len(), 3);
+    h.push(&format!("1 30 {}\n2 40 {}", at(3), at(2))).unwrap();
+    assert_eq!(
+        h.watermark(T0 + 5000).unwrap(),
+        lines(&[&format!("+I 2 40 {} 60 2", at(2)), &format!("wm {}", T0 + 5000)]),
+        "1's row at its last time is late, 2's after its last is not"
+    );
+}
+
+#[test]
+fn a_spilled_over_aggregation_on_processing_time_aggregates_as_the_heap_does() {
+    let make = || {
+        Harness::of(
+            &[
+                "CREATE TABLE bids (auction BIGINT, price BIGINT, p AS PROCTIME()) WITH ('connector' = 'datagen')",
+                "CREATE TABLE out (auction BIGINT, price BIGINT, s BIGINT) WITH ('connector' = 'blackhole')",
+            ],
+            "INSERT INTO out SELECT auction, price, SUM(price) OVER (PARTITION BY auction ORDER BY p \
+             ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) FROM bids",
+            "OverAggregate",
+            0,
+        )
+        .unwrap()
+    };
+    let batches: Vec<String> = (0..40)
+        .map(|b| {
+            let rows: Vec<String> = (0..50)
+                .map(|r| format!("{} {} 2020-01-01T00:00:00Z", (b * 50 + r) * 7 % 300, b * 50 + r))
+                .collect();
+            rows.join("\n")
+        })
+        .collect();
+    let (mut heap, dir) = (make(), tempfile::tempdir().unwrap());
+    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    for batch in &batches {
+        assert_eq!(h.push(batch).unwrap(), heap.push(batch).unwrap());
+    }
+    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
+}
+
+const UPDATING: &str = "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3), \
+                        WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen')";
+
+/// The OVER aggregation of each auction's highest bid (an updating input),
+/// per bidder.
+fn retracting() -> Harness {
+    Harness::of(
+        &[
+            UPDATING,
+            "CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3), s BIGINT, m BIGINT) \
+             WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO out SELECT auction, bidder, price, ts, SUM(price) OVER w, MAX(price) OVER w \
+         FROM (SELECT auction, bidder, price, ts FROM (SELECT *, ROW_NUMBER() OVER \
+         (PARTITION BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn = 1) \
+         WINDOW w AS (PARTITION BY bidder ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)",
+        "RetractOverAggregate",
+        0,
+    )
+    .unwrap()
+}
+
+/// Batches of changes to 400 auctions' rows over 60 bidders: a new
+/// auction's row comes, a present one's is replaced (`-U`, `+U`) or goes.
+fn retracting_steps(batches: usize) -> Vec<Step> {
+    let mut current: Vec<Option<String>> = vec![None; 400];
+    let mut steps = Vec::new();
+    for b in 0..batches {
+        let mut lines = Vec::new();
+        for r in 0..30 {
+            let i = b * 30 + r;
+            let auction = (i * 7919) % 400;
+            let row = format!(
+                "{auction} {} {} {}",
+                auction % 60,
+                i % 89,
+                at_ms((i as i64 * 37) % 20_000)
+            );
+            match (current[auction].take(), i % 5) {
+                (None, _) => {
+                    lines.push(format!("+I {row}"));
+                    current[auction] = Some(row);
+                }
+                (Some(old), 0) => lines.push(format!("-D {old}")),
+                (Some(old), _) => {
+                    lines.push(format!("-U {old}"));
+                    lines.push(format!("+U {row}"));
+                    current[auction] = Some(row);
+                }
+            }
+        }
+        steps.push(Step::Rows(0, lines.join("\n")));
+    }
+    steps
+}
+
+#[test]
+fn a_spilled_over_aggregation_of_an_updating_input_emits_the_changes_the_heap_emits() {
+    let steps = retracting_steps(60);
+    let expected = sorted(emitted(&mut retracting(), &steps));
+    assert!(expected.iter().flatten().filter(|l| l.starts_with("-U")).count() > 500);
+    for budget in [8 * 1024, 64 * 1024] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = retracting().spilling(budget, dir.path()).unwrap();
+        let mut got = Vec::new();
+        let mut store_seen = false;
+        for step in &steps {
+            got.extend(sorted(emitted(&mut h, std::slice::from_ref(step))));
+            store_seen |= entries_in(dir.path()) > 0;
+        }
+        assert!(store_seen, "partitions went to the store");
+        assert_eq!(got, expected, "at {budget} bytes");
+    }
+}
+
+#[test]
+fn a_spilled_over_aggregation_of_an_updating_input_restores_as_if_never_stopped() {
+    spilled_restores_as_if_never_stopped(&retracting, &retracting_steps(40));
+    spilled_snapshot_holds_its_barrier(&retracting, &retracting_steps(40));
+}
+
+#[test]
+fn a_spilled_restore_of_more_rows_than_a_chunk_in_any_order_restores_what_the_heap_does() {
+    // 3000 partitions with a frame of 6 rows each and rows waiting: over
+    // 21k state rows, given in reverse order, restored in chunks with
+    // spills between them.
+    let frame = "SUM(price) OVER w, COUNT(*) OVER w FROM bids \
+                 WINDOW w AS (PARTITION BY auction ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)";
+    let rows = |from: i64, n: i64| -> String {
+        let lines: Vec<String> = (0..3000 * n)
+            .map(|i| format!("{} {} {}", i % 3000, i % 13, at_ms((from + i / 3000) * 100)))
+            .collect();
+        lines.join("\n")
+    };
+    let mut heap = over_of(frame)();
+    heap.push(&rows(0, 8)).unwrap();
+    heap.watermark(T0 + 1000).unwrap();
+    heap.push(&rows(20, 1)).unwrap();
+    let mut snapshot = heap.snapshot_only().unwrap().expect("state");
+    assert!(state_rows_of(&snapshot) > 21_000);
+    let after = |h: &mut Harness| {
+        h.push(&rows(30, 2)).unwrap();
+        let mut out = h.watermark(i64::MAX).unwrap();
+        out.sort();
+        out
+    };
+    let expected = after(&mut heap);
+    let kept = snapshot.rows.take().expect("rows");
+    let reversed = arrow::array::UInt32Array::from_iter_values((0..kept.num_rows() as u32).rev());
+    snapshot.rows = Some(arrow::compute::take_record_batch(&kept, &reversed).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = over_of(frame)().spilling(64 * 1024, dir.path()).unwrap();
+    h.restart_from(snapshot).unwrap();
+    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
+    assert_eq!(after(&mut h), expected);
 }

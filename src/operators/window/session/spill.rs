@@ -34,13 +34,13 @@ use super::super::spec::TimeShift;
 use super::{SessionAggregate, SessionOperator};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::whole_store;
+use crate::state::entry::{
+    ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, split_entry_key, split_index_key,
+};
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
-use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered, time_of};
+use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
-
-/// The first four bytes of an index entry's key, after every key group.
-const INDEX: [u8; 4] = [0xFF; 4];
 
 /// More than any zone's offset from UTC changes by, in milliseconds.
 const DAY: i64 = 86_400_000;
@@ -78,50 +78,20 @@ impl SessionSpill {
     }
 }
 
-fn cut_short() -> Error {
-    Error::State("a spilled session window state entry is cut short".into())
-}
-
-/// The store key of a key's sessions.
-fn entry_key(group: u32, key: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(4 + key.len());
-    bytes.extend_from_slice(&group.to_be_bytes());
-    bytes.extend_from_slice(key);
-    bytes
-}
-
-/// The index key of a session ending at `end` of the key stored under `entry`.
-fn index_key(end: i64, entry: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(12 + entry.len());
-    bytes.extend_from_slice(&INDEX);
-    bytes.extend_from_slice(&ordered(end));
-    bytes.extend_from_slice(entry);
-    bytes
-}
-
-/// The end and the entry key an index key names.
-fn split_index_key(bytes: &[u8]) -> Result<(i64, &[u8])> {
-    let end = time_of(bytes.get(4..).ok_or_else(cut_short)?).ok_or_else(cut_short)?;
-    Ok((end, bytes.get(12..).ok_or_else(cut_short)?))
-}
-
 /// A key's sessions as a store value: each one's row, after its length.
 fn encode_sessions<'a>(rows: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for row in rows {
-        bytes.extend_from_slice(&(row.len() as u32).to_be_bytes());
-        bytes.extend_from_slice(row);
-    }
-    bytes
+    let mut value = ValueWriter::default();
+    rows.for_each(|row| {
+        value.bytes(row);
+    });
+    value.0
 }
 
 /// The session rows of an [`encode_sessions`] value.
-fn split_sessions(mut bytes: &[u8]) -> Result<Vec<&[u8]>> {
-    let mut rows = Vec::new();
-    while !bytes.is_empty() {
-        let len = u32::from_be_bytes(bytes.get(..4).ok_or_else(cut_short)?.try_into().expect("4"));
-        rows.push(bytes.get(4..4 + len as usize).ok_or_else(cut_short)?);
-        bytes = &bytes[4 + len as usize..];
+fn split_sessions(bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    let (mut value, mut rows) = (ValueReader(bytes), Vec::new());
+    while !value.is_done() {
+        rows.push(value.bytes()?);
     }
     Ok(rows)
 }
@@ -173,14 +143,13 @@ impl Codec {
         let (mut groups, mut keys, mut sessions) = (Vec::new(), Vec::new(), Vec::new());
         let (key_parser, session_parser) = (self.keys.parser(), self.sessions.parser());
         for (key, value) in entries {
-            let head = key.get(..4).ok_or_else(cut_short)?;
-            if head == INDEX {
+            if is_index(key) {
                 continue;
             }
-            let group = u32::from_be_bytes(head.try_into().expect("4"));
+            let (group, key) = split_entry_key(key)?;
             for row in split_sessions(value)? {
                 groups.push(group);
-                keys.push(key_parser.parse(&key[4..]));
+                keys.push(key_parser.parse(key));
                 sessions.push(session_parser.parse(row));
             }
         }
@@ -295,7 +264,7 @@ impl SessionOperator {
             return Ok((0, None));
         };
         let latest = self.latest_closed_end();
-        let (from, to) = (index_key(spill.scan_from, &[]), index_key(latest, &[0xFF; 5]));
+        let (from, to) = index_range(spill.scan_from, latest);
         let index = store.range(&from, &to, SWEEP)?;
         let (mut last, mut open) = (None, None);
         let mut wanted = Vec::new();
@@ -403,22 +372,6 @@ impl SessionOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_keys_entry_comes_before_the_index_which_is_in_order_of_end() {
-        let (a, b) = (entry_key(3, b"a"), entry_key(u32::from(u16::MAX), b"b"));
-        let index = [index_key(-5, &b), index_key(-5, &a), index_key(7, &a)];
-        assert!(
-            a < b && b < index[0],
-            "entries by key group, the index after them"
-        );
-        assert!(index[0] > index[1] && index[1] < index[2], "by end, then entry");
-        assert_eq!(split_index_key(&index[2]).unwrap(), (7, &a[..]));
-        assert!(split_index_key(&index[2][..9]).is_err());
-        let (from, to) = (index_key(i64::MIN, &[]), index_key(7, &[0xFF; 5]));
-        assert!(index.iter().all(|k| (&from..=&to).contains(&k)));
-        assert!(index_key(8, &[]) > to);
-    }
 
     #[test]
     fn a_keys_sessions_come_back_from_their_value() {

@@ -1,0 +1,243 @@
+//! The spilling state backend of OVER aggregations of an updating input: partitions' kept rows beyond the memory budget in the key-value store.
+//!
+//! Memory keeps the partitions that changed since the last spill. When
+//! they pass a quarter of the subtask's budget every partition goes to the
+//! store, one entry each (`key group | partition key` -> its rows: time,
+//! copy, row bytes), and memory starts empty again. A batch's partitions
+//! that memory lacks are read from the store first (and removed from it),
+//! so each change reaches the rows after it as on the heap. One partition
+//! must fit in memory; many partitions need not.
+//!
+//! A snapshot writes memory to the store and the store, frozen, as one run
+//! of the rows the heap writes, read by the snapshot's writer.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::row::{Row, RowConverter, SortField};
+
+use super::{Place, RetractOverOperator};
+use crate::Result;
+use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
+use crate::state::deferred::whole_store;
+use crate::state::entry::{ValueReader, ValueWriter, entry_key, split_entry_key};
+use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
+use crate::state::snapshot::{key_groups_of_bytes, state_rows};
+use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
+
+/// A retracting OVER subtask's spilled state.
+pub(in crate::operators::over) struct RetractSpill {
+    settings: SpillSettings,
+    /// Opened at the first spill.
+    store: Option<Store>,
+    codec: Codec,
+    /// When memory is measured.
+    guess: MemoryGuess,
+    runs: u64,
+}
+
+impl RetractSpill {
+    pub(in crate::operators::over) fn new(settings: SpillSettings, op: &RetractOverOperator) -> Result<Self> {
+        Ok(RetractSpill {
+            settings,
+            store: None,
+            codec: Codec::new(op)?,
+            // At least a kept row: its bytes and the tree's slot.
+            guess: MemoryGuess::new(64),
+            runs: 0,
+        })
+    }
+}
+
+/// A partition's rows as a store value: each one's time, copy and bytes.
+fn encode_rows<'a>(rows: impl Iterator<Item = &'a Place>) -> Vec<u8> {
+    let mut value = ValueWriter::default();
+    for (time, row, copy) in rows {
+        value.time(*time).count(*copy as usize).bytes(row);
+    }
+    value.0
+}
+
+/// The rows of an [`encode_rows`] value.
+fn decode_rows(bytes: &[u8]) -> Result<Vec<(i64, u32, &[u8])>> {
+    let (mut value, mut rows) = (ValueReader(bytes), Vec::new());
+    while !value.is_done() {
+        rows.push((value.time()?, value.count()? as u32, value.bytes()?));
+    }
+    Ok(rows)
+}
+
+/// Entries to the heap's state rows (`_key_group`, the input's columns).
+struct Codec {
+    schema: arrow::datatypes::SchemaRef,
+    keyless: bool,
+    keys: RowConverter,
+    rows: RowConverter,
+    max_parallelism: usize,
+}
+
+impl Codec {
+    fn new(op: &RetractOverOperator) -> Result<Codec> {
+        let input = op.spec.input.fields().iter();
+        Ok(Codec {
+            schema: op.state_schema(),
+            keyless: op.spec.partition.is_empty(),
+            keys: super::super::converter(&op.spec.partition, &op.spec.input)?,
+            rows: RowConverter::new(input.map(|f| SortField::new(f.data_type().clone())).collect())?,
+            max_parallelism: op.max_parallelism,
+        })
+    }
+
+    /// Each partition key's key group.
+    fn key_groups(&self, keys: &[&[u8]]) -> Result<Vec<u32>> {
+        match self.keyless {
+            true => Ok(vec![0; keys.len()]),
+            false => Ok(key_groups_of_bytes(&self.keys, keys, self.max_parallelism)?
+                .values()
+                .to_vec()),
+        }
+    }
+
+    /// The state rows of store entries; `None` without rows.
+    fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
+        let (mut groups, mut rows): (Vec<u32>, Vec<Row<'_>>) = (Vec::new(), Vec::new());
+        let parser = self.rows.parser();
+        for (key, value) in entries {
+            let (group, _) = split_entry_key(key)?;
+            for (_, _, row) in decode_rows(value)? {
+                groups.push(group);
+                rows.push(parser.parse(row));
+            }
+        }
+        if groups.is_empty() {
+            return Ok(None);
+        }
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(groups))];
+        columns.extend(self.rows.convert_rows(rows)?);
+        Ok(Some(state_rows(&self.schema, columns)?))
+    }
+}
+
+impl SpillsWhenFull for RetractOverOperator {
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    }
+
+    fn measure(&self) -> usize {
+        self.memory_size()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        self.spill_all()
+    }
+}
+
+impl RetractOverOperator {
+    /// Whether partitions went to the store (snapshots then read it from there).
+    pub(in crate::operators::over) fn has_spilled(&self) -> bool {
+        self.store().is_some()
+    }
+
+    fn store(&self) -> Option<&Store> {
+        self.spill.as_ref().and_then(|s| s.store.as_ref())
+    }
+
+    /// Bytes its kept rows take in memory, about.
+    fn memory_size(&self) -> usize {
+        let rows: usize = (self.partitions.iter())
+            .map(|(k, rows)| k.len() + 64 + rows.keys().map(|p| p.1.len() + 80).sum::<usize>())
+            .sum();
+        rows + 16 * self.partitions.capacity()
+    }
+
+    /// Reads the store's rows of the partitions of `keys` memory lacks into
+    /// memory, removing them from the store: before rows change them.
+    pub(in crate::operators::over) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
+            return Ok(());
+        };
+        let mut seen = HashSet::new();
+        let wanted: Vec<&[u8]> = (keys.iter().copied())
+            .filter(|k| !self.partitions.contains_key(*k) && seen.insert(*k))
+            .collect();
+        let mut removes = Vec::new();
+        let mut loaded = Vec::new();
+        for chunk in wanted.chunks(WRITE_CHUNK) {
+            for (key, group) in chunk.iter().zip(spill.codec.key_groups(chunk)?) {
+                let entry = entry_key(group, key);
+                let Some(value) = store.get(&entry)? else {
+                    continue;
+                };
+                let rows: BTreeMap<Place, ()> = (decode_rows(&value)?.into_iter())
+                    .map(|(t, copy, row)| ((t, Arc::from(row), copy), ()))
+                    .collect();
+                loaded.push((Box::from(*key), rows));
+                removes.push(entry);
+            }
+        }
+        store.write([], removes.iter().map(|k| &k[..]))?;
+        self.partitions.extend(loaded);
+        Ok(())
+    }
+
+    /// Writes every partition to the store and empties memory.
+    pub(in crate::operators::over) fn spill_all(&mut self) -> Result<()> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        open_once(&mut spill.store, &spill.settings)?;
+        let partitions: Vec<_> = self.partitions.drain().collect();
+        for chunk in partitions.chunks(WRITE_CHUNK) {
+            let keys: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
+            let groups = spill.codec.key_groups(&keys)?;
+            let puts: Vec<(Vec<u8>, Vec<u8>)> = (chunk.iter().zip(groups))
+                .map(|((key, rows), group)| (entry_key(group, key), encode_rows(rows.keys())))
+                .collect();
+            let store = spill.store.as_ref().expect("opened above");
+            store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
+        }
+        drop(partitions);
+        self.partitions.shrink_to_fit();
+        spill.guess.emptied();
+        crate::alloc::give_back_freed_memory();
+        Ok(())
+    }
+
+    /// A snapshot of spilled state: memory to the store, then the store,
+    /// frozen now, as one run of state rows in key-group order, written by
+    /// the snapshot's writer.
+    pub(in crate::operators::over) fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
+        self.spill_all()?;
+        let codec = Codec::new(self)?;
+        let spill = self.spill.as_mut().expect("has spilled");
+        spill.runs += 1;
+        let store = spill.store.as_ref().expect("has spilled");
+        let decode = move |entries: &[Entry]| codec.decode(entries);
+        let deferred = whole_store(store, spill.runs, decode)?;
+        Ok(OperatorSnapshot {
+            runs: Vec::new(),
+            deferred,
+            meta: serde_json::Value::Null,
+            rows: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partitions_rows_come_back_from_their_value_in_order() {
+        let rows: Vec<Place> = vec![
+            (-2, Arc::from(&b"a"[..]), 0),
+            (-2, Arc::from(&b"a"[..]), 1),
+            (5, Arc::from(&b""[..]), 0),
+        ];
+        let value = encode_rows(rows.iter());
+        let back = decode_rows(&value).unwrap();
+        assert_eq!(back, [(-2, 0, &b"a"[..]), (-2, 1, b"a"), (5, 0, b"")]);
+        assert!(decode_rows(&value[..value.len() - 3]).is_err());
+    }
+}
