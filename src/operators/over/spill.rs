@@ -11,9 +11,13 @@
 //!  FF FF FF FF | time | key group | key ->  (nothing): the partition's first waiting row's time
 //! ```
 //!
-//! A partition is in memory or in the store, never in both: a batch's
-//! partitions that memory lacks are read from the store first (and removed
-//! from it), so a row is late, enters and leaves the frame as on the heap.
+//! A batch's partitions that memory lacks are read from the store first,
+//! so a row is late, enters and leaves the frame as on the heap. Their
+//! entries stay in the store, stale, until the next spill writes over
+//! them: a partition leaves memory only by a spill, and memory is looked at
+//! first (removing them cost a write each, 15% of the job below in
+//! docs/state.md). Their index entries are removed, so a watermark never
+//! reads a partition memory holds.
 //! A watermark reads the index up to its time, a chunk at a time, reads
 //! those partitions into memory and releases memory's waiting rows up to
 //! the chunk's last time: rows enter in order of time, as on the heap.
@@ -284,7 +288,7 @@ impl OverOperator {
     }
 
     /// Reads the store's partitions of those of `keys` memory lacks into
-    /// memory, removing them from the store: before rows enter them.
+    /// memory: before rows enter them.
     pub(super) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
         let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
             return Ok(());
@@ -305,8 +309,9 @@ impl OverOperator {
         self.take_entries(&found)
     }
 
-    /// Adds the partitions of store entries to memory and removes the
-    /// entries and their index entries from the store.
+    /// Adds the partitions of store entries to memory and removes their
+    /// index entries from the store (the entries are written over at the
+    /// next spill).
     fn take_entries(&mut self, entries: &[Entry]) -> Result<()> {
         let Some(spill) = &self.spill else {
             return Ok(());
@@ -318,7 +323,7 @@ impl OverOperator {
             return Ok(());
         }
         let states = Codec::columns(&spill.codec.states, stored.iter().map(|s| s.states))?;
-        let mut removes: Vec<Vec<u8>> = entries.iter().map(|(k, _)| k.to_vec()).collect();
+        let mut removes: Vec<Vec<u8>> = Vec::new();
         let groups: Vec<usize> = stored.iter().map(|s| self.add_group(s.key)).collect();
         let (total, mut offset) = (self.keys.len(), 0);
         for acc in &mut self.accumulators {
