@@ -8,13 +8,12 @@
 //!  Source: upsert-kafka [UA,D] ─HASH[key]─► ChangelogNormalize(key=[k]) [I,UB,UA,D]
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::ArrayRef;
+use arrow::array::{ArrayRef, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
 use crate::changelog::{self, RowKind};
@@ -23,7 +22,9 @@ use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::keyed_rows::{KeyedRows, columns_of, decode_entry, row_converter};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use crate::state::store::{Entry, in_chunks};
 
 /// What a change of a key does, given the row the key holds: the rows to
 /// emit, and the row it holds after.
@@ -78,20 +79,22 @@ impl OperatorFactory for ChangelogNormalize {
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let data = self.data_schema();
-        let fields = |columns: &mut dyn Iterator<Item = usize>| {
-            RowConverter::new(
-                columns
-                    .map(|i| SortField::new(data.field(i).data_type().clone()))
-                    .collect(),
-            )
-        };
+        let key_types: Vec<DataType> = self
+            .key
+            .iter()
+            .map(|k| data.field(*k).data_type().clone())
+            .collect();
         Ok(Box::new(NormalizeOperator {
-            rows_of: fields(&mut (0..data.fields().len()))?,
-            keys_of: fields(&mut self.key.iter().copied())?,
-            held: HashMap::new(),
+            rows_of: row_converter(&data)?,
+            keys_of: RowConverter::new(key_types.iter().map(|t| SortField::new(t.clone())).collect())?,
+            held: KeyedRows::new(&key_types, ctx.max_parallelism, ctx.spill.clone())?,
             max_parallelism: ctx.max_parallelism,
             spec: self.clone(),
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 
     fn changelog_role(&self) -> ChangelogRole {
@@ -109,14 +112,39 @@ struct NormalizeOperator {
     spec: ChangelogNormalize,
     rows_of: RowConverter,
     keys_of: RowConverter,
-    /// The row each key holds.
-    held: HashMap<OwnedRow, OwnedRow>,
+    /// The row each key holds (a list of at most one).
+    held: KeyedRows,
     max_parallelism: usize,
 }
 
 impl NormalizeOperator {
     fn key_columns(&self, columns: &[ArrayRef]) -> Vec<ArrayRef> {
         self.spec.key.iter().map(|k| columns[*k].clone()).collect()
+    }
+
+    /// The held rows of spilled state as a snapshot, read by its writer.
+    fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
+        let (schema, rows_of) = (self.spec.state_schema(), row_converter(&self.spec.data_schema())?);
+        let decode = move |entries: &[Entry]| -> Result<Option<RecordBatch>> {
+            let (mut groups, mut rows) = (Vec::new(), Vec::new());
+            for entry in entries {
+                let (group, held) = decode_entry(entry)?;
+                groups.extend(std::iter::repeat_n(group, held.len()));
+                rows.extend(held);
+            }
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(groups))];
+            columns.extend(columns_of(&rows_of, rows.into_iter())?);
+            Ok(Some(state_rows(&schema, columns)?))
+        };
+        Ok(OperatorSnapshot {
+            runs: Vec::new(),
+            deferred: self.held.spilled_snapshot(decode)?,
+            meta: serde_json::Value::Null,
+            rows: None,
+        })
     }
 }
 
@@ -130,33 +158,45 @@ impl Operator for NormalizeOperator {
         let data = changelog::data(&batch);
         let keys = self.keys_of.convert_columns(&self.key_columns(data.columns()))?;
         let rows = self.rows_of.convert_columns(data.columns())?;
+        if self.held.has_spilled() {
+            let list: Vec<&[u8]> = (0..data.num_rows()).map(|i| keys.row(i).data()).collect();
+            self.held.load(&list)?;
+        }
         let (mut emitted, mut emitted_kinds) = (Vec::new(), Vec::new());
         for (i, kind) in kinds.into_iter().enumerate() {
-            let key = keys.row(i).owned();
-            let (changes, after) = normalize(self.held.get(&key), kind, rows.row(i).owned());
+            let key = keys.row(i).data();
+            let old = self.held.get(key).and_then(|rows| rows.first().cloned());
+            let (changes, after) = normalize(old.as_ref(), kind, Box::from(rows.row(i).data()));
             for (kind, row) in changes {
                 emitted_kinds.push(kind);
                 emitted.push(row);
             }
-            match after {
-                Some(row) => self.held.insert(key, row),
-                None => self.held.remove(&key),
-            };
+            let held = self.held.rows_mut(key);
+            held.clear();
+            held.extend(after);
+            self.held.settle(key);
         }
-        if emitted.is_empty() {
-            return Ok(());
+        if !emitted.is_empty() {
+            let columns = columns_of(&self.rows_of, emitted.iter().map(|r| &r[..]))?;
+            out.batch(changelog::with_kinds(&self.spec.schema, columns, &emitted_kinds)?);
         }
-        let columns = self.rows_of.convert_rows(emitted.iter().map(|r| r.row()))?;
-        out.batch(changelog::with_kinds(&self.spec.schema, columns, &emitted_kinds)?);
-        Ok(())
+        self.held.spill_if_full(data.num_rows())
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.held.is_empty() {
+        if self.held.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
+        let held: Vec<&[u8]> = self
+            .held
+            .iter()
+            .flat_map(|(_, rows)| rows.iter().map(|r| &r[..]))
+            .collect();
+        if held.is_empty() {
             return Ok(None);
         }
-        let data = self.rows_of.convert_rows(self.held.values().map(|r| r.row()))?;
-        let groups = key_groups(&self.key_columns(&data), self.held.len(), self.max_parallelism)?;
+        let data = columns_of(&self.rows_of, held.iter().copied())?;
+        let groups = key_groups(&self.key_columns(&data), held.len(), self.max_parallelism)?;
         let mut columns: Vec<ArrayRef> = vec![Arc::new(groups)];
         columns.extend(data);
         Ok(Some(OperatorSnapshot {
@@ -172,11 +212,15 @@ impl Operator for NormalizeOperator {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
-        let data = &rows.columns()[1..];
-        let keys = self.keys_of.convert_columns(&self.key_columns(data))?;
-        let stored = self.rows_of.convert_columns(data)?;
-        for i in 0..rows.num_rows() {
-            self.held.insert(keys.row(i).owned(), stored.row(i).owned());
+        // A key holds one row: none is in the store before its chunk.
+        for chunk in in_chunks(rows) {
+            let data = &chunk.columns()[1..];
+            let keys = self.keys_of.convert_columns(&self.key_columns(data))?;
+            let stored = self.rows_of.convert_columns(data)?;
+            for i in 0..chunk.num_rows() {
+                *self.held.rows_mut(keys.row(i).data()) = vec![Box::from(stored.row(i).data())];
+            }
+            self.held.spill_if_over()?;
         }
         Ok(())
     }
@@ -245,5 +289,70 @@ mod tests {
             (vec![], Some("a1"))
         );
         assert_eq!(normalize::<&str>(None, RowKind::Delete, "a-"), (vec![], None));
+    }
+
+    fn normalizer() -> crate::operators::harness::Harness {
+        let schema = changelog::with_op(&Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+        ])));
+        let factory = Arc::new(ChangelogNormalize {
+            key: vec![0],
+            schema: schema.clone(),
+        });
+        crate::operators::harness::Harness::for_operator(factory, vec![schema]).unwrap()
+    }
+
+    /// Batches of upserts and deletes of 800 keys, some repeating the row
+    /// the key holds, some deleting keys that hold none.
+    fn upsert_steps(batches: usize) -> Vec<crate::operators::harness::Step> {
+        (0..batches)
+            .map(|b| {
+                let lines: Vec<String> = (0..50)
+                    .map(|r| {
+                        let i = b * 50 + r;
+                        let k = (i * 7919) % 800;
+                        match i % 6 {
+                            0 => format!("-D {k} null"),
+                            _ => format!("+U {k} v{}", (i / 7) % 5),
+                        }
+                    })
+                    .collect();
+                crate::operators::harness::Step::Rows(0, lines.join("\n"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_spilled_normalization_emits_the_changes_the_heap_emits() {
+        use crate::operators::harness::{emitted, entries_in};
+        let steps = upsert_steps(60);
+        let expected = emitted(&mut normalizer(), &steps);
+        let lines: Vec<&String> = expected.iter().flatten().collect();
+        for kind in ["+I", "-U", "-D"] {
+            let n = lines.iter().filter(|l| l.starts_with(kind)).count();
+            assert!(n > 100, "{n} {kind}");
+        }
+        for budget in [8 * 1024, 64 * 1024] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut h = normalizer().spilling(budget, dir.path()).unwrap();
+            let mut got = Vec::new();
+            let mut store_seen = false;
+            for step in &steps {
+                got.extend(emitted(&mut h, std::slice::from_ref(step)));
+                store_seen |= entries_in(dir.path()) > 0;
+            }
+            assert!(store_seen, "keys went to the store at {budget} bytes");
+            assert_eq!(got, expected, "at {budget} bytes");
+        }
+    }
+
+    #[test]
+    fn a_spilled_normalization_restores_as_if_never_stopped() {
+        use crate::operators::harness::{
+            spilled_restores_as_if_never_stopped, spilled_snapshot_holds_its_barrier,
+        };
+        spilled_restores_as_if_never_stopped(&normalizer, &upsert_steps(40));
+        spilled_snapshot_holds_its_barrier(&normalizer, &upsert_steps(40));
     }
 }

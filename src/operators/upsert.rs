@@ -9,13 +9,12 @@
 //!  GroupAggregate(group=[a]) ─HASH[b]─► SinkMaterializer(pk=[b]) ─► Sink(PRIMARY KEY (b))
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array};
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
 use crate::changelog::{self, RowKind};
@@ -24,7 +23,9 @@ use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::state::keyed_rows::{KeyedRows, columns_of, decode_entry, row_converter};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use crate::state::store::{Entry, in_chunks};
 
 /// Drops the `-U` rows of a stream whose upsert key is the sink's primary key.
 #[derive(Debug, Clone)]
@@ -136,24 +137,22 @@ impl OperatorFactory for SinkUpsertMaterializer {
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let data = self.data_schema();
-        let converter = |fields: Vec<SortField>| RowConverter::new(fields);
+        let key_types: Vec<DataType> = self
+            .key
+            .iter()
+            .map(|k| data.field(*k).data_type().clone())
+            .collect();
         Ok(Box::new(MaterializerOperator {
-            rows_of: converter(
-                data.fields()
-                    .iter()
-                    .map(|f| SortField::new(f.data_type().clone()))
-                    .collect(),
-            )?,
-            keys_of: converter(
-                self.key
-                    .iter()
-                    .map(|k| SortField::new(data.field(*k).data_type().clone()))
-                    .collect(),
-            )?,
-            keys: HashMap::new(),
+            rows_of: row_converter(&data)?,
+            keys_of: RowConverter::new(key_types.iter().map(|t| SortField::new(t.clone())).collect())?,
+            keys: KeyedRows::new(&key_types, ctx.max_parallelism, ctx.spill.clone())?,
             max_parallelism: ctx.max_parallelism,
             spec: self.clone(),
         }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
     }
 
     fn changelog_role(&self) -> ChangelogRole {
@@ -174,13 +173,40 @@ struct MaterializerOperator {
     /// Primary keys as bytes.
     keys_of: RowConverter,
     /// Each key's rows, oldest first.
-    keys: HashMap<OwnedRow, Vec<OwnedRow>>,
+    keys: KeyedRows,
     max_parallelism: usize,
 }
 
 impl MaterializerOperator {
     fn key_columns(&self, columns: &[ArrayRef]) -> Vec<ArrayRef> {
         self.spec.key.iter().map(|k| columns[*k].clone()).collect()
+    }
+
+    /// The keys' rows of spilled state as a snapshot, read by its writer.
+    fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
+        let (schema, rows_of) = (self.spec.state_schema(), row_converter(&self.spec.data_schema())?);
+        let decode = move |entries: &[Entry]| -> Result<Option<RecordBatch>> {
+            let (mut groups, mut rows, mut positions) = (Vec::new(), Vec::new(), Vec::new());
+            for entry in entries {
+                let (group, kept) = decode_entry(entry)?;
+                groups.extend(std::iter::repeat_n(group, kept.len()));
+                positions.extend(0..kept.len() as i64);
+                rows.extend(kept);
+            }
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(groups))];
+            columns.extend(columns_of(&rows_of, rows.into_iter())?);
+            columns.push(Arc::new(Int64Array::from(positions)));
+            Ok(Some(state_rows(&schema, columns)?))
+        };
+        Ok(OperatorSnapshot {
+            runs: Vec::new(),
+            deferred: self.keys.spilled_snapshot(decode)?,
+            meta: serde_json::Value::Null,
+            rows: None,
+        })
     }
 }
 
@@ -194,46 +220,46 @@ impl Operator for MaterializerOperator {
         let data = changelog::data(&batch);
         let keys = self.keys_of.convert_columns(&self.key_columns(data.columns()))?;
         let rows = self.rows_of.convert_columns(data.columns())?;
-        let mut emitted: Vec<OwnedRow> = Vec::new();
+        if self.keys.has_spilled() {
+            let list: Vec<&[u8]> = (0..data.num_rows()).map(|i| keys.row(i).data()).collect();
+            self.keys.load(&list)?;
+        }
+        let mut emitted: Vec<Box<[u8]>> = Vec::new();
         let mut emitted_kinds = Vec::new();
         for (i, kind) in kinds.into_iter().enumerate() {
-            let row = rows.row(i).owned();
+            let (key, row): (&[u8], Box<[u8]>) = (keys.row(i).data(), rows.row(i).data().into());
             if kind.is_retraction() {
-                let key = keys.row(i).owned();
-                let Some(list) = self.keys.get_mut(&key) else {
+                if self.keys.get(key).is_none() {
                     continue;
-                };
-                if let Some((kind, row)) = retract_row(list, &row) {
+                }
+                if let Some((kind, row)) = retract_row(self.keys.rows_mut(key), &row) {
                     emitted.push(row);
                     emitted_kinds.push(kind);
                 }
-                if list.is_empty() {
-                    self.keys.remove(&key);
-                }
             } else {
-                let list = self.keys.entry(keys.row(i).owned()).or_default();
-                emitted_kinds.push(add_row(list, row.clone()));
+                emitted_kinds.push(add_row(self.keys.rows_mut(key), row.clone()));
                 emitted.push(row);
             }
+            self.keys.settle(key);
         }
-        if emitted.is_empty() {
-            return Ok(());
+        if !emitted.is_empty() {
+            let columns = columns_of(&self.rows_of, emitted.iter().map(|r| &r[..]))?;
+            out.batch(changelog::with_kinds(&self.spec.schema, columns, &emitted_kinds)?);
         }
-        let columns = self.rows_of.convert_rows(emitted.iter().map(|r| r.row()))?;
-        out.batch(changelog::with_kinds(&self.spec.schema, columns, &emitted_kinds)?);
-        Ok(())
+        self.keys.spill_if_full(data.num_rows())
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        let stored: Vec<(usize, &OwnedRow)> = self
-            .keys
-            .values()
-            .flat_map(|list| list.iter().enumerate())
+        if self.keys.has_spilled() {
+            return self.spilled_snapshot().map(Some);
+        }
+        let stored: Vec<(usize, &[u8])> = (self.keys.iter())
+            .flat_map(|(_, list)| list.iter().map(|r| &r[..]).enumerate())
             .collect();
         if stored.is_empty() {
             return Ok(None);
         }
-        let data = self.rows_of.convert_rows(stored.iter().map(|(_, r)| r.row()))?;
+        let data = columns_of(&self.rows_of, stored.iter().map(|(_, r)| *r))?;
         let groups = key_groups(&self.key_columns(&data), stored.len(), self.max_parallelism)?;
         let mut columns: Vec<ArrayRef> = vec![Arc::new(groups)];
         columns.extend(data);
@@ -254,24 +280,25 @@ impl Operator for MaterializerOperator {
         };
         let name = self.spec.describe();
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &name)?;
+        // In order of key group and position: a key's rows in their order,
+        // a chunk at a time (the rows before a chunk may be in the store).
         let width = rows.num_columns();
-        let data = &rows.columns()[1..width - 1];
-        let positions = rows.column(width - 1).as_primitive::<Int64Type>();
-        let keys = self.keys_of.convert_columns(&self.key_columns(data))?;
-        let stored = self.rows_of.convert_columns(data)?;
-        let mut placed: HashMap<OwnedRow, Vec<(i64, OwnedRow)>> = HashMap::new();
-        for i in 0..rows.num_rows() {
-            placed
-                .entry(keys.row(i).owned())
-                .or_default()
-                .push((positions.value(i), stored.row(i).owned()));
-        }
-        for (key, mut list) in placed {
-            list.sort_by_key(|(p, _)| *p);
-            self.keys
-                .entry(key)
-                .or_default()
-                .extend(list.into_iter().map(|(_, r)| r));
+        let sort = |i: usize| arrow::compute::SortColumn {
+            values: rows.column(i).clone(),
+            options: None,
+        };
+        let order = arrow::compute::lexsort_to_indices(&[sort(0), sort(width - 1)], None)?;
+        let rows = arrow::compute::take_record_batch(rows, &order)?;
+        for chunk in in_chunks(&rows) {
+            let data = &chunk.columns()[1..width - 1];
+            let keys = self.keys_of.convert_columns(&self.key_columns(data))?;
+            let stored = self.rows_of.convert_columns(data)?;
+            let list: Vec<&[u8]> = (0..chunk.num_rows()).map(|i| keys.row(i).data()).collect();
+            self.keys.load(&list)?;
+            for (i, key) in list.iter().enumerate() {
+                self.keys.rows_mut(key).push(stored.row(i).data().into());
+            }
+            self.keys.spill_if_over()?;
         }
         Ok(())
     }
@@ -356,5 +383,95 @@ mod tests {
             h.push("+I a 1\n-U a 1\n+U a 2\n-D a 2").unwrap(),
             lines(&["+I a 1", "+U a 2", "-D a 2"])
         );
+    }
+
+    fn materializer() -> crate::operators::harness::Harness {
+        crate::operators::harness::Harness::of(
+            SETUP,
+            "INSERT INTO by_v SELECT SUM(v), k FROM t GROUP BY k",
+            "SinkMaterializer",
+            0,
+        )
+        .unwrap()
+    }
+
+    /// Batches of a GROUP BY's changes of 600 groups whose sums (the sink's
+    /// key) fall among 450 values: a key holds one group's row or several,
+    /// which come, change and go (and a key's last row goes often).
+    fn materializer_steps(batches: usize) -> Vec<crate::operators::harness::Step> {
+        let mut sums: Vec<Option<usize>> = vec![None; 600];
+        let mut steps = Vec::new();
+        for b in 0..batches {
+            let mut lines = Vec::new();
+            for r in 0..40 {
+                let i = b * 40 + r;
+                let g = (i * 7919) % 600;
+                let new = (i * 17) % 450;
+                match (sums[g].take(), i % 7) {
+                    (None, _) => {
+                        lines.push(format!("+I {new} g{g}"));
+                        sums[g] = Some(new);
+                    }
+                    (Some(old), 0) => lines.push(format!("-D {old} g{g}")),
+                    (Some(old), _) => {
+                        lines.push(format!("-U {old} g{g}"));
+                        lines.push(format!("+U {new} g{g}"));
+                        sums[g] = Some(new);
+                    }
+                }
+            }
+            steps.push(crate::operators::harness::Step::Rows(0, lines.join("\n")));
+        }
+        steps
+    }
+
+    #[test]
+    fn a_spilled_materializer_emits_the_changes_the_heap_emits() {
+        use crate::operators::harness::{emitted, entries_in};
+        let steps = materializer_steps(60);
+        let expected = emitted(&mut materializer(), &steps);
+        for kind in ["+U", "-D"] {
+            let n = expected.iter().flatten().filter(|l| l.starts_with(kind)).count();
+            assert!(n > 100, "{n} {kind}: a key's row replaced, a key's last row gone");
+        }
+        for budget in [8 * 1024, 64 * 1024] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut h = materializer().spilling(budget, dir.path()).unwrap();
+            let mut got = Vec::new();
+            let mut store_seen = false;
+            for step in &steps {
+                got.extend(emitted(&mut h, std::slice::from_ref(step)));
+                store_seen |= entries_in(dir.path()) > 0;
+            }
+            assert!(store_seen, "keys went to the store at {budget} bytes");
+            assert_eq!(got, expected, "at {budget} bytes");
+        }
+    }
+
+    #[test]
+    fn a_spilled_materializer_restores_as_if_never_stopped() {
+        use crate::operators::harness::{
+            spilled_restores_as_if_never_stopped, spilled_snapshot_holds_its_barrier,
+        };
+        spilled_restores_as_if_never_stopped(&materializer, &materializer_steps(40));
+        spilled_snapshot_holds_its_barrier(&materializer, &materializer_steps(40));
+    }
+
+    #[test]
+    fn a_materializer_restores_a_keys_rows_in_their_order_from_rows_in_any_order() {
+        use crate::operators::harness::emitted;
+        let steps = materializer_steps(40);
+        let (before, after) = steps.split_at(20);
+        let mut heap = materializer();
+        emitted(&mut heap, before);
+        let mut snapshot = heap.snapshot_only().unwrap().expect("state");
+        let expected = emitted(&mut heap, after);
+        let kept = snapshot.rows.take().expect("rows");
+        let reversed = arrow::array::UInt32Array::from_iter_values((0..kept.num_rows() as u32).rev());
+        snapshot.rows = Some(arrow::compute::take_record_batch(&kept, &reversed).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = materializer().spilling(8 * 1024, dir.path()).unwrap();
+        h.restart_from(snapshot).unwrap();
+        assert_eq!(emitted(&mut h, after), expected);
     }
 }

@@ -370,9 +370,9 @@ fn refuse_heap_state(factories: &[Arc<dyn OperatorFactory>], chain: &[Box<dyn Op
             return Err(Error::Plan(format!(
                 "'state.backend.type' = 'spilling' keeps only aggregations (window aggregations: \
                  TUMBLE, HOP, CUMULATE, SESSION; non-windowed GROUP BY; OVER), regular, interval, \
-                 temporal and window joins, TopN and deduplication within \
-                 'taskmanager.memory.managed.size', but {} keeps its state on the heap; use 'hashmap' \
-                 for this job",
+                 temporal and window joins, TopN, deduplication, sink materializers and changelog \
+                 normalization within 'taskmanager.memory.managed.size', but {} keeps its state on \
+                 the heap; use 'hashmap' for this job",
                 operator.name()
             )));
         }
@@ -717,5 +717,49 @@ mod tests {
     #[test]
     fn a_restore_on_the_heap_reads_all_at_once() {
         assert_eq!(restore_ranges(&(0..=127), 1 << 40, None), vec![0..=127]);
+    }
+
+    /// A keyed operator without a spilling backend (every one weir plans has one).
+    #[derive(Debug)]
+    struct HeapOnly;
+
+    impl Operator for HeapOnly {
+        fn name(&self) -> String {
+            "HeapOnly".into()
+        }
+
+        fn process_batch(
+            &mut self,
+            _: usize,
+            _: arrow::record_batch::RecordBatch,
+            _: &mut crate::runtime::Output,
+        ) -> Result<()> {
+            Ok(())
+        }
+
+        fn is_keyed(&self) -> bool {
+            true
+        }
+    }
+
+    impl OperatorFactory for HeapOnly {
+        fn describe(&self) -> String {
+            "HeapOnly".into()
+        }
+
+        fn create(&self, _: &TaskContext) -> Result<Box<dyn Operator>> {
+            Ok(Box::new(HeapOnly))
+        }
+    }
+
+    #[test]
+    fn the_spilling_backend_refuses_a_keyed_operator_that_cannot_spill_naming_it() {
+        let factories: Vec<Arc<dyn OperatorFactory>> = vec![Arc::new(HeapOnly)];
+        let chain: Vec<Box<dyn Operator>> = vec![Box::new(HeapOnly)];
+        let error = refuse_heap_state(&factories, &chain).unwrap_err().to_string();
+        assert!(
+            error.contains("but HeapOnly keeps its state on the heap"),
+            "{error}"
+        );
     }
 }

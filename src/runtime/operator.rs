@@ -534,9 +534,9 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
     /// Whether its operator keeps its state within a memory budget, spilling
     /// the rest to local disk, with the spilling state backend (window
     /// aggregations, session windows, non-windowed and OVER aggregations,
-    /// regular, interval, temporal and window joins, TopN); other keyed
-    /// operators (a sink's materializer, changelog normalization) are
-    /// refused by that backend.
+    /// regular, interval, temporal and window joins, TopN, a sink's
+    /// materializer, changelog normalization: every keyed operator weir
+    /// plans); a keyed operator that cannot is refused by that backend.
     fn can_spill(&self) -> bool {
         false
     }

@@ -6,6 +6,7 @@ pub mod flushed;
 pub mod incremental;
 pub mod key_group;
 pub mod keyed_map;
+pub mod keyed_rows;
 pub mod local_dir;
 pub mod memory_guess;
 pub mod runs;

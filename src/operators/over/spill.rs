@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
-use arrow::row::{Row, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 
 use super::state::{ACCUMULATORS, FRAME_ROW, Part, WAITING_ROW, cast_all, rows_of_parts};
 use super::{OverAggregate, OverOperator, converter};
@@ -42,6 +42,7 @@ use crate::state::deferred::whole_store;
 use crate::state::entry::{
     ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, split_entry_key, split_index_key,
 };
+use crate::state::keyed_rows::columns_of;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::key_groups_of_bytes;
 use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
@@ -184,18 +185,11 @@ impl Codec {
         Ok(self.states.convert_columns(&states)?)
     }
 
-    /// Columns of `converter` from row bytes.
-    fn columns<'a>(converter: &RowConverter, rows: impl Iterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
-        let parser = converter.parser();
-        let rows: Vec<Row<'_>> = rows.map(|r| parser.parse(r)).collect();
-        Ok(converter.convert_rows(rows)?)
-    }
-
     /// Partition key columns (none when keyless).
     fn key_columns<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
         match self.spec.partition.is_empty() {
             true => Ok(Vec::new()),
-            false => Codec::columns(&self.keys, keys),
+            false => columns_of(&self.keys, keys),
         }
     }
 
@@ -218,7 +212,7 @@ impl Codec {
             keys: self.key_columns(stored.iter().map(|s| s.key))?,
             input: None,
             args: None,
-            states: Some(Codec::columns(&self.states, stored.iter().map(|s| s.states))?),
+            states: Some(columns_of(&self.states, stored.iter().map(|s| s.states))?),
         }];
         let framed: Vec<(&[u8], i64, &[u8])> = (stored.iter())
             .flat_map(|s| s.frame.iter().map(|(t, r)| (s.key, *t, *r)))
@@ -234,7 +228,7 @@ impl Codec {
                 FRAME_ROW => &self.args,
                 _ => &self.rows,
             };
-            let values = Codec::columns(values, rows.iter().map(|(_, _, r)| *r))?;
+            let values = columns_of(values, rows.iter().map(|(_, _, r)| *r))?;
             let (args, input) = match role {
                 FRAME_ROW => (Some(values), None),
                 _ => (None, Some(values)),
@@ -322,7 +316,7 @@ impl OverOperator {
         if stored.is_empty() {
             return Ok(());
         }
-        let states = Codec::columns(&spill.codec.states, stored.iter().map(|s| s.states))?;
+        let states = columns_of(&spill.codec.states, stored.iter().map(|s| s.states))?;
         let mut removes: Vec<Vec<u8>> = Vec::new();
         let groups: Vec<usize> = stored.iter().map(|s| self.add_group(s.key)).collect();
         let (total, mut offset) = (self.keys.len(), 0);

@@ -76,21 +76,8 @@ fn upserts_and_tombstones_are_read_back_as_a_changelog() {
     )
     .join("\n");
     assert!(explain.contains("ChangelogNormalize(key=[k])"), "{explain}");
-    let batches = engine
-        .sql("SELECT total, k FROM totals")
-        .unwrap()
-        .collect()
-        .unwrap();
-    let mut changes = Vec::new();
-    for batch in &batches {
-        let kinds = row_kinds(batch).unwrap();
-        for (row, kind) in kinds.iter().enumerate() {
-            let one = sorted_rows(&[weir::changelog::data(&batch.slice(row, 1))]);
-            changes.push(format!("{} {}", kind.short(), one[0]));
-        }
-    }
     assert_eq!(
-        changes,
+        changelog_of(&engine, "totals"),
         vec!["+I 3|1", "+I 5|2", "-U 3|1", "+U 7|1", "-D 5|2"],
         "a repeated row changes nothing; a tombstone deletes the key's row; one of an unknown key is nothing"
     );
@@ -177,4 +164,61 @@ fn an_updating_query_written_to_upsert_kafka_leaves_each_keys_latest_row() {
         "key 2's tombstone: {all:?}"
     );
     job.job().unwrap().cancel();
+}
+
+/// The changelog `SELECT total, k` of `table` gives, row by row.
+fn changelog_of(engine: &weir::Engine, table: &str) -> Vec<String> {
+    let batches = engine
+        .sql(&format!("SELECT total, k FROM {table}"))
+        .unwrap()
+        .collect()
+        .unwrap();
+    let mut changes = Vec::new();
+    for batch in &batches {
+        let kinds = row_kinds(batch).unwrap();
+        for (row, kind) in kinds.iter().enumerate() {
+            let one = sorted_rows(&[weir::changelog::data(&batch.slice(row, 1))]);
+            changes.push(format!("{} {}", kind.short(), one[0]));
+        }
+    }
+    changes
+}
+
+#[test]
+fn an_upsert_topic_normalized_under_the_spilling_backend_gives_the_heaps_changelog() {
+    // 3000 records over 400 keys: upserts (some repeating a key's row) and
+    // tombstones (some of keys that hold none). Under 1 kB and batches of
+    // 16 rows the keys go to the store and come back.
+    create_topic("upsert-spill", 1);
+    let (keys, values): (Vec<String>, Vec<Option<String>>) = (0..3000)
+        .map(|i| {
+            let k = (i * 7919) % 400;
+            let value = (i % 6 != 0).then(|| format!(r#"{{"k":{k},"total":{}}}"#, (i / 7) % 5));
+            (format!(r#"{{"k":{k}}}"#), value)
+        })
+        .unzip();
+    let records: Vec<Rec> = (keys.iter().zip(&values))
+        .map(|(k, v)| Rec(0, Some(k), v.as_deref(), 1_000))
+        .collect();
+    produce("upsert-spill", &records);
+    let heap = crate::engine(1);
+    heap.sql(&totals("totals", "upsert-spill", true)).unwrap();
+    let expected = changelog_of(&heap, "totals");
+    for kind in ["+I", "-U", "-D"] {
+        let n = expected.iter().filter(|c| c.starts_with(kind)).count();
+        assert!(n > 100, "{n} {kind}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spilling = crate::engine(1);
+    spilling.set("state.backend.type", "spilling").unwrap();
+    spilling.set("taskmanager.memory.managed.size", "1 kb").unwrap();
+    spilling
+        .set(
+            "state.backend.spilling.local-dir",
+            &dir.path().display().to_string(),
+        )
+        .unwrap();
+    spilling.set("weir.batch-size", "16").unwrap();
+    spilling.sql(&totals("totals", "upsert-spill", true)).unwrap();
+    assert_eq!(changelog_of(&spilling, "totals"), expected);
 }

@@ -1,0 +1,279 @@
+//! Each key's rows, in memory and, under the spilling backend, beyond the budget in the store: for operators that read and write a key's rows whole at each change (a sink's materializer, changelog normalization).
+//!
+//! Memory holds the keys that changed since the last spill. When they pass
+//! a quarter of the subtask's budget
+//! ([`crate::state::memory_guess::spill_threshold`]) every key goes to the
+//! store ([`crate::state::entry`]: key group and key bytes as the store
+//! key, the rows as length-prefixed row bytes) and memory starts empty
+//! again. A batch's keys that memory lacks are read from the store first;
+//! their entries stay there, stale, until the next spill writes over them
+//! (memory is looked at first). A key whose rows all went stays in memory
+//! with none, and the spill removes its entry.
+//!
+//! A snapshot of spilled rows writes memory to the store, then the store,
+//! frozen, as one run of state rows made by the operator's `decode`
+//! ([`crate::state::deferred`]).
+
+use std::collections::{HashMap, HashSet};
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::{DataType, Schema};
+use arrow::row::{RowConverter, SortField};
+
+use crate::Result;
+use crate::runtime::operator::SpillSettings;
+use crate::state::deferred::{Deferred, whole_store};
+use crate::state::entry::{ValueReader, ValueWriter, entry_key, split_entry_key};
+use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
+use crate::state::snapshot::key_groups_of_bytes;
+use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
+
+/// A key's rows (row bytes), oldest first.
+pub type Rows = Vec<Box<[u8]>>;
+
+/// The rows of each key of an operator subtask.
+pub struct KeyedRows {
+    memory: HashMap<Box<[u8]>, Rows, foldhash::fast::FixedState>,
+    /// Key bytes to key columns (for their key groups).
+    keys_of: RowConverter,
+    max_parallelism: usize,
+    spill: Option<RowsSpill>,
+}
+
+struct RowsSpill {
+    settings: SpillSettings,
+    /// Opened at the first spill.
+    store: Option<Store>,
+    guess: MemoryGuess,
+    runs: u64,
+}
+
+/// A store entry's key group and rows.
+pub fn decode_entry((key, value): &Entry) -> Result<(u32, Vec<&[u8]>)> {
+    Ok((split_entry_key(key)?.0, decode_rows(value)?))
+}
+
+fn decode_rows(bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    let (mut value, mut rows) = (ValueReader(bytes), Vec::new());
+    while !value.is_done() {
+        rows.push(value.bytes()?);
+    }
+    Ok(rows)
+}
+
+/// A converter of every column of `schema` to row bytes and back.
+pub fn row_converter(schema: &Schema) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )?)
+}
+
+/// Columns of `converter` from row bytes.
+pub fn columns_of<'a>(
+    converter: &RowConverter,
+    rows: impl Iterator<Item = &'a [u8]>,
+) -> Result<Vec<ArrayRef>> {
+    let parser = converter.parser();
+    Ok(converter.convert_rows(rows.map(|r| parser.parse(r)))?)
+}
+
+fn encode_rows(rows: &Rows) -> Vec<u8> {
+    let mut value = ValueWriter::default();
+    rows.iter().for_each(|row| {
+        value.bytes(row);
+    });
+    value.0
+}
+
+impl KeyedRows {
+    /// Rows keyed by keys of `key_types`; `spill`: the spilling backend's
+    /// settings (`None` on the heap).
+    pub fn new(key_types: &[DataType], max_parallelism: usize, spill: Option<SpillSettings>) -> Result<Self> {
+        let fields = key_types.iter().map(|t| SortField::new(t.clone())).collect();
+        Ok(KeyedRows {
+            memory: HashMap::default(),
+            keys_of: RowConverter::new(fields)?,
+            max_parallelism,
+            spill: spill.map(|settings| RowsSpill {
+                settings,
+                store: None,
+                // At least a key and a row.
+                guess: MemoryGuess::new(64),
+                runs: 0,
+            }),
+        })
+    }
+
+    /// Whether rows went to the store (snapshots then read it from there).
+    pub fn has_spilled(&self) -> bool {
+        self.store().is_some()
+    }
+
+    fn store(&self) -> Option<&Store> {
+        self.spill.as_ref().and_then(|s| s.store.as_ref())
+    }
+
+    /// A key's rows (`None`: it has none).
+    pub fn get(&self, key: &[u8]) -> Option<&Rows> {
+        self.memory.get(key).filter(|rows| !rows.is_empty())
+    }
+
+    /// A key's rows to change (none yet: empty). Call [`KeyedRows::settle`]
+    /// after.
+    pub fn rows_mut(&mut self, key: &[u8]) -> &mut Rows {
+        if !self.memory.contains_key(key) {
+            self.memory.insert(key.into(), Vec::new());
+        }
+        self.memory.get_mut(key).expect("inserted above")
+    }
+
+    /// After a change of `key`: a key left without rows is forgotten on the
+    /// heap; with a store it stays, so that the next spill removes its entry.
+    pub fn settle(&mut self, key: &[u8]) {
+        if self.spill.is_none() && self.memory.get(key).is_some_and(|r| r.is_empty()) {
+            self.memory.remove(key);
+        }
+    }
+
+    /// Every key's rows in memory (on the heap: all of them).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Rows)> {
+        (self.memory.iter())
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(k, rows)| (&k[..], rows))
+    }
+
+    /// Reads the rows of those of `keys` memory lacks from the store: before
+    /// they change.
+    pub fn load(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let Some(store) = self.store() else {
+            return Ok(());
+        };
+        let mut seen = HashSet::new();
+        let wanted: Vec<&[u8]> = (keys.iter().copied())
+            .filter(|k| !self.memory.contains_key(*k) && seen.insert(*k))
+            .collect();
+        let mut found = Vec::new();
+        for chunk in wanted.chunks(WRITE_CHUNK) {
+            let groups = key_groups_of_bytes(&self.keys_of, chunk, self.max_parallelism)?;
+            for (key, group) in chunk.iter().zip(groups.values()) {
+                if let Some(value) = store.get(&entry_key(*group, key))? {
+                    let rows = decode_rows(&value)?;
+                    found.push((Box::from(*key), rows.into_iter().map(Box::from).collect()));
+                }
+            }
+        }
+        self.memory.extend(found);
+        Ok(())
+    }
+
+    /// After a batch of `rows` rows: writes memory to the store when full.
+    pub fn spill_if_full(&mut self, rows: usize) -> Result<()> {
+        SpillsWhenFull::spill_if_full(self, rows)
+    }
+
+    /// Measures memory, and writes it to the store when full.
+    pub fn spill_if_over(&mut self) -> Result<()> {
+        SpillsWhenFull::spill_if_over(self)
+    }
+
+    /// Writes every key's rows to the store (a key without rows is removed
+    /// from it) and empties memory.
+    fn spill_all(&mut self) -> Result<()> {
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        open_once(&mut spill.store, &spill.settings)?;
+        let keys: Vec<(Box<[u8]>, Rows)> = self.memory.drain().collect();
+        for chunk in keys.chunks(WRITE_CHUNK) {
+            let bytes: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
+            let groups = key_groups_of_bytes(&self.keys_of, &bytes, self.max_parallelism)?;
+            let entries: Vec<Vec<u8>> = (bytes.iter().zip(groups.values()))
+                .map(|(k, g)| entry_key(*g, k))
+                .collect();
+            let values: Vec<Vec<u8>> = chunk.iter().map(|(_, rows)| encode_rows(rows)).collect();
+            let live = |i: &usize| !chunk[*i].1.is_empty();
+            let puts = (0..chunk.len())
+                .filter(live)
+                .map(|i| (&entries[i][..], &values[i][..]));
+            let removes = (0..chunk.len()).filter(|i| !live(i)).map(|i| &entries[i][..]);
+            spill.store.as_ref().expect("opened above").write(puts, removes)?;
+        }
+        drop(keys);
+        self.memory.shrink_to_fit();
+        spill.guess.emptied();
+        crate::alloc::give_back_freed_memory();
+        Ok(())
+    }
+
+    /// A snapshot of spilled rows: memory to the store, then the store,
+    /// frozen now, as one run of the state rows `decode` makes of its
+    /// entries (in key-group order), written by the snapshot's writer.
+    pub fn spilled_snapshot<D>(&mut self, decode: D) -> Result<Vec<Deferred>>
+    where
+        D: FnMut(&[Entry]) -> Result<Option<arrow::record_batch::RecordBatch>> + Send + 'static,
+    {
+        self.spill_all()?;
+        let spill = self.spill.as_mut().expect("has spilled");
+        spill.runs += 1;
+        let store = spill.store.as_ref().expect("has spilled");
+        whole_store(store, spill.runs, decode)
+    }
+}
+
+impl SpillsWhenFull for KeyedRows {
+    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
+        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    }
+
+    fn measure(&self) -> usize {
+        let rows: usize = (self.memory.iter())
+            .map(|(k, rows)| {
+                k.len() + 64 + 24 * rows.capacity() + rows.iter().map(|r| r.len()).sum::<usize>()
+            })
+            .sum();
+        rows + 8 * self.memory.capacity()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        self.spill_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keys_rows_come_back_from_the_store_and_a_key_without_rows_leaves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SpillSettings {
+            budget: 1 << 20,
+            dir: dir.path().to_path_buf(),
+        };
+        let mut rows = KeyedRows::new(&[DataType::Int64], 128, Some(settings)).unwrap();
+        let keys = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
+        let column: arrow::array::ArrayRef = std::sync::Arc::new(arrow::array::Int64Array::from(vec![1, 2]));
+        let converted = keys.convert_columns(&[column]).unwrap();
+        let (a, b) = (converted.row(0).data(), converted.row(1).data());
+        rows.rows_mut(a)
+            .extend([Box::from(&b"x"[..]), Box::from(&b"y"[..])]);
+        rows.rows_mut(b).push(Box::from(&b"z"[..]));
+        rows.spill_all().unwrap();
+        assert!(rows.get(a).is_none() && rows.has_spilled(), "memory emptied");
+        rows.load(&[a, b]).unwrap();
+        assert_eq!(
+            rows.get(a).unwrap(),
+            &vec![Box::from(&b"x"[..]), Box::from(&b"y"[..])]
+        );
+        rows.rows_mut(b).clear();
+        rows.settle(b);
+        rows.spill_all().unwrap();
+        rows.load(&[a, b]).unwrap();
+        assert!(rows.get(b).is_none(), "b's entry was removed");
+        assert_eq!(rows.get(a).unwrap().len(), 2);
+    }
+}
