@@ -379,6 +379,29 @@ pub fn sorted(mut steps: Vec<Vec<String>>) -> Vec<Vec<String>> {
     steps
 }
 
+/// What an operator made by `make` emits for each of `steps` under the
+/// spilling backend at `budget` bytes, each step's lines sorted when `sort`
+/// (rows of one time may come in another order); asserts that its state
+/// went to the store.
+pub fn emitted_spilling(
+    make: &dyn Fn() -> Harness,
+    steps: &[Step],
+    budget: usize,
+    sort: bool,
+) -> Vec<Vec<String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = make().spilling(budget, dir.path()).unwrap();
+    let mut got = Vec::new();
+    let mut store_seen = false;
+    for step in steps {
+        let lines = emitted(&mut h, std::slice::from_ref(step));
+        got.extend(if sort { sorted(lines) } else { lines });
+        store_seen |= entries_in(dir.path()) > 0;
+    }
+    assert!(store_seen, "state went to the store at {budget} bytes");
+    got
+}
+
 /// The rows of a snapshot written, in its rows or its one run.
 pub fn state_rows_of(snapshot: &OperatorSnapshot) -> usize {
     let runs: u64 = snapshot.runs.iter().map(|r| r.info.rows).sum();

@@ -3,7 +3,7 @@
 //! snapshot/restore round trip, and the same under the spilling backend.
 
 use crate::operators::harness::{
-    Harness, Step, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
+    Harness, Step, emitted, emitted_spilling, entries_in, sorted, spilled_restores_as_if_never_stopped,
     spilled_snapshot_holds_its_barrier, state_rows_of,
 };
 
@@ -234,18 +234,7 @@ fn a_spilled_over_aggregation_emits_the_rows_the_heap_emits() {
             false => [2 * 1024, 8 * 1024],
         };
         for budget in budgets {
-            let dir = tempfile::tempdir().unwrap();
-            let mut h = make().spilling(budget, dir.path()).unwrap();
-            let mut got = Vec::new();
-            let mut store_seen = false;
-            for step in &steps {
-                got.extend(sorted(emitted(&mut h, std::slice::from_ref(step))));
-                store_seen |= entries_in(dir.path()) > 0;
-            }
-            assert!(
-                store_seen,
-                "{frame} at {budget} bytes: partitions went to the store"
-            );
+            let got = emitted_spilling(&make, &steps, budget, true);
             assert_eq!(got, expected, "{frame} at {budget} bytes");
         }
     }
@@ -425,15 +414,7 @@ fn a_spilled_over_aggregation_of_an_updating_input_emits_the_changes_the_heap_em
     let expected = sorted(emitted(&mut retracting(), &steps));
     assert!(expected.iter().flatten().filter(|l| l.starts_with("-U")).count() > 500);
     for budget in [8 * 1024, 64 * 1024] {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = retracting().spilling(budget, dir.path()).unwrap();
-        let mut got = Vec::new();
-        let mut store_seen = false;
-        for step in &steps {
-            got.extend(sorted(emitted(&mut h, std::slice::from_ref(step))));
-            store_seen |= entries_in(dir.path()) > 0;
-        }
-        assert!(store_seen, "partitions went to the store");
+        let got = emitted_spilling(&retracting, &steps, budget, true);
         assert_eq!(got, expected, "at {budget} bytes");
     }
 }

@@ -1,7 +1,7 @@
 //! Session windows through the operator harness: sessions that merge, close and come late, on the heap and under the spilling backend.
 
 use crate::operators::harness::{
-    Harness, Step, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
+    Harness, Step, emitted, emitted_spilling, entries_in, sorted, spilled_restores_as_if_never_stopped,
     spilled_snapshot_holds_its_barrier, state_rows_of,
 };
 
@@ -84,15 +84,7 @@ fn a_spilled_session_window_emits_the_sessions_the_heap_emits() {
     );
     // A spill after every batch or so, and one every few batches.
     for budget in [16 * 1024, 192 * 1024] {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = session().spilling(budget, dir.path()).unwrap();
-        let mut got = Vec::new();
-        let mut store_seen = false;
-        for step in &steps {
-            got.extend(sorted(emitted(&mut h, std::slice::from_ref(step))));
-            store_seen |= entries_in(dir.path()) > 0;
-        }
-        assert!(store_seen, "sessions went to the store");
+        let got = emitted_spilling(&session, &steps, budget, true);
         assert_eq!(got, expected, "at {budget} bytes");
     }
 }
