@@ -402,6 +402,17 @@ pub fn emitted_spilling(
     got
 }
 
+/// Whether each row of an incremental snapshot's file deletes its key, sorted.
+pub fn deletions(file: &RecordBatch) -> Vec<bool> {
+    use arrow::array::AsArray;
+    let deleted = file
+        .column_by_name(crate::state::incremental::DELETED_COLUMN)
+        .expect("a delta");
+    let mut flags: Vec<bool> = deleted.as_boolean().iter().map(|d| d.unwrap()).collect();
+    flags.sort();
+    flags
+}
+
 /// The rows of a snapshot written, in its rows or its one run.
 pub fn state_rows_of(snapshot: &OperatorSnapshot) -> usize {
     let runs: u64 = snapshot.runs.iter().map(|r| r.info.rows).sum();

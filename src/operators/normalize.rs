@@ -22,8 +22,11 @@ use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::keyed_rows::{KeyedRows, columns_of, decode_entry, row_converter};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use crate::state::incremental::DeltaKind;
+use crate::state::keyed_rows::{
+    KeyedRows, columns_of, decode_entry, row_converter, rows_snapshot, state_rows_of,
+};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, schema_signature, state_rows};
 use crate::state::store::{Entry, in_chunks};
 
 /// What a change of a key does, given the row the key holds: the rows to
@@ -87,7 +90,7 @@ impl OperatorFactory for ChangelogNormalize {
         Ok(Box::new(NormalizeOperator {
             rows_of: row_converter(&data)?,
             keys_of: RowConverter::new(key_types.iter().map(|t| SortField::new(t.clone())).collect())?,
-            held: KeyedRows::new(&key_types, ctx.max_parallelism, ctx.spill.clone())?,
+            held: KeyedRows::new(&key_types, ctx)?,
             max_parallelism: ctx.max_parallelism,
             spec: self.clone(),
         }))
@@ -187,24 +190,30 @@ impl Operator for NormalizeOperator {
         if self.held.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
-        let held: Vec<&[u8]> = self
-            .held
-            .iter()
-            .flat_map(|(_, rows)| rows.iter().map(|r| &r[..]))
+        let held: Vec<(usize, &[u8])> = (self.held.iter())
+            .flat_map(|(_, rows)| rows.iter().map(|r| (0, &r[..])))
             .collect();
-        if held.is_empty() {
-            return Ok(None);
+        let of = (&self.rows_of, &self.spec.key[..]);
+        let rows = state_rows_of(&self.spec.state_schema(), of, &held, self.max_parallelism, false)?;
+        Ok(rows.map(|rows| rows_snapshot(Some(rows))))
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.held.is_incremental().then_some(DeltaKind::Replace)
+    }
+
+    /// Every key's row (`full`), or those of the keys changed since the
+    /// last snapshot and a deleting row for each that holds none now.
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if !self.held.is_incremental() {
+            return self.snapshot(checkpoint);
         }
-        let data = columns_of(&self.rows_of, held.iter().copied())?;
-        let groups = key_groups(&self.key_columns(&data), held.len(), self.max_parallelism)?;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(groups)];
-        columns.extend(data);
-        Ok(Some(OperatorSnapshot {
-            runs: Vec::new(),
-            deferred: Vec::new(),
-            meta: serde_json::Value::Null,
-            rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
-        }))
+        let schema = self.spec.state_schema();
+        let (of, max_parallelism) = ((&self.rows_of, &self.spec.key[..]), self.max_parallelism);
+        let rows = (self.held).delta(full, &schema, |rows| {
+            state_rows_of(&schema, of, rows, max_parallelism, false)
+        })?;
+        Ok(Some(rows_snapshot(rows)))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
@@ -346,5 +355,26 @@ mod tests {
         };
         spilled_restores_as_if_never_stopped(&normalizer, &upsert_steps(40));
         spilled_snapshot_holds_its_barrier(&normalizer, &upsert_steps(40));
+    }
+
+    #[test]
+    fn an_incremental_normalization_snapshot_holds_the_keys_changed_since_the_last_one() {
+        use crate::operators::harness::deletions;
+        let mut h = normalizer().incremental().unwrap();
+        h.push("+U 1 a\n+U 2 b\n+U 3 c").unwrap();
+        assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 3);
+        h.push("+U 1 d\n-D 2 null").unwrap();
+        let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+        assert_eq!(
+            deletions(&delta),
+            vec![false, true],
+            "1's row as it is now, 2 gone"
+        );
+        assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+        h.restart_from_chain().unwrap();
+        assert_eq!(
+            h.push("+U 1 e\n+U 2 f\n-D 3 null").unwrap(),
+            vec!["-U 1 d", "+U 1 e", "+I 2 f", "-D 3 c"]
+        );
     }
 }

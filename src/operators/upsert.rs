@@ -23,8 +23,11 @@ use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::keyed_rows::{KeyedRows, columns_of, decode_entry, row_converter};
-use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use crate::state::incremental::DeltaKind;
+use crate::state::keyed_rows::{
+    KeyedRows, columns_of, decode_entry, row_converter, rows_snapshot, state_rows_of,
+};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, schema_signature, state_rows};
 use crate::state::store::{Entry, in_chunks};
 
 /// Drops the `-U` rows of a stream whose upsert key is the sink's primary key.
@@ -145,7 +148,7 @@ impl OperatorFactory for SinkUpsertMaterializer {
         Ok(Box::new(MaterializerOperator {
             rows_of: row_converter(&data)?,
             keys_of: RowConverter::new(key_types.iter().map(|t| SortField::new(t.clone())).collect())?,
-            keys: KeyedRows::new(&key_types, ctx.max_parallelism, ctx.spill.clone())?,
+            keys: KeyedRows::new(&key_types, ctx)?,
             max_parallelism: ctx.max_parallelism,
             spec: self.clone(),
         }))
@@ -256,22 +259,27 @@ impl Operator for MaterializerOperator {
         let stored: Vec<(usize, &[u8])> = (self.keys.iter())
             .flat_map(|(_, list)| list.iter().map(|r| &r[..]).enumerate())
             .collect();
-        if stored.is_empty() {
-            return Ok(None);
+        let of = (&self.rows_of, &self.spec.key[..]);
+        let rows = state_rows_of(&self.spec.state_schema(), of, &stored, self.max_parallelism, true)?;
+        Ok(rows.map(|rows| rows_snapshot(Some(rows))))
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.keys.is_incremental().then_some(DeltaKind::Replace)
+    }
+
+    /// Every key's rows (`full`), or those of the keys changed since the
+    /// last snapshot and a deleting row for each that has none now.
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if !self.keys.is_incremental() {
+            return self.snapshot(checkpoint);
         }
-        let data = columns_of(&self.rows_of, stored.iter().map(|(_, r)| *r))?;
-        let groups = key_groups(&self.key_columns(&data), stored.len(), self.max_parallelism)?;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(groups)];
-        columns.extend(data);
-        columns.push(Arc::new(Int64Array::from_iter_values(
-            stored.iter().map(|(p, _)| *p as i64),
-        )));
-        Ok(Some(OperatorSnapshot {
-            runs: Vec::new(),
-            deferred: Vec::new(),
-            meta: serde_json::Value::Null,
-            rows: Some(sorted_state_rows(&self.spec.state_schema(), columns)?),
-        }))
+        let schema = self.spec.state_schema();
+        let (of, max_parallelism) = ((&self.rows_of, &self.spec.key[..]), self.max_parallelism);
+        let rows = (self.keys).delta(full, &schema, |rows| {
+            state_rows_of(&schema, of, rows, max_parallelism, true)
+        })?;
+        Ok(Some(rows_snapshot(rows)))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
@@ -465,5 +473,33 @@ mod tests {
         let mut h = materializer().spilling(8 * 1024, dir.path()).unwrap();
         h.restart_from(snapshot).unwrap();
         assert_eq!(emitted(&mut h, after), expected);
+    }
+
+    #[test]
+    fn an_incremental_materializer_snapshot_holds_the_keys_changed_since_the_last_one() {
+        use crate::operators::harness::deletions;
+        let mut h = materializer().incremental().unwrap();
+        // Rows are (v, k), keyed by v: key 5 holds a's and b's rows.
+        h.push("+I 5 a\n+I 5 b\n+I 7 c").unwrap();
+        assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 3);
+        h.push("-U 7 c\n+U 5 c").unwrap();
+        let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+        assert_eq!(
+            deletions(&delta),
+            vec![false, false, false, true],
+            "key 5's three rows, key 7 gone"
+        );
+        assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+        h.restart_from_chain().unwrap();
+        assert_eq!(
+            h.push("-U 5 c").unwrap(),
+            lines(&["+U 5 b"]),
+            "b's row is key 5's again"
+        );
+        assert_eq!(
+            h.push("+I 7 d").unwrap(),
+            lines(&["+I 7 d"]),
+            "key 7 starts empty"
+        );
     }
 }

@@ -12,20 +12,25 @@
 //!
 //! A snapshot of spilled rows writes memory to the store, then the store,
 //! frozen, as one run of state rows made by the operator's `decode`
-//! ([`crate::state::deferred`]).
+//! ([`crate::state::deferred`]). On the heap with incremental checkpoints
+//! a snapshot is a [`DeltaKind::Replace`](crate::state::incremental::DeltaKind)
+//! delta: the rows of the keys changed since the last one, each with its
+//! key as the state key, and a deleting row for each key whose rows all
+//! went.
 
 use std::collections::{HashMap, HashSet};
 
-use arrow::array::ArrayRef;
-use arrow::datatypes::{DataType, Schema};
+use arrow::array::{ArrayRef, BinaryArray, BinaryBuilder, RecordBatch};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
 use crate::runtime::operator::SpillSettings;
 use crate::state::deferred::{Deferred, whole_store};
 use crate::state::entry::{ValueReader, ValueWriter, entry_key, split_entry_key};
+use crate::state::incremental::{deleted_part, replacement_rows};
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::key_groups_of_bytes;
+use crate::state::snapshot::{key_groups, key_groups_of_bytes, sorted_state_rows};
 use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
 
 /// A key's rows (row bytes), oldest first.
@@ -38,6 +43,9 @@ pub struct KeyedRows {
     keys_of: RowConverter,
     max_parallelism: usize,
     spill: Option<RowsSpill>,
+    /// Incremental checkpoints (on the heap): the keys changed since the
+    /// last snapshot.
+    changed: Option<HashSet<Box<[u8]>>>,
 }
 
 struct RowsSpill {
@@ -81,6 +89,44 @@ pub fn columns_of<'a>(
     Ok(converter.convert_rows(rows.map(|r| parser.parse(r)))?)
 }
 
+/// The state rows of `schema` of `rows` (each with its place among its
+/// key's rows) of an operator whose rows `rows_of` converts and whose key
+/// is their columns `key`: `_key_group`, the rows' columns, then the place
+/// as `_position` when `positions`; sorted by key group, `None` without rows.
+pub fn state_rows_of(
+    schema: &SchemaRef,
+    (rows_of, key): (&RowConverter, &[usize]),
+    rows: &[(usize, &[u8])],
+    max_parallelism: usize,
+    positions: bool,
+) -> Result<Option<RecordBatch>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let data = columns_of(rows_of, rows.iter().map(|(_, r)| *r))?;
+    let keys: Vec<ArrayRef> = key.iter().map(|k| data[*k].clone()).collect();
+    let groups = key_groups(&keys, rows.len(), max_parallelism)?;
+    let mut columns: Vec<ArrayRef> = vec![std::sync::Arc::new(groups)];
+    columns.extend(data);
+    if positions {
+        let places = rows.iter().map(|(p, _)| *p as i64);
+        columns.push(std::sync::Arc::new(arrow::array::Int64Array::from_iter_values(
+            places,
+        )));
+    }
+    Ok(Some(sorted_state_rows(schema, columns)?))
+}
+
+/// An operator snapshot of keyed state rows alone.
+pub fn rows_snapshot(rows: Option<RecordBatch>) -> crate::runtime::operator::OperatorSnapshot {
+    crate::runtime::operator::OperatorSnapshot {
+        runs: Vec::new(),
+        deferred: Vec::new(),
+        meta: serde_json::Value::Null,
+        rows,
+    }
+}
+
 fn encode_rows(rows: &Rows) -> Vec<u8> {
     let mut value = ValueWriter::default();
     rows.iter().for_each(|row| {
@@ -90,9 +136,10 @@ fn encode_rows(rows: &Rows) -> Vec<u8> {
 }
 
 impl KeyedRows {
-    /// Rows keyed by keys of `key_types`; `spill`: the spilling backend's
-    /// settings (`None` on the heap).
-    pub fn new(key_types: &[DataType], max_parallelism: usize, spill: Option<SpillSettings>) -> Result<Self> {
+    /// Rows keyed by keys of `key_types` for the subtask of `ctx` (its
+    /// spilling backend's settings, whether checkpoints are incremental).
+    pub fn new(key_types: &[DataType], ctx: &crate::runtime::TaskContext) -> Result<Self> {
+        let (max_parallelism, spill) = (ctx.max_parallelism, ctx.spill.clone());
         let fields = key_types.iter().map(|t| SortField::new(t.clone())).collect();
         Ok(KeyedRows {
             memory: HashMap::default(),
@@ -105,7 +152,51 @@ impl KeyedRows {
                 guess: MemoryGuess::new(64),
                 runs: 0,
             }),
+            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::new),
         })
+    }
+
+    /// Whether snapshots are deltas ([`KeyedRows::delta`]).
+    pub fn is_incremental(&self) -> bool {
+        self.changed.is_some()
+    }
+
+    /// An incremental snapshot (a [`replacement_rows`] file): the rows of
+    /// every key (`full`) or of the keys changed since the last one, made
+    /// state rows of `schema` by `state_rows` (each row with its place among
+    /// its key's rows), and a deleting row for each changed key without rows.
+    pub fn delta(
+        &mut self,
+        full: bool,
+        schema: &SchemaRef,
+        state_rows: impl Fn(&[(usize, &[u8])]) -> Result<Option<RecordBatch>>,
+    ) -> Result<Option<RecordBatch>> {
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let keys: Vec<&[u8]> = match full {
+            true => self.iter().map(|(k, _)| k).collect(),
+            false => changed.iter().map(|k| &k[..]).collect(),
+        };
+        let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) = keys.into_iter().partition(|k| self.get(k).is_some());
+        let (mut rows, mut state_keys) = (Vec::new(), BinaryBuilder::new());
+        for key in &present {
+            for (i, row) in self.memory[*key].iter().enumerate() {
+                rows.push((i, &row[..]));
+                state_keys.append_value(key);
+            }
+        }
+        let mut parts = Vec::new();
+        if let Some(batch) = state_rows(&rows)? {
+            parts.push((batch, state_keys.finish(), false));
+        }
+        if !gone.is_empty() {
+            let groups = key_groups_of_bytes(&self.keys_of, &gone, self.max_parallelism)?;
+            parts.push(deleted_part(
+                schema,
+                groups,
+                BinaryArray::from_iter_values(gone.iter()),
+            )?);
+        }
+        replacement_rows(schema, parts, full)
     }
 
     /// Whether rows went to the store (snapshots then read it from there).
@@ -125,6 +216,11 @@ impl KeyedRows {
     /// A key's rows to change (none yet: empty). Call [`KeyedRows::settle`]
     /// after.
     pub fn rows_mut(&mut self, key: &[u8]) -> &mut Rows {
+        if let Some(changed) = self.changed.as_mut()
+            && !changed.contains(key)
+        {
+            changed.insert(key.into());
+        }
         if !self.memory.contains_key(key) {
             self.memory.insert(key.into(), Vec::new());
         }
@@ -214,7 +310,7 @@ impl KeyedRows {
     /// entries (in key-group order), written by the snapshot's writer.
     pub fn spilled_snapshot<D>(&mut self, decode: D) -> Result<Vec<Deferred>>
     where
-        D: FnMut(&[Entry]) -> Result<Option<arrow::record_batch::RecordBatch>> + Send + 'static,
+        D: FnMut(&[Entry]) -> Result<Option<RecordBatch>> + Send + 'static,
     {
         self.spill_all()?;
         let spill = self.spill.as_mut().expect("has spilled");
@@ -254,7 +350,11 @@ mod tests {
             budget: 1 << 20,
             dir: dir.path().to_path_buf(),
         };
-        let mut rows = KeyedRows::new(&[DataType::Int64], 128, Some(settings)).unwrap();
+        let ctx = crate::runtime::TaskContext {
+            spill: Some(settings),
+            ..crate::runtime::TaskContext::standalone(1024)
+        };
+        let mut rows = KeyedRows::new(&[DataType::Int64], &ctx).unwrap();
         let keys = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
         let column: arrow::array::ArrayRef = std::sync::Arc::new(arrow::array::Int64Array::from(vec![1, 2]));
         let converted = keys.convert_columns(&[column]).unwrap();

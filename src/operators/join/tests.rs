@@ -1,7 +1,7 @@
 //! Join through the operator harness: rows into either side, changes out.
 
 use crate::operators::harness::{
-    Harness, Step, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
+    Harness, Step, deletions, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
     spilled_snapshot_holds_its_barrier, state_rows_of,
 };
 
@@ -416,18 +416,6 @@ fn explain_names_a_side_unique_on_its_join_key_as_flink_does() {
         join.contains("leftInputSpec=[JoinKeyContainsUniqueKey], rightInputSpec=[NoUniqueKey]"),
         "{join}"
     );
-}
-
-/// Whether each row of a join's chain file deletes its key, sorted.
-fn deletions(file: &arrow::record_batch::RecordBatch) -> Vec<bool> {
-    use arrow::array::AsArray;
-    let deleted = file
-        .column_by_name(crate::state::incremental::DELETED_COLUMN)
-        .expect("a delta")
-        .as_boolean();
-    let mut flags: Vec<bool> = deleted.iter().map(|d| d.unwrap()).collect();
-    flags.sort();
-    flags
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The TopN operator through the harness: rank changes as rows enter and
 //! leave, each ranking function, window TopN, snapshot and restore.
 
-use crate::operators::harness::Harness;
+use crate::operators::harness::{Harness, deletions};
 
 #[test]
 fn a_row_entering_a_full_partition_shifts_the_ranks_after_it() {
@@ -632,17 +632,6 @@ fn spilled_partitions_past_the_state_ttl_are_swept_from_the_store() {
     let snapshot = h.restart().unwrap().expect("a snapshot");
     assert!(snapshot.runs.is_empty(), "every partition expired");
     assert_eq!(h.push("1 10").unwrap(), lines(&["+I 1 10 1"]), "ranked afresh");
-}
-
-/// Whether each row of a delta deletes its partition.
-fn deletions(delta: &arrow::record_batch::RecordBatch) -> Vec<bool> {
-    use arrow::array::AsArray;
-    let deleted = delta
-        .column_by_name(crate::state::incremental::DELETED_COLUMN)
-        .expect("a delta");
-    let mut flags: Vec<bool> = deleted.as_boolean().iter().map(|d| d.unwrap()).collect();
-    flags.sort();
-    flags
 }
 
 #[test]
