@@ -29,7 +29,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, UInt32Array};
@@ -184,6 +184,7 @@ impl OperatorFactory for OverAggregate {
             spill: (ctx.spill.clone())
                 .map(|settings| spill::OverSpill::new(settings, &spec, ctx.max_parallelism))
                 .transpose()?,
+            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::new),
             spec,
         }))
     }
@@ -220,6 +221,9 @@ struct OverOperator {
     metrics: Arc<TaskMetrics>,
     /// The spilling backend: partitions beyond the budget in a store.
     spill: Option<spill::OverSpill>,
+    /// Incremental checkpoints (on the heap): the groups changed since the
+    /// last snapshot.
+    changed: Option<HashSet<usize>>,
 }
 
 /// The rows of one step and each aggregate's result for them.
@@ -305,6 +309,9 @@ impl OverOperator {
         }
         for (g, t) in groups.iter().zip(times) {
             self.last[*g] = self.last[*g].max(*t);
+        }
+        if let Some(changed) = self.changed.as_mut() {
+            changed.extend(groups.iter().copied());
         }
         let args = evaluate(&self.spec.arguments(), data)?;
         let arg_rows = match self.spec.frame.bounded() {
@@ -452,6 +459,20 @@ impl Operator for OverOperator {
         )))
     }
 
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.changed.is_some()).then_some(crate::state::incremental::DeltaKind::Replace)
+    }
+
+    /// Every partition's state (`full`), or that of the partitions changed
+    /// since the last snapshot (partitions never go); and the watermark.
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
+            return self.snapshot(checkpoint);
+        };
+        let rows = state::delta(self, &changed, full)?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
+    }
+
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         self.watermark = self.watermark.max(snapshot.watermark(&self.spec.describe())?);
         match &snapshot.rows {
@@ -504,6 +525,9 @@ impl OverOperator {
             self.seq += 1;
             self.pending
                 .insert((time, rows.row(i).as_ref().into(), self.seq), group);
+            if let Some(changed) = self.changed.as_mut() {
+                changed.insert(group);
+            }
         }
         TaskMetrics::add(&self.metrics.late_records_dropped, late);
         Ok(())

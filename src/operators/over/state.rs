@@ -2,13 +2,17 @@
 //! accumulators and the time of its last released rows (role 0), a bounded frame's rows (role 1) and the rows
 //! waiting for the watermark (role 2), in one table keyed by key group.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, UInt8Array, UInt64Array, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, Int64Array, UInt8Array, UInt64Array, new_null_array,
+};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt8Type};
 use arrow::record_batch::RecordBatch;
 
 use super::{OverAggregate, OverOperator, evaluate};
+use crate::state::incremental::replacement_rows;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, sorted_state_rows};
 use crate::{Error, Result};
 
@@ -112,66 +116,98 @@ fn columns_of(part: Part, layout: &Layout, max_parallelism: usize) -> Result<Vec
 
 /// The operator's state as rows; `None` when it holds nothing.
 pub(super) fn rows(op: &OverOperator) -> Result<Option<RecordBatch>> {
-    let keys_of = |keys: &mut dyn Iterator<Item = &[u8]>| -> Result<Vec<ArrayRef>> {
+    let parts = parts(op, &|_| true)?.into_iter().map(|(part, _)| part).collect();
+    rows_of_parts(&op.spec, parts, op.max_parallelism)
+}
+
+/// Incremental checkpoints: the state rows of the partitions of `groups`
+/// (all of a partition's rows, keyed by its key: the newest file with rows
+/// of a key holds all of them, [`crate::state::incremental`]), as one file
+/// of a replacing chain; `None` without rows.
+pub(super) fn delta(op: &OverOperator, groups: &HashSet<usize>, full: bool) -> Result<Option<RecordBatch>> {
+    let wanted = |g: usize| full || groups.contains(&g);
+    let (layout, schema) = (layout(&op.spec)?, schema(&op.spec)?);
+    let mut replaced = Vec::new();
+    for (part, owners) in parts(op, &wanted)? {
+        let columns = cast_all(columns_of(part, &layout, op.max_parallelism)?, &schema)?;
+        let keys = BinaryArray::from_iter_values(owners.iter().map(|g| &op.keys[*g][..]));
+        replaced.push((RecordBatch::try_new(schema.clone(), columns)?, keys, false));
+    }
+    replacement_rows(&schema, replaced, full)
+}
+
+/// The parts of the state of the partitions `wanted` says, each with the
+/// group of each of its rows.
+fn parts(op: &OverOperator, wanted: &dyn Fn(usize) -> bool) -> Result<Vec<(Part, Vec<usize>)>> {
+    let keys_of = |groups: &[usize]| -> Result<Vec<ArrayRef>> {
         let parser = op.keys_of.parser();
-        let keys: Vec<&[u8]> = keys.collect();
         match op.spec.partition.is_empty() {
             true => Ok(Vec::new()),
-            false => Ok(op.keys_of.convert_rows(keys.iter().map(|k| parser.parse(k)))?),
+            false => Ok(op
+                .keys_of
+                .convert_rows(groups.iter().map(|g| parser.parse(&op.keys[*g])))?),
         }
     };
     let mut parts = Vec::new();
-    let groups: Vec<usize> = (0..op.keys.len()).collect();
+    let groups: Vec<usize> = (0..op.keys.len()).filter(|g| wanted(*g)).collect();
     if !groups.is_empty() {
         let mut states = Vec::new();
         for acc in &op.accumulators {
             states.extend(acc.state(&groups)?);
         }
-        parts.push(Part {
+        let last = groups
+            .iter()
+            .map(|g| (op.last[*g] != i64::MIN).then_some(op.last[*g]));
+        let part = Part {
             role: ACCUMULATORS,
-            times: op.last.iter().map(|t| (*t != i64::MIN).then_some(*t)).collect(),
-            keys: keys_of(&mut op.keys.iter().map(|k| &k[..]))?,
+            times: last.collect(),
+            keys: keys_of(&groups)?,
             input: None,
             args: None,
             states: Some(states),
-        });
+        };
+        parts.push((part, groups.clone()));
     }
-    let framed: Vec<(usize, &super::FrameRow)> = op
-        .frames
-        .iter()
-        .enumerate()
-        .flat_map(|(g, f)| f.iter().map(move |r| (g, r)))
+    let framed: Vec<(usize, &super::FrameRow)> = (groups.iter())
+        .flat_map(|g| op.frames[*g].iter().map(move |r| (*g, r)))
         .collect();
     if !framed.is_empty() {
         let parser = op.args_of.parser();
-        parts.push(Part {
+        let owners: Vec<usize> = framed.iter().map(|(g, _)| *g).collect();
+        let part = Part {
             role: FRAME_ROW,
             times: framed.iter().map(|(_, (t, _))| Some(*t)).collect(),
-            keys: keys_of(&mut framed.iter().map(|(g, _)| &op.keys[*g][..]))?,
+            keys: keys_of(&owners)?,
             input: None,
             args: Some(
                 op.args_of
                     .convert_rows(framed.iter().map(|(_, (_, r))| parser.parse(r)))?,
             ),
             states: None,
-        });
+        };
+        parts.push((part, owners));
     }
-    if !op.pending.is_empty() {
+    let waiting: Vec<(&super::Waiting, usize)> = (op.pending.iter())
+        .filter(|(_, g)| wanted(**g))
+        .map(|(w, g)| (w, *g))
+        .collect();
+    if !waiting.is_empty() {
         let parser = op.rows_of.parser();
         let input = op
             .rows_of
-            .convert_rows(op.pending.keys().map(|(_, r, _)| parser.parse(r)))?;
+            .convert_rows(waiting.iter().map(|((_, r, _), _)| parser.parse(r)))?;
         let batch = RecordBatch::try_new(op.spec.input.clone(), input.clone())?;
-        parts.push(Part {
+        let part = Part {
             role: WAITING_ROW,
-            times: op.pending.keys().map(|(t, _, _)| Some(*t)).collect(),
+            times: waiting.iter().map(|((t, _, _), _)| Some(*t)).collect(),
             keys: evaluate(&op.spec.partition, &batch)?,
             input: Some(input),
             args: None,
             states: None,
-        });
+        };
+        parts.push((part, waiting.iter().map(|(_, g)| *g).collect()));
     }
-    rows_of_parts(&op.spec, parts, op.max_parallelism)
+    Ok(parts)
 }
 
 /// The state rows of `parts`, sorted by key group; `None` without parts.

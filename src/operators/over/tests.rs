@@ -460,3 +460,38 @@ fn a_spilled_restore_of_more_rows_than_a_chunk_in_any_order_restores_what_the_he
     assert!(entries_in(dir.path()) > 0, "partitions went to the store");
     assert_eq!(after(&mut h), expected);
 }
+
+#[test]
+fn an_incremental_over_snapshot_holds_the_partitions_changed_since_the_last_one() {
+    use crate::operators::harness::deletions;
+    let w = "OVER (PARTITION BY auction ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)";
+    let mut h = over(&format!("SUM(price) {w}, COUNT(*) {w}"))
+        .incremental()
+        .unwrap();
+    h.push(&format!("1 10 {}\n2 5 {}\n3 1 {}", at(1), at(1), at(1)))
+        .unwrap();
+    assert_eq!(h.watermark(T0 + 1000).unwrap().len(), 4);
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 6, "three partitions, each with a frame row");
+    h.push(&format!("1 20 {}", at(2))).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![false; 3],
+        "partition 1 whole: accumulators, its frame row, the waiting row"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+    assert_eq!(h.watermark(T0 + 2000).unwrap().len(), 2);
+    assert_eq!(h.snapshot_delta(false).unwrap().expect("a delta").num_rows(), 3);
+    h.restart_from_chain().unwrap();
+    h.push(&format!("1 40 {}\n2 7 {}", at(3), at(3))).unwrap();
+    assert_eq!(
+        h.watermark(T0 + 3000).unwrap(),
+        lines(&[
+            &format!("+I 1 40 {} 60 2", at(3)),
+            &format!("+I 2 7 {} 12 2", at(3)),
+            &format!("wm {}", T0 + 3000),
+        ]),
+        "partition 1 from the delta (10 left its frame), 2 from the base"
+    );
+}

@@ -14,7 +14,7 @@
 //! Sessions are not sliced, so there is no local pre-aggregation: rows are
 //! hashed by key to the operator, as Flink does for session windows.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -39,6 +39,7 @@ use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows, wi
 use crate::state::store::in_chunks;
 use crate::{Error, Result};
 
+mod delta;
 mod spill;
 #[cfg(test)]
 mod tests;
@@ -152,6 +153,7 @@ impl OperatorFactory for SessionAggregateFactory {
             spill: (ctx.spill.clone())
                 .map(|settings| spill::SessionSpill::new(settings, &self.0))
                 .transpose()?,
+            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::new),
         }))
     }
 
@@ -185,6 +187,9 @@ struct SessionOperator {
     max_parallelism: usize,
     /// The spilling backend: sessions beyond the budget in a store.
     spill: Option<spill::SessionSpill>,
+    /// Incremental checkpoints (on the heap): the keys whose sessions
+    /// changed since the last snapshot.
+    changed: Option<HashSet<Box<[u8]>>>,
 }
 
 /// The key bytes of each of `rows` rows (`None`: no keys, one session key).
@@ -261,6 +266,7 @@ impl SessionOperator {
         if self.fired(end) {
             return Ok(None);
         }
+        self.mark_changed(key);
         let Some((&target, others)) = overlapping.split_first() else {
             let session = Session {
                 key: key.into(),
@@ -421,6 +427,7 @@ impl SessionOperator {
             }
             self.by_end.pop_first();
             let session = self.sessions[id].take().expect("open session");
+            self.mark_changed(&session.key);
             self.free.push(id);
             if let Some(ids) = self.by_key.get_mut(&session.key) {
                 ids.retain(|s| *s != id);
@@ -658,6 +665,21 @@ impl Operator for SessionOperator {
 
     fn is_keyed(&self) -> bool {
         true
+    }
+
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.changed.is_some()).then_some(crate::state::incremental::DeltaKind::Replace)
+    }
+
+    /// Every key's sessions (`full`), or those of the keys whose sessions
+    /// changed since the last snapshot (a deleting row for a key without
+    /// any left); and the watermark.
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.changed.is_none() {
+            return self.snapshot(checkpoint);
+        }
+        let rows = self.delta(full)?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {

@@ -204,3 +204,29 @@ fn a_session_stored_after_a_watermark_ending_before_every_stored_one_still_fires
     );
     assert_eq!(h.watermark(i64::MAX).unwrap().len(), 2, "then a's");
 }
+
+#[test]
+fn an_incremental_session_snapshot_holds_the_keys_whose_sessions_changed_since_the_last_one() {
+    use crate::operators::harness::deletions;
+    let base = 1_577_836_800_000;
+    let mut h = session().incremental().unwrap();
+    h.push(&format!("a 1 {}\nb 2 {}\nc 3 {}", at(0), at(0), at(5000)))
+        .unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 3);
+    h.push(&format!("a 4 {}", at(1000))).unwrap();
+    assert_eq!(h.watermark(base + 2500).unwrap().len(), 2, "b's session fires");
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![false, true], "a's longer session, b gone");
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+    h.restart_from_chain().unwrap();
+    h.push(&format!("a 5 {}", at(2500))).unwrap();
+    assert_eq!(
+        h.watermark(i64::MAX).unwrap(),
+        [
+            "+I a 2020-01-01T00:00:00 2020-01-01T00:00:04.500 3 10 3",
+            "+I c 2020-01-01T00:00:05 2020-01-01T00:00:07 1 3 1",
+            "wm 9223372036854775807"
+        ],
+        "a's session from the delta, c's from the base, b's not again"
+    );
+}

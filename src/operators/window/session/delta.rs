@@ -1,0 +1,63 @@
+//! Incremental snapshots of session windows: the sessions of the keys that changed since the last snapshot, as a replacing delta keyed by the session key.
+//!
+//! A key changes when a row enters one of its sessions (which may merge
+//! some) and when one of them fires. The newest file of the chain that has
+//! rows of a key holds all its open sessions, or deletes the key when none
+//! is left ([`crate::state::incremental`], `DeltaKind::Replace`).
+
+use arrow::array::{BinaryArray, RecordBatch, UInt32Array};
+
+use super::SessionOperator;
+use crate::Result;
+use crate::state::incremental::{deleted_part, replacement_rows};
+use crate::state::snapshot::{key_groups_of_bytes, state_rows};
+
+impl SessionOperator {
+    /// Notes that `key`'s sessions changed (incremental checkpoints).
+    pub(super) fn mark_changed(&mut self, key: &[u8]) {
+        if let Some(changed) = self.changed.as_mut()
+            && !changed.contains(key)
+        {
+            changed.insert(key.into());
+        }
+    }
+
+    /// One file of a replacing chain: every key's sessions (`full`), or
+    /// those of the keys changed since the last call and a deleting row for
+    /// each changed key without sessions; `None` without rows.
+    pub(super) fn delta(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let keys: Vec<Box<[u8]>> = match full {
+            true => self.by_key.keys().cloned().collect(),
+            false => changed.into_iter().collect(),
+        };
+        let (present, gone): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| self.by_key.contains_key(k));
+        let ids: Vec<usize> = present
+            .iter()
+            .flat_map(|k| self.by_key[k].iter().copied())
+            .collect();
+        let schema = self.state_schema()?;
+        let mut parts = Vec::new();
+        if !ids.is_empty() {
+            let state_keys = BinaryArray::from_iter_values(
+                ids.iter()
+                    .map(|id| self.sessions[*id].as_ref().expect("open session").key.to_vec()),
+            );
+            let columns = self.state_columns(&ids, true)?;
+            parts.push((state_rows(&schema, columns)?, state_keys, false));
+        }
+        if !gone.is_empty() {
+            let bytes: Vec<&[u8]> = gone.iter().map(|k| &k[..]).collect();
+            let groups = match self.spec.key_schema.fields().is_empty() {
+                true => UInt32Array::from(vec![0; bytes.len()]),
+                false => key_groups_of_bytes(&self.converter, &bytes, self.max_parallelism)?,
+            };
+            parts.push(deleted_part(
+                &schema,
+                groups,
+                BinaryArray::from_iter_values(bytes),
+            )?);
+        }
+        replacement_rows(&schema, parts, full)
+    }
+}
