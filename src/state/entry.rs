@@ -59,6 +59,34 @@ pub fn split_entry_key(key: &[u8]) -> Result<(u32, &[u8])> {
     Ok((u32::from_be_bytes(head), &key[4..]))
 }
 
+/// A key read back from the store: its bytes, its entry key and value.
+pub type ReadBack<'k> = (&'k [u8], Vec<u8>, fjall::Slice);
+
+/// The store's entries of those of `keys` memory lacks (`in_memory` says
+/// which it has), each key once, a chunk at a time; `key_groups` gives a
+/// chunk's key groups. Keys the store lacks are left out.
+pub fn read_back<'k>(
+    store: &crate::state::store::Store,
+    keys: &[&'k [u8]],
+    in_memory: impl Fn(&[u8]) -> bool,
+    key_groups: impl Fn(&[&[u8]]) -> Result<Vec<u32>>,
+) -> Result<Vec<ReadBack<'k>>> {
+    let mut seen = std::collections::HashSet::new();
+    let wanted: Vec<&[u8]> = (keys.iter().copied())
+        .filter(|k| !in_memory(k) && seen.insert(*k))
+        .collect();
+    let mut found = Vec::new();
+    for chunk in wanted.chunks(crate::state::store::WRITE_CHUNK) {
+        for (key, group) in chunk.iter().zip(key_groups(chunk)?) {
+            let entry = entry_key(group, key);
+            if let Some(value) = store.get(&entry)? {
+                found.push((*key, entry, value));
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// A store value being written: its parts one after another.
 #[derive(Default)]
 pub struct ValueWriter(pub Vec<u8>);

@@ -27,7 +27,7 @@ use arrow::row::{RowConverter, SortField};
 use crate::Result;
 use crate::runtime::operator::SpillSettings;
 use crate::state::deferred::{Deferred, whole_store};
-use crate::state::entry::{ValueReader, ValueWriter, entry_key, split_entry_key};
+use crate::state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
 use crate::state::incremental::{deleted_part, replacement_rows};
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{key_groups, key_groups_of_bytes, sorted_state_rows};
@@ -248,21 +248,18 @@ impl KeyedRows {
         let Some(store) = self.store() else {
             return Ok(());
         };
-        let mut seen = HashSet::new();
-        let wanted: Vec<&[u8]> = (keys.iter().copied())
-            .filter(|k| !self.memory.contains_key(*k) && seen.insert(*k))
-            .collect();
-        let mut found = Vec::new();
-        for chunk in wanted.chunks(WRITE_CHUNK) {
-            let groups = key_groups_of_bytes(&self.keys_of, chunk, self.max_parallelism)?;
-            for (key, group) in chunk.iter().zip(groups.values()) {
-                if let Some(value) = store.get(&entry_key(*group, key))? {
-                    let rows = decode_rows(&value)?;
-                    found.push((Box::from(*key), rows.into_iter().map(Box::from).collect()));
-                }
-            }
+        let in_memory = |k: &[u8]| self.memory.contains_key(k);
+        let groups = |chunk: &[&[u8]]| -> Result<Vec<u32>> {
+            Ok(key_groups_of_bytes(&self.keys_of, chunk, self.max_parallelism)?
+                .values()
+                .to_vec())
+        };
+        let mut loaded = Vec::new();
+        for (key, _, value) in read_back(store, keys, in_memory, groups)? {
+            let rows: Rows = decode_rows(&value)?.into_iter().map(Box::from).collect();
+            loaded.push((Box::from(key), rows));
         }
-        self.memory.extend(found);
+        self.memory.extend(loaded);
         Ok(())
     }
 

@@ -28,7 +28,6 @@
 //! the store, frozen, as one run of the state rows the heap writes, read by
 //! the snapshot's writer ([`crate::state::deferred`]).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
@@ -40,7 +39,8 @@ use super::{OverAggregate, OverOperator, converter};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::whole_store;
 use crate::state::entry::{
-    ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, split_entry_key, split_index_key,
+    ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
+    split_index_key,
 };
 use crate::state::keyed_rows::columns_of;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
@@ -287,20 +287,10 @@ impl OverOperator {
         let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
             return Ok(());
         };
-        let mut seen = HashSet::new();
-        let wanted: Vec<&[u8]> = (keys.iter().copied())
-            .filter(|k| !self.groups.contains_key(*k) && seen.insert(*k))
-            .collect();
-        let mut found = Vec::new();
-        for chunk in wanted.chunks(WRITE_CHUNK) {
-            for (key, group) in chunk.iter().zip(spill.codec.key_groups(chunk)?) {
-                let entry = entry_key(group, key);
-                if let Some(value) = store.get(&entry)? {
-                    found.push((entry.into(), value));
-                }
-            }
-        }
-        self.take_entries(&found)
+        let in_memory = |k: &[u8]| self.groups.contains_key(k);
+        let found = read_back(store, keys, in_memory, |chunk| spill.codec.key_groups(chunk))?;
+        let entries: Vec<Entry> = found.into_iter().map(|(_, k, v)| (k.into(), v)).collect();
+        self.take_entries(&entries)
     }
 
     /// Adds the partitions of store entries to memory and removes their

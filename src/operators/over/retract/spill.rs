@@ -11,7 +11,7 @@
 //! A snapshot writes memory to the store and the store, frozen, as one run
 //! of the rows the heap writes, read by the snapshot's writer.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
@@ -21,7 +21,7 @@ use super::{Place, RetractOverOperator};
 use crate::Result;
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::whole_store;
-use crate::state::entry::{ValueReader, ValueWriter, entry_key, split_entry_key};
+use crate::state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
 use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
@@ -157,24 +157,15 @@ impl RetractOverOperator {
         let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
             return Ok(());
         };
-        let mut seen = HashSet::new();
-        let wanted: Vec<&[u8]> = (keys.iter().copied())
-            .filter(|k| !self.partitions.contains_key(*k) && seen.insert(*k))
-            .collect();
-        let mut removes = Vec::new();
-        let mut loaded = Vec::new();
-        for chunk in wanted.chunks(WRITE_CHUNK) {
-            for (key, group) in chunk.iter().zip(spill.codec.key_groups(chunk)?) {
-                let entry = entry_key(group, key);
-                let Some(value) = store.get(&entry)? else {
-                    continue;
-                };
-                let rows: BTreeMap<Place, ()> = (decode_rows(&value)?.into_iter())
-                    .map(|(t, copy, row)| ((t, Arc::from(row), copy), ()))
-                    .collect();
-                loaded.push((Box::from(*key), rows));
-                removes.push(entry);
-            }
+        let in_memory = |k: &[u8]| self.partitions.contains_key(k);
+        let found = read_back(store, keys, in_memory, |chunk| spill.codec.key_groups(chunk))?;
+        let (mut removes, mut loaded) = (Vec::new(), Vec::new());
+        for (key, entry, value) in found {
+            let rows: BTreeMap<Place, ()> = (decode_rows(&value)?.into_iter())
+                .map(|(t, copy, row)| ((t, Arc::from(row), copy), ()))
+                .collect();
+            loaded.push((Box::from(key), rows));
+            removes.push(entry);
         }
         store.write([], removes.iter().map(|k| &k[..]))?;
         self.partitions.extend(loaded);

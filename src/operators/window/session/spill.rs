@@ -23,7 +23,6 @@
 //! the snapshot's writer ([`crate::state::deferred`]). A restore reads a
 //! key's stored sessions before a chunk adds to them, and spills when full.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
@@ -35,7 +34,8 @@ use super::{SessionAggregate, SessionOperator};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::whole_store;
 use crate::state::entry::{
-    ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, split_entry_key, split_index_key,
+    ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
+    split_index_key,
 };
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
@@ -209,21 +209,15 @@ impl SessionOperator {
         let Some(store) = self.store() else {
             return Ok(());
         };
-        let mut seen = HashSet::new();
-        let wanted: Vec<&[u8]> = (keys.iter().copied())
-            .filter(|k| !self.by_key.contains_key(*k) && seen.insert(*k))
-            .collect();
-        let mut found = Vec::new();
-        for chunk in wanted.chunks(WRITE_CHUNK) {
-            let groups = key_groups_of_bytes(&self.converter, chunk, self.max_parallelism)?;
-            for (key, group) in chunk.iter().zip(groups.values()) {
-                let entry = entry_key(*group, key);
-                if let Some(value) = store.get(&entry)? {
-                    found.push((entry.into(), value));
-                }
-            }
-        }
-        self.take_entries(&found)
+        let in_memory = |k: &[u8]| self.by_key.contains_key(k);
+        let groups = |chunk: &[&[u8]]| -> Result<Vec<u32>> {
+            Ok(key_groups_of_bytes(&self.converter, chunk, self.max_parallelism)?
+                .values()
+                .to_vec())
+        };
+        let found = read_back(store, keys, in_memory, groups)?;
+        let entries: Vec<Entry> = found.into_iter().map(|(_, k, v)| (k.into(), v)).collect();
+        self.take_entries(&entries)
     }
 
     /// Opens the sessions of store entries in memory and removes the
