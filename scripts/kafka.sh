@@ -4,7 +4,7 @@
 #   scripts/kafka.sh fetch          the broker's jars from Maven Central, once,
 #                                   into a cache outside the clone
 #   scripts/kafka.sh start DIR      formats DIR, starts a broker on 127.0.0.1
-#                                   at a free port, waits until it answers,
+#                                   at a free port, waits (up to 180 s) until it answers,
 #                                   prints its bootstrap address (also in
 #                                   DIR/bootstrap)
 #   scripts/kafka.sh stop DIR       stops it
@@ -38,14 +38,27 @@ fetch() {
 POM
   echo "kafka.sh: fetching Apache Kafka $VERSION's jars into $CACHE" >&2
   mkdir -p "$CACHE/libs"
-  (cd "$work" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$CACHE/libs") >&2 || die "fetching Kafka's jars failed"
+  # A network hiccup on a fresh machine should not fail the whole run:
+  # three tries, Maven's own retries within each.
+  local try
+  for try in 1 2 3; do
+    (cd "$work" && mvn -q -B -Dstyle.color=never -Dmaven.wagon.http.retryHandler.count=3 \
+        dependency:copy-dependencies -DincludeScope=runtime \
+        -DoutputDirectory="$CACHE/libs") >&2 && break
+    [ "$try" = 3 ] && die "fetching Kafka's jars failed three times"
+    echo "kafka.sh: fetching failed (try $try of 3); trying again" >&2
+    sleep 5
+  done
   rm -rf "$work"
   touch "$CACHE/complete"
 }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# Two distinct free ports (both held open while chosen, so they differ).
+free_ports() {
+  python3 -c 'import socket
+a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])'
 }
 
 start() {
@@ -54,8 +67,7 @@ start() {
   mkdir -p "$dir"
   dir="$(cd "$dir" && pwd)"
   local port controller
-  port="$(free_port)"
-  controller="$(free_port)"
+  read -r port controller < <(free_ports)
   cat > "$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -102,7 +114,9 @@ LOG
       kill $pid 2>/dev/null; for _ in \$(seq 1 40); do kill -0 $pid 2>/dev/null || break; sleep 0.25; done;
       kill -9 $pid 2>/dev/null; rm -rf '$dir'" >/dev/null 2>&1 &
   fi
-  for _ in $(seq 1 120); do
+  # A loaded 2-core machine (the test suite runs beside it) can take a
+  # while to start a JVM: up to 180 s.
+  for _ in $(seq 1 360); do
     if ! kill -0 "$pid" 2>/dev/null; then
       die "the broker exited: $(tail -20 "$dir/stdout.log" "$dir/broker.log" 2>/dev/null)"
     fi
@@ -115,7 +129,7 @@ LOG
     sleep 0.5
   done
   kill "$pid" 2>/dev/null || true
-  die "the broker did not answer on 127.0.0.1:$port within 60 s"
+  die "the broker did not answer on 127.0.0.1:$port within 180 s: $(tail -20 "$dir/stdout.log" "$dir/broker.log" 2>/dev/null)"
 }
 
 stop() {

@@ -113,6 +113,10 @@ pub fn crash_three_times(
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let context = format!("{name} at parallelism {parallelism}, WEIR_TEST_SEED={seed}");
+    // Shown with a failure's output; WEIR_TEST_KEEP=1 keeps the directory
+    // (job files, checkpoints, outputs) to look into afterwards.
+    eprintln!("{context}: {}", dir.path().display());
+    let dir = Kept::unless_asked(dir);
 
     let clean_out = dir.path().join("clean");
     let clean = job_file(
@@ -156,6 +160,33 @@ pub fn crash_three_times(
         String::from_utf8_lossy(&output.stderr)
     );
     (expected, committed_rows(&out), context)
+}
+
+/// A test's temporary directory, removed when dropped unless
+/// `WEIR_TEST_KEEP` is set.
+pub struct Kept {
+    _temp: Option<tempfile::TempDir>,
+    path: std::path::PathBuf,
+}
+
+impl Kept {
+    pub fn unless_asked(dir: tempfile::TempDir) -> Kept {
+        let path = dir.path().to_path_buf();
+        match std::env::var_os("WEIR_TEST_KEEP") {
+            Some(_) => Kept {
+                _temp: None,
+                path: dir.keep(),
+            },
+            None => Kept {
+                _temp: Some(dir),
+                path,
+            },
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// A few rows only one side has, for failure messages.
@@ -212,9 +243,11 @@ pub fn changelog_table(lines: &[String]) -> std::collections::BTreeMap<String, i
         };
         *rows.entry(row.to_string()).or_default() += delta;
     }
+    let negative: Vec<_> = rows.iter().filter(|(_, c)| **c < 0).take(5).collect();
     assert!(
-        rows.values().all(|c| *c >= 0),
-        "rows retracted more often than added"
+        negative.is_empty(),
+        "rows retracted more often than added (row, count), of {} lines: {negative:?}",
+        lines.len()
     );
     rows.retain(|_, c| *c > 0);
     rows

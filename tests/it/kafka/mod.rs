@@ -19,26 +19,45 @@ mod transactions;
 mod upsert;
 
 /// The broker's bootstrap address; the broker stops when this process ends.
+/// Starting it is tried three times, each in a directory of its own: on a
+/// loaded machine a JVM may miss its deadline once, and every Kafka test
+/// would fail with it.
 pub fn broker() -> &'static str {
     static BROKER: OnceLock<String> = OnceLock::new();
     BROKER.get_or_init(|| {
         if let Ok(bootstrap) = std::env::var("WEIR_KAFKA_BOOTSTRAP") {
             return bootstrap;
         }
-        let dir = std::env::temp_dir().join(format!("weir-kafka-{}", std::process::id()));
-        let output = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
-            .arg("start")
-            .arg(&dir)
-            .env("WEIR_KAFKA_WATCH", std::process::id().to_string())
-            .output()
-            .expect("scripts/kafka.sh runs");
-        assert!(
-            output.status.success(),
-            "THE KAFKA BROKER DID NOT START, so the Kafka tests cannot run: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap().trim().to_string()
+        let mut failures = Vec::new();
+        for attempt in 1..=3 {
+            match start_broker(attempt) {
+                Ok(bootstrap) => return bootstrap,
+                Err(why) => {
+                    eprintln!("starting the Kafka broker, attempt {attempt} of 3, failed: {why}");
+                    failures.push(format!("attempt {attempt}: {why}"));
+                }
+            }
+        }
+        panic!(
+            "THE KAFKA BROKER DID NOT START, so the Kafka tests cannot run:\n{}",
+            failures.join("\n")
+        )
     })
+}
+
+/// One run of `scripts/kafka.sh start`: the bootstrap address, or its error.
+fn start_broker(attempt: usize) -> Result<String, String> {
+    let dir = std::env::temp_dir().join(format!("weir-kafka-{}-{attempt}", std::process::id()));
+    let output = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka.sh"))
+        .arg("start")
+        .arg(&dir)
+        .env("WEIR_KAFKA_WATCH", std::process::id().to_string())
+        .output()
+        .map_err(|e| format!("scripts/kafka.sh did not run: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
 pub fn producer(transactional_id: &str) -> ThreadedProducer<DefaultProducerContext> {
