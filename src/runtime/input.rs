@@ -184,6 +184,13 @@ pub struct InputGate {
     /// A received message is not classified yet: a checkpoint cannot be
     /// completed before it is (it may belong in the channel state).
     in_hand: bool,
+    /// Where in the channel state the message in hand goes if it is
+    /// recorded: before the later messages of its channel that a snapshot
+    /// took off the channel while it was in hand (a restore replays the
+    /// records in their order).
+    in_hand_at: Option<usize>,
+    /// The channel of the message in hand.
+    in_hand_of: Option<usize>,
     /// Every open channel is idle, and the task said so downstream.
     idle: bool,
 }
@@ -212,6 +219,8 @@ impl InputGate {
             aligned_timeout: Duration::ZERO,
             unaligned: None,
             in_hand: false,
+            in_hand_at: None,
+            in_hand_of: None,
             idle: false,
         }
     }
@@ -299,14 +308,7 @@ impl InputGate {
             match self.receive(wait)? {
                 Received::Data(index, message) => {
                     if self.lanes {
-                        // Its number, before the lanes are read: a snapshot
-                        // may take later messages off the channel meanwhile.
-                        self.channels[index].received += 1;
-                        let number = self.channels[index].received;
-                        self.in_hand = true;
-                        self.poll_lanes();
-                        self.in_hand = false;
-                        self.on_sequenced(index, number, message);
+                        self.on_received(index, message);
                     } else {
                         self.deliver(index, message);
                     }
@@ -387,6 +389,7 @@ impl InputGate {
                 let dead = current.barrier.id;
                 self.ready.push_back(InputEvent::AbortCheckpoint(dead));
                 self.unaligned = None;
+                self.in_hand_at = None;
                 for i in 0..self.channels.len() {
                     self.channels[i].barrier_after = None;
                     self.channels[i].blocked = false;
@@ -425,6 +428,21 @@ impl InputGate {
         self.complete_unaligned_if_done();
     }
 
+    /// Unaligned: message `message` came off channel `index`. It is
+    /// numbered before the lanes are read (a snapshot may take later
+    /// messages off the channel meanwhile), then handled knowing whether
+    /// its barrier overtook it.
+    fn on_received(&mut self, index: usize, message: Message) {
+        self.channels[index].received += 1;
+        let number = self.channels[index].received;
+        self.in_hand = true;
+        (self.in_hand_at, self.in_hand_of) = (None, Some(index));
+        self.poll_lanes();
+        self.in_hand = false;
+        self.in_hand_of = None;
+        self.on_sequenced(index, number, message);
+    }
+
     /// Unaligned, after the snapshot: takes the messages that precede
     /// channel `index`'s barrier off the channel now (they are already in it),
     /// recording their rows as channel state; they are processed later. So
@@ -437,6 +455,10 @@ impl InputGate {
         let Some(after) = channel.barrier_after else {
             return;
         };
+        if self.in_hand_of == Some(index) && self.in_hand_at.is_none() && channel.received < after {
+            // The message in hand precedes those taken now.
+            self.in_hand_at = Some(checkpoint.recorded.len());
+        }
         while channel.received < after && !channel.ended {
             let Ok(message) = channel.receiver.try_recv() else {
                 break;
@@ -452,6 +474,7 @@ impl InputGate {
     /// Unaligned: message `message`, the channel's `number`-th, was received
     /// on channel `index`, its barrier (if known) already taken from the lane.
     fn on_sequenced(&mut self, index: usize, number: u64, message: Message) {
+        let at = self.in_hand_at.take();
         let Some(checkpoint) = &mut self.unaligned else {
             return self.deliver(index, message);
         };
@@ -459,7 +482,11 @@ impl InputGate {
         let before_barrier = channel.barrier_after.is_none_or(|after| number <= after);
         if checkpoint.snapshot_taken {
             if before_barrier && let Message::Batch(batch) = &message {
-                checkpoint.recorded.push((channel.input, batch.clone()));
+                let record = (channel.input, batch.clone());
+                match at {
+                    Some(at) => checkpoint.recorded.insert(at, record),
+                    None => checkpoint.recorded.push(record),
+                }
             }
             self.deliver(index, message);
             self.complete_unaligned_if_done();
@@ -1072,6 +1099,54 @@ mod tests {
         let mut all: Vec<&String> = events.iter().filter(|e| e.parse::<i64>().is_ok()).collect();
         all.sort();
         assert_eq!(all, vec!["1", "2", "3", "4", "5"], "{events:?}");
+    }
+
+    #[test]
+    fn a_message_in_hand_when_its_barrier_overtakes_it_is_saved_before_the_later_ones_of_its_channel() {
+        let (tx0, rx0) = bounded(16);
+        let (_tx1, rx1) = bounded::<Message>(16);
+        let (lane0_tx, lane0) = crossbeam_channel::unbounded();
+        let (lane1_tx, lane1) = crossbeam_channel::unbounded();
+        for m in [batch(&[1]), batch(&[2]), batch(&[3]), Message::EndOfStream] {
+            tx0.send(m).unwrap();
+        }
+        let mut gate = InputGate::with_mode(
+            vec![
+                InputChannel::new(rx0, 0).with_priority_lane(lane0),
+                InputChannel::new(rx1, 0).with_priority_lane(lane1),
+            ],
+            CheckpointingMode::ExactlyOnce,
+        )
+        .with_aligned_timeout(Duration::ZERO);
+        // Channel 1's barrier comes first: the snapshot is taken at once.
+        lane1_tx
+            .send(lane_barrier(1, BarrierKind::Checkpoint, 0))
+            .unwrap();
+        gate.poll_lanes();
+        // Record 1 comes off channel 0, and its barrier (after all three)
+        // arrives on the lane before the gate has handled it.
+        let first = gate.channels[0].receiver.try_recv().unwrap();
+        lane0_tx
+            .send(lane_barrier(1, BarrierKind::Checkpoint, 3))
+            .unwrap();
+        gate.on_received(0, first);
+        let (mut processed, mut recorded) = (vec![], vec![]);
+        loop {
+            match gate.next_event_timeout(Some(Duration::from_millis(10))).unwrap() {
+                InputEvent::Batch { batch, .. } => processed.push(sum_of(&batch)),
+                InputEvent::ChannelState { records, .. } => {
+                    recorded.extend(records.iter().map(|(_, b)| sum_of(b)))
+                }
+                InputEvent::Idle | InputEvent::EndOfInput(_) => break,
+                _ => {}
+            }
+        }
+        assert_eq!(
+            recorded,
+            vec![1, 2, 3],
+            "in the channel's order, as a restore replays them"
+        );
+        assert_eq!(processed, vec![1, 2, 3]);
     }
 
     #[test]
