@@ -470,3 +470,40 @@ pub fn spilled_snapshot_holds_its_barrier(make: &dyn Fn() -> Harness, steps: &[S
         "the state as it was at the barrier"
     );
 }
+
+/// An operator (made by `make`) with incremental checkpoints on the heap,
+/// a snapshot taken after every `every` steps of the first half of `steps`
+/// (the first full, the rest deltas), restored from that chain: the rest of
+/// the steps emit what an operator never stopped emits (each step's lines
+/// sorted), and some delta held fewer rows than the state had then.
+pub fn incremental_restores_as_if_never_stopped(make: &dyn Fn() -> Harness, steps: &[Step], every: usize) {
+    let (before, after) = steps.split_at(steps.len() / 2);
+    let mut never_stopped = make();
+    emitted(&mut never_stopped, before);
+    let expected = sorted(emitted(&mut never_stopped, after));
+    let mut h = make().incremental().unwrap();
+    let mut smaller = false;
+    for (n, chunk) in before.chunks(every.max(1)).enumerate() {
+        emitted(&mut h, chunk);
+        let state = h.snapshot_only().unwrap().map_or(0, |s| state_rows_of(&s));
+        let file = h.snapshot_delta(n == 0).unwrap();
+        let rows = file.as_ref().map_or(0, |f| f.num_rows());
+        if n > 0 {
+            // A replacing delta's deleting rows are not state.
+            let deleting = (file.as_ref())
+                .filter(|f| {
+                    f.column_by_name(crate::state::incremental::DELETED_COLUMN)
+                        .is_some()
+                })
+                .map_or(0, |f| deletions(f).iter().filter(|d| **d).count());
+            smaller |= rows - deleting < state;
+        }
+    }
+    assert!(smaller, "a delta holds what changed, not the whole state");
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        sorted(emitted(&mut h, after)),
+        expected,
+        "restored from the chain"
+    );
+}

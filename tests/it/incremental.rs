@@ -456,10 +456,15 @@ fn inspect_shows_a_chain_and_the_checkpoint_connector_reads_its_combined_rows() 
 /// checkpoints (max-deltas 3), killed three times at each of [`MODES`]:
 /// exactly the rows of a clean run.
 fn insert_only_killed_three_times(name: &str, columns: &str, query: &str) {
+    insert_only_from_killed_three_times(name, SEQUENCE, columns, query)
+}
+
+/// [`insert_only_killed_three_times`] over the tables `source` creates.
+fn insert_only_from_killed_three_times(name: &str, source: &str, columns: &str, query: &str) {
     for (parallelism, settings) in MODES {
         let settings = format!("{settings} {}", incremental(3));
         let (expected, got, context) =
-            crash_three_times(name, parallelism, &settings, SEQUENCE, columns, query);
+            crash_three_times(name, parallelism, &settings, source, columns, query);
         let context = format!("{context} {settings}{}", row_difference(&expected, &got));
         assert!(!expected.is_empty(), "{context}");
         assert!(got == expected, "rows differ after crashes: {context}");
@@ -492,5 +497,58 @@ fn a_session_window_with_incremental_checkpoints_killed_three_times_writes_exact
                 COUNT(*), SUM(id)
          FROM seq WHERE (id / 60000) % 3 <> 2
          GROUP BY id % 20000, SESSION(ts, INTERVAL '5' MINUTE)",
+    );
+}
+
+#[test]
+fn an_interval_join_with_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // Each row joins the rows of its key (id % 2000, every 20 s) up to 30 s
+    // ahead: 3000 rows a side are kept, a delta holds the keys whose rows
+    // came, joined or expired since the last checkpoint.
+    insert_only_killed_three_times(
+        "interval-incremental",
+        "a BIGINT, b BIGINT",
+        "SELECT x.id, y.id FROM seq x JOIN seq y
+         ON x.id % 2000 = y.id % 2000 AND x.ts BETWEEN y.ts - INTERVAL '30' SECOND AND y.ts",
+    );
+}
+
+#[test]
+fn a_window_join_with_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // Each even id joins the next one in its 5-minute window, each odd one
+    // comes out padded when its window fires; a delta holds the rows that
+    // came since the last checkpoint.
+    let window = |t: &str| format!("TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '5' MINUTE)) {t}");
+    insert_only_killed_three_times(
+        "window-join-incremental",
+        "a BIGINT, b BIGINT",
+        &format!(
+            "SELECT a.id, b.id FROM {} LEFT JOIN {} ON a.id / 2 = b.id / 2 AND a.id < b.id
+             AND a.window_start = b.window_start AND a.window_end = b.window_end",
+            window("a"),
+            window("b")
+        ),
+    );
+}
+
+#[test]
+fn a_temporal_join_with_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // 400k versions, one a key: each row joins key id * 7 % 400000 once its
+    // version's time is not after the row's, else comes out padded; a delta
+    // holds the versions and waiting rows that came or fired since the last
+    // checkpoint.
+    let source = format!(
+        "{SEQUENCE};
+         CREATE TABLE versions (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
+           PRIMARY KEY (id) NOT ENFORCED, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'datagen', 'rows-per-second' = '100000',
+           'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999')"
+    );
+    insert_only_from_killed_three_times(
+        "temporal-incremental",
+        &source,
+        "id BIGINT, version BIGINT",
+        "SELECT s.id, v.id FROM seq s LEFT JOIN versions FOR SYSTEM_TIME AS OF s.ts AS v
+         ON s.id * 7 % 400000 = v.id",
     );
 }

@@ -35,6 +35,7 @@ use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
 use crate::state::store::{Entry, in_chunks};
 
+mod delta;
 mod spill;
 
 /// An interval join of two inputs.
@@ -149,10 +150,16 @@ impl OperatorFactory for IntervalJoin {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        // Incremental checkpoints on the heap track changed keys; a
+        // spilled join's checkpoints are full.
+        let side = || Side {
+            changed: (ctx.incremental && ctx.spill.is_none()).then(Default::default),
+            ..Side::default()
+        };
         Ok(Box::new(IntervalJoinOperator {
             rows_of: super::row_converters(&self.inputs)?,
             keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
-            sides: Default::default(),
+            sides: [side(), side()],
             watermark: MIN_WATERMARK,
             max_parallelism: ctx.max_parallelism,
             spill: ctx.spill.clone().map(spill::IntervalSpill::new),
@@ -187,6 +194,9 @@ struct Side {
     seq: u64,
     /// Bytes its rows and keys take, about (the spilling backend's measure).
     bytes: usize,
+    /// Incremental checkpoints: the keys whose rows (or their joined
+    /// flags) changed since the last snapshot.
+    changed: Option<std::collections::HashSet<Arc<[u8]>, foldhash::fast::FixedState>>,
 }
 
 /// Bytes a kept row takes besides its own: its entries in the time index
@@ -308,6 +318,16 @@ impl Side {
         self.bytes += kept.row.len() + ROW_OVERHEAD;
         by_time.insert((time, self.seq), kept);
         self.times.insert((time, self.seq), by_time.key.clone());
+        if let Some(changed) = &mut self.changed {
+            changed.insert(by_time.key.clone());
+        }
+    }
+
+    /// Notes that `key`'s rows changed (when changes are tracked).
+    fn mark(&mut self, key: &Arc<[u8]>) {
+        if let Some(changed) = &mut self.changed {
+            changed.insert(key.clone());
+        }
     }
 
     /// Drops the rows up to `time`; returns those that never joined.
@@ -318,6 +338,9 @@ impl Side {
                 break;
             }
             let (at, key) = entry.remove_entry();
+            if let Some(changed) = &mut self.changed {
+                changed.insert(key.clone());
+            }
             let Some(by_time) = self.keys.get_mut(&key[..]) else {
                 continue;
             };
@@ -441,9 +464,15 @@ impl IntervalJoinOperator {
             }
             match places[p] {
                 Place::Memory(at) => {
-                    let memory = self.sides[1 - side].keys.get_mut(keys.row(i).as_ref());
-                    if let Some(kept) = memory.and_then(|m| m.get_mut(at)) {
+                    let other = &mut self.sides[1 - side];
+                    let memory = other.keys.get_mut(keys.row(i).as_ref());
+                    if let Some(rows) = memory
+                        && let Some(kept) = rows.get_mut(at)
+                        && !kept.joined
+                    {
                         kept.joined = true;
+                        let key = rows.key.clone();
+                        other.mark(&key);
                     }
                 }
                 Place::Store(i, j) => stored_joined.push(&stored[i][j]),
@@ -535,10 +564,20 @@ impl IntervalJoinOperator {
 
     /// One side's kept rows as state columns.
     fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
+        self.rows_state(side, self.sides[side].keys.values())
+    }
+
+    /// The kept rows of `side` of the keys `of` as state columns.
+    fn rows_state<'a>(
+        &self,
+        side: usize,
+        of: impl Iterator<Item = &'a KeyRows>,
+    ) -> Result<Option<Vec<ArrayRef>>> {
         let (key_parser, row_parser) = (self.keys_of.parser(), self.rows_of[side].parser());
         let mut keys = Vec::new();
         let mut kept = SideRows::default();
-        for (key, by_time) in &self.sides[side].keys {
+        for by_time in of {
+            let key = &by_time.key;
             for ((t, _), k) in by_time.iter() {
                 keys.push(key_parser.parse(key));
                 kept.rows.push(row_parser.parse(&k.row));
@@ -689,6 +728,18 @@ impl Operator for IntervalJoinOperator {
         let rows = columns
             .map(|c| sorted_state_rows(&self.spec.state_schema(), c))
             .transpose()?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
+    }
+
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.sides[0].changed.is_some()).then_some(crate::state::incremental::DeltaKind::Replace)
+    }
+
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.sides[0].changed.is_none() {
+            return self.snapshot(checkpoint);
+        }
+        let rows = self.delta(full)?;
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
     }
 

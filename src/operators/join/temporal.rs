@@ -39,6 +39,7 @@ use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{schema_signature, sorted_state_rows};
 use crate::state::store::in_chunks;
 
+mod delta;
 mod spill;
 
 /// An event-time temporal join.
@@ -76,11 +77,12 @@ impl TemporalJoin {
     }
 
     /// `_key_group`, `_side`, stream columns, table columns, `_time`,
-    /// `_deleted` (a version that removes its key).
+    /// `_deleting` (a version that removes its key; not `_deleted`, which
+    /// an incremental delta's rows use).
     fn state_schema(&self) -> SchemaRef {
         let mut fields = super::two_sided_fields(&self.inputs);
         fields.push(Field::new("_time", DataType::Int64, false));
-        fields.push(Field::new("_deleted", DataType::Boolean, false));
+        fields.push(Field::new("_deleting", DataType::Boolean, false));
         Arc::new(Schema::new(fields))
     }
 }
@@ -130,6 +132,7 @@ impl OperatorFactory for TemporalJoin {
             watermark: Timestamp::MIN,
             compacted: Timestamp::MIN,
             changes: BTreeMap::new(),
+            changed: (ctx.incremental && ctx.spill.is_none()).then(delta::Changed::default),
             max_parallelism: ctx.max_parallelism,
             spill: ctx.spill.clone().map(spill::TemporalSpill::new),
             spec: Arc::new(self.clone()),
@@ -218,6 +221,9 @@ struct TemporalJoinOperator {
     /// Keys by the watermark at which some of their versions are dropped
     /// ([`next_change`]): a watermark visits those, not every key.
     changes: BTreeMap<i64, Vec<Key>>,
+    /// Incremental checkpoints on the heap: what changed since the last
+    /// snapshot.
+    changed: Option<delta::Changed>,
     max_parallelism: usize,
     /// The spilling backend: rows and versions beyond the budget in a store.
     spill: Option<spill::TemporalSpill>,
@@ -306,6 +312,9 @@ impl TemporalJoinOperator {
                 } else {
                     key.as_ref().into()
                 };
+                if let Some(changed) = &mut self.changed {
+                    changed.times.insert(time);
+                }
                 self.waiting
                     .entry(time)
                     .or_default()
@@ -340,6 +349,7 @@ impl TemporalJoinOperator {
         if due.is_empty() {
             return Ok(());
         }
+        self.mark_fired(&due)?;
         let stored = self.stored_versions(due.iter().map(|(_, (key, _))| &key[..]))?;
         let (left_parser, right_parser) = (self.rows_of[0].parser(), self.rows_of[1].parser());
         let (mut left, mut right, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
@@ -418,6 +428,9 @@ impl TemporalJoinOperator {
             None => self.versions.entry(key.into()).or_default(),
         };
         versions.insert(time, version);
+        if let Some(changed) = &mut self.changed {
+            changed.keys.insert(key.into());
+        }
         if let Some(at) = next_change(versions, self.compacted) {
             self.changes.entry(at).or_default().push(key.into());
         }
@@ -438,6 +451,9 @@ impl TemporalJoinOperator {
                 continue;
             };
             compact_versions(versions, w);
+            if let Some(changed) = &mut self.changed {
+                changed.keys.insert(key[..].into());
+            }
             match next_change(versions, w) {
                 Some(at) => self.changes.entry(at).or_default().push(key),
                 None if versions.is_empty() && !keep_empty => {
@@ -479,27 +495,41 @@ impl TemporalJoinOperator {
 
     /// One side's rows as state columns (see [`TemporalJoin::state_schema`]).
     fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
-        let parser = self.rows_of[side].parser();
-        let (mut rows, mut times, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
-        if side == 0 {
-            for (time, waiting) in &self.waiting {
-                for (_, row) in waiting {
-                    rows.push(parser.parse(row));
-                    times.push(*time);
-                    deleted.push(false);
-                }
-            }
-        } else {
-            for versions in self.versions.values() {
-                for (time, (row, gone)) in versions.iter() {
-                    rows.push(parser.parse(row));
-                    times.push(*time);
-                    deleted.push(*gone);
-                }
+        match side {
+            0 => self.waiting_state(self.waiting.iter()),
+            _ => self.versions_state(self.versions.values()),
+        }
+    }
+
+    /// The waiting rows of `times` as state columns.
+    fn waiting_state<'a>(
+        &self,
+        times: impl Iterator<Item = (&'a i64, &'a Vec<Keyed>)>,
+    ) -> Result<Option<Vec<ArrayRef>>> {
+        let parser = self.rows_of[0].parser();
+        let mut state = SideState::default();
+        for (time, waiting) in times {
+            for (_, row) in waiting {
+                state.rows.push(parser.parse(row));
+                state.times.push(*time);
+                state.deleted.push(false);
             }
         }
-        let state = SideState { rows, times, deleted };
-        side_columns(&self.spec, &self.rows_of[side], self.max_parallelism, side, state)
+        side_columns(&self.spec, &self.rows_of[0], self.max_parallelism, 0, state)
+    }
+
+    /// The versions of `keys` as state columns.
+    fn versions_state<'a>(&self, keys: impl Iterator<Item = &'a Versions>) -> Result<Option<Vec<ArrayRef>>> {
+        let parser = self.rows_of[1].parser();
+        let mut state = SideState::default();
+        for versions in keys {
+            for (time, (row, gone)) in versions.iter() {
+                state.rows.push(parser.parse(row));
+                state.times.push(*time);
+                state.deleted.push(*gone);
+            }
+        }
+        side_columns(&self.spec, &self.rows_of[1], self.max_parallelism, 1, state)
     }
 
     /// Adds one side's rows of state rows to memory (a key's versions read
@@ -613,6 +643,18 @@ impl Operator for TemporalJoinOperator {
         let rows = columns
             .map(|c| sorted_state_rows(&self.spec.state_schema(), c))
             .transpose()?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
+    }
+
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.changed.is_some()).then_some(crate::state::incremental::DeltaKind::Replace)
+    }
+
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.changed.is_none() {
+            return self.snapshot(checkpoint);
+        }
+        let rows = self.delta(full)?;
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
     }
 

@@ -1,8 +1,8 @@
 //! Join through the operator harness: rows into either side, changes out.
 
 use crate::operators::harness::{
-    Harness, Step, deletions, emitted, entries_in, sorted, spilled_restores_as_if_never_stopped,
-    spilled_snapshot_holds_its_barrier, state_rows_of,
+    Harness, Step, deletions, emitted, entries_in, incremental_restores_as_if_never_stopped, sorted,
+    spilled_restores_as_if_never_stopped, spilled_snapshot_holds_its_barrier, state_rows_of,
 };
 
 const SETUP: &[&str] = &[
@@ -259,6 +259,58 @@ fn a_row_behind_the_watermark_still_joins_what_is_kept_but_is_not_kept() {
         h.push_to(0, "1 z 2020-01-01T00:00:05").unwrap(),
         lines(&["+I 1 z 2020-01-01T00:00:05 null null null"])
     );
+}
+
+#[test]
+fn an_incremental_interval_join_snapshot_holds_the_keys_whose_rows_joined_came_or_went() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let mut h = interval("LEFT JOIN").incremental().unwrap();
+    h.push_to(
+        0,
+        "1 a 2020-01-01T00:00:10\n2 x 2020-01-01T00:00:05\n3 y 2020-01-01T00:00:30",
+    )
+    .unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 3);
+    // A right row is kept under key 1, and key 1's left row joins (only its
+    // flag changes); key 2's row expires, padded. Key 3 does not change.
+    assert_eq!(
+        h.push_to(1, "1 b 2020-01-01T00:00:11").unwrap(),
+        lines(&["+I 1 a 2020-01-01T00:00:10 1 b 2020-01-01T00:00:11"])
+    );
+    assert_eq!(
+        h.watermark(w(8)).unwrap(),
+        lines(&[
+            "+I 2 x 2020-01-01T00:00:05 null null null",
+            &format!("wm {}", w(6))
+        ])
+    );
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![false, false, true],
+        "left 1, right 1, left 2 gone"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    // The right row is kept, left 1 has joined (not padded at the end) and
+    // key 3's row comes from the base.
+    assert_eq!(
+        h.push_to(0, "1 c 2020-01-01T00:00:12").unwrap(),
+        lines(&["+I 1 c 2020-01-01T00:00:12 1 b 2020-01-01T00:00:11"])
+    );
+    assert_eq!(
+        h.watermark(i64::MAX).unwrap(),
+        lines(&[
+            "+I 3 y 2020-01-01T00:00:30 null null null",
+            "wm 9223372036854775807"
+        ])
+    );
+}
+
+#[test]
+fn an_interval_join_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    incremental_restores_as_if_never_stopped(&|| interval("FULL JOIN"), &interval_steps(40, 20, 2000), 4);
 }
 
 fn window_join(join: &str) -> Harness {
@@ -869,6 +921,64 @@ fn temporal() -> Harness {
     .updating_input(1)
 }
 
+#[test]
+fn an_incremental_temporal_join_snapshot_holds_changed_times_and_keys_and_deletes_fired_rows() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let mut h = temporal().incremental().unwrap();
+    h.push_to(0, "1 a 2020-01-01T00:00:10").unwrap();
+    h.push_to(1, "+I 1 x 2020-01-01T00:00:05").unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 2);
+    h.push_to(1, "+I 2 y 2020-01-01T00:00:06").unwrap();
+    h.push_to(0, "2 b 2020-01-01T00:00:07\n3 d 2020-01-01T00:00:07")
+        .unwrap();
+    let fired = h.watermark(w(8)).unwrap();
+    assert_eq!(fired.len(), 3, "2 b joined, 3 d padded: {fired:?}");
+    // Late: it waits for the next watermark, at a time that fired.
+    h.push_to(0, "2 c 2020-01-01T00:00:07").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    // 2 c (its time and key fired, and it waits), 2's version, 3 d gone.
+    assert_eq!(deletions(&delta), vec![false, false, true]);
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.watermark(w(11)).unwrap(),
+        lines(&[
+            "+I 2 c 2020-01-01T00:00:07 2 y 2020-01-01T00:00:06",
+            "+I 1 a 2020-01-01T00:00:10 1 x 2020-01-01T00:00:05",
+            &format!("wm {}", w(11))
+        ]),
+        "the late row and the base's, with their versions; 2 b and 3 d not again"
+    );
+}
+
+#[test]
+fn versions_the_watermark_dropped_after_a_base_stay_dropped_in_a_restore_from_the_chain() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let mut h = temporal().incremental().unwrap();
+    h.push_to(1, "+I 1 x 2020-01-01T00:00:05\n+I 1 y 2020-01-01T00:00:07")
+        .unwrap();
+    h.snapshot_delta(true).unwrap().expect("a base");
+    // At 8 s, 1 y is current: 1 x can join nothing that is not late.
+    h.watermark(w(8)).unwrap();
+    h.snapshot_delta(false).unwrap().expect("key 1 lost a version");
+    h.restart_from_chain().unwrap();
+    // A late row at 6 s finds no version, as it would had the join not stopped.
+    h.push_to(0, "1 a 2020-01-01T00:00:06").unwrap();
+    assert_eq!(
+        h.watermark(w(9)).unwrap(),
+        lines(&[
+            "+I 1 a 2020-01-01T00:00:06 null null null",
+            &format!("wm {}", w(9))
+        ])
+    );
+}
+
+#[test]
+fn a_temporal_join_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    incremental_restores_as_if_never_stopped(&temporal, &temporal_steps(40, 20, 2000), 4);
+}
+
 /// Batches of `rows` rows for the stream (even batches) and the versioned
 /// table (odd ones, every seventh row a deletion) over `keys` keys, a
 /// second apart (up to 2 s out of order, every eleventh stream row 6 s
@@ -982,6 +1092,50 @@ fn window_steps(batches: usize, rows: usize, keys: usize) -> Vec<Step> {
     }
     steps.push(Step::Watermark(i64::MAX));
     steps
+}
+
+#[test]
+fn an_incremental_window_join_snapshot_holds_the_rows_since_the_last_and_a_fired_window_stays_fired() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let (w0, w10, w20) = (
+        "2020-01-01T00:00:00",
+        "2020-01-01T00:00:10",
+        "2020-01-01T00:00:20",
+    );
+    let mut h = window_join("LEFT JOIN").incremental().unwrap();
+    h.push_to(0, &format!("1 {w0} {w10}")).unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 1);
+    h.push_to(1, &format!("1 x {w0} {w10}")).unwrap();
+    h.push_to(0, &format!("2 {w10} {w20}")).unwrap();
+    assert_eq!(
+        h.snapshot_delta(false).unwrap().expect("a delta").num_rows(),
+        2,
+        "the new rows only"
+    );
+    assert_eq!(
+        h.watermark(w(10) - 1).unwrap(),
+        lines(&[
+            &format!("+I 1 {w0} {w10} 1 x {w0} {w10}"),
+            &format!("wm {}", w(10) - 1)
+        ])
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    // The chain still holds the fired window's rows; the watermark of its
+    // newest file says the window fired.
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.watermark(w(20) - 1).unwrap(),
+        lines(&[
+            &format!("+I 2 {w10} {w20} null null null null"),
+            &format!("wm {}", w(20) - 1)
+        ])
+    );
+}
+
+#[test]
+fn a_window_join_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    incremental_restores_as_if_never_stopped(&|| window_join("FULL JOIN"), &window_steps(40, 20, 2000), 4);
 }
 
 #[test]

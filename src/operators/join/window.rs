@@ -32,6 +32,7 @@ use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{schema_signature, sorted_state_rows};
 use crate::state::store::in_chunks;
 
+mod delta;
 mod spill;
 
 /// A window join of two window TVFs.
@@ -110,6 +111,7 @@ impl OperatorFactory for WindowJoin {
             rows_of: super::row_converters(&self.inputs)?,
             keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
             windows: BTreeMap::new(),
+            saved: (ctx.incremental && ctx.spill.is_none()).then(HashMap::new),
             watermark: Timestamp::MIN,
             max_parallelism: ctx.max_parallelism,
             spill: ctx.spill.clone().map(spill::WindowSpill::new),
@@ -131,6 +133,9 @@ struct WindowJoinOperator {
     keys_of: RowConverter,
     /// Each window (by its end, ms) with each side's rows.
     windows: BTreeMap<i64, [Vec<Waiting>; 2]>,
+    /// Incremental checkpoints: how many of each window's rows (a side
+    /// each) the snapshots so far hold; rows only ever join a window.
+    saved: Option<HashMap<i64, [usize; 2]>>,
     watermark: Timestamp,
     max_parallelism: usize,
     /// The spilling backend: rows beyond the budget in a store.
@@ -257,11 +262,15 @@ impl WindowJoinOperator {
 
     /// One side's waiting rows as state columns.
     fn side_state(&self, side: usize) -> Result<Option<Vec<ArrayRef>>> {
+        self.side_state_from(side, |_| 0)
+    }
+
+    /// One side's waiting rows as state columns, of each window those from
+    /// the `from(end)`th on.
+    fn side_state_from(&self, side: usize, from: impl Fn(i64) -> usize) -> Result<Option<Vec<ArrayRef>>> {
         let parser = self.rows_of[side].parser();
-        let rows: Vec<_> = self
-            .windows
-            .values()
-            .flat_map(|w| w[side].iter().map(|(_, r)| parser.parse(r)))
+        let rows: Vec<_> = (self.windows.iter())
+            .flat_map(|(end, w)| w[side].iter().skip(from(*end)).map(|(_, r)| parser.parse(r)))
             .collect();
         side_columns(&self.spec, &self.rows_of[side], self.max_parallelism, side, rows)
     }
@@ -364,17 +373,40 @@ impl Operator for WindowJoinOperator {
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
     }
 
-    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
-            Some(merged) => self.restore(merged),
-            None => Ok(()),
-        }
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.saved.is_some()).then_some(crate::state::incremental::DeltaKind::Merge)
     }
 
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.saved.is_none() {
+            return self.snapshot(checkpoint);
+        }
+        let rows = self.delta(full)?;
+        Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
+    }
+
+    /// Each subtask's rows under its own watermark (a chain's rows of
+    /// windows that subtask fired are dropped as late), then the least
+    /// watermark, as a merged snapshot's.
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        let mut least: Option<Timestamp> = None;
+        for snapshot in snapshots {
+            let w = snapshot.watermark(&self.spec.describe())?;
+            least = Some(least.map_or(w, |l| l.min(w)));
+            self.restore(snapshot)?;
+        }
+        if let Some(w) = least {
+            self.watermark = w;
+        }
+        Ok(())
+    }
+
+    /// The watermark first: a row of a window that fired before the
+    /// snapshot (an incremental chain still holds those) is late.
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         let watermark = snapshot.watermark(&self.spec.describe())?;
+        self.watermark = watermark;
         let Some(rows) = &snapshot.rows else {
-            self.watermark = watermark;
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
@@ -398,7 +430,6 @@ impl Operator for WindowJoinOperator {
             }
             self.spill_if_over()?;
         }
-        self.watermark = watermark;
         Ok(())
     }
 
