@@ -552,3 +552,18 @@ fn a_temporal_join_with_incremental_checkpoints_killed_three_times_writes_exactl
          ON s.id * 7 % 400000 = v.id",
     );
 }
+
+#[test]
+fn a_window_top_n_with_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    // The 3 highest ids of each of 50 keys in each 2 s window: a delta holds
+    // the partitions whose ranks changed and deletes those of fired windows.
+    insert_only_killed_three_times(
+        "window-top-n-incremental",
+        "k BIGINT, ws TIMESTAMP(3), id BIGINT",
+        "SELECT k, ws, id FROM (
+           SELECT id % 50 AS k, window_start AS ws, id,
+             ROW_NUMBER() OVER (PARTITION BY id % 50, window_start, window_end ORDER BY id DESC) AS rn
+           FROM TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '2' SECOND)))
+         WHERE rn <= 3",
+    );
+}

@@ -230,11 +230,10 @@ impl OperatorFactory for TopN {
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
             spill: ctx.spill.clone().map(spill::TopNSpill::new),
-            // Deltas of the heap's partitions; a window TopN frees its
-            // windows and a spilled one reads the store whole: full
-            // snapshots for them.
-            changed: (ctx.incremental && self.window_end.is_none() && ctx.spill.is_none())
-                .then(HashSet::default),
+            // Deltas of the heap's partitions (a window's partitions are
+            // deleted when it fires); a spilled TopN reads the store whole:
+            // full snapshots for it.
+            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::default),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -663,6 +662,9 @@ impl Operator for TopNOperator {
                     let Some(kept) = self.partitions.remove(&partition) else {
                         continue;
                     };
+                    if let Some(changed) = &mut self.changed {
+                        changed.insert(partition.clone());
+                    }
                     let (ranked, _) = ranks_from(
                         &kept.rows,
                         Bound::Unbounded,
@@ -775,11 +777,14 @@ impl Operator for TopNOperator {
             let keys = arrow::array::BinaryArray::from_iter_values(gone.iter());
             parts.push(deleted_part(&schema, groups, keys)?);
         }
-        Ok(Some(OperatorSnapshot {
-            runs: Vec::new(),
-            deferred: Vec::new(),
-            meta: serde_json::Value::Null,
-            rows: replacement_rows(&schema, parts, full)?,
+        let rows = replacement_rows(&schema, parts, full)?;
+        Ok(Some(match self.spec.window_end {
+            // Its watermark: a row of a window that fired stays late.
+            Some(_) => OperatorSnapshot::with_watermark(self.watermark, rows),
+            None => OperatorSnapshot {
+                rows,
+                ..OperatorSnapshot::default()
+            },
         }))
     }
 

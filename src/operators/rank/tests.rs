@@ -473,6 +473,94 @@ fn a_small_top_n_under_the_spilling_backend_never_spills() {
 }
 
 #[test]
+fn an_incremental_window_top_n_snapshot_holds_changed_partitions_and_deletes_fired_windows() {
+    let mut h = window_top2().incremental().unwrap();
+    let row = |t: &str, price: u32, start: u32| {
+        format!(
+            "1 {price} 2020-01-01T00:00:{t} 2020-01-01T00:00:{start:02} 2020-01-01T00:00:{:02} \
+             2020-01-01T00:00:{:02}.999",
+            start + 10,
+            start + 9
+        )
+    };
+    h.push(&[row("01", 10, 0), row("02", 30, 0), row("11", 5, 10)].join("\n"))
+        .unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 3);
+    h.push(&row("03", 20, 0)).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![false, false],
+        "window [0, 10)'s two kept rows"
+    );
+    let end = 1577836810000i64; // 2020-01-01T00:00:10
+    assert_eq!(
+        h.watermark(end - 1).unwrap().len(),
+        3,
+        "two ranks and the watermark"
+    );
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![true], "the fired window's partition");
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    assert_eq!(h.push(&row("04", 99, 0)).unwrap(), Vec::<String>::new());
+    assert_eq!(
+        h.watermark(end + 10_000 - 1).unwrap(),
+        lines(&[
+            "+I 1 5 2020-01-01T00:00:11 2020-01-01T00:00:10 2020-01-01T00:00:20 2020-01-01T00:00:19.999 1",
+            &format!("wm {}", end + 10_000 - 1),
+        ]),
+        "the open window from the base; the fired one neither again nor with its late row"
+    );
+}
+
+#[test]
+fn a_window_top_n_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    use crate::operators::harness::{Step, incremental_restores_as_if_never_stopped};
+    let second = |s: usize| format!("2020-01-01T00:{:02}:{:02}", s / 60, s % 60);
+    // 12 windows of 10 s, 20 rows a second over 500 auctions.
+    let mut steps = Vec::new();
+    for s in 0..120 {
+        let rows: Vec<String> = (0..20)
+            .map(|r| {
+                let (start, end) = (s / 10 * 10, s / 10 * 10 + 10);
+                format!(
+                    "{} {} {} {} {} {}.999",
+                    (s * 20 + r) * 7 % 500,
+                    (s * 7 + r * 13) % 101,
+                    second(s),
+                    second(start),
+                    second(end),
+                    second(end - 1)
+                )
+            })
+            .collect();
+        steps.push(Step::Rows(0, rows.join("\n")));
+        if s % 10 == 9 {
+            steps.push(Step::Watermark(1577836800000 + (s as i64 - 5) * 1000));
+        }
+    }
+    steps.push(Step::Watermark(i64::MAX));
+    let window = || {
+        Harness::of(
+            &[
+                EVENTS[0],
+                "CREATE TABLE out2 (auction BIGINT, price BIGINT, ts TIMESTAMP(3), ws TIMESTAMP(3), we TIMESTAMP(3), \
+                 wt TIMESTAMP(3), rn BIGINT) WITH ('connector' = 'blackhole')",
+            ],
+            "INSERT INTO out2 SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction, window_start, window_end \
+             ORDER BY price DESC) AS rn FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND))) \
+             WHERE rn <= 2",
+            "WindowRank",
+            0,
+        )
+        .unwrap()
+    };
+    incremental_restores_as_if_never_stopped(&window, &steps, 5);
+}
+
+#[test]
 fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_window_behind() {
     let second = |s: usize| format!("2020-01-01T00:{:02}:{:02}", s / 60, s % 60);
     // 30 windows of 10 s, 20 rows a second over 100 auctions.
