@@ -155,6 +155,18 @@ fn a_top_n_with_spilled_partitions_killed_three_times_ends_with_the_exact_table(
 }
 
 #[test]
+fn a_top_n_with_spilled_partitions_and_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
+{
+    let columns = "k BIGINT, id BIGINT, rn BIGINT";
+    spilled_updates_killed_three_times(
+        "changelog-topn-spilling-incremental",
+        columns,
+        UPDATING_TOP_N,
+        true,
+    );
+}
+
+#[test]
 fn an_interval_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
     // Each even id joins the next one (key id / 2); each odd one comes out
     // padded once the watermark is 10 minutes past it: about 60k left rows

@@ -42,7 +42,7 @@ use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::incremental::{DeltaKind, deleted_part, replacement_rows};
+use crate::state::incremental::{DeltaKind, ReplacedPart, deleted_part, replacement_rows};
 use crate::state::keyed_map::{KeyedMap, sweep_slice};
 use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
@@ -229,11 +229,11 @@ impl OperatorFactory for TopN {
             no_tie: Arc::from(&[][..]),
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
-            spill: ctx.spill.clone().map(spill::TopNSpill::new),
-            // Deltas of the heap's partitions (a window's partitions are
-            // deleted when it fires); a spilled TopN reads the store whole:
-            // full snapshots for it.
-            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::default),
+            spill: (ctx.spill.clone()).map(|s| spill::TopNSpill::new(s, ctx.incremental)),
+            // Deltas of the partitions changed (a window's partitions are
+            // deleted when it fires); spilled, of those changed in memory
+            // and those written to the store since the last snapshot.
+            changed: ctx.incremental.then(HashSet::default),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -601,6 +601,33 @@ impl TopNOperator {
         })
     }
 
+    /// The parts of a replacing snapshot of the partitions of `keys`: the
+    /// kept rows of those memory holds rows of, keyed by partition, and a
+    /// deleting part for the others.
+    fn partition_parts(&self, keys: Vec<&[u8]>) -> Result<Vec<ReplacedPart>> {
+        let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) =
+            (keys.into_iter()).partition(|k| self.partitions.get(k).is_some_and(|p| !p.rows.is_empty()));
+        let mut kept = Vec::new();
+        let mut state_keys = arrow::array::BinaryBuilder::new();
+        for key in &present {
+            let partition = &self.partitions[*key];
+            for (i, (_, row)) in partition.rows.rows().enumerate() {
+                kept.push((i, row, partition.written));
+                state_keys.append_value(key);
+            }
+        }
+        let mut parts = Vec::new();
+        if let Some(rows) = self.state_batch(&kept, false)? {
+            parts.push((rows, state_keys.finish(), false));
+        }
+        if !gone.is_empty() {
+            let groups = self.key_groups_of(&gone)?;
+            let keys = arrow::array::BinaryArray::from_iter_values(gone.iter());
+            parts.push(deleted_part(&self.spec.state_schema(), groups, keys)?);
+        }
+        Ok(parts)
+    }
+
     /// Remembers a window TopN's new partition for firing at `end`.
     fn created(&mut self, partition: &[u8], end: Timestamp) {
         if self.spec.window_end.is_some() {
@@ -713,7 +740,7 @@ impl Operator for TopNOperator {
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if self.has_spilled() {
-            let deferred = self.spilled_snapshot()?;
+            let deferred = self.spilled_snapshot(false)?;
             let meta = match self.spec.window_end {
                 Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
                 None => serde_json::Value::Null,
@@ -751,40 +778,32 @@ impl Operator for TopNOperator {
     /// since the last snapshot and a deleting row for each one gone; each
     /// row's state key is its partition key.
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        // A window TopN's watermark: a row of a window that fired stays late.
+        let meta = match self.spec.window_end {
+            Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
+            None => serde_json::Value::Null,
+        };
+        if self.has_spilled() {
+            let deferred = match full {
+                true => self.spilled_snapshot(true)?,
+                false => self.spilled_delta()?.into_iter().collect(),
+            };
+            return Ok(Some(OperatorSnapshot {
+                meta,
+                deferred,
+                ..OperatorSnapshot::default()
+            }));
+        }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let keys: Vec<&[u8]> = match full {
             true => self.partitions.keys().map(|k| &k[..]).collect(),
             false => changed.iter().map(|k| &k[..]).collect(),
         };
-        let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) =
-            keys.into_iter().partition(|k| self.partitions.contains_key(k));
-        let mut kept = Vec::new();
-        let mut state_keys = arrow::array::BinaryBuilder::new();
-        for key in &present {
-            let partition = &self.partitions[*key];
-            for (i, (_, row)) in partition.rows.rows().enumerate() {
-                kept.push((i, row, partition.written));
-                state_keys.append_value(key);
-            }
-        }
-        let schema = self.spec.state_schema();
-        let mut parts = Vec::new();
-        if let Some(rows) = self.state_batch(&kept, false)? {
-            parts.push((rows, state_keys.finish(), false));
-        }
-        if !gone.is_empty() {
-            let groups = self.key_groups_of(&gone)?;
-            let keys = arrow::array::BinaryArray::from_iter_values(gone.iter());
-            parts.push(deleted_part(&schema, groups, keys)?);
-        }
-        let rows = replacement_rows(&schema, parts, full)?;
-        Ok(Some(match self.spec.window_end {
-            // Its watermark: a row of a window that fired stays late.
-            Some(_) => OperatorSnapshot::with_watermark(self.watermark, rows),
-            None => OperatorSnapshot {
-                rows,
-                ..OperatorSnapshot::default()
-            },
+        let parts = self.partition_parts(keys)?;
+        Ok(Some(OperatorSnapshot {
+            meta,
+            rows: replacement_rows(&self.spec.state_schema(), parts, full)?,
+            ..OperatorSnapshot::default()
         }))
     }
 

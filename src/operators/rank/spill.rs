@@ -12,7 +12,9 @@
 //! the windows it fires.
 //!
 //! Checkpoints stay state files: a snapshot writes every partition to the
-//! store, then the store in key order as one run (the checkpoint links it).
+//! store, then the store in key order as one run (the checkpoint links it);
+//! an incremental one holds the partitions changed in memory and those
+//! written to the store since the last snapshot, read back from it.
 //! A restore writes the checkpoint's rows to the store, a partition per
 //! entry, not to memory. A state TTL removes the store's expired partitions
 //! a slice per tick.
@@ -26,10 +28,12 @@ use arrow::datatypes::UInt32Type;
 use super::entries::{Entries, encode_row};
 use super::{Partition, TopNOperator};
 use crate::runtime::operator::SpillSettings;
-use crate::state::deferred::{Deferred, store_run};
+use crate::state::deferred::{Deferred, DeltaOf, store_delta, store_run};
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::state::memory_guess::{self, MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// The least a row is guessed to add to memory: a kept row's place and
@@ -50,17 +54,21 @@ pub(super) struct TopNSpill {
     guess: MemoryGuess,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
+    /// Incremental checkpoints: store keys written to the store since the
+    /// last snapshot that changed since it.
+    flushed: Option<FlushedKeys>,
     runs: u64,
 }
 
 impl TopNSpill {
-    pub(super) fn new(settings: SpillSettings) -> Self {
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
         TopNSpill {
             settings,
             store: None,
             resident: HashMap::default(),
             guess: MemoryGuess::new(LEAST_PER_ROW),
             sweep_from: Vec::new(),
+            flushed: incremental.then(FlushedKeys::default),
             runs: 0,
         }
     }
@@ -102,6 +110,44 @@ fn decode(value: &[u8], no_tie: Option<&Arc<[u8]>>) -> Result<Partition> {
         written: i64::from_le_bytes(written.try_into().expect("8 bytes")),
         rows: Entries::decode(&value[8..], no_tie).ok_or_else(cut_short)?,
     })
+}
+
+/// The key group of a store key.
+fn group_of(key: &[u8]) -> Result<u32> {
+    let group = key.get(..4).ok_or_else(|| {
+        Error::State(format!(
+            "a spilled TopN partition key without its key group ({} bytes)",
+            key.len()
+        ))
+    })?;
+    Ok(u32::from_be_bytes(group.try_into().expect("4 bytes")))
+}
+
+/// The state rows of store entries (in store order, so by key group), each
+/// keyed by its partition: one part, or none for no rows.
+fn stored_parts(
+    spec: &super::TopN,
+    rows_of: &arrow::row::RowConverter,
+    max_parallelism: usize,
+    no_tie: Option<&Arc<[u8]>>,
+    entries: &[Entry],
+) -> Result<Vec<ReplacedPart>> {
+    let partitions = (entries.iter())
+        .map(|(key, value)| Ok((key.get(4..).ok_or_else(cut_short)?, decode(value, no_tie)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut state_keys = arrow::array::BinaryBuilder::new();
+    let mut kept: Vec<(usize, &Arc<[u8]>, i64)> = Vec::new();
+    for (key, p) in &partitions {
+        for (i, (_, row)) in p.rows.rows().enumerate() {
+            kept.push((i, row, p.written));
+            state_keys.append_value(key);
+        }
+    }
+    let rows = super::state_batch(spec, rows_of, max_parallelism, &kept, false)?;
+    Ok(rows
+        .map(|rows| (rows, state_keys.finish(), false))
+        .into_iter()
+        .collect())
 }
 
 impl SpillsWhenFull for TopNOperator {
@@ -230,6 +276,7 @@ impl TopNOperator {
             )?;
         }
         self.partitions = Default::default();
+        self.note_flushed()?;
         if let Some(spill) = self.spill.as_mut() {
             spill.guess.emptied();
         }
@@ -237,33 +284,49 @@ impl TopNOperator {
         Ok(())
     }
 
-    /// A snapshot of spilled state: every partition to the store, then the
-    /// store, frozen now, as one run of state rows in key-group order,
-    /// written by the snapshot's writer ([`crate::state::deferred`]).
-    pub(super) fn spilled_snapshot(&mut self) -> Result<Vec<Deferred>> {
+    /// Notes the partitions changed in memory, now written to the store,
+    /// for the next incremental snapshot to read back.
+    fn note_flushed(&mut self) -> Result<()> {
+        let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
+            return Ok(());
+        };
+        let changed: Vec<Box<[u8]>> = changed.into_iter().collect();
+        for chunk in changed.chunks(WRITE_CHUNK) {
+            let refs: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
+            let groups = self.key_groups_of(&refs)?;
+            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
+                (refs.iter().enumerate()).for_each(|(i, k)| flushed.push(&store_key(groups.value(i), k)));
+            }
+        }
+        Ok(())
+    }
+
+    /// A full snapshot of spilled state: every partition to the store, then
+    /// the store, frozen now, as one run of state rows in key-group order,
+    /// keyed by partition when it is the `base` of an incremental chain
+    /// (which then leaves no change for the next delta), written by the
+    /// snapshot's writer ([`crate::state::deferred`]).
+    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
         self.spill_all()?;
         let no_tie = self.shared_tie().cloned();
         let spill = self.spill.as_mut().expect("has spilled");
+        if let (true, Some(flushed)) = (base, spill.flushed.as_mut()) {
+            flushed.clear();
+        }
         spill.runs += 1;
         let runs = spill.runs;
-        let store = self
-            .spill
-            .as_ref()
-            .and_then(|s| s.store.as_ref())
-            .expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
         if store.is_empty()? {
             return Ok(Vec::new());
         }
         let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
         let max_parallelism = self.max_parallelism;
         let decode = move |entries: &[Entry]| {
-            let partitions = (entries.iter())
-                .map(|(_, value)| decode(value, no_tie.as_ref()))
-                .collect::<Result<Vec<_>>>()?;
-            let kept: Vec<(usize, &Arc<[u8]>, i64)> = (partitions.iter())
-                .flat_map(|p| p.rows.rows().enumerate().map(|(i, (_, r))| (i, r, p.written)))
-                .collect();
-            super::state_batch(&spec, &rows_of, max_parallelism, &kept, true)
+            let parts = stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), entries)?;
+            match base {
+                true => replacement_rows(&spec.state_schema(), parts, true),
+                false => Ok(parts.into_iter().next().map(|(rows, _, _)| rows)),
+            }
         };
         let path = store.snapshot_run_path(runs)?;
         Ok(vec![store_run(
@@ -272,6 +335,42 @@ impl TopNOperator {
             RUN_ROW_GROUP_ROWS / 4,
             decode,
         )])
+    }
+
+    /// An incremental snapshot of spilled state: the partitions changed in
+    /// memory, and those written to the store since the last snapshot
+    /// (read back from the store frozen now, by the snapshot's writer;
+    /// deleted when the store has none). `None`: nothing changed.
+    pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let parts = self.partition_parts(changed.iter().map(|k| &k[..]).collect())?;
+        let in_memory = move |k: &[u8]| k.get(4..).is_some_and(|p| changed.contains(p));
+        let no_tie = self.shared_tie().cloned();
+        let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
+        let max_parallelism = self.max_parallelism;
+        let schema = self.spec.state_schema();
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let Some(of) = DeltaOf::take(store, &mut spill.runs, &mut spill.flushed, parts, in_memory)? else {
+            return Ok(None);
+        };
+        Ok(Some(store_delta(
+            of,
+            move |frozen: &Frozen, keys: &[&[u8]]| {
+                let (live, missing) = frozen.get_each(keys)?;
+                let mut parts = stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), &live)?;
+                if !missing.is_empty() {
+                    let groups = missing
+                        .iter()
+                        .map(|k| group_of(k))
+                        .collect::<Result<Vec<u32>>>()?;
+                    let keys = arrow::array::BinaryArray::from_iter_values(missing.iter().map(|k| &k[4..]));
+                    parts.push(deleted_part(&spec.state_schema(), groups.into(), keys)?);
+                }
+                Ok(parts)
+            },
+            move |parts| replacement_rows(&schema, parts, false),
+        )))
     }
 
     /// Restores state rows into the store (not memory): each partition's
@@ -333,6 +432,9 @@ impl TopNOperator {
             if now - written >= ttl && !spill.resident.contains_key(&key[4..]) {
                 removes.push(&key[..]);
             }
+        }
+        if let Some(flushed) = &mut spill.flushed {
+            removes.iter().for_each(|k| flushed.push(k));
         }
         store.write(std::iter::empty(), removes)
     }

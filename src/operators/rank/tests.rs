@@ -766,3 +766,115 @@ fn a_partition_whose_last_row_was_retracted_is_deleted_by_the_next_delta() {
         lines(&["-U 2 3 1", "+U 52 9 1", "+I 2 3 2"])
     );
 }
+
+#[test]
+fn incremental_snapshots_of_a_spilled_top_n_hold_the_partitions_changed_in_memory_and_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = many_bids(40, 100, 500);
+    // Higher bids for auctions 0..100, batch after batch: memory spills
+    // them to the store several times before the next snapshot.
+    let second: Vec<String> = (0..20)
+        .map(|b| {
+            (0..100)
+                .map(|a| format!("{a} {}", 1000 + b))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let third = many_bids(10, 100, 500);
+    let mut heap = top2();
+    emitted(&mut heap, &first);
+    emitted(&mut heap, &second);
+    let expected = emitted(&mut heap, &third);
+
+    let mut h = top2()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &first);
+    assert!(stored_under(dir.path()), "partitions went to the store");
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 1000, "two rows of each of 500 auctions");
+    emitted(&mut h, &second);
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![false; 200],
+        "the two rows of each of the 100 auctions bid on, as they are now"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+    h.restart_from_chain().unwrap();
+    assert_eq!(emitted(&mut h, &third), expected);
+}
+
+#[test]
+fn a_spilled_top_n_over_an_updating_input_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    use crate::operators::harness::{Step, incremental_restores_as_if_never_stopped};
+    // Sums of 500 auctions updated again and again, a block of ten
+    // partitions (auction % 50) a batch, so that a delta holds some of
+    // them; batch 15 deletes every auction of partitions 0..10, which
+    // empties them, and from batch 20 on they come back.
+    let mut sums = std::collections::HashMap::new();
+    let mut steps = Vec::new();
+    for b in 0..40 {
+        let mut rows = Vec::new();
+        for r in 0..100 {
+            let auction = (b % 5) * 10 + r % 10 + 50 * (r / 10);
+            let new = (b * r) % 17;
+            let deleting = (15..20).contains(&b) && auction % 50 < 10;
+            match (sums.get(&auction).copied(), deleting) {
+                (Some(old), true) => {
+                    rows.push(format!("-D {auction} {old}"));
+                    sums.remove(&auction);
+                }
+                (None, true) => {}
+                (Some(old), false) => {
+                    rows.push(format!("-U {auction} {old}\n+U {auction} {new}"));
+                    sums.insert(auction, new);
+                }
+                (None, false) => {
+                    rows.push(format!("+I {auction} {new}"));
+                    sums.insert(auction, new);
+                }
+            }
+        }
+        steps.push(Step::Rows(0, rows.join("\n")));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spilled = || updating_top2().spilling(8 * 1024, dir.path()).unwrap();
+    let mut first_half = spilled();
+    crate::operators::harness::emitted(&mut first_half, &steps[..steps.len() / 2]);
+    assert!(stored_under(dir.path()), "partitions go to the store");
+    drop(first_half);
+    incremental_restores_as_if_never_stopped(&spilled, &steps, 3);
+}
+
+#[test]
+fn a_delta_of_a_spilled_top_n_deletes_the_partitions_the_state_ttl_swept_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = top2_with_ttl("1 h")
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    for batch in many_bids(20, 100, 2000) {
+        h.push(&batch).unwrap();
+    }
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    for minute in 0..3 {
+        h.processing_time(later + minute * 60_000).unwrap();
+    }
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    let deleted = deletions(&delta);
+    assert!(
+        deleted.iter().all(|d| *d) && deleted.len() == 2000,
+        "each of 2000 partitions deleted ({} rows in the base; {} of {} rows deleting)",
+        base.num_rows(),
+        deleted.iter().filter(|d| **d).count(),
+        deleted.len()
+    );
+    h.restart_from_chain().unwrap();
+    assert_eq!(h.push("1 10").unwrap(), lines(&["+I 1 10 1"]), "ranked afresh");
+}
