@@ -567,3 +567,29 @@ fn a_window_top_n_with_incremental_checkpoints_killed_three_times_writes_exactly
          WHERE rn <= 3",
     );
 }
+
+#[test]
+fn an_over_aggregation_of_an_updating_input_with_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
+ {
+    // The newest row of each id % 1000 (replaced again and again), summed
+    // over the rows before it of its partition (id % 300): a delta holds the
+    // partitions that a row came to or left since the last checkpoint.
+    for (parallelism, settings) in MODES {
+        let settings = format!("{settings} {}", incremental(3));
+        let (expected, got, context) = crash_three_times(
+            "changelog-over-incremental",
+            parallelism,
+            &settings,
+            SEQUENCE,
+            "k BIGINT, id BIGINT, s BIGINT",
+            "SELECT k, id, SUM(id) OVER w FROM
+               (SELECT k, id, ts FROM (SELECT id % 300 AS k, id, ts,
+                  ROW_NUMBER() OVER (PARTITION BY id % 1000 ORDER BY id DESC) AS rn FROM seq)
+                WHERE rn = 1)
+             WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)",
+        );
+        let (expected, got) = (changelog_table(&expected), changelog_table(&got));
+        assert!(!expected.is_empty(), "{context}");
+        assert_eq!(got, expected, "final table after crashes: {context} {settings}");
+    }
+}

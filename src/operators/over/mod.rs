@@ -159,6 +159,7 @@ impl OperatorFactory for OverAggregate {
                 spec,
                 ctx.max_parallelism,
                 ctx.spill.clone(),
+                ctx.incremental,
             )?));
         }
         let rows = self

@@ -13,6 +13,7 @@
 //! `+I`/`-D`; a row that came and went within the batch is not emitted. Unbounded frames are refused for updating input: every later
 //! row would change.
 
+mod delta;
 mod spill;
 
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +65,9 @@ pub(super) struct RetractOverOperator {
     pub(super) max_parallelism: usize,
     /// The spilling backend: partitions beyond the budget in a store.
     spill: Option<spill::RetractSpill>,
+    /// Incremental checkpoints on the heap: the partitions changed since
+    /// the last snapshot.
+    changed: Option<std::collections::HashSet<Box<[u8]>>>,
 }
 
 impl RetractOverOperator {
@@ -71,6 +75,7 @@ impl RetractOverOperator {
         spec: Arc<OverAggregate>,
         max_parallelism: usize,
         spill: Option<SpillSettings>,
+        incremental: bool,
     ) -> Result<Self> {
         let rows = spec
             .input
@@ -84,6 +89,7 @@ impl RetractOverOperator {
             accumulators: spec.accumulators()?,
             partitions: HashMap::default(),
             max_parallelism,
+            changed: (incremental && spill.is_none()).then(Default::default),
             spec,
             spill: None,
         };
@@ -185,6 +191,11 @@ impl RetractOverOperator {
         touched: &mut Touched,
         frames: &mut Vec<Vec<Arc<[u8]>>>,
     ) {
+        if let Some(changed) = &mut self.changed
+            && !changed.contains(partition)
+        {
+            changed.insert(partition.into());
+        }
         let rows = self.partitions.entry(partition.into()).or_default();
         let copies = rows
             .range((time, row.clone(), 0)..=(time, row.clone(), u32::MAX))
@@ -372,20 +383,28 @@ impl Operator for RetractOverOperator {
             .values()
             .flat_map(|rows| rows.keys().map(|p| &p.1))
             .collect();
-        if kept.is_empty() {
+        let Some(columns) = self.kept_columns(&kept)? else {
             return Ok(None);
-        }
-        let parser = self.rows_of.parser();
-        let data = self.rows_of.convert_rows(kept.iter().map(|r| parser.parse(r)))?;
-        let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
-        let keys = evaluate(&self.spec.partition, &batch)?;
-        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(&keys, kept.len(), self.max_parallelism)?)];
-        columns.extend(data);
+        };
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.state_schema(), columns)?),
+        }))
+    }
+
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.changed.is_some()).then_some(crate::state::incremental::DeltaKind::Replace)
+    }
+
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.changed.is_none() {
+            return self.snapshot(checkpoint);
+        }
+        Ok(Some(OperatorSnapshot {
+            rows: self.delta(full)?,
+            ..OperatorSnapshot::default()
         }))
     }
 
@@ -411,6 +430,21 @@ impl Operator for RetractOverOperator {
 }
 
 impl RetractOverOperator {
+    /// State columns (key group, then the row's) of `kept` rows; `None`
+    /// without rows.
+    fn kept_columns(&self, kept: &[&Arc<[u8]>]) -> Result<Option<Vec<ArrayRef>>> {
+        if kept.is_empty() {
+            return Ok(None);
+        }
+        let parser = self.rows_of.parser();
+        let data = self.rows_of.convert_rows(kept.iter().map(|r| parser.parse(r)))?;
+        let batch = RecordBatch::try_new(self.spec.input.clone(), data.clone())?;
+        let keys = evaluate(&self.spec.partition, &batch)?;
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(key_groups(&keys, kept.len(), self.max_parallelism)?)];
+        columns.extend(data);
+        Ok(Some(columns))
+    }
+
     /// Adds kept rows of a snapshot to their partitions (with the spilling
     /// backend, a partition's stored rows read first).
     fn restore_chunk(&mut self, rows: &RecordBatch) -> Result<()> {

@@ -495,3 +495,43 @@ fn an_incremental_over_snapshot_holds_the_partitions_changed_since_the_last_one(
         "partition 1 from the delta (10 left its frame), 2 from the base"
     );
 }
+
+#[test]
+fn an_incremental_snapshot_of_an_over_aggregation_of_an_updating_input_holds_the_changed_partitions() {
+    use crate::operators::harness::deletions;
+    let mut h = retracting().incremental().unwrap();
+    h.push(&format!("+I 1 1 10 {}\n+I 2 2 20 {}", at_ms(1000), at_ms(2000)))
+        .unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 2);
+    // Bidder 1's only row goes; bidder 2 gets a second one.
+    h.push(&format!("-D 1 1 10 {}\n+I 3 2 5 {}", at_ms(1000), at_ms(3000)))
+        .unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![false, false, true],
+        "bidder 2's two rows, bidder 1 gone"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.push(&format!("+I 4 1 7 {}", at_ms(4000))).unwrap(),
+        lines(&[&format!("+I 4 1 7 {} 7 7", at(4))]),
+        "bidder 1 starts afresh"
+    );
+    assert_eq!(
+        h.push(&format!("-D 3 2 5 {}", at_ms(3000))).unwrap(),
+        lines(&[&format!("-D 3 2 5 {} 25 20", at(3))]),
+        "bidder 2's rows from the delta"
+    );
+}
+
+#[test]
+fn an_over_aggregation_of_an_updating_input_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    crate::operators::harness::incremental_restores_as_if_never_stopped(
+        &retracting,
+        &retracting_steps(40),
+        1,
+    );
+}
