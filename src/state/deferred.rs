@@ -15,10 +15,12 @@
 
 use std::path::PathBuf;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::UInt32Type;
+use arrow::array::{AsArray, BinaryArray, RecordBatch};
+use arrow::datatypes::{SchemaRef, UInt32Type};
 
+use crate::state::entry::split_entry_key;
 use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::state::runs::{Run, RunWriter};
 use crate::state::snapshot::{concat_by_key_group, sorted_by_key_group};
 use crate::state::store::{Entry, Frozen, Store, WRITE_CHUNK};
@@ -191,6 +193,62 @@ where
         write(memory.take_through(Some(u32::MAX)))?;
         writer.map(RunWriter::finish).transpose()
     }))
+}
+
+/// The incremental snapshot of a spilled operator whose store holds one
+/// entry per state key (`key group | state key`, [`crate::state::entry`])
+/// as a replacing delta ([`crate::state::incremental::DeltaKind::Replace`]):
+/// memory's `parts`, those of the state keys `in_memory` says memory
+/// changed since the last snapshot (taken at the barrier), and the entries
+/// of the keys written to the store since then, read back from the store
+/// frozen now by the snapshot's writer and made parts by `decode`; a key
+/// the store no longer has is deleted. `None`: nothing changed.
+pub fn keyed_delta<M, D>(
+    store: &Store,
+    runs: &mut u64,
+    flushed: &mut Option<FlushedKeys>,
+    memory: (Vec<ReplacedPart>, M),
+    schema: SchemaRef,
+    mut decode: D,
+) -> Result<Option<Deferred>>
+where
+    M: Fn(&[u8]) -> bool + Send + 'static,
+    D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
+{
+    let (parts, in_memory) = memory;
+    let in_memory = move |k: &[u8]| k.get(4..).is_some_and(&in_memory);
+    let Some(of) = DeltaOf::take(store, runs, flushed, parts, in_memory)? else {
+        return Ok(None);
+    };
+    let finish_schema = schema.clone();
+    Ok(Some(store_delta(
+        of,
+        move |frozen: &Frozen, keys: &[&[u8]]| {
+            let (live, missing) = frozen.get_each(keys)?;
+            let mut parts = decode(&live)?;
+            if !missing.is_empty() {
+                let groups = (missing.iter())
+                    .map(|k| split_entry_key(k).map(|(group, _)| group))
+                    .collect::<Result<Vec<u32>>>()?;
+                let keys = BinaryArray::from_iter_values(missing.iter().map(|k| &k[4..]));
+                parts.push(deleted_part(&schema, groups.into(), keys)?);
+            }
+            Ok(parts)
+        },
+        move |parts| replacement_rows(&finish_schema, parts, false),
+    )))
+}
+
+/// A full snapshot of a store of one entry per state key as the base of a
+/// replacing chain: [`whole_store`], each chunk of entries made parts (rows
+/// with their state keys) by `decode`.
+pub fn keyed_base<D>(store: &Store, n: u64, schema: SchemaRef, mut decode: D) -> Result<Vec<Deferred>>
+where
+    D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
+{
+    whole_store(store, n, move |entries| {
+        replacement_rows(&schema, decode(entries)?, true)
+    })
 }
 
 /// The memory part of a delta (sorted by key group), given out a key-group

@@ -32,7 +32,27 @@ fn spilled_rows_killed_three_times(name: &str, source: &str, columns: &str, quer
 
 /// [`spilled_rows_killed_three_times`], where a clean run writes `rows` rows.
 fn spilled_killed_three_times(name: &str, source: &str, columns: &str, query: &str, rows: usize) {
-    for (parallelism, settings) in MODES {
+    spilled_killed_three_times_in(&MODES, name, source, columns, query, rows);
+}
+
+/// Incremental checkpoints (max-deltas 3) at p=2: a chain's deltas read
+/// back what went to the store since the last checkpoint.
+const INCREMENTAL: [(usize, &str); 1] = [(
+    2,
+    "SET 'execution.checkpointing.incremental' = 'true';
+     SET 'execution.checkpointing.incremental.max-deltas' = '3';",
+)];
+
+/// [`spilled_killed_three_times`] in `modes` (parallelism and settings).
+fn spilled_killed_three_times_in(
+    modes: &[(usize, &str)],
+    name: &str,
+    source: &str,
+    columns: &str,
+    query: &str,
+    rows: usize,
+) {
+    for &(parallelism, settings) in modes {
         let spill = tempfile::tempdir().unwrap();
         let settings = format!("{settings} {}", spilling("1 mb", spill.path()));
         let (expected, got, context) =
@@ -79,11 +99,7 @@ fn a_hopping_aggregation_rescaled_4_2_3_from_checkpoints_of_spilled_state_writes
 fn spilled_updates_killed_three_times(name: &str, columns: &str, query: &str, incremental: bool) {
     let modes: &[(usize, &str)] = match incremental {
         false => &MODES,
-        true => &[(
-            2,
-            "SET 'execution.checkpointing.incremental' = 'true';
-             SET 'execution.checkpointing.incremental.max-deltas' = '3';",
-        )],
+        true => &INCREMENTAL,
     };
     for (parallelism, settings) in modes {
         let spill = tempfile::tempdir().unwrap();
@@ -220,19 +236,32 @@ fn a_window_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows_of
     );
 }
 
+/// 20k keys, a row of each every 200 s, in sessions of a 5-minute gap (20k
+/// open at once, several MB on the heap, under 1 MB); two 600 s holes close
+/// every key's session twice: 60k sessions (a Python loop).
+const SESSIONS: &str =
+    "SELECT id % 20000, SESSION_START(ts, INTERVAL '5' MINUTE), SESSION_END(ts, INTERVAL '5' MINUTE),
+         COUNT(*), SUM(id), COUNT(DISTINCT id % 7)
+     FROM seq WHERE (id / 60000) % 3 <> 2
+     GROUP BY id % 20000, SESSION(ts, INTERVAL '5' MINUTE)";
+
+/// The columns of [`SESSIONS`].
+const SESSION_COLUMNS: &str = "k BIGINT, ss TIMESTAMP(3), se TIMESTAMP(3), c BIGINT, s BIGINT, d BIGINT";
+
 #[test]
 fn a_session_window_with_spilled_sessions_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    // 20k keys, a row of each every 200 s, in sessions of a 5-minute gap
-    // (20k open at once, several MB on the heap, under 1 MB); two 600 s
-    // holes close every key's session twice: 60k sessions (a Python loop).
-    spilled_killed_three_times(
-        "session-spilling",
+    spilled_killed_three_times("session-spilling", SEQUENCE, SESSION_COLUMNS, SESSIONS, 60_000);
+}
+
+#[test]
+fn a_session_window_with_spilled_sessions_and_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run()
+ {
+    spilled_killed_three_times_in(
+        &INCREMENTAL,
+        "session-spilling-incremental",
         SEQUENCE,
-        "k BIGINT, ss TIMESTAMP(3), se TIMESTAMP(3), c BIGINT, s BIGINT, d BIGINT",
-        "SELECT id % 20000, SESSION_START(ts, INTERVAL '5' MINUTE), SESSION_END(ts, INTERVAL '5' MINUTE),
-                COUNT(*), SUM(id), COUNT(DISTINCT id % 7)
-         FROM seq WHERE (id / 60000) % 3 <> 2
-         GROUP BY id % 20000, SESSION(ts, INTERVAL '5' MINUTE)",
+        SESSION_COLUMNS,
+        SESSIONS,
         60_000,
     );
 }

@@ -28,12 +28,12 @@ use arrow::datatypes::UInt32Type;
 use super::entries::{Entries, encode_row};
 use super::{Partition, TopNOperator};
 use crate::runtime::operator::SpillSettings;
-use crate::state::deferred::{Deferred, DeltaOf, store_delta, store_run};
+use crate::state::deferred::{Deferred, keyed_delta, store_run};
 use crate::state::flushed::FlushedKeys;
-use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
+use crate::state::incremental::{ReplacedPart, replacement_rows};
 use crate::state::memory_guess::{self, MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use crate::state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
+use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
 use crate::{Error, Result};
 
 /// The least a row is guessed to add to memory: a kept row's place and
@@ -110,17 +110,6 @@ fn decode(value: &[u8], no_tie: Option<&Arc<[u8]>>) -> Result<Partition> {
         written: i64::from_le_bytes(written.try_into().expect("8 bytes")),
         rows: Entries::decode(&value[8..], no_tie).ok_or_else(cut_short)?,
     })
-}
-
-/// The key group of a store key.
-fn group_of(key: &[u8]) -> Result<u32> {
-    let group = key.get(..4).ok_or_else(|| {
-        Error::State(format!(
-            "a spilled TopN partition key without its key group ({} bytes)",
-            key.len()
-        ))
-    })?;
-    Ok(u32::from_be_bytes(group.try_into().expect("4 bytes")))
 }
 
 /// The state rows of store entries (in store order, so by key group), each
@@ -344,33 +333,21 @@ impl TopNOperator {
     pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let parts = self.partition_parts(changed.iter().map(|k| &k[..]).collect())?;
-        let in_memory = move |k: &[u8]| k.get(4..).is_some_and(|p| changed.contains(p));
+        let in_memory = move |p: &[u8]| changed.contains(p);
         let no_tie = self.shared_tie().cloned();
         let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
         let max_parallelism = self.max_parallelism;
         let schema = self.spec.state_schema();
         let spill = self.spill.as_mut().expect("has spilled");
         let store = spill.store.as_ref().expect("has spilled");
-        let Some(of) = DeltaOf::take(store, &mut spill.runs, &mut spill.flushed, parts, in_memory)? else {
-            return Ok(None);
-        };
-        Ok(Some(store_delta(
-            of,
-            move |frozen: &Frozen, keys: &[&[u8]]| {
-                let (live, missing) = frozen.get_each(keys)?;
-                let mut parts = stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), &live)?;
-                if !missing.is_empty() {
-                    let groups = missing
-                        .iter()
-                        .map(|k| group_of(k))
-                        .collect::<Result<Vec<u32>>>()?;
-                    let keys = arrow::array::BinaryArray::from_iter_values(missing.iter().map(|k| &k[4..]));
-                    parts.push(deleted_part(&spec.state_schema(), groups.into(), keys)?);
-                }
-                Ok(parts)
-            },
-            move |parts| replacement_rows(&schema, parts, false),
-        )))
+        keyed_delta(
+            store,
+            &mut spill.runs,
+            &mut spill.flushed,
+            (parts, in_memory),
+            schema,
+            move |live: &[Entry]| stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), live),
+        )
     }
 
     /// Restores state rows into the store (not memory): each partition's

@@ -151,9 +151,9 @@ impl OperatorFactory for SessionAggregateFactory {
             batch_size: ctx.batch_size,
             max_parallelism: ctx.max_parallelism,
             spill: (ctx.spill.clone())
-                .map(|settings| spill::SessionSpill::new(settings, &self.0))
+                .map(|settings| spill::SessionSpill::new(settings, &self.0, ctx.incremental))
                 .transpose()?,
-            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::new),
+            changed: ctx.incremental.then(HashSet::new),
         }))
     }
 
@@ -187,8 +187,8 @@ struct SessionOperator {
     max_parallelism: usize,
     /// The spilling backend: sessions beyond the budget in a store.
     spill: Option<spill::SessionSpill>,
-    /// Incremental checkpoints (on the heap): the keys whose sessions
-    /// changed since the last snapshot.
+    /// Incremental checkpoints: the keys whose sessions changed since the
+    /// last snapshot (spilled: since the last spill).
     changed: Option<HashSet<Box<[u8]>>>,
 }
 
@@ -677,6 +677,9 @@ impl Operator for SessionOperator {
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
+        }
+        if self.has_spilled() {
+            return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))

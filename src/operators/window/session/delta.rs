@@ -9,7 +9,7 @@ use arrow::array::{BinaryArray, RecordBatch, UInt32Array};
 
 use super::SessionOperator;
 use crate::Result;
-use crate::state::incremental::{deleted_part, replacement_rows};
+use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
 
 impl SessionOperator {
@@ -31,10 +31,18 @@ impl SessionOperator {
             true => self.by_key.keys().cloned().collect(),
             false => changed.into_iter().collect(),
         };
-        let (present, gone): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| self.by_key.contains_key(k));
+        let parts = self.key_parts(&keys)?;
+        replacement_rows(&self.state_schema()?, parts, full)
+    }
+
+    /// The parts of a replacing file for `keys`: the open sessions of those
+    /// memory holds, each keyed by its key, and a deleting part for the
+    /// others.
+    pub(super) fn key_parts(&mut self, keys: &[Box<[u8]>]) -> Result<Vec<ReplacedPart>> {
+        let (present, gone): (Vec<_>, Vec<_>) = keys.iter().partition(|k| self.by_key.contains_key(*k));
         let ids: Vec<usize> = present
             .iter()
-            .flat_map(|k| self.by_key[k].iter().copied())
+            .flat_map(|k| self.by_key[*k].iter().copied())
             .collect();
         let schema = self.state_schema()?;
         let mut parts = Vec::new();
@@ -48,16 +56,20 @@ impl SessionOperator {
         }
         if !gone.is_empty() {
             let bytes: Vec<&[u8]> = gone.iter().map(|k| &k[..]).collect();
-            let groups = match self.spec.key_schema.fields().is_empty() {
-                true => UInt32Array::from(vec![0; bytes.len()]),
-                false => key_groups_of_bytes(&self.converter, &bytes, self.max_parallelism)?,
-            };
             parts.push(deleted_part(
                 &schema,
-                groups,
+                self.key_groups_of(&bytes)?,
                 BinaryArray::from_iter_values(bytes),
             )?);
         }
-        replacement_rows(&schema, parts, full)
+        Ok(parts)
+    }
+
+    /// The key group of each key's bytes.
+    pub(super) fn key_groups_of(&self, keys: &[&[u8]]) -> Result<UInt32Array> {
+        match self.spec.key_schema.fields().is_empty() {
+            true => Ok(UInt32Array::from(vec![0; keys.len()])),
+            false => key_groups_of_bytes(&self.converter, keys, self.max_parallelism),
+        }
     }
 }

@@ -20,23 +20,29 @@
 //!
 //! Checkpoints stay state files: a snapshot writes memory to the store and
 //! the store, frozen, as one run of the state rows the heap writes, read by
-//! the snapshot's writer ([`crate::state::deferred`]). A restore reads a
-//! key's stored sessions before a chunk adds to them, and spills when full.
+//! the snapshot's writer ([`crate::state::deferred`]); with incremental
+//! checkpoints, a delta of the keys changed in memory and of those written
+//! to the store since the last snapshot (a key read back from the store
+//! counts as changed: its entry is gone). A restore reads a key's stored
+//! sessions before a chunk adds to them, and spills when full.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array};
 use arrow::datatypes::{SchemaRef, UInt32Type};
 use arrow::row::{RowConverter, SortField};
 
 use super::super::spec::TimeShift;
 use super::{SessionAggregate, SessionOperator};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::whole_store;
+use crate::state::deferred::{keyed_base, keyed_delta, whole_store};
 use crate::state::entry::{
     ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
     split_index_key,
 };
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::ReplacedPart;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
 use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
@@ -59,13 +65,17 @@ pub(super) struct SessionSpill {
     scan_from: i64,
     /// When memory is measured.
     guess: MemoryGuess,
+    /// Incremental checkpoints: the entries of the keys changed in memory
+    /// and written to the store since the last snapshot.
+    flushed: Option<FlushedKeys>,
     runs: u64,
 }
 
 impl SessionSpill {
     /// The spill of a session window subtask of `spec` with these settings
-    /// (an error if its states have no row format).
-    pub(super) fn new(settings: SpillSettings, spec: &SessionAggregate) -> Result<Self> {
+    /// (an error if its states have no row format), noting what its
+    /// `incremental` snapshots read back.
+    pub(super) fn new(settings: SpillSettings, spec: &SessionAggregate, incremental: bool) -> Result<Self> {
         Ok(SessionSpill {
             settings,
             store: None,
@@ -73,6 +83,7 @@ impl SessionSpill {
             scan_from: i64::MIN,
             // At least a new key's session: its key, bounds and a state.
             guess: MemoryGuess::new(96),
+            flushed: incremental.then(FlushedKeys::default),
             runs: 0,
         })
     }
@@ -140,7 +151,22 @@ impl Codec {
     /// The state rows of store entries (index entries left out), in their
     /// order; `None` without sessions.
     fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
+        Ok(self.decode_keyed(entries)?.map(|(rows, _)| rows))
+    }
+
+    /// [`Codec::decode`] as a replacing file's part, each row keyed by its
+    /// session key.
+    fn decode_parts(&self, entries: &[Entry]) -> Result<Vec<ReplacedPart>> {
+        let parts = self
+            .decode_keyed(entries)?
+            .map(|(rows, keys)| (rows, keys, false));
+        Ok(parts.into_iter().collect())
+    }
+
+    /// [`Codec::decode`], and the key bytes of each row.
+    fn decode_keyed(&self, entries: &[Entry]) -> Result<Option<(RecordBatch, BinaryArray)>> {
         let (mut groups, mut keys, mut sessions) = (Vec::new(), Vec::new(), Vec::new());
+        let mut key_bytes = BinaryBuilder::new();
         let (key_parser, session_parser) = (self.keys.parser(), self.sessions.parser());
         for (key, value) in entries {
             if is_index(key) {
@@ -150,6 +176,7 @@ impl Codec {
             for row in split_sessions(value)? {
                 groups.push(group);
                 keys.push(key_parser.parse(key));
+                key_bytes.append_value(key);
                 sessions.push(session_parser.parse(row));
             }
         }
@@ -163,7 +190,7 @@ impl Codec {
             columns.extend(self.keys.convert_rows(keys)?);
         }
         columns.extend(stored);
-        Ok(Some(state_rows(&self.schema, columns)?))
+        Ok(Some((state_rows(&self.schema, columns)?, key_bytes.finish())))
     }
 }
 
@@ -230,6 +257,10 @@ impl SessionOperator {
             return Ok(());
         };
         let ids = self.open_sessions(&rows)?;
+        // Their entries go: a delta reads them from memory from now on.
+        for (key, _) in entries.iter().filter(|(k, _)| !is_index(k)) {
+            self.mark_changed(split_entry_key(key)?.1);
+        }
         let groups = rows.column(0).as_primitive::<UInt32Type>();
         let mut removes: Vec<Vec<u8>> = entries.iter().map(|(k, _)| k.to_vec()).collect();
         for (id, group) in ids.iter().zip(groups.values()) {
@@ -302,6 +333,7 @@ impl SessionOperator {
         };
         // Bloom filters: most keys of a batch are often in neither.
         open_once(&mut spill.store, &spill.settings)?;
+        self.note_flushed()?;
         let by_key: Vec<(Box<[u8]>, Vec<usize>)> = self.by_key.drain().collect();
         let mut start = 0;
         while start < by_key.len() {
@@ -320,6 +352,24 @@ impl SessionOperator {
             spill.guess.emptied();
         }
         crate::alloc::give_back_freed_memory();
+        Ok(())
+    }
+
+    /// Notes the keys changed in memory, about to be written to the store
+    /// (or, without sessions, gone from it), for the next incremental
+    /// snapshot to read back.
+    fn note_flushed(&mut self) -> Result<()> {
+        let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
+            return Ok(());
+        };
+        let changed: Vec<Box<[u8]>> = changed.into_iter().collect();
+        for chunk in changed.chunks(WRITE_CHUNK) {
+            let keys: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
+            let groups = self.key_groups_of(&keys)?;
+            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
+                (keys.iter().zip(groups.values())).for_each(|(k, g)| flushed.push(&entry_key(*g, k)));
+            }
+        }
         Ok(())
     }
 
@@ -359,6 +409,47 @@ impl SessionOperator {
         let store = spill.store.as_ref().expect("has spilled");
         let decode = move |entries: &[Entry]| codec.decode(entries);
         snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        Ok(snapshot)
+    }
+
+    /// An incremental snapshot of spilled state, and the watermark: a base
+    /// (`full`: memory to the store, then the store, frozen now, as one
+    /// run keyed by session key), or a replacing delta of the keys changed
+    /// in memory and of those written to the store since the last
+    /// snapshot, read back from the store frozen now (a key it no longer
+    /// has is deleted), both read by the snapshot's writer.
+    pub(super) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        let (codec, schema) = (Codec::new(&self.spec)?, self.state_schema()?);
+        let decode = move |entries: &[Entry]| codec.decode_parts(entries);
+        if full {
+            self.spill_all()?;
+            let spill = self.spill.as_mut().expect("has spilled");
+            spill.flushed.as_mut().map(FlushedKeys::clear);
+            spill.runs += 1;
+            let store = spill.store.as_ref().expect("has spilled");
+            snapshot.deferred = keyed_base(store, spill.runs, schema, decode)?;
+            return Ok(snapshot);
+        }
+        let changed: Vec<Box<[u8]>> = (self.changed.as_mut())
+            .map(std::mem::take)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let parts = self.key_parts(&changed)?;
+        let changed: HashSet<Box<[u8]>> = changed.into_iter().collect();
+        let in_memory = move |key: &[u8]| changed.contains(key);
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let delta = keyed_delta(
+            store,
+            &mut spill.runs,
+            &mut spill.flushed,
+            (parts, in_memory),
+            schema,
+            decode,
+        )?;
+        snapshot.deferred = delta.into_iter().collect();
         Ok(snapshot)
     }
 }

@@ -230,3 +230,85 @@ fn an_incremental_session_snapshot_holds_the_keys_whose_sessions_changed_since_t
         "a's session from the delta, c's from the base, b's not again"
     );
 }
+
+#[test]
+fn incremental_snapshots_of_a_spilled_session_window_hold_the_keys_changed_in_memory_and_in_the_store() {
+    use crate::operators::harness::deletions;
+    let base = 1_577_836_800_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = session()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let first: Vec<String> = (0..500).map(|i| format!("k{i} 1 {}", at(0))).collect();
+    h.push(&first.join("\n")).unwrap();
+    assert!(entries_in(dir.path()) > 0, "sessions went to the store");
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 500);
+    // k1 read back from the store and longer, then written to it again by
+    // the spill of 300 new keys; k2 read back and longer, in memory.
+    h.push(&format!("k1 2 {}", at(1000))).unwrap();
+    let new: Vec<String> = (0..300).map(|i| format!("n{i} 3 {}", at(5000))).collect();
+    h.push(&new.join("\n")).unwrap();
+    h.push(&format!("k2 4 {}", at(1500))).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![false; 302], "k1, k2 and the 300 new keys");
+    // The other 498 keys' sessions fire, from the store.
+    assert_eq!(h.watermark(base + 2998).unwrap().len(), 499);
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(
+        deletions(&delta),
+        vec![true; 498],
+        "the keys whose sessions fired"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    let fired = h.watermark(i64::MAX).unwrap();
+    assert_eq!(fired.len(), 303, "k1, k2, the new keys, the watermark");
+    assert!(fired.contains(&"+I k1 2020-01-01T00:00:00 2020-01-01T00:00:03 2 3 2".to_string()));
+    assert!(fired.contains(&"+I k2 2020-01-01T00:00:00 2020-01-01T00:00:03.500 2 5 2".to_string()));
+}
+
+#[test]
+fn a_spilled_session_window_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = session_steps(40, 50, 2000);
+    let spilled = || session().spilling(16 * 1024, dir.path()).unwrap();
+    let mut first_half = spilled();
+    emitted(&mut first_half, &steps[..steps.len() / 2]);
+    assert!(entries_in(dir.path()) > 0, "sessions go to the store");
+    drop(first_half);
+    crate::operators::harness::incremental_restores_as_if_never_stopped(&spilled, &steps, 3);
+}
+
+#[test]
+fn a_stored_key_read_back_for_a_late_row_only_is_still_in_the_next_delta() {
+    use crate::operators::harness::deletions;
+    let base = 1_577_836_800_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = session()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let first: Vec<String> = (0..500).map(|i| format!("k{i} 1 {}", at(0))).collect();
+    h.push(&first.join("\n")).unwrap();
+    h.snapshot_delta(true).unwrap().expect("a base");
+    // k7 changes and goes to the store again with 300 new keys.
+    h.push(&format!("k7 2 {}", at(500))).unwrap();
+    let new: Vec<String> = (0..300).map(|i| format!("n{i} 3 {}", at(5000))).collect();
+    h.push(&new.join("\n")).unwrap();
+    h.watermark(base + 100).unwrap();
+    // Read back (its entry leaves the store) for a row too late to count.
+    h.push(&format!("k7 4 {}", at(-5000))).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![false; 301], "k7 and the 300 new keys");
+    h.restart_from_chain().unwrap();
+    let fired = h.watermark(i64::MAX).unwrap();
+    assert!(
+        fired.contains(&"+I k7 2020-01-01T00:00:00 2020-01-01T00:00:02.500 2 3 2".to_string()),
+        "{:?}",
+        &fired[..3]
+    );
+}
