@@ -657,18 +657,47 @@ fn a_temporal_join_with_versions_several_times_its_budget_gives_the_table_of_the
     );
 }
 
+/// 20k partitions, a row of each every 200 s, each with a frame of its
+/// last 3 rows (several MB on the heap, under 1 MB) and a second of rows
+/// waiting for the watermark: a row out per row in.
+const OVER: &str = "SELECT k, id, SUM(id) OVER w, COUNT(*) OVER w
+     FROM (SELECT id % 20000 AS k, id, ts FROM seq)
+     WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)";
+
 #[test]
 fn an_over_aggregation_with_spilled_partitions_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    // 20k partitions, a row of each every 200 s, each with a frame of its
-    // last 3 rows (several MB on the heap, under 1 MB) and a second of rows
-    // waiting for the watermark: a row out per row in.
-    spilled_killed_three_times(
-        "over-spilling",
+    let columns = "k BIGINT, id BIGINT, s BIGINT, c BIGINT";
+    spilled_killed_three_times("over-spilling", SEQUENCE, columns, OVER, 400_000);
+}
+
+#[test]
+fn an_over_aggregation_with_spilled_partitions_and_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run()
+ {
+    let columns = "k BIGINT, id BIGINT, s BIGINT, c BIGINT";
+    spilled_killed_three_times_in(
+        &INCREMENTAL,
+        "over-spilling-incremental",
         SEQUENCE,
-        "k BIGINT, id BIGINT, s BIGINT, c BIGINT",
-        "SELECT k, id, SUM(id) OVER w, COUNT(*) OVER w
-         FROM (SELECT id % 20000 AS k, id, ts FROM seq)
-         WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)",
+        columns,
+        OVER,
         400_000,
+    );
+}
+
+#[test]
+fn an_over_aggregation_of_an_updating_input_with_spilled_partitions_and_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
+ {
+    // The newest row of each id % 100000 (replaced three times), summed
+    // over the two rows before it of its partition (id % 300): 100k kept
+    // rows, several MB on the heap, under 1 MB, behind a spilled TopN.
+    spilled_updates_killed_three_times(
+        "changelog-over-spilling-incremental",
+        "k BIGINT, id BIGINT, s BIGINT",
+        "SELECT k, id, SUM(id) OVER w FROM
+           (SELECT k, id, ts FROM (SELECT id % 300 AS k, id, ts,
+              ROW_NUMBER() OVER (PARTITION BY id % 100000 ORDER BY id DESC) AS rn FROM seq)
+            WHERE rn = 1)
+         WINDOW w AS (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)",
+        true,
     );
 }

@@ -183,9 +183,9 @@ impl OperatorFactory for OverAggregate {
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
             spill: (ctx.spill.clone())
-                .map(|settings| spill::OverSpill::new(settings, &spec, ctx.max_parallelism))
+                .map(|settings| spill::OverSpill::new(settings, &spec, ctx.max_parallelism, ctx.incremental))
                 .transpose()?,
-            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::new),
+            changed: ctx.incremental.then(HashSet::new),
             spec,
         }))
     }
@@ -222,8 +222,8 @@ struct OverOperator {
     metrics: Arc<TaskMetrics>,
     /// The spilling backend: partitions beyond the budget in a store.
     spill: Option<spill::OverSpill>,
-    /// Incremental checkpoints (on the heap): the groups changed since the
-    /// last snapshot.
+    /// Incremental checkpoints: the groups changed since the last snapshot
+    /// (spilled: since the last spill).
     changed: Option<HashSet<usize>>,
 }
 
@@ -467,6 +467,9 @@ impl Operator for OverOperator {
     /// Every partition's state (`full`), or that of the partitions changed
     /// since the last snapshot (partitions never go); and the watermark.
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.changed.is_some() && self.has_spilled() {
+            return self.spilled_delta(full).map(Some);
+        }
         let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
             return self.snapshot(checkpoint);
         };

@@ -65,8 +65,8 @@ pub(super) struct RetractOverOperator {
     pub(super) max_parallelism: usize,
     /// The spilling backend: partitions beyond the budget in a store.
     spill: Option<spill::RetractSpill>,
-    /// Incremental checkpoints on the heap: the partitions changed since
-    /// the last snapshot.
+    /// Incremental checkpoints: the partitions changed since the last
+    /// snapshot (spilled: since the last spill).
     changed: Option<std::collections::HashSet<Box<[u8]>>>,
 }
 
@@ -89,7 +89,7 @@ impl RetractOverOperator {
             accumulators: spec.accumulators()?,
             partitions: HashMap::default(),
             max_parallelism,
-            changed: (incremental && spill.is_none()).then(Default::default),
+            changed: incremental.then(Default::default),
             spec,
             spill: None,
         };
@@ -401,6 +401,9 @@ impl Operator for RetractOverOperator {
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
+        }
+        if self.has_spilled() {
+            return self.spilled_delta(full).map(Some);
         }
         Ok(Some(OperatorSnapshot {
             rows: self.delta(full)?,

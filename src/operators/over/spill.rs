@@ -26,22 +26,29 @@
 //!
 //! Checkpoints stay state files: a snapshot writes memory to the store and
 //! the store, frozen, as one run of the state rows the heap writes, read by
-//! the snapshot's writer ([`crate::state::deferred`]).
+//! the snapshot's writer ([`crate::state::deferred`]); with incremental
+//! checkpoints, a delta of the partitions changed in memory and of those
+//! written to the store since the last snapshot, read back from it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
 use arrow::row::{RowConverter, SortField};
 
-use super::state::{ACCUMULATORS, FRAME_ROW, Part, WAITING_ROW, cast_all, rows_of_parts};
+use super::state::{
+    ACCUMULATORS, FRAME_ROW, KeyedPart, Part, WAITING_ROW, cast_all, replaced_parts, rows_of_parts,
+};
 use super::{OverAggregate, OverOperator, converter};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::whole_store;
+use crate::state::deferred::{keyed_base, keyed_delta, whole_store};
 use crate::state::entry::{
     ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
     split_index_key,
 };
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::ReplacedPart;
 use crate::state::keyed_rows::columns_of;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::key_groups_of_bytes;
@@ -61,6 +68,9 @@ pub(super) struct OverSpill {
     scan_from: i64,
     /// When memory is measured.
     guess: MemoryGuess,
+    /// Incremental checkpoints: the entries of the partitions changed in
+    /// memory and written to the store since the last snapshot.
+    flushed: Option<FlushedKeys>,
     runs: u64,
 }
 
@@ -71,12 +81,14 @@ impl OverSpill {
         settings: SpillSettings,
         spec: &Arc<OverAggregate>,
         max_parallelism: usize,
+        incremental: bool,
     ) -> Result<Self> {
         Ok(OverSpill {
             settings,
             store: None,
             codec: Codec::new(spec, max_parallelism)?,
             scan_from: i64::MIN,
+            flushed: incremental.then(FlushedKeys::default),
             // At least a row waiting: its bytes and the map's slot.
             guess: MemoryGuess::new(64),
             runs: 0,
@@ -196,24 +208,38 @@ impl Codec {
     /// The state rows (as the heap writes them) of store entries, index
     /// entries left out; `None` without partitions.
     fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
-        let stored = (entries.iter())
-            .filter(|(k, _)| !is_index(k))
-            .map(|(k, v)| decode_partition(k, v))
-            .collect::<Result<Vec<_>>>()?;
+        let stored = stored_of(entries)?;
+        let parts = self.parts(&stored)?.into_iter().map(|(part, _)| part).collect();
+        rows_of_parts(&self.spec, parts, self.max_parallelism)
+    }
+
+    /// [`Codec::decode`] as a replacing file's parts, each row keyed by its
+    /// partition key.
+    fn decode_parts(&self, entries: &[Entry]) -> Result<Vec<ReplacedPart>> {
+        let stored = stored_of(entries)?;
+        replaced_parts(&self.spec, self.parts(&stored)?, self.max_parallelism)
+    }
+
+    /// The state parts of stored partitions, with the partition key of each
+    /// row; none without partitions.
+    fn parts<'a>(&self, stored: &[Stored<'a>]) -> Result<Vec<KeyedPart<'a>>> {
         if stored.is_empty() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let mut parts = vec![Part {
-            role: ACCUMULATORS,
-            times: stored
-                .iter()
-                .map(|s| (s.last != i64::MIN).then_some(s.last))
-                .collect(),
-            keys: self.key_columns(stored.iter().map(|s| s.key))?,
-            input: None,
-            args: None,
-            states: Some(columns_of(&self.states, stored.iter().map(|s| s.states))?),
-        }];
+        let mut parts = vec![(
+            Part {
+                role: ACCUMULATORS,
+                times: stored
+                    .iter()
+                    .map(|s| (s.last != i64::MIN).then_some(s.last))
+                    .collect(),
+                keys: self.key_columns(stored.iter().map(|s| s.key))?,
+                input: None,
+                args: None,
+                states: Some(columns_of(&self.states, stored.iter().map(|s| s.states))?),
+            },
+            stored.iter().map(|s| s.key).collect(),
+        )];
         let framed: Vec<(&[u8], i64, &[u8])> = (stored.iter())
             .flat_map(|s| s.frame.iter().map(|(t, r)| (s.key, *t, *r)))
             .collect();
@@ -233,17 +259,26 @@ impl Codec {
                 FRAME_ROW => (Some(values), None),
                 _ => (None, Some(values)),
             };
-            parts.push(Part {
+            let part = Part {
                 role,
                 times: rows.iter().map(|(_, t, _)| Some(*t)).collect(),
                 keys: self.key_columns(rows.iter().map(|(k, _, _)| *k))?,
                 input,
                 args,
                 states: None,
-            });
+            };
+            parts.push((part, rows.iter().map(|(k, _, _)| *k).collect()));
         }
-        rows_of_parts(&self.spec, parts, self.max_parallelism)
+        Ok(parts)
     }
+}
+
+/// The partitions of store entries, index entries left out.
+fn stored_of(entries: &[Entry]) -> Result<Vec<Stored<'_>>> {
+    (entries.iter())
+        .filter(|(k, _)| !is_index(k))
+        .map(|(k, v)| decode_partition(k, v))
+        .collect()
 }
 
 impl SpillsWhenFull for OverOperator {
@@ -371,6 +406,9 @@ impl OverOperator {
             return Ok(());
         };
         open_once(&mut spill.store, &spill.settings)?;
+        // Incremental checkpoints: the changed groups' entries, for the
+        // next delta to read back (groups are numbered afresh after).
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let mut waiting: Vec<Vec<(i64, &[u8])>> = vec![Vec::new(); self.keys.len()];
         for ((t, row, _), g) in &self.pending {
             waiting[*g].push((*t, row));
@@ -387,6 +425,9 @@ impl OverOperator {
             let mut puts = Vec::with_capacity(2 * ids.len());
             for (i, g) in ids.iter().enumerate() {
                 let entry = entry_key(key_groups[i], keys[i]);
+                if let (true, Some(flushed)) = (changed.contains(g), spill.flushed.as_mut()) {
+                    flushed.push(&entry);
+                }
                 if let Some((first, _)) = waiting[*g].first() {
                     spill.scan_from = spill.scan_from.min(*first);
                     puts.push((index_key(*first, &entry), Vec::new()));
@@ -424,6 +465,45 @@ impl OverOperator {
         let store = spill.store.as_ref().expect("has spilled");
         let decode = move |entries: &[Entry]| codec.decode(entries);
         snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        Ok(snapshot)
+    }
+
+    /// An incremental snapshot of spilled state, and the watermark: a base
+    /// (`full`: memory to the store, then the store, frozen now, as one run
+    /// keyed by partition), or a replacing delta of the partitions changed
+    /// in memory and of those written to the store since the last snapshot,
+    /// read back from the store frozen now; both read by the snapshot's
+    /// writer. Partitions never go, and a read-back one's entry stays in
+    /// the store until a spill writes over it.
+    pub(super) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        let codec = Codec::new(&self.spec, self.max_parallelism)?;
+        let decode = move |entries: &[Entry]| codec.decode_parts(entries);
+        let schema = super::state::schema(&self.spec)?;
+        if full {
+            self.spill_all()?;
+            let spill = self.spill.as_mut().expect("has spilled");
+            spill.flushed.as_mut().map(FlushedKeys::clear);
+            spill.runs += 1;
+            let store = spill.store.as_ref().expect("has spilled");
+            snapshot.deferred = keyed_base(store, spill.runs, schema, decode)?;
+            return Ok(snapshot);
+        }
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let parts = super::state::delta_parts(self, &changed, false)?;
+        let keys: HashSet<Box<[u8]>> = changed.iter().map(|g| self.keys[*g].clone()).collect();
+        let in_memory = move |key: &[u8]| keys.contains(key);
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let delta = keyed_delta(
+            store,
+            &mut spill.runs,
+            &mut spill.flushed,
+            (parts, in_memory),
+            schema,
+            decode,
+        )?;
+        snapshot.deferred = delta.into_iter().collect();
         Ok(snapshot)
     }
 }

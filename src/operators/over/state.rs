@@ -12,7 +12,7 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt8Type}
 use arrow::record_batch::RecordBatch;
 
 use super::{OverAggregate, OverOperator, evaluate};
-use crate::state::incremental::replacement_rows;
+use crate::state::incremental::{ReplacedPart, replacement_rows};
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, sorted_state_rows};
 use crate::{Error, Result};
 
@@ -125,15 +125,40 @@ pub(super) fn rows(op: &OverOperator) -> Result<Option<RecordBatch>> {
 /// of a key holds all of them, [`crate::state::incremental`]), as one file
 /// of a replacing chain; `None` without rows.
 pub(super) fn delta(op: &OverOperator, groups: &HashSet<usize>, full: bool) -> Result<Option<RecordBatch>> {
+    replacement_rows(&schema(&op.spec)?, delta_parts(op, groups, full)?, full)
+}
+
+/// The parts of [`delta`]'s file.
+pub(super) fn delta_parts(
+    op: &OverOperator,
+    groups: &HashSet<usize>,
+    full: bool,
+) -> Result<Vec<ReplacedPart>> {
     let wanted = |g: usize| full || groups.contains(&g);
-    let (layout, schema) = (layout(&op.spec)?, schema(&op.spec)?);
-    let mut replaced = Vec::new();
-    for (part, owners) in parts(op, &wanted)? {
-        let columns = cast_all(columns_of(part, &layout, op.max_parallelism)?, &schema)?;
-        let keys = BinaryArray::from_iter_values(owners.iter().map(|g| &op.keys[*g][..]));
-        replaced.push((RecordBatch::try_new(schema.clone(), columns)?, keys, false));
-    }
-    replacement_rows(&schema, replaced, full)
+    let keyed = (parts(op, &wanted)?.into_iter())
+        .map(|(part, owners)| (part, owners.iter().map(|g| &op.keys[*g][..]).collect()))
+        .collect();
+    replaced_parts(&op.spec, keyed, op.max_parallelism)
+}
+
+/// A part of the state and the partition key of each of its rows.
+pub(super) type KeyedPart<'a> = (Part, Vec<&'a [u8]>);
+
+/// Parts of a replacing file: each part's rows, keyed by the partition
+/// key of each of them.
+pub(super) fn replaced_parts(
+    spec: &OverAggregate,
+    parts: Vec<KeyedPart<'_>>,
+    max_parallelism: usize,
+) -> Result<Vec<ReplacedPart>> {
+    let (layout, schema) = (layout(spec)?, schema(spec)?);
+    (parts.into_iter())
+        .map(|(part, keys)| {
+            let columns = cast_all(columns_of(part, &layout, max_parallelism)?, &schema)?;
+            let keys = BinaryArray::from_iter_values(keys);
+            Ok((RecordBatch::try_new(schema.clone(), columns)?, keys, false))
+        })
+        .collect()
 }
 
 /// The parts of the state of the partitions `wanted` says, each with the

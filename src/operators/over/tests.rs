@@ -535,3 +535,128 @@ fn an_over_aggregation_of_an_updating_input_restored_from_an_incremental_chain_e
         1,
     );
 }
+
+/// The distinct state keys of a file of a replacing chain.
+fn state_keys_in(file: &arrow::array::RecordBatch) -> usize {
+    use arrow::array::AsArray;
+    let keys = file
+        .column_by_name(crate::state::incremental::STATE_KEY_COLUMN)
+        .expect("state keys")
+        .as_binary::<i32>();
+    keys.iter().collect::<std::collections::HashSet<_>>().len()
+}
+
+#[test]
+fn incremental_snapshots_of_a_spilled_over_aggregation_hold_the_partitions_changed_in_memory_and_in_the_store()
+ {
+    use crate::operators::harness::deletions;
+    let w = "OVER (PARTITION BY auction ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)";
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = over(&format!("SUM(price) {w}, COUNT(*) {w}"))
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let first: Vec<String> = (0..500).map(|a| format!("{a} 1 {}", at(1))).collect();
+    h.push(&first.join("\n")).unwrap();
+    assert_eq!(h.watermark(T0 + 1000).unwrap().len(), 501);
+    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(
+        base.num_rows(),
+        1000,
+        "each partition's accumulators and frame row"
+    );
+    // Partition 1 read back and changed, then written to the store again
+    // by the spill of 300 new partitions; partition 2 read back and
+    // changed, in memory.
+    h.push(&format!("1 2 {}", at(2))).unwrap();
+    let new: Vec<String> = (0..300).map(|i| format!("{} 3 {}", 1000 + i, at(2))).collect();
+    h.push(&new.join("\n")).unwrap();
+    h.push(&format!("2 4 {}", at(2))).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(state_keys_in(&delta), 302, "partitions 1, 2 and the 300 new ones");
+    assert!(deletions(&delta).iter().all(|d| !d), "partitions never go");
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    h.push(&format!("1 5 {}\n7 6 {}", at(3), at(3))).unwrap();
+    let released = h.watermark(T0 + 3000).unwrap();
+    assert_eq!(
+        released.len(),
+        305,
+        "302 waiting rows, 2 new ones and the watermark"
+    );
+    for line in [
+        format!("+I 1 2 {} 3 2", at(2)),
+        format!("+I 1 5 {} 7 2", at(3)),
+        format!("+I 2 4 {} 5 2", at(2)),
+        format!("+I 7 6 {} 7 2", at(3)),
+    ] {
+        assert!(released.contains(&line), "{line} in {:?}", &released[..4]);
+    }
+}
+
+#[test]
+fn a_spilled_over_aggregation_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    let steps = over_steps(40, 50, 2000);
+    for frame in FRAMES.iter().filter(|f| f.contains("PARTITION BY")) {
+        let dir = tempfile::tempdir().unwrap();
+        let spilled = || over_of(frame)().spilling(16 * 1024, dir.path()).unwrap();
+        let mut first_half = spilled();
+        emitted(&mut first_half, &steps[..steps.len() / 2]);
+        assert!(entries_in(dir.path()) > 0, "{frame}: partitions go to the store");
+        drop(first_half);
+        crate::operators::harness::incremental_restores_as_if_never_stopped(&spilled, &steps, 3);
+    }
+}
+
+#[test]
+fn a_stored_partition_of_an_updating_input_left_without_rows_is_deleted_by_the_next_delta() {
+    use crate::operators::harness::deletions;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = retracting()
+        .incremental()
+        .unwrap()
+        .spilling(8 * 1024, dir.path())
+        .unwrap();
+    let first: Vec<String> = (0..600).map(|a| format!("+I {a} {a} 10 {}", at_ms(a))).collect();
+    h.push(&first.join("\n")).unwrap();
+    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 600);
+    // Bidder 5's only row goes (read back from the store, left empty),
+    // then 300 new bidders spill memory to the store.
+    h.push(&format!("-D 5 5 10 {}", at_ms(5))).unwrap();
+    let new: Vec<String> = (0..300)
+        .map(|i| format!("+I {} {} 20 {}", 1000 + i, 1000 + i, at_ms(i)))
+        .collect();
+    h.push(&new.join("\n")).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    let deleted = deletions(&delta);
+    assert_eq!(deleted.len(), 301, "the new bidders' rows and bidder 5");
+    assert_eq!(deleted.iter().filter(|d| **d).count(), 1, "bidder 5 deleted");
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.push(&format!("+I 7 5 3 {}", at_ms(9))).unwrap(),
+        lines(&[&format!("+I 7 5 3 {} 3 3", at_ms(9))]),
+        "bidder 5 starts afresh"
+    );
+    assert_eq!(
+        h.push(&format!("+I 8 6 4 {}", at_ms(9))).unwrap(),
+        lines(&[&format!("+I 8 6 4 {} 14 10", at_ms(9))]),
+        "bidder 6 from the base"
+    );
+}
+
+#[test]
+fn a_spilled_over_aggregation_of_an_updating_input_restored_from_an_incremental_chain_emits_what_it_would_have()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = retracting_steps(40);
+    let spilled = || retracting().spilling(8 * 1024, dir.path()).unwrap();
+    let mut first_half = spilled();
+    emitted(&mut first_half, &steps[..steps.len() / 2]);
+    assert!(entries_in(dir.path()) > 0, "partitions go to the store");
+    drop(first_half);
+    crate::operators::harness::incremental_restores_as_if_never_stopped(&spilled, &steps, 1);
+}

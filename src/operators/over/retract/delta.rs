@@ -11,7 +11,7 @@ use arrow::array::{BinaryArray, RecordBatch, UInt32Array};
 
 use super::RetractOverOperator;
 use crate::Result;
-use crate::state::incremental::{deleted_part, replacement_rows};
+use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
 
 impl RetractOverOperator {
@@ -24,6 +24,14 @@ impl RetractOverOperator {
             true => self.partitions.keys().cloned().collect(),
             false => changed.into_iter().collect(),
         };
+        let parts = self.partition_parts(keys)?;
+        replacement_rows(&self.state_schema(), parts, full)
+    }
+
+    /// The parts of a replacing file for the partitions of `keys`: the kept
+    /// rows of those memory holds rows of, each keyed by its partition, and
+    /// a deleting part for the others.
+    pub(super) fn partition_parts(&self, keys: Vec<Box<[u8]>>) -> Result<Vec<ReplacedPart>> {
         let (present, gone): (Vec<_>, Vec<_>) =
             (keys.into_iter()).partition(|k| self.partitions.get(k).is_some_and(|rows| !rows.is_empty()));
         let schema = self.state_schema();
@@ -39,7 +47,7 @@ impl RetractOverOperator {
             let state_keys = BinaryArray::from_iter_values(state_keys);
             parts.push((state_rows(&schema, columns)?, state_keys, false));
         }
-        if !full && !gone.is_empty() {
+        if !gone.is_empty() {
             let bytes: Vec<&[u8]> = gone.iter().map(|k| &k[..]).collect();
             let groups = match self.spec.partition.is_empty() {
                 true => UInt32Array::from(vec![0; bytes.len()]),
@@ -51,6 +59,6 @@ impl RetractOverOperator {
                 BinaryArray::from_iter_values(bytes),
             )?);
         }
-        replacement_rows(&schema, parts, full)
+        Ok(parts)
     }
 }

@@ -9,19 +9,23 @@
 //! must fit in memory; many partitions need not.
 //!
 //! A snapshot writes memory to the store and the store, frozen, as one run
-//! of the rows the heap writes, read by the snapshot's writer.
+//! of the rows the heap writes, read by the snapshot's writer; with
+//! incremental checkpoints, a delta of the partitions changed in memory and
+//! of those written to the store since the last snapshot, read back from it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array};
 use arrow::row::{Row, RowConverter, SortField};
 
 use super::{Place, RetractOverOperator};
 use crate::Result;
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::whole_store;
+use crate::state::deferred::{keyed_base, keyed_delta, whole_store};
 use crate::state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::ReplacedPart;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{key_groups_of_bytes, state_rows};
 use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
@@ -34,6 +38,9 @@ pub(in crate::operators::over) struct RetractSpill {
     codec: Codec,
     /// When memory is measured.
     guess: MemoryGuess,
+    /// Incremental checkpoints: the entries of the partitions changed in
+    /// memory and written to the store since the last snapshot.
+    flushed: Option<FlushedKeys>,
     runs: u64,
 }
 
@@ -45,6 +52,7 @@ impl RetractSpill {
             codec: Codec::new(op)?,
             // At least a kept row: its bytes and the tree's slot.
             guess: MemoryGuess::new(64),
+            flushed: op.changed.is_some().then(FlushedKeys::default),
             runs: 0,
         })
     }
@@ -101,12 +109,28 @@ impl Codec {
 
     /// The state rows of store entries; `None` without rows.
     fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
+        Ok(self.decode_keyed(entries)?.map(|(rows, _)| rows))
+    }
+
+    /// [`Codec::decode`] as a replacing file's part, each row keyed by its
+    /// partition.
+    fn decode_parts(&self, entries: &[Entry]) -> Result<Vec<ReplacedPart>> {
+        let part = self
+            .decode_keyed(entries)?
+            .map(|(rows, keys)| (rows, keys, false));
+        Ok(part.into_iter().collect())
+    }
+
+    /// [`Codec::decode`], and each row's partition key.
+    fn decode_keyed(&self, entries: &[Entry]) -> Result<Option<(RecordBatch, BinaryArray)>> {
         let (mut groups, mut rows): (Vec<u32>, Vec<Row<'_>>) = (Vec::new(), Vec::new());
+        let mut keys = BinaryBuilder::new();
         let parser = self.rows.parser();
-        for (key, value) in entries {
-            let (group, _) = split_entry_key(key)?;
+        for (entry, value) in entries {
+            let (group, key) = split_entry_key(entry)?;
             for (_, _, row) in decode_rows(value)? {
                 groups.push(group);
+                keys.append_value(key);
                 rows.push(parser.parse(row));
             }
         }
@@ -115,7 +139,7 @@ impl Codec {
         }
         let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(groups))];
         columns.extend(self.rows.convert_rows(rows)?);
-        Ok(Some(state_rows(&self.schema, columns)?))
+        Ok(Some((state_rows(&self.schema, columns)?, keys.finish())))
     }
 }
 
@@ -168,6 +192,10 @@ impl RetractOverOperator {
             removes.push(entry);
         }
         store.write([], removes.iter().map(|k| &k[..]))?;
+        // Their entries are gone: a delta reads them from memory from now on.
+        if let Some(changed) = self.changed.as_mut() {
+            changed.extend(loaded.iter().map(|(key, _): &(Box<[u8]>, _)| key.clone()));
+        }
         self.partitions.extend(loaded);
         Ok(())
     }
@@ -178,6 +206,16 @@ impl RetractOverOperator {
             return Ok(());
         };
         open_once(&mut spill.store, &spill.settings)?;
+        // Incremental checkpoints: the changed partitions' entries (written
+        // now, or gone with their rows) for the next delta to read back.
+        if let (Some(changed), Some(flushed)) = (self.changed.as_mut(), spill.flushed.as_mut()) {
+            let changed: Vec<Box<[u8]>> = std::mem::take(changed).into_iter().collect();
+            for chunk in changed.chunks(WRITE_CHUNK) {
+                let keys: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
+                let groups = spill.codec.key_groups(&keys)?;
+                (keys.iter().zip(groups)).for_each(|(key, group)| flushed.push(&entry_key(group, key)));
+            }
+        }
         let partitions: Vec<_> = self.partitions.drain().collect();
         for chunk in partitions.chunks(WRITE_CHUNK) {
             let keys: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
@@ -211,6 +249,39 @@ impl RetractOverOperator {
             deferred,
             meta: serde_json::Value::Null,
             rows: None,
+        })
+    }
+
+    /// An incremental snapshot of spilled state: a base (`full`: memory to
+    /// the store, then the store, frozen now, as one run keyed by
+    /// partition), or a replacing delta of the partitions changed in memory
+    /// (a partition read back from the store counts as changed: its entry
+    /// left the store) and of those written to the store since the last
+    /// snapshot, read back from the store frozen now; both read by the
+    /// snapshot's writer.
+    pub(in crate::operators::over) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
+        let (codec, schema) = (Codec::new(self)?, self.state_schema());
+        let decode = move |entries: &[Entry]| codec.decode_parts(entries);
+        let deferred = if full {
+            self.spill_all()?;
+            let spill = self.spill.as_mut().expect("has spilled");
+            spill.flushed.as_mut().map(FlushedKeys::clear);
+            spill.runs += 1;
+            let store = spill.store.as_ref().expect("has spilled");
+            keyed_base(store, spill.runs, schema, decode)?
+        } else {
+            let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+            let parts = self.partition_parts(changed.iter().cloned().collect())?;
+            let in_memory = move |key: &[u8]| changed.contains(key);
+            let spill = self.spill.as_mut().expect("has spilled");
+            let store = spill.store.as_ref().expect("has spilled");
+            let memory = (parts, in_memory);
+            let delta = keyed_delta(store, &mut spill.runs, &mut spill.flushed, memory, schema, decode)?;
+            delta.into_iter().collect()
+        };
+        Ok(OperatorSnapshot {
+            deferred,
+            ..OperatorSnapshot::default()
         })
     }
 }
