@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, UInt32Array};
+use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
@@ -22,11 +22,11 @@ use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::incremental::DeltaKind;
+use crate::state::incremental::{DeltaKind, ReplacedPart};
 use crate::state::keyed_rows::{
-    KeyedRows, columns_of, decode_entry, row_converter, rows_snapshot, state_rows_of,
+    KeyedRows, columns_of, decode_state_rows, row_converter, rows_snapshot, state_rows_of,
 };
-use crate::state::snapshot::{KEY_GROUP_COLUMN, schema_signature, state_rows};
+use crate::state::snapshot::{KEY_GROUP_COLUMN, schema_signature};
 use crate::state::store::{Entry, in_chunks};
 
 /// What a change of a key does, given the row the key holds: the rows to
@@ -129,18 +129,7 @@ impl NormalizeOperator {
     fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
         let (schema, rows_of) = (self.spec.state_schema(), row_converter(&self.spec.data_schema())?);
         let decode = move |entries: &[Entry]| -> Result<Option<RecordBatch>> {
-            let (mut groups, mut rows) = (Vec::new(), Vec::new());
-            for entry in entries {
-                let (group, held) = decode_entry(entry)?;
-                groups.extend(std::iter::repeat_n(group, held.len()));
-                rows.extend(held);
-            }
-            if rows.is_empty() {
-                return Ok(None);
-            }
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(groups))];
-            columns.extend(columns_of(&rows_of, rows.into_iter())?);
-            Ok(Some(state_rows(&schema, columns)?))
+            Ok(decode_state_rows(&schema, &rows_of, entries, false)?.map(|(rows, _)| rows))
         };
         Ok(OperatorSnapshot {
             runs: Vec::new(),
@@ -195,6 +184,9 @@ impl Operator for NormalizeOperator {
             .collect();
         let of = (&self.rows_of, &self.spec.key[..]);
         let rows = state_rows_of(&self.spec.state_schema(), of, &held, self.max_parallelism, false)?;
+        let rows = rows
+            .map(crate::state::snapshot::sorted_by_key_group)
+            .transpose()?;
         Ok(rows.map(|rows| rows_snapshot(Some(rows))))
     }
 
@@ -210,9 +202,20 @@ impl Operator for NormalizeOperator {
         }
         let schema = self.spec.state_schema();
         let (of, max_parallelism) = ((&self.rows_of, &self.spec.key[..]), self.max_parallelism);
-        let rows = (self.held).delta(full, &schema, |rows| {
-            state_rows_of(&schema, of, rows, max_parallelism, false)
-        })?;
+        let state_rows = |rows: &[(usize, &[u8])]| state_rows_of(&schema, of, rows, max_parallelism, false);
+        if self.held.has_spilled() {
+            let (stored, rows_of) = (schema.clone(), row_converter(&self.spec.data_schema())?);
+            let decode = move |entries: &[Entry]| -> Result<Vec<ReplacedPart>> {
+                let part = decode_state_rows(&stored, &rows_of, entries, false)?;
+                Ok(part.map(|(rows, keys)| (rows, keys, false)).into_iter().collect())
+            };
+            let deferred = self.held.spilled_delta(full, &schema, state_rows, decode)?;
+            return Ok(Some(OperatorSnapshot {
+                deferred,
+                ..OperatorSnapshot::default()
+            }));
+        }
+        let rows = (self.held).delta(full, &schema, state_rows)?;
         Ok(Some(rows_snapshot(rows)))
     }
 
@@ -376,5 +379,22 @@ mod tests {
             h.push("+U 1 e\n+U 2 f\n-D 3 null").unwrap(),
             vec!["-U 1 d", "+U 1 e", "+I 2 f", "-D 3 c"]
         );
+    }
+
+    #[test]
+    fn a_normalization_restored_from_an_incremental_chain_emits_what_it_would_have_on_either_backend() {
+        use crate::operators::harness::{emitted, incremental_restores_as_if_never_stopped};
+        let steps = upsert_steps(40);
+        incremental_restores_as_if_never_stopped(&normalizer, &steps, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let spilled = || normalizer().spilling(8 * 1024, dir.path()).unwrap();
+        let mut first_half = spilled();
+        emitted(&mut first_half, &steps[..20]);
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().count() > 0,
+            "keys go to the store"
+        );
+        drop(first_half);
+        incremental_restores_as_if_never_stopped(&spilled, &steps, 1);
     }
 }

@@ -12,11 +12,12 @@
 //!
 //! A snapshot of spilled rows writes memory to the store, then the store,
 //! frozen, as one run of state rows made by the operator's `decode`
-//! ([`crate::state::deferred`]). On the heap with incremental checkpoints
-//! a snapshot is a [`DeltaKind::Replace`](crate::state::incremental::DeltaKind)
-//! delta: the rows of the keys changed since the last one, each with its
-//! key as the state key, and a deleting row for each key whose rows all
-//! went.
+//! ([`crate::state::deferred`]). With incremental checkpoints a snapshot
+//! is a [`DeltaKind::Replace`](crate::state::incremental::DeltaKind) delta:
+//! the rows of the keys changed since the last one, each with its key as
+//! the state key, and a deleting row for each key whose rows all went;
+//! spilled, the keys changed in memory and those written to the store since
+//! the last one, read back from the store frozen at the barrier.
 
 use std::collections::{HashMap, HashSet};
 
@@ -26,11 +27,12 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
 use crate::runtime::operator::SpillSettings;
-use crate::state::deferred::{Deferred, whole_store};
+use crate::state::deferred::{Deferred, keyed_base, keyed_delta, whole_store};
 use crate::state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
-use crate::state::incremental::{deleted_part, replacement_rows};
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
-use crate::state::snapshot::{key_groups, key_groups_of_bytes, sorted_state_rows};
+use crate::state::snapshot::{key_groups, key_groups_of_bytes, state_rows};
 use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
 
 /// A key's rows (row bytes), oldest first.
@@ -43,8 +45,8 @@ pub struct KeyedRows {
     keys_of: RowConverter,
     max_parallelism: usize,
     spill: Option<RowsSpill>,
-    /// Incremental checkpoints (on the heap): the keys changed since the
-    /// last snapshot.
+    /// Incremental checkpoints: the keys changed since the last snapshot
+    /// (spilled: since the last spill).
     changed: Option<HashSet<Box<[u8]>>>,
 }
 
@@ -53,12 +55,10 @@ struct RowsSpill {
     /// Opened at the first spill.
     store: Option<Store>,
     guess: MemoryGuess,
+    /// Incremental checkpoints: the entries of the keys changed in memory
+    /// and written to (or removed from) the store since the last snapshot.
+    flushed: Option<FlushedKeys>,
     runs: u64,
-}
-
-/// A store entry's key group and rows.
-pub fn decode_entry((key, value): &Entry) -> Result<(u32, Vec<&[u8]>)> {
-    Ok((split_entry_key(key)?.0, decode_rows(value)?))
 }
 
 fn decode_rows(bytes: &[u8]) -> Result<Vec<&[u8]>> {
@@ -92,7 +92,8 @@ pub fn columns_of<'a>(
 /// The state rows of `schema` of `rows` (each with its place among its
 /// key's rows) of an operator whose rows `rows_of` converts and whose key
 /// is their columns `key`: `_key_group`, the rows' columns, then the place
-/// as `_position` when `positions`; sorted by key group, `None` without rows.
+/// as `_position` when `positions`; in their order (a replacing delta's
+/// state keys go with them), `None` without rows.
 pub fn state_rows_of(
     schema: &SchemaRef,
     (rows_of, key): (&RowConverter, &[usize]),
@@ -114,7 +115,38 @@ pub fn state_rows_of(
             places,
         )));
     }
-    Ok(Some(sorted_state_rows(schema, columns)?))
+    Ok(Some(state_rows(schema, columns)?))
+}
+
+/// The state rows of `schema` of store entries (`_key_group`, the rows'
+/// columns by `rows_of`, then each row's place among its key's as
+/// `_position` when `positions`), in their order, and each row's key bytes;
+/// `None` without rows.
+pub fn decode_state_rows(
+    schema: &SchemaRef,
+    rows_of: &RowConverter,
+    entries: &[Entry],
+    positions: bool,
+) -> Result<Option<(RecordBatch, BinaryArray)>> {
+    let (mut groups, mut rows, mut places) = (Vec::new(), Vec::new(), Vec::new());
+    let mut keys = BinaryBuilder::new();
+    for (entry, value) in entries {
+        let (group, key) = split_entry_key(entry)?;
+        let kept = decode_rows(value)?;
+        groups.extend(std::iter::repeat_n(group, kept.len()));
+        places.extend(0..kept.len() as i64);
+        kept.iter().for_each(|_| keys.append_value(key));
+        rows.extend(kept);
+    }
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut columns: Vec<ArrayRef> = vec![std::sync::Arc::new(arrow::array::UInt32Array::from(groups))];
+    columns.extend(columns_of(rows_of, rows.into_iter())?);
+    if positions {
+        columns.push(std::sync::Arc::new(arrow::array::Int64Array::from(places)));
+    }
+    Ok(Some((state_rows(schema, columns)?, keys.finish())))
 }
 
 /// An operator snapshot of keyed state rows alone.
@@ -150,9 +182,10 @@ impl KeyedRows {
                 store: None,
                 // At least a key and a row.
                 guess: MemoryGuess::new(64),
+                flushed: ctx.incremental.then(FlushedKeys::default),
                 runs: 0,
             }),
-            changed: (ctx.incremental && ctx.spill.is_none()).then(HashSet::new),
+            changed: ctx.incremental.then(HashSet::new),
         })
     }
 
@@ -176,6 +209,19 @@ impl KeyedRows {
             true => self.iter().map(|(k, _)| k).collect(),
             false => changed.iter().map(|k| &k[..]).collect(),
         };
+        let parts = self.key_parts(keys, schema, state_rows)?;
+        replacement_rows(schema, parts, full)
+    }
+
+    /// The parts of a replacing file for `keys`: the rows of those memory
+    /// holds rows of, made state rows of `schema` by `state_rows`, each
+    /// keyed by its key, and a deleting part for the others.
+    fn key_parts(
+        &self,
+        keys: Vec<&[u8]>,
+        schema: &SchemaRef,
+        state_rows: impl Fn(&[(usize, &[u8])]) -> Result<Option<RecordBatch>>,
+    ) -> Result<Vec<ReplacedPart>> {
         let (present, gone): (Vec<&[u8]>, Vec<&[u8]>) = keys.into_iter().partition(|k| self.get(k).is_some());
         let (mut rows, mut state_keys) = (Vec::new(), BinaryBuilder::new());
         for key in &present {
@@ -196,7 +242,49 @@ impl KeyedRows {
                 BinaryArray::from_iter_values(gone.iter()),
             )?);
         }
-        replacement_rows(schema, parts, full)
+        Ok(parts)
+    }
+
+    /// An incremental snapshot of spilled rows, read by the snapshot's
+    /// writer: a base (`full`: memory to the store, then the store, frozen
+    /// now, as one run keyed by key), or a replacing delta of the keys
+    /// changed in memory and of those written to the store since the last
+    /// snapshot, read back from the store frozen now
+    /// ([`crate::state::deferred::keyed_delta`]). `state_rows` makes
+    /// memory's rows state rows of `schema`, `decode` the store's entries.
+    pub fn spilled_delta<D>(
+        &mut self,
+        full: bool,
+        schema: &SchemaRef,
+        state_rows: impl Fn(&[(usize, &[u8])]) -> Result<Option<RecordBatch>>,
+        decode: D,
+    ) -> Result<Vec<Deferred>>
+    where
+        D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
+    {
+        if full {
+            self.spill_all()?;
+            let spill = self.spill.as_mut().expect("has spilled");
+            spill.flushed.as_mut().map(FlushedKeys::clear);
+            spill.runs += 1;
+            let store = spill.store.as_ref().expect("has spilled");
+            return keyed_base(store, spill.runs, schema.clone(), decode);
+        }
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let parts = self.key_parts(changed.iter().map(|k| &k[..]).collect(), schema, state_rows)?;
+        let in_memory = move |key: &[u8]| changed.contains(key);
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let memory = (parts, in_memory);
+        let delta = keyed_delta(
+            store,
+            &mut spill.runs,
+            &mut spill.flushed,
+            memory,
+            schema.clone(),
+            decode,
+        )?;
+        Ok(delta.into_iter().collect())
     }
 
     /// Whether rows went to the store (snapshots then read it from there).
@@ -288,6 +376,13 @@ impl KeyedRows {
                 .map(|(k, g)| entry_key(*g, k))
                 .collect();
             let values: Vec<Vec<u8>> = chunk.iter().map(|(_, rows)| encode_rows(rows)).collect();
+            // Incremental checkpoints: the changed keys' entries, for the
+            // next delta to read back.
+            if let (Some(changed), Some(flushed)) = (&self.changed, spill.flushed.as_mut()) {
+                (bytes.iter().zip(&entries))
+                    .filter(|(k, _)| changed.contains(**k))
+                    .for_each(|(_, entry)| flushed.push(entry));
+            }
             let live = |i: &usize| !chunk[*i].1.is_empty();
             let puts = (0..chunk.len())
                 .filter(live)
@@ -296,6 +391,7 @@ impl KeyedRows {
             spill.store.as_ref().expect("opened above").write(puts, removes)?;
         }
         drop(keys);
+        self.changed.as_mut().map(HashSet::clear);
         self.memory.shrink_to_fit();
         spill.guess.emptied();
         crate::alloc::give_back_freed_memory();

@@ -593,3 +593,23 @@ fn an_over_aggregation_of_an_updating_input_with_incremental_checkpoints_killed_
         assert_eq!(got, expected, "final table after crashes: {context} {settings}");
     }
 }
+
+#[test]
+fn a_sink_materializer_with_incremental_checkpoints_killed_three_times_ends_with_the_exact_table() {
+    // The largest id of each of 1000 keys into a sink keyed by it: each
+    // update moves a row from one of the materializer's keys to another.
+    for (parallelism, settings) in MODES {
+        let settings = format!("{settings} {}", incremental(3));
+        let (expected, got, context) = crash_three_times(
+            "changelog-materializer-incremental",
+            parallelism,
+            &settings,
+            SEQUENCE,
+            "k BIGINT, m BIGINT, PRIMARY KEY (m) NOT ENFORCED",
+            "SELECT id % 1000, MAX(id) FROM seq GROUP BY id % 1000",
+        );
+        let (expected, got) = (changelog_table(&expected), changelog_table(&got));
+        assert_eq!(expected.len(), 1000, "{context}");
+        assert_eq!(got, expected, "final table after crashes: {context} {settings}");
+    }
+}

@@ -182,6 +182,25 @@ fn a_top_n_with_spilled_partitions_and_incremental_checkpoints_killed_three_time
     );
 }
 
+/// The largest id of each of 100k keys into a sink keyed by it: each
+/// update moves a row to another of the sink's keys, so the sink's
+/// materializer keeps 100k keys (several MB on the heap).
+const MATERIALIZED: &str = "SELECT id % 100000, MAX(id) FROM seq GROUP BY id % 100000";
+
+/// The columns of [`MATERIALIZED`], keyed by the largest id.
+pub const MATERIALIZED_COLUMNS: &str = "k BIGINT, m BIGINT, PRIMARY KEY (m) NOT ENFORCED";
+
+#[test]
+fn a_sink_materializer_with_spilled_keys_and_incremental_checkpoints_killed_three_times_ends_with_the_exact_table()
+ {
+    spilled_updates_killed_three_times(
+        "changelog-materializer-spilling-incremental",
+        MATERIALIZED_COLUMNS,
+        MATERIALIZED,
+        true,
+    );
+}
+
 #[test]
 fn an_interval_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
     // Each even id joins the next one (key id / 2); each odd one comes out
