@@ -239,6 +239,54 @@ where
     )))
 }
 
+/// The incremental snapshot of a spilled operator that wrote all its
+/// memory to the store at the barrier and whose store holds each state
+/// key's rows under entries sharing a prefix (`key group | ...`), as a
+/// replacing delta: the entries under each prefix written to or removed
+/// from the store since the last snapshot (`flushed`), read from the store
+/// frozen now by the snapshot's writer and made parts by `decode`; a prefix
+/// without entries deletes the state key `gone` gives for it (with its key
+/// group). `None`: nothing changed.
+pub fn prefixed_delta<G, D>(
+    store: &Store,
+    runs: &mut u64,
+    flushed: &mut Option<FlushedKeys>,
+    schema: SchemaRef,
+    gone: G,
+    mut decode: D,
+) -> Result<Option<Deferred>>
+where
+    G: Fn(&[u8]) -> Result<(u32, Vec<u8>)> + Send + 'static,
+    D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
+{
+    let Some(of) = DeltaOf::take(store, runs, flushed, Vec::new(), |_: &[u8]| false)? else {
+        return Ok(None);
+    };
+    let finish_schema = schema.clone();
+    Ok(Some(store_delta(
+        of,
+        move |frozen: &Frozen, prefixes: &[&[u8]]| {
+            let (mut entries, mut groups, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+            for prefix in prefixes {
+                let found = frozen.prefixed(prefix)?;
+                if found.is_empty() {
+                    let (group, key) = gone(prefix)?;
+                    groups.push(group);
+                    keys.push(key);
+                }
+                entries.extend(found);
+            }
+            let mut parts = decode(&entries)?;
+            if !keys.is_empty() {
+                let keys = BinaryArray::from_iter_values(keys);
+                parts.push(deleted_part(&schema, groups.into(), keys)?);
+            }
+            Ok(parts)
+        },
+        move |parts| replacement_rows(&finish_schema, parts, false),
+    )))
+}
+
 /// A full snapshot of a store of one entry per state key as the base of a
 /// replacing chain: [`whole_store`], each chunk of entries made parts (rows
 /// with their state keys) by `decode`.

@@ -282,6 +282,13 @@ impl Frozen {
         Ok((found, missing))
     }
 
+    /// Every entry whose key starts with `prefix`, in key order.
+    pub fn prefixed(&self, prefix: &[u8]) -> Result<Vec<Entry>> {
+        (self.snapshot.prefix(prefix))
+            .map(|entry| entry.map_err(|e| failed(&self.dir, e)))
+            .collect()
+    }
+
     /// Every entry in key order, `chunk` at a time (the last may be
     /// shorter; none after the end).
     pub fn chunks(&self, chunk: usize) -> impl Iterator<Item = Result<Vec<Entry>>> + 'static {

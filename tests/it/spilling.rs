@@ -201,17 +201,27 @@ fn a_sink_materializer_with_spilled_keys_and_incremental_checkpoints_killed_thre
     );
 }
 
+/// Each even id joins the next one (key id / 2); each odd one comes out
+/// padded once the watermark is 10 minutes past it: about 60k left rows
+/// kept (several MB on the heap) under a 1 MB budget.
+const INTERVAL_JOIN: &str = "SELECT a.id, b.id FROM seq a LEFT JOIN seq b
+     ON a.id / 2 = b.id / 2 AND a.id < b.id AND a.ts BETWEEN b.ts - INTERVAL '10' MINUTE AND b.ts";
+
 #[test]
 fn an_interval_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    // Each even id joins the next one (key id / 2); each odd one comes out
-    // padded once the watermark is 10 minutes past it: about 60k left rows
-    // kept (several MB on the heap) under a 1 MB budget.
-    spilled_rows_killed_three_times(
-        "interval-spilling",
+    spilled_rows_killed_three_times("interval-spilling", SEQUENCE, "a BIGINT, b BIGINT", INTERVAL_JOIN);
+}
+
+#[test]
+fn an_interval_join_with_spilled_rows_and_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run()
+ {
+    spilled_killed_three_times_in(
+        &INCREMENTAL,
+        "interval-spilling-incremental",
         SEQUENCE,
         "a BIGINT, b BIGINT",
-        "SELECT a.id, b.id FROM seq a LEFT JOIN seq b
-         ON a.id / 2 = b.id / 2 AND a.id < b.id AND a.ts BETWEEN b.ts - INTERVAL '10' MINUTE AND b.ts",
+        INTERVAL_JOIN,
+        400_000,
     );
 }
 

@@ -150,10 +150,10 @@ impl OperatorFactory for IntervalJoin {
     }
 
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        // Incremental checkpoints on the heap track changed keys; a
-        // spilled join's checkpoints are full.
+        // Incremental checkpoints track changed keys (spilled: those in
+        // memory, until a spill notes them for the next delta).
         let side = || Side {
-            changed: (ctx.incremental && ctx.spill.is_none()).then(Default::default),
+            changed: ctx.incremental.then(Default::default),
             ..Side::default()
         };
         Ok(Box::new(IntervalJoinOperator {
@@ -162,7 +162,7 @@ impl OperatorFactory for IntervalJoin {
             sides: [side(), side()],
             watermark: MIN_WATERMARK,
             max_parallelism: ctx.max_parallelism,
-            spill: ctx.spill.clone().map(spill::IntervalSpill::new),
+            spill: (ctx.spill.clone()).map(|s| spill::IntervalSpill::new(s, ctx.incremental)),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -196,8 +196,11 @@ struct Side {
     bytes: usize,
     /// Incremental checkpoints: the keys whose rows (or their joined
     /// flags) changed since the last snapshot.
-    changed: Option<std::collections::HashSet<Arc<[u8]>, foldhash::fast::FixedState>>,
+    changed: Option<ChangedKeys>,
 }
+
+/// A side's keys changed since the last snapshot.
+type ChangedKeys = std::collections::HashSet<Arc<[u8]>, foldhash::fast::FixedState>;
 
 /// Bytes a kept row takes besides its own: its entries in the time index
 /// and its key's map (with the slack of their nodes), and its allocation.
@@ -738,6 +741,9 @@ impl Operator for IntervalJoinOperator {
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if self.sides[0].changed.is_none() {
             return self.snapshot(checkpoint);
+        }
+        if self.has_spilled() {
+            return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))

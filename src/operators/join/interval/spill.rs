@@ -32,7 +32,11 @@ use arrow::row::Rows;
 
 use super::{IntervalJoin, IntervalJoinOperator, SideRows, side_columns};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::whole_store;
+use arrow::array::BinaryBuilder;
+
+use crate::state::deferred::{prefixed_delta, whole_store};
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::ReplacedPart;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{concat_by_key_group, state_rows};
 use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
@@ -52,19 +56,33 @@ pub(super) struct IntervalSpill {
     expired_through: [i64; 2],
     /// When memory is measured.
     guess: MemoryGuess,
+    /// Incremental checkpoints: the prefixes ([`key_prefix`]) of the keys
+    /// whose stored rows changed since the last snapshot.
+    flushed: Option<FlushedKeys>,
     runs: u64,
 }
 
 impl IntervalSpill {
-    /// The spill of an interval join subtask with these settings.
-    pub(super) fn new(settings: SpillSettings) -> Self {
+    /// The spill of an interval join subtask with these settings, noting
+    /// what its `incremental` snapshots read back.
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
         IntervalSpill {
             settings,
             store: None,
             expired_through: [i64::MIN; 2],
             guess: MemoryGuess::new(super::ROW_OVERHEAD),
+            flushed: incremental.then(FlushedKeys::default),
             runs: 0,
         }
+    }
+
+    /// Notes that the rows of the key of a row entry `row_key` changed.
+    fn note(&mut self, row_key: &[u8]) -> Result<()> {
+        if let Some(flushed) = self.flushed.as_mut() {
+            let prefix = row_key.len().checked_sub(16).ok_or_else(cut_short)?;
+            flushed.push(&row_key[..prefix]);
+        }
+        Ok(())
     }
 }
 
@@ -94,6 +112,21 @@ fn index_key(side: usize, at: (i64, u64)) -> Vec<u8> {
     let mut bytes = INDEX.to_vec();
     bytes.push(side as u8);
     at_key(bytes, at)
+}
+
+/// The key group and state key (the side, then the join key's bytes, as
+/// the heap's deltas key a side's rows) of a row entry's key or its prefix.
+fn state_key_of(key: &[u8]) -> Result<(u32, Vec<u8>)> {
+    let group: [u8; 4] = key.get(..4).ok_or_else(cut_short)?.try_into().expect("4 bytes");
+    let side = *key.get(4).ok_or_else(cut_short)?;
+    let length: [u8; 4] = key.get(5..9).ok_or_else(cut_short)?.try_into().expect("4 bytes");
+    let join_key = key
+        .get(9..9 + u32::from_be_bytes(length) as usize)
+        .ok_or_else(cut_short)?;
+    let mut state_key = Vec::with_capacity(1 + join_key.len());
+    state_key.push(side);
+    state_key.extend_from_slice(join_key);
+    Ok((u32::from_be_bytes(group), state_key))
 }
 
 /// A row entry's key group, side and `(time, seq)` (`None`: an index entry).
@@ -184,16 +217,18 @@ impl IntervalJoinOperator {
 
     /// Marks stored rows as joined (an outer side's rows are padded at
     /// expiry only if they never joined).
-    pub(super) fn mark_stored_joined(&self, entries: &[&Entry]) -> Result<()> {
-        let Some(store) = self.store() else {
+    pub(super) fn mark_stored_joined(&mut self, entries: &[&Entry]) -> Result<()> {
+        let Some(spill) = self.spill.as_mut().filter(|s| s.store.is_some()) else {
             return Ok(());
         };
         let mut puts = Vec::new();
         for (key, value) in entries {
             if value.first() == Some(&0) {
+                spill.note(key)?;
                 puts.push((key, row_value(true, row_bytes(value)?)));
             }
         }
+        let store = spill.store.as_ref().expect("filtered above");
         store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
     }
 
@@ -220,6 +255,12 @@ impl IntervalJoinOperator {
             false => row_time(last)?.0,
         };
         let (mut unjoined, mut removes) = (Vec::new(), Vec::new());
+        if let Some(flushed) = spill.flushed.as_mut() {
+            for (_, row_key) in &entries {
+                let prefix = row_key.len().checked_sub(16).ok_or_else(cut_short)?;
+                flushed.push(&row_key[..prefix]);
+            }
+        }
         for (index, row_key) in &entries {
             if self.spec.kind.outer(side)
                 && let Some(value) = store.get(row_key)?
@@ -244,6 +285,8 @@ impl IntervalJoinOperator {
         for side in 0..2 {
             let memory = std::mem::take(&mut self.sides[side]);
             self.sides[side].seq = memory.seq;
+            self.sides[side].changed = memory.changed.as_ref().map(|_| Default::default());
+            self.note_changed(side, memory.changed.as_ref())?;
             let by_key: Vec<&super::KeyRows> = memory.keys.values().collect();
             for chunk in by_key.chunks(WRITE_CHUNK) {
                 let keys: Vec<&[u8]> = chunk.iter().map(|k| &k.key[..]).collect();
@@ -267,6 +310,55 @@ impl IntervalJoinOperator {
         }
         crate::alloc::give_back_freed_memory();
         Ok(())
+    }
+
+    /// Notes the keys of `side` changed in memory (written to the store
+    /// now, or gone from it) for the next incremental snapshot.
+    fn note_changed(&mut self, side: usize, changed: Option<&super::ChangedKeys>) -> Result<()> {
+        let (Some(changed), Some(flushed)) = (changed, self.spill.as_mut().and_then(|s| s.flushed.as_mut()))
+        else {
+            return Ok(());
+        };
+        let keys: Vec<&[u8]> = changed.iter().map(|k| &k[..]).collect();
+        for chunk in keys.chunks(WRITE_CHUNK) {
+            let groups =
+                crate::state::snapshot::key_groups_of_bytes(&self.keys_of, chunk, self.max_parallelism)?;
+            (chunk.iter().zip(groups.values())).for_each(|(k, g)| flushed.push(&key_prefix(*g, side, k)));
+        }
+        Ok(())
+    }
+
+    /// An incremental snapshot of spilled state, and the watermark: memory
+    /// to the store, then a base (`full`: the store, frozen now, as one run
+    /// keyed by side and key) or a replacing delta of the keys whose rows
+    /// changed since the last snapshot, read from the store frozen now
+    /// (a key without rows there is deleted); both read by the snapshot's
+    /// writer.
+    pub(super) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
+        self.spill_all()?;
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        let spec = self.spec.clone();
+        let converters = crate::operators::join::row_converters(&spec.inputs)?;
+        let schema = spec.state_schema();
+        let decode = move |entries: &[Entry]| stored_parts(&spec, &converters, entries);
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        if full {
+            spill.flushed.as_mut().map(FlushedKeys::clear);
+            spill.runs += 1;
+            snapshot.deferred = crate::state::deferred::keyed_base(store, spill.runs, schema, decode)?;
+            return Ok(snapshot);
+        }
+        let delta = prefixed_delta(
+            store,
+            &mut spill.runs,
+            &mut spill.flushed,
+            schema,
+            |prefix: &[u8]| state_key_of(prefix),
+            decode,
+        )?;
+        snapshot.deferred = delta.into_iter().collect();
+        Ok(snapshot)
     }
 
     /// A snapshot of spilled state: memory to the store, then the store,
@@ -293,28 +385,41 @@ fn stored_rows(
     converters: &[arrow::row::RowConverter; 2],
     entries: &[Entry],
 ) -> Result<Option<arrow::record_batch::RecordBatch>> {
+    let parts = stored_parts(spec, converters, entries)?;
+    concat_by_key_group(parts.into_iter().map(|(rows, _, _)| rows).collect())
+}
+
+/// The state rows of store entries (index entries left out) as a replacing
+/// file's parts, a side's each, every row keyed by its side and join key.
+fn stored_parts(
+    spec: &IntervalJoin,
+    converters: &[arrow::row::RowConverter; 2],
+    entries: &[Entry],
+) -> Result<Vec<ReplacedPart>> {
     let parsers = [converters[0].parser(), converters[1].parser()];
     let mut groups: [Vec<u32>; 2] = Default::default();
+    let mut keys: [BinaryBuilder; 2] = Default::default();
     let mut kept: [SideRows; 2] = Default::default();
     for (key, value) in entries {
         let Some((group, side, (time, _))) = split_row_key(key)? else {
             continue;
         };
         groups[side].push(group);
+        keys[side].append_value(state_key_of(key)?.1);
         kept[side].rows.push(parsers[side].parse(row_bytes(value)?));
         kept[side].times.push(time);
         kept[side].joined.push(value.first() == Some(&1));
     }
     let schema = spec.state_schema();
-    let mut batches = Vec::new();
-    for (side, (groups, kept)) in groups.into_iter().zip(kept).enumerate() {
+    let mut parts = Vec::new();
+    for (side, ((groups, kept), mut keys)) in groups.into_iter().zip(kept).zip(keys).enumerate() {
         if !groups.is_empty() {
             let groups = arrow::array::UInt32Array::from(groups);
             let columns = side_columns(spec, &converters[side], side, groups, kept)?;
-            batches.push(state_rows(&schema, columns)?);
+            parts.push((state_rows(&schema, columns)?, keys.finish(), false));
         }
     }
-    concat_by_key_group(batches)
+    Ok(parts)
 }
 
 #[cfg(test)]
