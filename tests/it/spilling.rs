@@ -246,22 +246,35 @@ fn a_temporal_join_with_spilled_versions_killed_three_times_writes_exactly_the_r
     );
 }
 
+/// Each even id joins the next one in its 5-minute window (30k rows a
+/// window and side, several MB on the heap, under 1 MB); each odd one comes
+/// out padded when its window fires.
+fn window_join_query() -> String {
+    let window = |t: &str| format!("TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '5' MINUTE)) {t}");
+    format!(
+        "SELECT a.id, b.id FROM {} LEFT JOIN {} ON a.id / 2 = b.id / 2 AND a.id < b.id
+         AND a.window_start = b.window_start AND a.window_end = b.window_end",
+        window("a"),
+        window("b")
+    )
+}
+
 #[test]
 fn a_window_join_with_spilled_rows_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    // Each even id joins the next one in its 5-minute window (30k rows a
-    // window and side, several MB on the heap, under 1 MB); each odd one
-    // comes out padded when its window fires.
-    let window = |t: &str| format!("TABLE(TUMBLE(TABLE seq, DESCRIPTOR(ts), INTERVAL '5' MINUTE)) {t}");
-    spilled_rows_killed_three_times(
-        "window-join-spilling",
+    let query = window_join_query();
+    spilled_rows_killed_three_times("window-join-spilling", SEQUENCE, "a BIGINT, b BIGINT", &query);
+}
+
+#[test]
+fn a_window_join_with_spilled_rows_and_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run()
+ {
+    spilled_killed_three_times_in(
+        &INCREMENTAL,
+        "window-join-spilling-incremental",
         SEQUENCE,
         "a BIGINT, b BIGINT",
-        &format!(
-            "SELECT a.id, b.id FROM {} LEFT JOIN {} ON a.id / 2 = b.id / 2 AND a.id < b.id
-             AND a.window_start = b.window_start AND a.window_end = b.window_end",
-            window("a"),
-            window("b")
-        ),
+        &window_join_query(),
+        400_000,
     );
 }
 

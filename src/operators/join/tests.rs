@@ -1200,6 +1200,59 @@ fn an_incremental_window_join_snapshot_holds_the_rows_since_the_last_and_a_fired
 }
 
 #[test]
+fn a_window_join_that_spills_after_a_snapshot_on_the_heap_writes_each_row_to_one_delta() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let (w0, w10, w20) = (
+        "2020-01-01T00:00:00",
+        "2020-01-01T00:00:10",
+        "2020-01-01T00:00:20",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = window_join("LEFT JOIN")
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let rows = |keys: std::ops::Range<usize>, ws: &str, we: &str| -> String {
+        let rows: Vec<String> = keys.map(|k| format!("{k} {ws} {we}")).collect();
+        rows.join("\n")
+    };
+    h.push_to(0, &rows(0..10, w0, w10)).unwrap();
+    assert_eq!(entries_in(dir.path()), 0, "ten rows stay in memory");
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 10);
+    // 300 more rows of the same window: memory goes to the store with the
+    // ten the base holds; then a right row and a row of the next window.
+    h.push_to(0, &rows(10..310, w0, w10)).unwrap();
+    assert!(entries_in(dir.path()) > 0, "rows went to the store");
+    h.push_to(1, &format!("3 x {w0} {w10}")).unwrap();
+    h.push_to(0, &rows(400..401, w10, w20)).unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(delta.num_rows(), 302, "the rows since the base, once each");
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    let fired = h.watermark(w(20) - 1).unwrap();
+    assert_eq!(
+        fired.len(),
+        312,
+        "310 left rows of the first window, the next one's, the watermark"
+    );
+    assert!(fired.contains(&format!("+I 3 {w0} {w10} 3 x {w0} {w10}")));
+}
+
+#[test]
+fn a_spilled_window_join_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = window_steps(40, 20, 2000);
+    let spilled = || window_join("FULL JOIN").spilling(8 * 1024, dir.path()).unwrap();
+    let mut first_half = spilled();
+    emitted(&mut first_half, &steps[..steps.len() / 2]);
+    assert!(entries_in(dir.path()) > 0, "rows go to the store");
+    drop(first_half);
+    incremental_restores_as_if_never_stopped(&spilled, &steps, 4);
+}
+
+#[test]
 fn a_window_join_restored_from_an_incremental_chain_emits_what_it_would_have() {
     incremental_restores_as_if_never_stopped(&|| window_join("FULL JOIN"), &window_steps(40, 20, 2000), 4);
 }

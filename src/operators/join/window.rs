@@ -111,10 +111,10 @@ impl OperatorFactory for WindowJoin {
             rows_of: super::row_converters(&self.inputs)?,
             keys_of: RowConverter::new(self.key_types()?.into_iter().map(SortField::new).collect())?,
             windows: BTreeMap::new(),
-            saved: (ctx.incremental && ctx.spill.is_none()).then(HashMap::new),
+            saved: ctx.incremental.then(HashMap::new),
             watermark: Timestamp::MIN,
             max_parallelism: ctx.max_parallelism,
-            spill: ctx.spill.clone().map(spill::WindowSpill::new),
+            spill: (ctx.spill.clone()).map(|s| spill::WindowSpill::new(s, ctx.incremental)),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -133,8 +133,9 @@ struct WindowJoinOperator {
     keys_of: RowConverter,
     /// Each window (by its end, ms) with each side's rows.
     windows: BTreeMap<i64, [Vec<Waiting>; 2]>,
-    /// Incremental checkpoints: how many of each window's rows (a side
-    /// each) the snapshots so far hold; rows only ever join a window.
+    /// Incremental checkpoints: how many of each window's rows in memory
+    /// (a side each) the snapshots so far hold; rows only ever join a
+    /// window (spilled, a window's rows leave memory for the store).
     saved: Option<HashMap<i64, [usize; 2]>>,
     watermark: Timestamp,
     max_parallelism: usize,
@@ -380,6 +381,9 @@ impl Operator for WindowJoinOperator {
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if self.saved.is_none() {
             return self.snapshot(checkpoint);
+        }
+        if self.has_spilled() {
+            return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))

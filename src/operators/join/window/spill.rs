@@ -31,10 +31,11 @@ use arrow::row::RowConverter;
 
 use super::{Waiting, WindowJoin, WindowJoinOperator, side_columns};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
-use crate::state::deferred::whole_store;
+use crate::state::deferred::{DeltaOf, store_delta, whole_store};
+use crate::state::flushed::FlushedKeys;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{concat_by_key_group, state_rows};
-use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
+use crate::state::store::{Entry, Frozen, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
 use crate::{Error, Result};
 
 /// A window join subtask's spilled state.
@@ -48,13 +49,18 @@ pub(super) struct WindowSpill {
     seq: u64,
     /// When memory is measured.
     guess: MemoryGuess,
+    /// Incremental checkpoints: the store keys of the rows written since
+    /// the last snapshot that no snapshot holds yet.
+    flushed: Option<FlushedKeys>,
     runs: u64,
 }
 
 impl WindowSpill {
-    /// The spill of a window join subtask with these settings.
-    pub(super) fn new(settings: SpillSettings) -> Self {
+    /// The spill of a window join subtask with these settings, noting the
+    /// rows its `incremental` snapshots read back.
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
         WindowSpill {
+            flushed: incremental.then(FlushedKeys::default),
             settings,
             store: None,
             stored: BTreeMap::new(),
@@ -183,8 +189,14 @@ impl WindowJoinOperator {
             return Ok(());
         };
         open_once_for_ranges(&mut spill.store, &spill.settings)?;
+        // Incremental checkpoints: the rows no snapshot holds yet, from
+        // where the last one stopped; memory's rows of the window after
+        // this are all new.
+        let saved = (self.saved.as_mut())
+            .and_then(|s| s.remove(&end))
+            .unwrap_or_default();
         for (side, rows) in rows.iter().enumerate() {
-            for chunk in rows.chunks(WRITE_CHUNK) {
+            for (n, chunk) in rows.chunks(WRITE_CHUNK).enumerate() {
                 let parser = self.rows_of[side].parser();
                 let data = self.rows_of[side].convert_rows(chunk.iter().map(|(_, r)| parser.parse(r)))?;
                 let groups = super::super::row_key_groups(
@@ -199,6 +211,10 @@ impl WindowJoinOperator {
                     spill.seq += 1;
                     spill.stored.entry(end).or_default().insert(*group);
                     puts.push((row_key(window_prefix(*group, end), key, side, spill.seq), row));
+                }
+                if let Some(flushed) = spill.flushed.as_mut() {
+                    let first_new = saved[side].saturating_sub(n * WRITE_CHUNK);
+                    puts.iter().skip(first_new).for_each(|(key, _)| flushed.push(key));
                 }
                 let store = spill.store.as_ref().expect("opened above");
                 store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
@@ -221,6 +237,50 @@ impl WindowJoinOperator {
         let converters = crate::operators::join::row_converters(&spec.inputs)?;
         let decode = move |entries: &[Entry]| stored_rows(&spec, &converters, max_parallelism, entries);
         snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        Ok(snapshot)
+    }
+}
+
+impl WindowJoinOperator {
+    /// An incremental snapshot of spilled state, and the watermark: a base
+    /// (`full`: [`WindowJoinOperator::spilled_snapshot`]), or a merging
+    /// delta of the rows that joined their windows since the last
+    /// snapshot: memory's new rows, and those written to the store since,
+    /// read from the store frozen now by the snapshot's writer (a row of a
+    /// window that fired since is gone from it, as it is from the state).
+    pub(super) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
+        if full {
+            let snapshot = self.spilled_snapshot()?;
+            // Memory is empty: whatever comes next is new.
+            self.saved = Some(Default::default());
+            let spill = self.spill.as_mut().expect("has spilled");
+            spill.flushed.as_mut().map(FlushedKeys::clear);
+            return Ok(snapshot);
+        }
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        let memory: Vec<RecordBatch> = self.delta(false)?.into_iter().collect();
+        let max_parallelism = self.max_parallelism;
+        let spec = self.spec.clone();
+        let converters = crate::operators::join::row_converters(&spec.inputs)?;
+        let spill = self.spill.as_mut().expect("has spilled");
+        let store = spill.store.as_ref().expect("has spilled");
+        let Some(of) = DeltaOf::take(
+            store,
+            &mut spill.runs,
+            &mut spill.flushed,
+            memory,
+            |_: &[u8]| false,
+        )?
+        else {
+            return Ok(snapshot);
+        };
+        let read_back = move |frozen: &Frozen, keys: &[&[u8]]| {
+            let (found, _fired) = frozen.get_each(keys)?;
+            Ok(stored_rows(&spec, &converters, max_parallelism, &found)?
+                .into_iter()
+                .collect())
+        };
+        snapshot.deferred = vec![store_delta(of, read_back, concat_by_key_group)];
         Ok(snapshot)
     }
 }
