@@ -179,6 +179,14 @@ impl Harness {
         Ok(rows)
     }
 
+    /// [`Harness::restart_from_chain`] on the heap backend: a chain the
+    /// spilling backend wrote, restored where it fits in memory (a larger
+    /// budget, a rescale).
+    pub fn restart_from_chain_on_the_heap(&mut self) -> Result<Option<RecordBatch>> {
+        self.spill = None;
+        self.restart_from_chain()
+    }
+
     /// Runs one batch of `rows` (a line each: the kind, when the input
     /// updates, then the values; `null` for NULL); returns what it emitted.
     pub fn push(&mut self, rows: &str) -> Result<Vec<String>> {

@@ -225,24 +225,44 @@ fn an_interval_join_with_spilled_rows_and_incremental_checkpoints_killed_three_t
     );
 }
 
-#[test]
-fn a_temporal_join_with_spilled_versions_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
-    // 400k versions, one a key (several MB on the heap), under 1 MB: each
-    // row joins key id * 7 % 400000 once its version's time is not after
-    // the row's, else comes out padded.
-    let source = format!(
+/// 400k versions, one a key (several MB on the heap), under 1 MB: each
+/// row joins key id * 7 % 400000 once its version's time is not after the
+/// row's, else comes out padded.
+fn temporal_source() -> String {
+    format!(
         "{SEQUENCE};
          CREATE TABLE versions (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 10, 3),
            PRIMARY KEY (id) NOT ENFORCED, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
          WITH ('connector' = 'datagen', 'rows-per-second' = '100000',
            'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '399999')"
-    );
+    )
+}
+
+/// The temporal join of [`temporal_source`].
+const TEMPORAL_JOIN: &str = "SELECT s.id, v.id FROM seq s LEFT JOIN versions FOR SYSTEM_TIME AS OF s.ts AS v
+     ON s.id * 7 % 400000 = v.id";
+
+#[test]
+fn a_temporal_join_with_spilled_versions_killed_three_times_writes_exactly_the_rows_of_a_clean_run() {
+    let source = temporal_source();
     spilled_rows_killed_three_times(
         "temporal-spilling",
         &source,
         "id BIGINT, version BIGINT",
-        "SELECT s.id, v.id FROM seq s LEFT JOIN versions FOR SYSTEM_TIME AS OF s.ts AS v
-         ON s.id * 7 % 400000 = v.id",
+        TEMPORAL_JOIN,
+    );
+}
+
+#[test]
+fn a_temporal_join_with_spilled_versions_and_incremental_checkpoints_killed_three_times_writes_exactly_the_rows_of_a_clean_run()
+ {
+    spilled_killed_three_times_in(
+        &INCREMENTAL,
+        "temporal-spilling-incremental",
+        &temporal_source(),
+        "id BIGINT, version BIGINT",
+        TEMPORAL_JOIN,
+        400_000,
     );
 }
 

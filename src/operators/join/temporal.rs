@@ -41,6 +41,7 @@ use crate::state::store::in_chunks;
 
 mod delta;
 mod spill;
+mod spilled_delta;
 
 /// An event-time temporal join.
 #[derive(Debug, Clone)]
@@ -132,9 +133,9 @@ impl OperatorFactory for TemporalJoin {
             watermark: Timestamp::MIN,
             compacted: Timestamp::MIN,
             changes: BTreeMap::new(),
-            changed: (ctx.incremental && ctx.spill.is_none()).then(delta::Changed::default),
+            changed: ctx.incremental.then(delta::Changed::default),
             max_parallelism: ctx.max_parallelism,
-            spill: ctx.spill.clone().map(spill::TemporalSpill::new),
+            spill: (ctx.spill.clone()).map(|s| spill::TemporalSpill::new(s, ctx.incremental)),
             spec: Arc::new(self.clone()),
         }))
     }
@@ -654,6 +655,9 @@ impl Operator for TemporalJoinOperator {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
         }
+        if self.has_spilled() {
+            return self.spilled_delta(full).map(Some);
+        }
         let rows = self.delta(full)?;
         Ok(Some(OperatorSnapshot::with_watermark(self.watermark, rows)))
     }
@@ -680,6 +684,10 @@ impl Operator for TemporalJoinOperator {
             self.restore_side(1, &chunk)?;
             self.spill_if_over()?;
         }
+        // A key's versions from an older file of an incremental chain may
+        // hold some the watermark has dropped since (a spilled delta notes
+        // only the keys written): they go now, as they did before.
+        self.compact(self.watermark);
         Ok(())
     }
 

@@ -1119,6 +1119,170 @@ fn a_spilled_temporal_join_restores_from_a_snapshot_as_if_never_stopped() {
 }
 
 #[test]
+fn a_null_keyed_row_of_a_spilled_temporal_join_comes_out_padded() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = temporal().spilling(16 * 1024, dir.path()).unwrap();
+    let versions: Vec<String> = (100..400)
+        .map(|k| format!("+I {k} v 2020-01-01T00:00:01"))
+        .collect();
+    h.push_to(1, &versions.join("\n")).unwrap();
+    assert!(entries_in(dir.path()) > 0, "versions went to the store");
+    h.push_to(0, "null n 2020-01-01T00:00:07\n100 m 2020-01-01T00:00:07")
+        .unwrap();
+    assert_eq!(
+        h.watermark(w(8)).unwrap(),
+        lines(&[
+            "+I null n 2020-01-01T00:00:07 null null null",
+            "+I 100 m 2020-01-01T00:00:07 100 v 2020-01-01T00:00:01",
+            &format!("wm {}", w(8))
+        ])
+    );
+}
+
+#[test]
+fn incremental_snapshots_of_a_spilled_temporal_join_hold_changed_stream_rows_and_versions_and_delete_fired_rows()
+ {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = temporal()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    // 300 keys' versions and a row waiting at 00:00:30 of each go to the
+    // store; key 1's version at 5 s and a row of it at 10 s too.
+    let versions: Vec<String> = (100..400)
+        .map(|k| format!("+I {k} v 2020-01-01T00:00:01"))
+        .collect();
+    h.push_to(1, &versions.join("\n")).unwrap();
+    h.push_to(1, "+I 1 x 2020-01-01T00:00:05").unwrap();
+    let rows: Vec<String> = (100..400).map(|k| format!("{k} r 2020-01-01T00:00:30")).collect();
+    h.push_to(0, &rows.join("\n")).unwrap();
+    h.push_to(0, "1 a 2020-01-01T00:00:10\nnull n 2020-01-01T00:00:07")
+        .unwrap();
+    assert!(entries_in(dir.path()) > 0, "state went to the store");
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 603);
+    // Key 2 gets a version; rows of 2 and 3 at 7 s fire with the null-keyed
+    // one (2 joined, 3 and null padded), then a late row of 2 at 7 s waits.
+    h.push_to(1, "+I 2 y 2020-01-01T00:00:06").unwrap();
+    h.push_to(0, "2 b 2020-01-01T00:00:07\n3 d 2020-01-01T00:00:07")
+        .unwrap();
+    let fired = h.watermark(w(8)).unwrap();
+    assert_eq!(
+        fired.len(),
+        4,
+        "2 b joined, 3 d and the null key padded: {fired:?}"
+    );
+    h.push_to(0, "2 c 2020-01-01T00:00:07").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    let mut deleted = deletions(&delta);
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        vec![false, false, true, true],
+        "2 c waiting, 2's version; 3 d and the null-keyed row gone"
+    );
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+
+    h.restart_from_chain().unwrap();
+    let out = h.watermark(w(11)).unwrap();
+    assert_eq!(
+        out,
+        lines(&[
+            "+I 2 c 2020-01-01T00:00:07 2 y 2020-01-01T00:00:06",
+            "+I 1 a 2020-01-01T00:00:10 1 x 2020-01-01T00:00:05",
+            &format!("wm {}", w(11))
+        ]),
+        "the late row and the base's, with their versions; 2 b, 3 d and the null key not again"
+    );
+    assert_eq!(
+        h.watermark(w(31)).unwrap().len(),
+        301,
+        "the 300 stored rows, joined"
+    );
+}
+
+#[test]
+fn a_delta_of_a_spilled_temporal_join_deletes_the_stored_rows_that_fired() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = temporal()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let rows: Vec<String> = (100..400).map(|k| format!("{k} r 2020-01-01T00:00:30")).collect();
+    h.push_to(0, &rows.join("\n")).unwrap();
+    h.push_to(0, "1 a 2020-01-01T00:00:40").unwrap();
+    assert!(entries_in(dir.path()) > 0, "rows went to the store");
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 301);
+    assert_eq!(
+        h.watermark(w(31)).unwrap().len(),
+        301,
+        "the stored rows fire, padded"
+    );
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    assert_eq!(deletions(&delta), vec![true; 300], "each fired key deleted");
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.watermark(i64::MAX).unwrap(),
+        lines(&[
+            "+I 1 a 2020-01-01T00:00:40 null null null",
+            "wm 9223372036854775807"
+        ]),
+        "only the row that had not fired"
+    );
+}
+
+#[test]
+fn a_spilled_temporal_join_restored_from_its_chain_drops_the_versions_the_watermark_dropped_since() {
+    let w = |s: i64| 1_577_836_800_000 + s * 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let make = || {
+        temporal()
+            .incremental()
+            .unwrap()
+            .spilling(16 * 1024, dir.path())
+            .unwrap()
+    };
+    let mut h = make();
+    let mut versions: Vec<String> = (100..400)
+        .map(|k| format!("+I {k} v 2020-01-01T00:00:01"))
+        .collect();
+    versions.extend(["+I 5 p 2020-01-01T00:00:01", "+I 5 q 2020-01-01T00:00:03"].map(String::from));
+    h.push_to(1, &versions.join("\n")).unwrap();
+    assert!(entries_in(dir.path()) > 0, "versions went to the store");
+    h.snapshot_delta(true).unwrap().expect("a base");
+    // Past 3 s key 5's version at 1 s can join nothing: it is dropped when
+    // the key is next read, and no delta notes it.
+    h.watermark(w(4)).unwrap();
+    h.snapshot_delta(false).unwrap();
+    h.restart_from_chain_on_the_heap().unwrap();
+    // A late row at 2 s finds no version current then, as it would have.
+    h.push_to(0, "5 z 2020-01-01T00:00:02").unwrap();
+    assert_eq!(
+        h.watermark(w(5)).unwrap(),
+        lines(&[
+            "+I 5 z 2020-01-01T00:00:02 null null null",
+            &format!("wm {}", w(5))
+        ])
+    );
+}
+
+#[test]
+fn a_spilled_temporal_join_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = temporal_steps(40, 20, 2000);
+    let spilled = || temporal().spilling(8 * 1024, dir.path()).unwrap();
+    let mut first_half = spilled();
+    emitted(&mut first_half, &steps[..steps.len() / 2]);
+    assert!(entries_in(dir.path()) > 0, "state goes to the store");
+    drop(first_half);
+    incremental_restores_as_if_never_stopped(&spilled, &steps, 4);
+}
+
+#[test]
 fn a_spilled_temporal_join_snapshot_holds_the_state_of_its_barrier_while_the_join_goes_on() {
     spilled_snapshot_holds_its_barrier(&temporal, &temporal_steps(40, 50, 90));
 }

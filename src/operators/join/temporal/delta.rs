@@ -132,18 +132,29 @@ impl TemporalJoinOperator {
 
     /// Deleting rows of `side` for `state_keys` in key groups `groups`.
     fn deleted(&self, side: i8, groups: UInt32Array, state_keys: Vec<Vec<u8>>) -> Result<ReplacedPart> {
-        let n = state_keys.len();
-        let keys = BinaryArray::from_iter_values(state_keys);
-        let (rows, keys, deleted) = deleted_part(&self.spec.state_schema(), groups, keys)?;
-        // The side column says whose key goes.
-        let mut columns = rows.columns().to_vec();
-        columns[1] = Arc::new(Int8Array::from(vec![side; n]));
-        Ok((RecordBatch::try_new(rows.schema(), columns)?, keys, deleted))
+        deleted_of(&self.spec.state_schema(), side, groups, state_keys)
     }
 }
 
+/// Deleting rows (state rows of `schema`) of `side` for `state_keys` in key
+/// groups `groups`.
+pub(super) fn deleted_of(
+    schema: &arrow::datatypes::SchemaRef,
+    side: i8,
+    groups: UInt32Array,
+    state_keys: Vec<Vec<u8>>,
+) -> Result<ReplacedPart> {
+    let n = state_keys.len();
+    let keys = BinaryArray::from_iter_values(state_keys);
+    let (rows, keys, deleted) = deleted_part(schema, groups, keys)?;
+    // The side column says whose key goes.
+    let mut columns = rows.columns().to_vec();
+    columns[1] = Arc::new(Int8Array::from(vec![side; n]));
+    Ok((RecordBatch::try_new(rows.schema(), columns)?, keys, deleted))
+}
+
 /// A stream row's state key: 0, its time, its key group, its join key.
-fn waiting_key(time: i64, group: u32, key: &[u8]) -> Vec<u8> {
+pub(super) fn waiting_key(time: i64, group: u32, key: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(13 + key.len());
     bytes.push(0);
     bytes.extend_from_slice(&time.to_be_bytes());
@@ -153,7 +164,7 @@ fn waiting_key(time: i64, group: u32, key: &[u8]) -> Vec<u8> {
 }
 
 /// A versioned key's state key: 1, then the key.
-fn versions_key(key: &[u8]) -> Vec<u8> {
+pub(super) fn versions_key(key: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(1 + key.len());
     bytes.push(1);
     bytes.extend_from_slice(key);

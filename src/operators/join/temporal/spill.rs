@@ -43,7 +43,11 @@ use super::{
 use crate::operators::join::state::{ByKey, Key};
 use crate::runtime::Timestamp;
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
+use arrow::array::BinaryBuilder;
+
 use crate::state::deferred::whole_store;
+use crate::state::flushed::FlushedKeys;
+use crate::state::incremental::ReplacedPart;
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use crate::state::snapshot::{concat_by_key_group, state_rows};
 use crate::state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered};
@@ -52,11 +56,15 @@ use crate::{Error, Result};
 /// The first four bytes of an index entry's key, after every key group.
 const INDEX: [u8; 4] = [0xFF; 4];
 
+/// Bytes of a stream row's store key before its sequence number: key
+/// group, `0`, time.
+pub(super) const STREAM_PREFIX: usize = 13;
+
 /// A temporal join subtask's spilled state.
 pub(super) struct TemporalSpill {
     settings: SpillSettings,
     /// Opened at the first spill.
-    store: Option<Store>,
+    pub(super) store: Option<Store>,
     /// The time the next scan of the index starts at: rows before it have
     /// fired (a late row spilled later moves it back).
     scan_from: i64,
@@ -64,13 +72,18 @@ pub(super) struct TemporalSpill {
     seq: u64,
     /// When memory is measured.
     guess: MemoryGuess,
-    runs: u64,
+    /// Incremental checkpoints: what changed in the store since the last
+    /// snapshot ([`super::spilled_delta`]).
+    pub(super) flushed: Option<FlushedKeys>,
+    pub(super) runs: u64,
 }
 
 impl TemporalSpill {
-    /// The spill of a temporal join subtask with these settings.
-    pub(super) fn new(settings: SpillSettings) -> Self {
+    /// The spill of a temporal join subtask with these settings, noting
+    /// what its `incremental` snapshots read back.
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
         TemporalSpill {
+            flushed: incremental.then(FlushedKeys::default),
             settings,
             store: None,
             scan_from: i64::MIN,
@@ -87,12 +100,12 @@ fn cut_short() -> Error {
 }
 
 /// The time of [`ordered`] bytes at the start of `bytes`.
-fn time_of(bytes: &[u8]) -> Result<i64> {
+pub(super) fn time_of(bytes: &[u8]) -> Result<i64> {
     crate::state::store::time_of(bytes).ok_or_else(cut_short)
 }
 
 /// The store key of a key's versions.
-fn versions_key(group: u32, key: &[u8]) -> Vec<u8> {
+pub(super) fn versions_key(group: u32, key: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(5 + key.len());
     bytes.extend_from_slice(&group.to_be_bytes());
     bytes.push(1);
@@ -102,7 +115,7 @@ fn versions_key(group: u32, key: &[u8]) -> Vec<u8> {
 
 /// The store key of a stream row at `(time, seq)`, after `head` (its key
 /// group, or [`INDEX`]).
-fn stream_key(head: [u8; 4], time: i64, seq: u64) -> Vec<u8> {
+pub(super) fn stream_key(head: [u8; 4], time: i64, seq: u64) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(21);
     bytes.extend_from_slice(&head);
     bytes.push(0);
@@ -148,7 +161,7 @@ fn stream_value(key: &[u8], row: &[u8]) -> Vec<u8> {
 }
 
 /// The key and row of a [`stream_value`].
-fn split_stream_value(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
+pub(super) fn split_stream_value(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
     let len = u32::from_be_bytes(bytes.get(..4).ok_or_else(cut_short)?.try_into().expect("4"));
     let end = 4 + len as usize;
     Ok((bytes.get(4..end).ok_or_else(cut_short)?, &bytes[end..]))
@@ -189,8 +202,10 @@ impl TemporalJoinOperator {
             return Ok(found);
         };
         let mut seen = HashSet::new();
+        // A null key (no bytes: any key's row format has some) has no
+        // versions.
         let wanted: Vec<&[u8]> = keys
-            .filter(|k| !self.versions.contains_key(*k) && seen.insert(*k))
+            .filter(|k| !k.is_empty() && !self.versions.contains_key(*k) && seen.insert(*k))
             .collect();
         for chunk in wanted.chunks(WRITE_CHUNK) {
             let groups =
@@ -258,6 +273,7 @@ impl TemporalJoinOperator {
         };
         // Bloom filters: a stream row's key may have no versions.
         open_once(&mut spill.store, &spill.settings)?;
+        self.note_changed()?;
         let versions = std::mem::take(&mut self.versions);
         let keys: Vec<(&Key, &Versions)> = versions.iter().collect();
         for chunk in keys.chunks(WRITE_CHUNK) {
@@ -306,6 +322,9 @@ impl TemporalJoinOperator {
             spill.seq += 1;
             spill.scan_from = spill.scan_from.min(*time);
             let row_key = stream_key(group.to_be_bytes(), *time, spill.seq);
+            if let Some(flushed) = spill.flushed.as_mut() {
+                flushed.push(&row_key[..STREAM_PREFIX]);
+            }
             puts.push((stream_key(INDEX, *time, spill.seq), row_key.clone()));
             puts.push((row_key, stream_value(key, row)));
         }
@@ -341,23 +360,47 @@ fn stored_rows(
     w: Timestamp,
     entries: &[Entry],
 ) -> Result<Option<RecordBatch>> {
+    let parts = stored_parts(spec, converters, max_parallelism, w, entries)?;
+    concat_by_key_group(parts.into_iter().map(|(rows, _, _)| rows).collect())
+}
+
+/// [`stored_rows`] as a replacing file's parts, a side's each: stream rows
+/// keyed by time, key group and join key, versions by key (as the heap's
+/// deltas key them).
+pub(super) fn stored_parts(
+    spec: &TemporalJoin,
+    converters: &[RowConverter; 2],
+    max_parallelism: usize,
+    w: Timestamp,
+    entries: &[Entry],
+) -> Result<Vec<ReplacedPart>> {
     let parsers = [converters[0].parser(), converters[1].parser()];
     let mut versions = Vec::new();
     let mut sides: [SideState; 2] = Default::default();
+    let mut keys: [BinaryBuilder; 2] = Default::default();
     for (key, value) in entries {
-        if key.get(..4).ok_or_else(cut_short)? == INDEX {
+        let group: [u8; 4] = key.get(..4).ok_or_else(cut_short)?.try_into().expect("4 bytes");
+        if group == INDEX {
             continue;
         }
         match key.get(4) {
             Some(0) => {
-                let (_, row) = split_stream_value(value)?;
+                let (join_key, row) = split_stream_value(value)?;
+                let time = time_of(key.get(5..).ok_or_else(cut_short)?)?;
                 sides[0].rows.push(parsers[0].parse(row));
-                sides[0].times.push(time_of(key.get(5..).ok_or_else(cut_short)?)?);
+                sides[0].times.push(time);
                 sides[0].deleted.push(false);
+                keys[0].append_value(super::delta::waiting_key(
+                    time,
+                    u32::from_be_bytes(group),
+                    join_key,
+                ));
             }
             Some(1) => {
                 let mut kept = decode_versions(value)?;
                 compact_versions(&mut kept, w);
+                let state_key = super::delta::versions_key(&key[5..]);
+                kept.iter().for_each(|_| keys[1].append_value(&state_key));
                 versions.push(kept);
             }
             _ => return Err(cut_short()),
@@ -369,13 +412,13 @@ fn stored_rows(
         sides[1].deleted.push(*deleted);
     }
     let schema = spec.state_schema();
-    let mut batches = Vec::new();
-    for (side, state) in sides.into_iter().enumerate() {
+    let mut parts = Vec::new();
+    for (side, (state, mut keys)) in sides.into_iter().zip(keys).enumerate() {
         if let Some(columns) = side_columns(spec, &converters[side], max_parallelism, side, state)? {
-            batches.push(state_rows(&schema, columns)?);
+            parts.push((state_rows(&schema, columns)?, keys.finish(), false));
         }
     }
-    concat_by_key_group(batches)
+    Ok(parts)
 }
 
 #[cfg(test)]
