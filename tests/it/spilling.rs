@@ -328,6 +328,23 @@ fn a_session_window_with_spilled_sessions_and_incremental_checkpoints_killed_thr
     );
 }
 
+#[test]
+fn a_session_window_with_spilled_sessions_rescaled_4_2_3_from_incremental_checkpoints_writes_exactly_the_rows_of_a_clean_run()
+ {
+    // Each old subtask's chain of spilled deltas, combined and split by
+    // key group at the new parallelism.
+    let spill = tempfile::tempdir().unwrap();
+    let settings = format!("{} {}", INCREMENTAL[0].1, spilling("1 mb", spill.path()));
+    crash_and_rescale(
+        "rescale-session-spilling-incremental",
+        &[4, 2, 3],
+        &settings,
+        SEQUENCE,
+        SESSION_COLUMNS,
+        SESSIONS,
+    );
+}
+
 /// The peak resident set (VmHWM) of a `weir run` of `file`, polled from
 /// /proc while it runs, in bytes; panics if the run fails.
 fn peak_rss_of_run(file: &Path) -> u64 {
