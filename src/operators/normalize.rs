@@ -22,7 +22,7 @@ use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::incremental::{DeltaKind, ReplacedPart};
+use crate::state::incremental::DeltaKind;
 use crate::state::keyed_rows::{
     KeyedRows, columns_of, decode_state_rows, row_converter, rows_snapshot, state_rows_of,
 };
@@ -200,23 +200,9 @@ impl Operator for NormalizeOperator {
         if !self.held.is_incremental() {
             return self.snapshot(checkpoint);
         }
-        let schema = self.spec.state_schema();
-        let (of, max_parallelism) = ((&self.rows_of, &self.spec.key[..]), self.max_parallelism);
-        let state_rows = |rows: &[(usize, &[u8])]| state_rows_of(&schema, of, rows, max_parallelism, false);
-        if self.held.has_spilled() {
-            let (stored, rows_of) = (schema.clone(), row_converter(&self.spec.data_schema())?);
-            let decode = move |entries: &[Entry]| -> Result<Vec<ReplacedPart>> {
-                let part = decode_state_rows(&stored, &rows_of, entries, false)?;
-                Ok(part.map(|(rows, keys)| (rows, keys, false)).into_iter().collect())
-            };
-            let deferred = self.held.spilled_delta(full, &schema, state_rows, decode)?;
-            return Ok(Some(OperatorSnapshot {
-                deferred,
-                ..OperatorSnapshot::default()
-            }));
-        }
-        let rows = (self.held).delta(full, &schema, state_rows)?;
-        Ok(Some(rows_snapshot(rows)))
+        let of = (&self.rows_of, &self.spec.key[..]);
+        let snapshot = (self.held).snapshot_delta(full, &self.spec.state_schema(), of, false)?;
+        Ok(Some(snapshot))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

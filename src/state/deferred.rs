@@ -287,14 +287,24 @@ where
     )))
 }
 
-/// A full snapshot of a store of one entry per state key as the base of a
-/// replacing chain: [`whole_store`], each chunk of entries made parts (rows
-/// with their state keys) by `decode`.
-pub fn keyed_base<D>(store: &Store, n: u64, schema: SchemaRef, mut decode: D) -> Result<Vec<Deferred>>
+/// A full snapshot of a spilled store (its operator's memory written to
+/// it) as the base of a replacing chain: [`whole_store`] as the next of its
+/// snapshot runs (`runs`, counted up), each chunk of entries made parts
+/// (rows with their state keys) by `decode`. The keys noted for the next
+/// delta (`flushed`) are forgotten: the base holds them.
+pub fn keyed_base<D>(
+    store: &Store,
+    runs: &mut u64,
+    flushed: &mut Option<FlushedKeys>,
+    schema: SchemaRef,
+    mut decode: D,
+) -> Result<Vec<Deferred>>
 where
     D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
 {
-    whole_store(store, n, move |entries| {
+    flushed.as_mut().map(FlushedKeys::clear);
+    *runs += 1;
+    whole_store(store, *runs, move |entries| {
         replacement_rows(&schema, decode(entries)?, true)
     })
 }

@@ -245,6 +245,36 @@ impl KeyedRows {
         Ok(parts)
     }
 
+    /// An incremental snapshot (see [`KeyedRows::delta`] and
+    /// [`KeyedRows::spilled_delta`]) of an operator whose rows `rows_of`
+    /// converts and whose key is their columns `key`, as state rows of
+    /// `schema`, with each row's place among its key's (`positions`).
+    pub fn snapshot_delta(
+        &mut self,
+        full: bool,
+        schema: &SchemaRef,
+        (rows_of, key): (&RowConverter, &[usize]),
+        positions: bool,
+    ) -> Result<crate::runtime::operator::OperatorSnapshot> {
+        let max_parallelism = self.max_parallelism;
+        let state_rows =
+            |rows: &[(usize, &[u8])]| state_rows_of(schema, (rows_of, key), rows, max_parallelism, positions);
+        if !self.has_spilled() {
+            return Ok(rows_snapshot(self.delta(full, schema, state_rows)?));
+        }
+        // The rows' columns: after `_key_group`, before `_position`.
+        let columns = &schema.fields()[1..schema.fields().len() - positions as usize];
+        let (stored, converter) = (schema.clone(), row_converter(&Schema::new(columns.to_vec()))?);
+        let decode = move |entries: &[Entry]| -> Result<Vec<ReplacedPart>> {
+            let part = decode_state_rows(&stored, &converter, entries, positions)?;
+            Ok(part.map(|(rows, keys)| (rows, keys, false)).into_iter().collect())
+        };
+        Ok(crate::runtime::operator::OperatorSnapshot {
+            deferred: self.spilled_delta(full, schema, state_rows, decode)?,
+            ..Default::default()
+        })
+    }
+
     /// An incremental snapshot of spilled rows, read by the snapshot's
     /// writer: a base (`full`: memory to the store, then the store, frozen
     /// now, as one run keyed by key), or a replacing delta of the keys
@@ -252,7 +282,7 @@ impl KeyedRows {
     /// snapshot, read back from the store frozen now
     /// ([`crate::state::deferred::keyed_delta`]). `state_rows` makes
     /// memory's rows state rows of `schema`, `decode` the store's entries.
-    pub fn spilled_delta<D>(
+    fn spilled_delta<D>(
         &mut self,
         full: bool,
         schema: &SchemaRef,
@@ -265,10 +295,8 @@ impl KeyedRows {
         if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            spill.flushed.as_mut().map(FlushedKeys::clear);
-            spill.runs += 1;
             let store = spill.store.as_ref().expect("has spilled");
-            return keyed_base(store, spill.runs, schema.clone(), decode);
+            return keyed_base(store, &mut spill.runs, &mut spill.flushed, schema.clone(), decode);
         }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let parts = self.key_parts(changed.iter().map(|k| &k[..]).collect(), schema, state_rows)?;

@@ -483,10 +483,8 @@ impl OverOperator {
         if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            spill.flushed.as_mut().map(FlushedKeys::clear);
-            spill.runs += 1;
             let store = spill.store.as_ref().expect("has spilled");
-            snapshot.deferred = keyed_base(store, spill.runs, schema, decode)?;
+            snapshot.deferred = keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?;
             return Ok(snapshot);
         }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();

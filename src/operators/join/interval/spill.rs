@@ -344,9 +344,8 @@ impl IntervalJoinOperator {
         let spill = self.spill.as_mut().expect("has spilled");
         let store = spill.store.as_ref().expect("has spilled");
         if full {
-            spill.flushed.as_mut().map(FlushedKeys::clear);
-            spill.runs += 1;
-            snapshot.deferred = crate::state::deferred::keyed_base(store, spill.runs, schema, decode)?;
+            let (runs, flushed) = (&mut spill.runs, &mut spill.flushed);
+            snapshot.deferred = crate::state::deferred::keyed_base(store, runs, flushed, schema, decode)?;
             return Ok(snapshot);
         }
         let delta = prefixed_delta(

@@ -25,7 +25,6 @@ use super::spill::{STREAM_PREFIX, split_stream_value, stored_parts, time_of};
 use crate::Result;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::state::deferred::{DeltaOf, keyed_base, store_delta};
-use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::{ReplacedPart, replacement_rows};
 use crate::state::store::{Entry, Frozen};
 
@@ -71,11 +70,9 @@ impl TemporalJoinOperator {
         let spill = self.spill.as_mut().expect("has spilled");
         let store = spill.store.as_ref().expect("has spilled");
         if full {
-            spill.flushed.as_mut().map(FlushedKeys::clear);
-            spill.runs += 1;
             let decode =
                 move |entries: &[Entry]| stored_parts(&spec, &converters, max_parallelism, w, entries);
-            snapshot.deferred = keyed_base(store, spill.runs, schema, decode)?;
+            snapshot.deferred = keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?;
             return Ok(snapshot);
         }
         let Some(of) = DeltaOf::take(

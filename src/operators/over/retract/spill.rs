@@ -265,10 +265,8 @@ impl RetractOverOperator {
         let deferred = if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            spill.flushed.as_mut().map(FlushedKeys::clear);
-            spill.runs += 1;
             let store = spill.store.as_ref().expect("has spilled");
-            keyed_base(store, spill.runs, schema, decode)?
+            keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?
         } else {
             let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
             let parts = self.partition_parts(changed.iter().cloned().collect())?;

@@ -425,10 +425,8 @@ impl SessionOperator {
         if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            spill.flushed.as_mut().map(FlushedKeys::clear);
-            spill.runs += 1;
             let store = spill.store.as_ref().expect("has spilled");
-            snapshot.deferred = keyed_base(store, spill.runs, schema, decode)?;
+            snapshot.deferred = keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?;
             return Ok(snapshot);
         }
         let changed: Vec<Box<[u8]>> = (self.changed.as_mut())
