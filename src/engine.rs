@@ -7,14 +7,14 @@ use arrow::array::StringArray;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Receiver;
-use datafusion_expr::{ExprSchemable, ScalarUDF};
+use datafusion_expr::{ExprSchemable, LogicalPlan, ScalarUDF};
 
 use crate::checkpoint::storage::{RestorePoint, resolve_restore};
 use crate::checkpoint::{self, CheckpointConfig, RestartStrategy};
 use crate::config::SessionConfig;
 use crate::frontend::binder::Binder;
 use crate::frontend::catalog::{
-    Catalog, ColumnDef, MetadataColumn, TableDef, TableOptions, ViewDef, WatermarkDef,
+    Catalog, ColumnDef, MetadataColumn, TableDef, TableOptions, ViewBody, ViewDef, WatermarkDef,
 };
 use crate::frontend::functions::FunctionRegistry;
 use crate::frontend::parser::{
@@ -23,6 +23,7 @@ use crate::frontend::parser::{
 use crate::frontend::types::{flink_type_name, is_ltz};
 use crate::plan::{Planner, StreamPlan};
 use crate::runtime::job::{self, JobHandle, JobSettings, JobStatus, RestoredCheckpoint};
+use crate::table::Table;
 use crate::{Error, Result, connectors};
 
 /// A SQL session: catalog, settings, functions, and the jobs it started.
@@ -33,8 +34,12 @@ use crate::{Error, Result, connectors};
 /// let batches = engine.sql("SELECT 1 + 1 AS two").unwrap().collect().unwrap();
 /// assert_eq!(batches[0].num_rows(), 1);
 /// ```
+///
+/// A clone is another handle on the same session (as the [`Table`]s it
+/// makes hold one).
+#[derive(Clone)]
 pub struct Engine {
-    session: Mutex<Session>,
+    session: Arc<Mutex<Session>>,
 }
 
 impl Default for Engine {
@@ -285,12 +290,12 @@ impl Engine {
     /// A new session with an empty catalog and default settings.
     pub fn new() -> Self {
         Engine {
-            session: Mutex::new(Session {
+            session: Arc::new(Mutex::new(Session {
                 catalog: Arc::new(Catalog::default()),
                 config: SessionConfig::default(),
                 user_functions: Vec::new(),
                 jobs: Vec::new(),
-            }),
+            })),
         }
     }
 
@@ -361,6 +366,166 @@ impl Engine {
         let functions = session.functions(&zone);
         let plan = plan.build(&crate::plan::codec::DecodeContext::new(&functions, &zone))?;
         session.start(plan, name.to_string())
+    }
+
+    /// A catalog table or view as a [`Table`] (Flink's `from`): its
+    /// columns, computed ones included, as `SELECT * FROM name` has them.
+    pub fn from(&self, name: &str) -> Result<Table> {
+        if !self.session().catalog.contains(name) {
+            let session = self.session();
+            let names: Vec<String> = session
+                .catalog
+                .table_names()
+                .into_iter()
+                .chain(session.catalog.view_names())
+                .collect();
+            let hint = (names.iter())
+                .map(|n| {
+                    (
+                        datafusion_common::utils::datafusion_strsim::levenshtein(n, name),
+                        n,
+                    )
+                })
+                .filter(|(distance, _)| *distance <= 3)
+                .min()
+                .map(|(_, n)| format!("; did you mean '{n}'?"))
+                .unwrap_or_default();
+            return Err(Error::Plan(format!(
+                "from: no table or view named '{name}'{hint}"
+            )));
+        }
+        self.sql_query(&format!("SELECT * FROM `{}`", name.replace('`', "``")))
+    }
+
+    /// A SQL query as a [`Table`] to go on with in code (Flink's
+    /// `sqlQuery`); its views and tables are this session's.
+    pub fn sql_query(&self, query: &str) -> Result<Table> {
+        let mut statements = parse_statements(query)?;
+        let (Some(statement), 1) = (statements.pop(), statements.len() + 1) else {
+            return Err(Error::sql("sql_query takes one query"));
+        };
+        let Statement::Query(query) = statement.statement else {
+            return Err(Error::sql_at("sql_query takes a query", Some(statement.position)));
+        };
+        let plan = self.session().binder()?.plan_query(*query)?;
+        Ok(Table::new(self.clone(), plan))
+    }
+
+    /// Rows given as record batches as a bounded [`Table`] (Flink's
+    /// `fromValues`); `schema` names and types its columns.
+    pub fn from_batches(&self, schema: SchemaRef, batches: &[RecordBatch]) -> Result<Table> {
+        let mut rows = Vec::new();
+        for batch in batches {
+            if batch.schema().fields() != schema.fields() {
+                return Err(Error::Plan(format!(
+                    "from_batches: a batch's columns ({}) are not the schema's ({})",
+                    batch.schema(),
+                    schema
+                )));
+            }
+            for row in 0..batch.num_rows() {
+                let values = (batch.columns().iter().zip(schema.fields()))
+                    .map(|(column, field)| {
+                        let value = datafusion_common::ScalarValue::try_from_array(column, row)?;
+                        Ok(datafusion_expr::lit(value).alias(field.name()))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                rows.push(values);
+            }
+        }
+        if rows.is_empty() {
+            return Err(Error::Plan(
+                "from_batches: no rows (a table needs at least one)".into(),
+            ));
+        }
+        let unnamed: Vec<Vec<datafusion_expr::Expr>> = (rows.iter())
+            .map(|r| r.iter().map(|e| e.clone().unalias()).collect())
+            .collect();
+        let plan = datafusion_expr::LogicalPlanBuilder::values(unnamed)
+            .and_then(|b| {
+                let names = (b.schema().columns().into_iter().zip(schema.fields()))
+                    .map(|(c, f)| datafusion_expr::Expr::Column(c).alias(f.name()));
+                b.project(names)
+            })
+            .and_then(|b| b.build())
+            .map_err(|e| Error::Plan(format!("from_batches: {}", e.strip_backtrace())))?;
+        Ok(Table::new(self.clone(), plan))
+    }
+
+    /// Registers `table` as a temporary view SQL (and [`Engine::from`]) can
+    /// read by `name` (Flink's `createTemporaryView`).
+    pub fn create_temporary_view(&self, name: &str, table: &Table) -> Result<()> {
+        let mut session = self.session();
+        let mut catalog = (*session.catalog).clone();
+        catalog.add_view(
+            name.to_string(),
+            ViewDef {
+                body: ViewBody::Plan(table.logical_plan().clone()),
+                text: table.logical_plan().display_indent().to_string(),
+                schema: table.schema(),
+            },
+        )?;
+        session.catalog = Arc::new(catalog);
+        Ok(())
+    }
+
+    /// The session's functions (as a [`Table`] resolves calls by name).
+    pub(crate) fn functions(&self) -> Result<FunctionRegistry> {
+        let session = self.session();
+        let zone = session.config.local_time_zone()?;
+        Ok(session.functions(&zone))
+    }
+
+    /// Analyzes `plan` as a query's is, for its errors.
+    pub(crate) fn check_plan(&self, plan: LogicalPlan) -> Result<()> {
+        self.session().binder()?.finish(plan).map(|_| ())
+    }
+
+    /// Runs the query `plan` (a [`Table`]'s), as a SQL query runs.
+    pub(crate) fn execute_plan(&self, plan: LogicalPlan) -> Result<TableResult> {
+        let mut session = self.session();
+        let logical = session.binder()?.finish(plan)?;
+        session.run_query(logical)
+    }
+
+    /// The logical plan and job graph of the query `plan`, as `EXPLAIN`'s.
+    pub(crate) fn explain_plan(&self, plan: LogicalPlan) -> Result<String> {
+        let session = self.session();
+        let binder = session.binder()?;
+        let logical = binder.finish(plan)?;
+        let (sender, _receiver) = crossbeam_channel::bounded(1);
+        let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
+        let stream = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
+        Ok(format!(
+            "== Logical Plan ==\n{}\n\n== Job Graph ==\n{}",
+            logical.display_indent(),
+            stream.explain(false)
+        ))
+    }
+
+    /// Starts `INSERT INTO sink SELECT * FROM (plan)`: the query as a view
+    /// of a catalog of its own, so that the insert is bound as SQL's is.
+    pub(crate) fn insert_plan(&self, plan: LogicalPlan, sink: &str) -> Result<JobHandle> {
+        const VIEW: &str = "__weir_table";
+        let mut session = self.session();
+        let mut catalog = (*session.catalog).clone();
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let text = plan.display_indent().to_string();
+        catalog.add_view(
+            VIEW.to_string(),
+            ViewDef {
+                body: ViewBody::Plan(plan),
+                text,
+                schema,
+            },
+        )?;
+        let sql = format!("INSERT INTO `{}` SELECT * FROM `{VIEW}`", sink.replace('`', "``"));
+        let statement = parse_statements(&sql)?.pop().expect("one statement");
+        let Statement::Insert(insert) = statement.statement else {
+            return Err(Error::Internal("an INSERT was expected".into()));
+        };
+        let binder = session.binder_over(Arc::new(catalog))?;
+        session.run_insert(&binder, *insert, sink)
     }
 
     /// Sets a configuration key, as `SET 'key' = 'value'` does.
@@ -459,7 +624,7 @@ impl Engine {
                 catalog.add_view(
                     name,
                     ViewDef {
-                        definition: view,
+                        body: ViewBody::Sql(view),
                         text: parsed.text,
                         schema: Arc::new(Schema::new(fields)),
                     },
@@ -656,19 +821,8 @@ impl Engine {
                 TableResult::text("plan", vec![text])
             }
             Statement::Query(query) => {
-                let binder = session.binder()?;
-                let logical = binder.bind_query(*query)?;
-                let schema: SchemaRef = Arc::new(logical.schema().as_arrow().clone());
-                let (sender, receiver) = crossbeam_channel::bounded(16);
-                let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
-                let plan = Planner::new(&binder, &session.config)?.plan_query(&logical, sink)?;
-                let updating = plan.nodes.last().is_some_and(|n| n.mode().is_updating());
-                let job = session.start(plan, "collect".to_string())?;
-                Ok(TableResult {
-                    schema,
-                    body: ResultBody::Stream { receiver, job },
-                    updating,
-                })
+                let logical = session.binder()?.bind_query(*query)?;
+                session.run_query(logical)
             }
             Statement::Insert(insert) => {
                 let target = match insert.as_ref() {
@@ -676,13 +830,7 @@ impl Engine {
                     _ => String::new(),
                 };
                 let binder = session.binder()?;
-                let logical = binder.bind_insert(*insert)?;
-                let plan = Planner::new(&binder, &session.config)?.plan_insert(&logical)?;
-                let name = match session.config.pipeline_name() {
-                    Some(name) => name.to_string(),
-                    None => format!("insert-into_{target}"),
-                };
-                let job = session.start(plan, name)?;
+                let job = session.run_insert(&binder, *insert, &target)?;
                 Ok(TableResult {
                     schema: Arc::new(Schema::empty()),
                     body: ResultBody::Job(job),
@@ -801,6 +949,38 @@ fn describe(catalog: &Catalog, name: &str, position: crate::error::Position) -> 
 }
 
 impl Session {
+    /// Runs a bound query: a job into a collect sink, its rows the result's.
+    fn run_query(&mut self, logical: LogicalPlan) -> Result<TableResult> {
+        let binder = self.binder()?;
+        let schema: SchemaRef = Arc::new(logical.schema().as_arrow().clone());
+        let (sender, receiver) = crossbeam_channel::bounded(16);
+        let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
+        let plan = Planner::new(&binder, &self.config)?.plan_query(&logical, sink)?;
+        let updating = plan.nodes.last().is_some_and(|n| n.mode().is_updating());
+        let job = self.start(plan, "collect".to_string())?;
+        Ok(TableResult {
+            schema,
+            body: ResultBody::Stream { receiver, job },
+            updating,
+        })
+    }
+
+    /// Binds and starts an `INSERT` into `target` with `binder`.
+    fn run_insert(
+        &mut self,
+        binder: &Binder,
+        insert: sqlparser::ast::Statement,
+        target: &str,
+    ) -> Result<JobHandle> {
+        let logical = binder.bind_insert(insert)?;
+        let plan = Planner::new(binder, &self.config)?.plan_insert(&logical)?;
+        let name = match self.config.pipeline_name() {
+            Some(name) => name.to_string(),
+            None => format!("insert-into_{target}"),
+        };
+        self.start(plan, name)
+    }
+
     fn binder(&self) -> Result<Binder> {
         self.binder_over(self.catalog.clone())
     }

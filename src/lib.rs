@@ -41,7 +41,9 @@ pub mod plan;
 pub mod repl;
 pub mod runtime;
 pub mod state;
+pub mod table;
 
 pub use engine::{Engine, ResultStream, TableResult};
 pub use error::{Error, Result};
 pub use runtime::{BackpressureLevel, JobHandle, JobMetrics, JobStatus, TaskMetricsSnapshot};
+pub use table::Table;

@@ -112,6 +112,11 @@ impl Binder {
         }
     }
 
+    /// The session's functions.
+    pub fn functions(&self) -> &FunctionRegistry {
+        &self.functions
+    }
+
     /// The session zone.
     pub fn zone(&self) -> &str {
         &self.zone
@@ -131,12 +136,23 @@ impl Binder {
     }
 
     /// Binds a query to an analyzed and optimized logical plan.
-    pub fn bind_query(&self, mut query: ast::Query) -> Result<LogicalPlan> {
+    pub fn bind_query(&self, query: ast::Query) -> Result<LogicalPlan> {
+        let plan = self.plan_query(query)?;
+        self.optimize(plan)
+    }
+
+    /// Binds a query to a logical plan as SQL gives it, before analysis and
+    /// optimization ([`Binder::finish`]): a Table API value's start.
+    pub fn plan_query(&self, mut query: ast::Query) -> Result<LogicalPlan> {
         Self::prepare_query(&mut query)?;
-        let plan = self
-            .sql_to_rel()
+        self.sql_to_rel()
             .sql_statement_to_plan(ast::Statement::Query(Box::new(query)))
-            .map_err(bind_error)?;
+            .map_err(bind_error)
+    }
+
+    /// Analyzes (type coercion) and optimizes a plan built by the Table API
+    /// as a bound query is.
+    pub fn finish(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
         self.optimize(plan)
     }
 

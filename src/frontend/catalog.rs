@@ -204,12 +204,22 @@ impl TableDef {
 /// A view: a named query, planned where it is used.
 #[derive(Debug, Clone)]
 pub struct ViewDef {
-    /// The statement that created it.
-    pub definition: CreateView,
-    /// Its text, for SHOW CREATE VIEW.
+    /// What it is made of.
+    pub body: ViewBody,
+    /// Its text, for SHOW CREATE VIEW (a Table API view's: its plan).
     pub text: String,
     /// The schema it had when it was created.
     pub schema: SchemaRef,
+}
+
+/// What a view is made of.
+#[derive(Debug, Clone)]
+pub enum ViewBody {
+    /// `CREATE VIEW`: its query, bound where the view is used.
+    Sql(CreateView),
+    /// A Table API value (`Engine::create_temporary_view`): its logical
+    /// plan, bound already.
+    Plan(datafusion_expr::LogicalPlan),
 }
 
 /// Tables and views by name.

@@ -21,7 +21,7 @@ use sqlparser::ast::{
     TableAliasColumnDef, TableFactor,
 };
 
-use super::catalog::{Catalog, TIME_ATTRIBUTE_KEY};
+use super::catalog::{Catalog, TIME_ATTRIBUTE_KEY, ViewBody};
 use super::dialect::{TABLE_ARG_FUNCTION, table_factor};
 use super::parser::resolve_object_name;
 use crate::operators::window::spec::{TvfWindow, WindowSpec};
@@ -255,26 +255,32 @@ impl RelationPlanner for FlinkRelationPlanner {
                 ref alias,
                 args: None,
                 ..
-            } if let Some(view) = resolve_object_name(name).and_then(|n| self.catalog.view(&n).cloned()) => {
+            } if let Some((view_name, view)) = resolve_object_name(name)
+                .and_then(|n| Some((n.clone(), self.catalog.view(&n).cloned()?))) =>
+            {
+                let columns = match &view.body {
+                    ViewBody::Sql(definition) => definition.columns.clone(),
+                    ViewBody::Plan(_) => Vec::new(),
+                };
                 let alias = alias.clone().or_else(|| {
                     Some(TableAlias {
                         explicit: false,
-                        name: Ident::new(&view.definition.name),
-                        columns: view
-                            .definition
-                            .columns
-                            .iter()
+                        name: Ident::new(&view_name),
+                        columns: (columns.iter())
                             .map(|c| TableAliasColumnDef::from_name(c.as_str()))
                             .collect(),
                         at: None,
                     })
                 });
-                let plan = context.plan(TableFactor::Derived {
-                    lateral: false,
-                    subquery: view.definition.query.clone(),
-                    alias: None,
-                    sample: None,
-                })?;
+                let plan = match &view.body {
+                    ViewBody::Sql(definition) => context.plan(TableFactor::Derived {
+                        lateral: false,
+                        subquery: definition.query.clone(),
+                        alias: None,
+                        sample: None,
+                    })?,
+                    ViewBody::Plan(plan) => plan.clone(),
+                };
                 Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
                     plan, alias,
                 ))))
@@ -505,10 +511,21 @@ fn descriptor_column(
         [FunctionArg::Unnamed(FunctionArgExpr::Expr(ast::Expr::Identifier(ident)))] => ident.value.clone(),
         _ => return plan_err!("DESCRIPTOR takes exactly one column name"),
     };
-    let (qualifier, field) = match input.schema().qualified_field_with_unqualified_name(&name) {
-        Ok(found) => found,
-        Err(_) => return plan_err!("column '{name}' of DESCRIPTOR({name}) not found in the window's input"),
-    };
+    if input
+        .schema()
+        .qualified_field_with_unqualified_name(&name)
+        .is_err()
+    {
+        return plan_err!("column '{name}' of DESCRIPTOR({name}) not found in the window's input");
+    }
+    time_attribute(input, &name)
+}
+
+/// The column `name` of `input` as the time attribute windows are over: an
+/// error unless it is one (a timestamp with a watermark or `PROCTIME()`,
+/// not out of a regular join).
+pub fn time_attribute(input: &LogicalPlan, name: &str) -> DFResult<Column> {
+    let (qualifier, field) = input.schema().qualified_field_with_unqualified_name(name)?;
     if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
         return plan_err!(
             "the window time column must be a time attribute, but '{name}' is {}",
