@@ -357,6 +357,18 @@ impl Engine {
         spec.build(&crate::plan::codec::DecodeContext::new(&functions, &zone))
     }
 
+    /// The stream plan of a [`Table`]'s query into a collect sink (operator
+    /// tests take their operators from it).
+    #[cfg(test)]
+    pub(crate) fn table_stream_plan(&self, plan: LogicalPlan) -> Result<crate::plan::StreamPlan> {
+        let session = self.session();
+        let binder = session.binder()?;
+        let logical = binder.finish(plan)?;
+        let (sender, _receiver) = crossbeam_channel::bounded(1);
+        let sink = Arc::new(connectors::collect::CollectSinkFactory::new(sender));
+        Planner::new(&binder, &session.config)?.plan_query(&logical, sink)
+    }
+
     /// Runs a plan made by [`Engine::plan`] (here or in another engine, or
     /// read back from its JSON) as a job named `name`, with this session's
     /// functions and checkpoint settings.

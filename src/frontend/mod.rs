@@ -2,6 +2,7 @@
 
 pub mod binder;
 pub mod catalog;
+pub mod count_window;
 pub mod date_pattern;
 pub mod dialect;
 pub mod flink_aggregates;

@@ -69,6 +69,33 @@ impl Harness {
         })
     }
 
+    /// The `nth` node whose description starts with `node` in the plan of
+    /// a Table API query (as [`Harness::of`] for SQL).
+    pub fn of_table(table: &crate::table::Table, node: &str, nth: usize) -> Result<Harness> {
+        let engine = table.engine().clone();
+        let plan = engine.table_stream_plan(table.logical_plan().clone())?;
+        Harness::from_plan(&plan, node, nth)
+    }
+
+    /// The `nth` node of `plan` whose description starts with `node`.
+    fn from_plan(plan: &crate::plan::StreamPlan, node: &str, nth: usize) -> Result<Harness> {
+        let found = plan
+            .nodes
+            .iter()
+            .filter(|n| n.kind.describe().starts_with(node))
+            .nth(nth)
+            .ok_or_else(|| crate::Error::Internal(format!("no node {node} in\n{}", plan.explain(true))))?;
+        let NodeKind::Operator(factory) = &found.kind else {
+            return Err(crate::Error::Internal(format!("{node} is a source")));
+        };
+        let inputs = found
+            .inputs
+            .iter()
+            .map(|(i, _)| plan.nodes[*i].schema.clone())
+            .collect();
+        Harness::for_operator(factory.clone(), inputs)
+    }
+
     /// An operator built directly, on inputs of these schemas (for one whose
     /// plan needs what a unit test lacks, as an upsert source's broker).
     pub fn for_operator(factory: Arc<dyn OperatorFactory>, inputs: Vec<SchemaRef>) -> Result<Harness> {

@@ -33,6 +33,7 @@ use crate::connectors::values::ValuesSourceFactory;
 use crate::connectors::{self, SinkFactory};
 use crate::frontend::binder::{Binder, CatalogTableSource, PHYSICAL_SCHEMA};
 use crate::frontend::catalog::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
+use crate::frontend::count_window::CountWindowNode;
 use crate::frontend::temporal::VersionedTableNode;
 use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
@@ -50,6 +51,7 @@ use crate::operators::window::aggregate::{
     GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
 };
 use crate::operators::window::assign::WindowAssign;
+use crate::operators::window::count::{CountWindowAggregate, CountWindowAggregateFactory};
 use crate::operators::window::session::{SessionAggregate, SessionAggregateFactory};
 use crate::operators::window::spec::{TimeShift, TvfWindow};
 use crate::runtime::Exchange;
@@ -476,6 +478,11 @@ impl<'a> Planner<'a> {
                 let any = extension.node.as_any();
                 if let Some(node) = any.downcast_ref::<WindowTvfNode>() {
                     return self.plan_window_assign(node);
+                }
+                if any.is::<CountWindowNode>() {
+                    return Err(Error::Plan(
+                        "a row-count window is grouped by its alias and aggregated".into(),
+                    ));
                 }
                 if let Some(node) = any.downcast_ref::<VersionedTableNode>() {
                     return match self.temporal_side {
@@ -1721,6 +1728,11 @@ impl<'a> Planner<'a> {
     }
 
     fn plan_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
+        if let LogicalPlan::Extension(extension) = aggregate.input.as_ref()
+            && let Some(node) = extension.node.as_any().downcast_ref::<CountWindowNode>()
+        {
+            return self.plan_count_window(aggregate, node);
+        }
         let Some(input) = self.plan_windowed_input(&aggregate.input)? else {
             return self.plan_group_aggregate(aggregate);
         };
@@ -1940,6 +1952,56 @@ impl Planner<'_> {
             });
         }
         Ok((aggregates, filters))
+    }
+
+    /// An aggregation over row-count windows (the Table API's): keyed by its
+    /// grouping keys, each key's rows in arrival order.
+    fn plan_count_window(&mut self, aggregate: &Aggregate, node: &CountWindowNode) -> Result<NodeId> {
+        let input = self.plan(&node.input)?;
+        let schema = node.input.schema();
+        let output = arrow_schema(&aggregate.schema);
+        let (mut keys, mut key_fields) = (Vec::new(), Vec::new());
+        for (i, e) in aggregate.group_expr.iter().enumerate() {
+            if matches!(e, Expr::GroupingSet(_)) {
+                return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
+            }
+            let field = output.field(i).clone();
+            check_key_type(field.data_type())?;
+            keys.push(self.physical(e, schema)?);
+            key_fields.push(field);
+        }
+        let stream_schema = arrow_schema(schema);
+        if self.nodes[input].mode().is_updating() {
+            return Err(Error::Plan(
+                "a row-count window aggregation takes insert-only rows, but its input updates".into(),
+            ));
+        }
+        let (aggregates, filters) = self.aggregate_calls(aggregate, schema, &stream_schema)?;
+        let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
+        let exchange = if parallelism == 1 && self.nodes[input].parallelism == 1 {
+            Exchange::Forward
+        } else if keys.is_empty() {
+            Exchange::Single
+        } else {
+            Exchange::Hash(keys.clone())
+        };
+        let windows = CountWindowAggregate {
+            size: node.size,
+            slide: node.slide,
+            time_name: node.time_column.name.clone(),
+            keys,
+            key_schema: Arc::new(Schema::new(key_fields)),
+            aggregate_input: stream_schema,
+            aggregates,
+            filters,
+            output_schema: output.clone(),
+        };
+        self.push(
+            NodeKind::Operator(Arc::new(CountWindowAggregateFactory(Arc::new(windows)))),
+            vec![(input, exchange)],
+            parallelism,
+            output,
+        )
     }
 
     /// A GROUP BY without a window: an updating aggregation.

@@ -119,6 +119,8 @@ pub enum NodeSpec {
     WindowAggregate(Box<AggregationData>),
     /// A session window aggregation.
     SessionAggregate(Box<AggregationData>),
+    /// A row-count window aggregation (the Table API's).
+    CountWindowAggregate(Box<AggregationData>),
     /// A non-windowed aggregation.
     GroupAggregate(Box<AggregationData>),
     /// A regular join of its two inputs.
@@ -423,6 +425,18 @@ pub struct AggregationData {
     /// `table.exec.state.ttl` in ms (non-windowed aggregations).
     #[serde(default)]
     pub state_ttl_ms: Option<u64>,
+    /// Row-count windows (count window aggregations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<CountWindowData>,
+}
+
+/// Row-count windows: `size` rows of a key, one every `slide` rows.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CountWindowData {
+    /// Rows a window holds.
+    pub size: u64,
+    /// Rows from one window's start to the next's.
+    pub slide: u64,
 }
 
 impl AggregationData {
@@ -748,6 +762,9 @@ impl NodeSpec {
             NodeSpec::SessionAggregate(data) => {
                 NodeKind::Operator(build_session_aggregate(data, &input()?, output, ctx)?)
             }
+            NodeSpec::CountWindowAggregate(data) => {
+                NodeKind::Operator(build_count_window_aggregate(data, &input()?, output, ctx)?)
+            }
             NodeSpec::OverAggregate(data) => NodeKind::Operator(build_over(data, &input()?, output, ctx)?),
             NodeSpec::TemporalSort { time, then } => {
                 let input = input()?;
@@ -922,6 +939,32 @@ fn build_session_aggregate(
     }))))
 }
 
+fn build_count_window_aggregate(
+    data: &AggregationData,
+    input: &SchemaRef,
+    output: &SchemaRef,
+    ctx: &DecodeContext,
+) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
+    use crate::operators::window::count::{CountWindowAggregate, CountWindowAggregateFactory};
+    let decoded = decode_aggregation(data, input, ctx)?;
+    let rows = data
+        .rows
+        .ok_or_else(|| Error::State("a serialized count window aggregation has no windows".into()))?;
+    Ok(Arc::new(CountWindowAggregateFactory(Arc::new(
+        CountWindowAggregate {
+            size: rows.size,
+            slide: rows.slide,
+            time_name: data.time_name.clone(),
+            keys: decoded.keys,
+            key_schema: decoded.key_schema,
+            aggregate_input: data.aggregate_input.decode()?,
+            aggregates: decoded.aggregates,
+            filters: decoded.filters,
+            output_schema: output.clone(),
+        },
+    ))))
+}
+
 fn build_group_aggregate(
     data: &AggregationData,
     input: &SchemaRef,
@@ -976,6 +1019,7 @@ pub fn encode_aggregation(
             .collect::<Result<_>>()?,
         group_columns: group_columns.iter().map(|g| (*g).into()).collect(),
         state_ttl_ms: None,
+        rows: None,
     })
 }
 

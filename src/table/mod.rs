@@ -67,6 +67,11 @@ impl Table {
         Table { engine, plan }
     }
 
+    /// The engine it belongs to.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// The logical plan, not yet analyzed and optimized.
     pub fn logical_plan(&self) -> &LogicalPlan {
         &self.plan

@@ -46,7 +46,7 @@ fn sql_graph(engine: &Engine, query: &str) -> String {
 }
 
 /// The final table of a result, its rows as sorted lines.
-fn rows(result: crate::TableResult) -> Vec<String> {
+fn table_rows(result: crate::TableResult) -> Vec<String> {
     let table = result.materialize().unwrap();
     let text = pretty_format_batches(&[table]).unwrap().to_string();
     let mut lines: Vec<String> = text
@@ -66,7 +66,10 @@ fn same_as_sql(engine: &Engine, table: &Table, query: &str) -> Vec<String> {
         sql_graph(engine, query),
         "job graphs of the table and of {query}"
     );
-    let (got, expected) = (rows(table.execute().unwrap()), rows(engine.sql(query).unwrap()));
+    let (got, expected) = (
+        table_rows(table.execute().unwrap()),
+        table_rows(engine.sql(query).unwrap()),
+    );
     assert!(!expected.is_empty(), "{query} gives rows");
     assert_eq!(got, expected, "rows of the table and of {query}");
     assert_eq!(
@@ -285,7 +288,7 @@ fn a_table_is_a_view_sql_reads_and_a_query_is_a_table() {
     let direct = e
         .sql("SELECT auction, COUNT(*) AS n FROM seq WHERE price > 95 GROUP BY auction")
         .unwrap();
-    assert_eq!(rows(via_view), rows(direct));
+    assert_eq!(table_rows(via_view), table_rows(direct));
     let from_sql = e
         .sql_query("SELECT auction, price FROM seq WHERE id < 100")
         .unwrap()
@@ -537,7 +540,7 @@ fn rows_from_batches_are_a_bounded_table() {
         .select([col("k"), count_star().alias("n")])
         .unwrap();
     assert_eq!(
-        rows(counted.execute().unwrap()),
+        table_rows(counted.execute().unwrap()),
         ["| 1 | 1 |", "| 2 | 2 |", "| 3 | 1 |"]
     );
 }
@@ -662,4 +665,157 @@ fn a_function_is_called_by_its_name_as_sql_calls_it() {
         message.contains("select") && message.contains("NO_SUCH_FN"),
         "{message}"
     );
+}
+
+/// `rows` rows `k,v` over 10 keys (pseudo-random), written to a CSV file
+/// in `dir`: one file, so a source reads it in order at any parallelism.
+fn events_file(dir: &std::path::Path, rows: usize) -> (std::path::PathBuf, Vec<(String, i64)>) {
+    let mut state = 7u64;
+    let events: Vec<(String, i64)> = (0..rows)
+        .map(|i| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (format!("k{}", (state >> 33) % 10), i as i64)
+        })
+        .collect();
+    let path = dir.join("events.csv");
+    let text: String = events.iter().map(|(k, v)| format!("{k},{v}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    (path, events)
+}
+
+/// The windows a model of row-count windows gives: per key, in file order,
+/// `size` rows every `slide`, each as `| k | sum | count |`.
+fn modeled(events: &[(String, i64)], size: usize, slide: usize) -> Vec<String> {
+    let mut by_key: std::collections::BTreeMap<&str, Vec<i64>> = Default::default();
+    for (k, v) in events {
+        by_key.entry(k).or_default().push(*v);
+    }
+    let mut lines = Vec::new();
+    for (k, values) in by_key {
+        let mut start = 0;
+        while start + size <= values.len() {
+            let sum: i64 = values[start..start + size].iter().sum();
+            lines.push(format!("| {k} | {sum} | {size} |"));
+            start += slide;
+        }
+    }
+    lines.sort();
+    lines
+}
+
+/// Table cells padded as pretty printing pads them: `| a | 1 |` to
+/// compare without widths.
+fn unpadded(lines: Vec<String>) -> Vec<String> {
+    let mut lines: Vec<String> = lines
+        .into_iter()
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).filter(|c| !c.is_empty()).collect();
+            format!("| {} |", cells.join(" | "))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn row_count_windows_give_the_windows_of_a_model_at_parallelism_1_and_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, events) = events_file(dir.path(), 3000);
+    for (size, slide) in [(25, 25), (40, 15)] {
+        for parallelism in [1, 4] {
+            let e = Engine::new();
+            e.sql(&format!(
+                "CREATE TABLE events (k STRING, v BIGINT, pt AS PROCTIME())
+                 WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'csv')",
+                path.display()
+            ))
+            .unwrap();
+            e.set("parallelism.default", &parallelism.to_string()).unwrap();
+            let window = match size == slide {
+                true => Tumble::over(rows(size as u64)),
+                false => Slide::over(rows(size as u64)).every(rows(slide as u64)),
+            };
+            let table = e
+                .from("events")
+                .unwrap()
+                .window(window.on("pt").alias("w"))
+                .group_by([col("w"), col("k")])
+                .select([col("k"), sum(col("v")).alias("s"), count_star().alias("n")])
+                .unwrap();
+            let plan = table.explain().unwrap();
+            assert!(plan.contains("CountWindowAggregate"), "{plan}");
+            let got = unpadded(table_rows(table.execute().unwrap()));
+            let expected = modeled(&events, size, slide);
+            assert!(expected.len() > 50, "{} windows", expected.len());
+            assert_eq!(
+                got, expected,
+                "size {size}, slide {slide}, parallelism {parallelism}"
+            );
+        }
+    }
+}
+
+#[test]
+fn row_count_windows_are_on_processing_time_and_have_no_bounds() {
+    let e = engine();
+    e.sql("CREATE TABLE clicks (k BIGINT, pt AS PROCTIME()) WITH ('connector' = 'datagen', 'number-of-rows' = '10')")
+        .unwrap();
+    let on_event_time = e
+        .from("seq")
+        .unwrap()
+        .window(Tumble::over(rows(10)).on("ts").alias("w"))
+        .group_by([col("w")])
+        .select([count_star()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        on_event_time.contains("processing time") && on_event_time.contains("'ts'"),
+        "{on_event_time}"
+    );
+    let clicks = e.from("clicks").unwrap();
+    let bounds = clicks
+        .window(Tumble::over(rows(10)).on("pt").alias("w"))
+        .group_by([col("w")])
+        .select([window_start("w"), count_star()])
+        .unwrap_err()
+        .to_string();
+    assert!(bounds.contains("no window_start"), "{bounds}");
+    let mixed = clicks
+        .window(
+            Slide::over(rows(10))
+                .every(Duration::from_secs(1))
+                .on("pt")
+                .alias("w"),
+        )
+        .group_by([col("w")])
+        .select([count_star()])
+        .unwrap_err()
+        .to_string();
+    assert!(mixed.contains("both rows or both time"), "{mixed}");
+    let gaps = clicks
+        .window(Slide::over(rows(5)).every(rows(10)).on("pt").alias("w"))
+        .group_by([col("w")])
+        .select([count_star()])
+        .unwrap_err()
+        .to_string();
+    assert!(gaps.contains("at most its size"), "{gaps}");
+}
+
+#[test]
+fn a_row_count_window_is_refused_under_the_spilling_backend_naming_it() {
+    let e = engine();
+    e.sql("CREATE TABLE clicks (k BIGINT, pt AS PROCTIME()) WITH ('connector' = 'datagen', 'number-of-rows' = '10')")
+        .unwrap();
+    e.set("state.backend.type", "spilling").unwrap();
+    let table = e
+        .from("clicks")
+        .unwrap()
+        .window(Tumble::over(rows(2)).on("pt").alias("w"))
+        .group_by([col("w"), col("k")])
+        .select([col("k"), count_star()])
+        .unwrap();
+    let message = table.execute().and_then(|r| r.collect()).unwrap_err().to_string();
+    assert!(message.contains("CountWindowAggregate"), "{message}");
 }

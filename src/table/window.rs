@@ -16,6 +16,8 @@ use datafusion_expr::{Expr, LogicalPlan};
 
 use super::Table;
 use super::expr::name_items;
+use crate::frontend::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
+use crate::frontend::count_window::CountWindowNode;
 use crate::frontend::window_tvf::{WindowColumns, WindowTvfNode, time_attribute};
 use crate::operators::window::spec::{TvfWindow, WindowSpec};
 use crate::{Error, Result};
@@ -258,6 +260,9 @@ impl WindowGroupedTable {
             )));
         }
         let keys = table.prepare(self.keys.iter().filter(|k| !is_window(k)).cloned(), "group_by")?;
+        if let Some((size, slide)) = window.rows()? {
+            return self.count_windows(keys, size, slide, exprs.into_iter().collect());
+        }
         let plan = self.window_plan(&keys)?;
         let windowed = Table::new(table.engine.clone(), plan.clone());
         let exprs = (exprs.into_iter())
@@ -272,9 +277,44 @@ impl WindowGroupedTable {
         windowed.aggregate(plan, keys, exprs, "select")
     }
 
-    /// The window table function's plan over the table (sessions kept per
-    /// grouping key: `keys` must be columns then).
-    fn window_plan(&self, keys: &[Expr]) -> Result<LogicalPlan> {
+    /// Row-count windows of `size` rows every `slide`: an aggregation of
+    /// `exprs` per key over a [`CountWindowNode`]; they have no bounds to
+    /// select.
+    fn count_windows(&self, keys: Vec<Expr>, size: u64, slide: u64, exprs: Vec<Expr>) -> Result<Table> {
+        let (table, window) = (&self.windowed.table, &self.windowed.window);
+        let time = self.time_attribute()?;
+        let (_, field) = (table.plan.schema().qualified_field_from_column(&time))
+            .map_err(|e| super::failed("window", e))?;
+        if field.metadata().get(TIME_ATTRIBUTE_KEY).map(String::as_str) != Some(PROCTIME) {
+            return Err(Error::Plan(format!(
+                "window: row-count windows are on processing time: '{}' is an event-time attribute; \
+                 use a PROCTIME() column",
+                time.name
+            )));
+        }
+        for e in &exprs {
+            let bounds = e
+                .column_refs()
+                .into_iter()
+                .find(|c| c.relation.as_ref().is_some_and(|r| r.table() == window.alias));
+            if let Some(c) = bounds {
+                return Err(Error::Plan(format!(
+                    "select: a row-count window has no {}: its rows are counted, not timed",
+                    c.name
+                )));
+            }
+        }
+        let node = CountWindowNode::try_new(table.plan.clone(), size, slide, time)
+            .map_err(|e| super::failed("window", e))?;
+        let plan = LogicalPlan::Extension(Extension {
+            node: std::sync::Arc::new(node),
+        });
+        let exprs = name_items(table.prepare(exprs, "select")?);
+        table.aggregate(plan, keys, exprs, "select")
+    }
+
+    /// The time attribute the window is on (an error when it names none).
+    fn time_attribute(&self) -> Result<Column> {
         let (table, window) = (&self.windowed.table, &self.windowed.window);
         let Some(time) = &window.time else {
             return Err(Error::Plan(format!(
@@ -282,7 +322,14 @@ impl WindowGroupedTable {
                 window.alias
             )));
         };
-        let time_column = time_attribute(&table.plan, time).map_err(|e| super::failed("window", e))?;
+        time_attribute(&table.plan, time).map_err(|e| super::failed("window", e))
+    }
+
+    /// The window table function's plan over the table (sessions kept per
+    /// grouping key: `keys` must be columns then).
+    fn window_plan(&self, keys: &[Expr]) -> Result<LogicalPlan> {
+        let (table, window) = (&self.windowed.table, &self.windowed.window);
+        let time_column = self.time_attribute()?;
         let (window_kind, partition_by) = match &window.kind {
             Kind::Tumble { size } => (TvfWindow::Sliced(tumble(*size)?), None),
             Kind::Slide { size, slide } => {
@@ -333,12 +380,35 @@ impl WindowGroupedTable {
 
 /// Tumbling windows of `size`.
 fn tumble(size: Extent) -> Result<WindowSpec> {
-    if let Extent::Rows(_) = size {
-        return Err(Error::Plan(
-            "window: row-count windows (rows(n)) are not planned yet; use a time interval".into(),
-        ));
-    }
     WindowSpec::tumble(millis(size)?, 0).map_err(|e| Error::Plan(format!("window: {e}")))
+}
+
+impl GroupWindow {
+    /// A row-count window's size and slide (`None`: a time window); an
+    /// error when a window mixes rows and time.
+    fn rows(&self) -> Result<Option<(u64, u64)>> {
+        let mixed = || Error::Plan("window: a window's size and slide are both rows or both time".into());
+        match &self.kind {
+            Kind::Tumble {
+                size: Extent::Rows(n),
+            } => Ok(Some((*n, *n))),
+            Kind::Slide {
+                size: Extent::Rows(n),
+                slide,
+            } => match slide {
+                Some(Extent::Rows(m)) => Ok(Some((*n, *m))),
+                Some(Extent::Time(_)) => Err(mixed()),
+                None => Err(Error::Plan(
+                    "window: a Slide window needs its slide: Slide::over(size).every(slide)".into(),
+                )),
+            },
+            Kind::Slide {
+                slide: Some(Extent::Rows(_)),
+                ..
+            } => Err(mixed()),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// The columns a session window's sessions are kept per: its other

@@ -2,6 +2,7 @@
 
 mod api;
 mod cli;
+mod count_windows;
 mod differential;
 mod errors;
 mod fuzz_corpora;

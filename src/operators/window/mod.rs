@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod assign;
+pub mod count;
 pub mod session;
 pub mod spec;
 

@@ -1,0 +1,438 @@
+//! Row-count windows: per key, windows of `size` rows starting every `slide` rows, in the order the rows arrive; a window fires with its last row.
+//!
+//! ```text
+//!  a key's rows:   0  1  2  3  4  5  6  7     size 4, slide 2
+//!  window 0:       [----------]               fires with row 3
+//!  window 1:             [----------]         fires with row 5
+//!  window 2:                   [----------]   fires with row 7
+//! ```
+//!
+//! A key's row number `c` belongs to the windows `k` with
+//! `k * slide <= c < k * slide + size`: a window opens at its first row and
+//! fires at its last. These are the Table API's count windows (Flink's
+//! `Tumble.over(rowInterval(n))`), on processing time: arrival order. At
+//! the end of bounded input a window short of its rows never fires, as in
+//! Flink. A key without an open window has counted a whole number of
+//! slides (`slide <= size`), so it is forgotten: counting it afresh gives
+//! the same windows.
+//!
+//! State: a row per open window (`_key_group`, `_window`, `_count` of its
+//! key, keys, accumulator states).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::{Int64Type, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion_common::ScalarValue;
+use datafusion_expr::Accumulator;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use crate::runtime::message::{CheckpointId, Timestamp};
+use crate::runtime::operator::OperatorSnapshot;
+use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows, window_state_schema};
+use crate::state::store::in_chunks;
+use crate::{Error, Result};
+
+#[cfg(test)]
+mod tests;
+
+/// The plan of a row-count window aggregation.
+#[derive(Debug)]
+pub struct CountWindowAggregate {
+    /// Rows a window holds.
+    pub size: u64,
+    /// Rows from one window's start to the next's.
+    pub slide: u64,
+    /// The processing-time attribute, for EXPLAIN.
+    pub time_name: String,
+    /// The keys windows are counted per (evaluated on the input).
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Schema of the key columns.
+    pub key_schema: SchemaRef,
+    /// What the aggregates' arguments are over (the input rows).
+    pub aggregate_input: SchemaRef,
+    /// Aggregate functions.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// `FILTER (WHERE ...)` of each aggregate.
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Output: the keys, then the aggregates.
+    pub output_schema: SchemaRef,
+}
+
+impl CountWindowAggregate {
+    /// `_key_group`, `_window`, `_count`, keys, states.
+    fn state_schema(&self) -> Result<SchemaRef> {
+        window_state_schema(&["_window", "_count"], &self.key_schema, &self.aggregates)
+    }
+
+    /// A one-line description for EXPLAIN.
+    pub fn describe(&self) -> String {
+        let keys: Vec<String> = (self.key_schema.fields().iter())
+            .map(|f| f.name().clone())
+            .collect();
+        let aggregates: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
+        let window = match self.size == self.slide {
+            true => format!("TUMBLE({} rows)", self.size),
+            false => format!("SLIDE({} rows, every {})", self.size, self.slide),
+        };
+        format!(
+            "CountWindowAggregate(window=[{window}], time=[{}], groupBy=[{}], aggregates=[{}])",
+            self.time_name,
+            keys.join(", "),
+            aggregates.join(", ")
+        )
+    }
+}
+
+/// The operator factory of a row-count window aggregation.
+#[derive(Debug, Clone)]
+pub struct CountWindowAggregateFactory(pub Arc<CountWindowAggregate>);
+
+impl OperatorFactory for CountWindowAggregateFactory {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
+        let input = (inputs.first()).ok_or_else(|| Error::Internal("an operator without input".into()))?;
+        let a = &self.0;
+        let group_columns: Vec<_> = (0..a.keys.len())
+            .map(super::aggregate::GroupColumn::Key)
+            .collect();
+        let mut data = crate::plan::spec::encode_aggregation(
+            input,
+            &a.keys,
+            &a.key_schema,
+            &a.aggregate_input,
+            &a.aggregates,
+            &a.filters,
+            &group_columns,
+            &super::spec::TimeShift::Utc,
+        )?;
+        data.time_name = a.time_name.clone();
+        data.rows = Some(crate::plan::spec::CountWindowData {
+            size: a.size,
+            slide: a.slide,
+        });
+        Ok(crate::plan::spec::NodeSpec::CountWindowAggregate(Box::new(data)))
+    }
+
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let fields = (self.0.key_schema.fields().iter())
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Box::new(CountWindowOperator {
+            spec: self.0.clone(),
+            converter: RowConverter::new(fields)?,
+            keys: HashMap::new(),
+            max_parallelism: ctx.max_parallelism,
+        }))
+    }
+}
+
+/// An open window: its number, its accumulators, and the rows of the
+/// batch being processed that it holds, not yet accumulated.
+struct Window {
+    id: u64,
+    accumulators: Vec<Box<dyn Accumulator>>,
+    pending: Vec<u32>,
+}
+
+/// A key's rows counted so far and its open windows, oldest first.
+#[derive(Default)]
+struct KeyWindows {
+    count: u64,
+    windows: VecDeque<Window>,
+}
+
+struct CountWindowOperator {
+    spec: Arc<CountWindowAggregate>,
+    converter: RowConverter,
+    keys: HashMap<Box<[u8]>, KeyWindows>,
+    max_parallelism: usize,
+}
+
+/// A batch's aggregate arguments and filters, evaluated once.
+struct Arguments {
+    values: Vec<Vec<ArrayRef>>,
+    filters: Vec<Option<BooleanArray>>,
+}
+
+impl Arguments {
+    fn of(spec: &CountWindowAggregate, batch: &RecordBatch) -> Result<Self> {
+        let rows = batch.num_rows();
+        let values = (spec.aggregates.iter())
+            .map(|a| {
+                (a.expressions().iter())
+                    .map(|e| e.evaluate(batch)?.into_array(rows))
+                    .collect::<datafusion_common::Result<Vec<_>>>()
+            })
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let filters = (spec.filters.iter())
+            .map(|f| match f {
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?.as_boolean().clone())),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arguments { values, filters })
+    }
+
+    /// Adds the rows `window` holds of this batch to its accumulators.
+    fn accumulate(&self, window: &mut Window) -> Result<()> {
+        let rows = std::mem::take(&mut window.pending);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for (i, (values, filter)) in self.values.iter().zip(&self.filters).enumerate() {
+            let indices: Vec<u32> = match filter {
+                Some(f) => (rows.iter().copied())
+                    .filter(|r| f.is_valid(*r as usize) && f.value(*r as usize))
+                    .collect(),
+                None => rows.clone(),
+            };
+            if indices.is_empty() {
+                continue;
+            }
+            let indices = UInt32Array::from(indices);
+            let taken = (values.iter())
+                .map(|v| Ok(take(v.as_ref(), &indices, None)?))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            window.accumulators[i].update_batch(&taken)?;
+        }
+        Ok(())
+    }
+}
+
+impl CountWindowOperator {
+    fn new_accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
+        (self.spec.aggregates.iter())
+            .map(|a| Ok(a.create_accumulator()?))
+            .collect()
+    }
+
+    /// Counts a batch's rows into their keys' windows; gives the windows
+    /// that fired, with their keys, in the order their last rows came.
+    fn process(&mut self, batch: &RecordBatch) -> Result<Vec<(Box<[u8]>, Window)>> {
+        let rows = batch.num_rows();
+        let keys = (self.spec.keys.iter())
+            .map(|k| k.evaluate(batch)?.into_array(rows))
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let key_rows = (!keys.is_empty())
+            .then(|| self.converter.convert_columns(&keys))
+            .transpose()?;
+        let arguments = Arguments::of(&self.spec, batch)?;
+        let (size, slide) = (self.spec.size, self.spec.slide);
+        let mut touched: Vec<Box<[u8]>> = Vec::new();
+        let mut fired = Vec::new();
+        for row in 0..rows {
+            let key: &[u8] = key_rows.as_ref().map_or(&[], |r| r.row(row).data());
+            if !self.keys.contains_key(key) {
+                self.keys.insert(key.into(), KeyWindows::default());
+            }
+            let state = self.keys.get_mut(key).expect("inserted above");
+            let c = state.count;
+            state.count += 1;
+            if c.is_multiple_of(slide) {
+                let accumulators = (self.spec.aggregates.iter())
+                    .map(|a| Ok(a.create_accumulator()?))
+                    .collect::<Result<Vec<_>>>()?;
+                state.windows.push_back(Window {
+                    id: c / slide,
+                    accumulators,
+                    pending: Vec::new(),
+                });
+            }
+            if state.windows.iter().all(|w| w.pending.is_empty()) {
+                touched.push(key.into());
+            }
+            state.windows.iter_mut().for_each(|w| w.pending.push(row as u32));
+            let first = state.windows.front().expect("a window holds row c");
+            if first.id * slide + size - 1 == c {
+                let mut window = state.windows.pop_front().expect("the first");
+                arguments.accumulate(&mut window)?;
+                fired.push((Box::<[u8]>::from(key), window));
+            }
+        }
+        for key in touched {
+            if let Some(state) = self.keys.get_mut(&key) {
+                for window in &mut state.windows {
+                    arguments.accumulate(window)?;
+                }
+                if state.windows.is_empty() {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+        Ok(fired)
+    }
+
+    /// The output rows of fired windows: keys, then each aggregate's value.
+    fn output(&self, mut fired: Vec<(Box<[u8]>, Window)>) -> Result<RecordBatch> {
+        let mut columns: Vec<ArrayRef> = match self.spec.key_schema.fields().is_empty() {
+            true => Vec::new(),
+            false => {
+                let parser = self.converter.parser();
+                (self.converter).convert_rows(fired.iter().map(|(k, _)| parser.parse(k)))?
+            }
+        };
+        for i in 0..self.spec.aggregates.len() {
+            let values = (fired.iter_mut())
+                .map(|(_, w)| w.accumulators[i].evaluate())
+                .collect::<datafusion_common::Result<Vec<ScalarValue>>>()?;
+            let field = self.spec.output_schema.field(columns.len());
+            let array = ScalarValue::iter_to_array(values)?;
+            columns.push(match array.data_type() == field.data_type() {
+                true => array,
+                false => arrow::compute::cast(&array, field.data_type())?,
+            });
+        }
+        Ok(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?)
+    }
+
+    /// Every open window as a state row (accumulators rebuilt from the
+    /// states read, which reading may consume).
+    fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let (mut key_bytes, mut ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        let mut states: Vec<Vec<ScalarValue>> = Vec::new();
+        let fresh: Vec<Vec<Box<dyn Accumulator>>> =
+            (0..self.keys.values().map(|k| k.windows.len()).sum::<usize>())
+                .map(|_| self.new_accumulators())
+                .collect::<Result<_>>()?;
+        let mut fresh = fresh.into_iter();
+        for (key, state) in &mut self.keys {
+            for window in &mut state.windows {
+                let mut rebuilt = fresh.next().expect("one a window");
+                let mut column = 0;
+                for (accumulator, into) in window.accumulators.iter_mut().zip(&mut rebuilt) {
+                    let state = accumulator.state()?;
+                    let arrays = (state.iter())
+                        .map(|v| v.to_array())
+                        .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
+                    into.merge_batch(&arrays)?;
+                    for value in state {
+                        if states.len() <= column {
+                            states.push(Vec::new());
+                        }
+                        states[column].push(value);
+                        column += 1;
+                    }
+                }
+                window.accumulators = rebuilt;
+                key_bytes.push(key.clone());
+                ids.push(window.id as i64);
+                counts.push(state.count as i64);
+            }
+        }
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let keys = match self.spec.key_schema.fields().is_empty() {
+            true => Vec::new(),
+            false => {
+                let parser = self.converter.parser();
+                (self.converter).convert_rows(key_bytes.iter().map(|k| parser.parse(k)))?
+            }
+        };
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(key_groups(&keys, ids.len(), self.max_parallelism)?),
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(Int64Array::from(counts)),
+        ];
+        columns.extend(keys);
+        for values in states {
+            columns.push(ScalarValue::iter_to_array(values)?);
+        }
+        Ok(Some(sorted_state_rows(&self.spec.state_schema()?, columns)?))
+    }
+
+    /// Reopens the windows of state rows (this subtask's key groups).
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        OperatorSnapshot::check_columns(rows, self.spec.state_schema()?.as_ref(), &self.spec.describe())?;
+        let key_count = self.spec.key_schema.fields().len();
+        let widths = (self.spec.aggregates.iter())
+            .map(|a| Ok(a.state_fields()?.len()))
+            .collect::<Result<Vec<usize>>>()?;
+        for chunk in in_chunks(rows) {
+            let ids = chunk.column(1).as_primitive::<Int64Type>().values().to_vec();
+            let counts = chunk.column(2).as_primitive::<Int64Type>().values().to_vec();
+            let key_rows = (key_count > 0)
+                .then(|| self.converter.convert_columns(&chunk.columns()[3..3 + key_count]))
+                .transpose()?;
+            for row in 0..chunk.num_rows() {
+                let mut accumulators = self.new_accumulators()?;
+                let mut offset = 3 + key_count;
+                for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
+                    let state: Vec<ArrayRef> = (chunk.columns()[offset..offset + width].iter())
+                        .map(|c| c.slice(row, 1))
+                        .collect();
+                    accumulator.merge_batch(&state)?;
+                    offset += width;
+                }
+                let key: Box<[u8]> = key_rows
+                    .as_ref()
+                    .map_or(Box::from([]), |r| r.row(row).data().into());
+                let state = self.keys.entry(key).or_default();
+                state.count = counts[row] as u64;
+                let window = Window {
+                    id: ids[row] as u64,
+                    accumulators,
+                    pending: Vec::new(),
+                };
+                let at = state.windows.partition_point(|w| w.id < window.id);
+                state.windows.insert(at, window);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Operator for CountWindowOperator {
+    fn name(&self) -> String {
+        self.spec.describe()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        if crate::changelog::has_op(&batch.schema()) {
+            return Err(Error::Execution(
+                "a row-count window aggregation takes insert-only rows".into(),
+            ));
+        }
+        let fired = self.process(&batch)?;
+        if !fired.is_empty() {
+            out.batch(self.output(fired)?);
+        }
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        out.watermark(watermark);
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        Ok(self.state_rows()?.map(|rows| OperatorSnapshot {
+            rows: Some(rows),
+            ..OperatorSnapshot::default()
+        }))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        match &snapshot.rows {
+            Some(rows) => self.restore_rows(rows),
+            None => Ok(()),
+        }
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        Ok(Some(schema_signature(self.spec.state_schema()?.as_ref())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        true
+    }
+}
