@@ -1774,9 +1774,6 @@ impl<'a> Planner<'a> {
         let window = match input.window {
             TvfWindow::Sliced(window) => window,
             TvfWindow::Session { gap } => {
-                if input.processing_time {
-                    return Err(unsupported("SESSION windows over a processing-time attribute"));
-                }
                 if let Some(partition) = &input.partition_by {
                     let grouped: Vec<String> = aggregate
                         .group_expr
@@ -1814,6 +1811,7 @@ impl<'a> Planner<'a> {
                     shift: input.shift.clone(),
                     time_name: input.time_name.clone(),
                     time_index: input.time_index,
+                    processing_time: input.processing_time,
                     keys,
                     key_schema,
                     aggregates,

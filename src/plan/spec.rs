@@ -929,6 +929,7 @@ fn build_session_aggregate(
         shift: data.shift.build()?,
         time_name: data.time_name.clone(),
         time_index: data.time_index,
+        processing_time: data.processing_time,
         keys: decoded.keys,
         key_schema: decoded.key_schema,
         aggregate_input: data.aggregate_input.decode()?,

@@ -5,7 +5,7 @@
 //!    .filter(col("price").gt(lit(100)))
 //!    .window(Tumble::over(10 s).on("ts").alias("w"))
 //!    .group_by([col("auction"), col("w")])
-//!    .select([col("auction"), window_start("w"), count(lit(1))])
+//!    .select([col("auction"), window_start("w"), count_star()])
 //!    .execute()                   the binder's analysis and optimization, then the
 //!                                 streaming planner, as a SQL query's plan takes
 //! ```
@@ -21,6 +21,54 @@
 //! Tables and SQL share one catalog: [`crate::Engine::create_temporary_view`]
 //! makes a table a view SQL can read, and [`crate::Engine::sql_query`] makes
 //! a SQL query a table.
+//!
+//! ```
+//! use std::time::Duration;
+//! use datafusion_expr::{col, lit};
+//! use datafusion_functions_aggregate::expr_fn::max;
+//! use weir::Engine;
+//! use weir::table::{Tumble, count_star, window_start};
+//!
+//! let engine = Engine::new();
+//! engine.sql(
+//!     "CREATE TABLE bids (auction BIGINT, price BIGINT, ts TIMESTAMP(3),
+//!        WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+//!      WITH ('connector' = 'datagen', 'number-of-rows' = '100',
+//!            'fields.auction.min' = '1', 'fields.auction.max' = '3')",
+//! )?;
+//! let per_minute = engine
+//!     .from("bids")?
+//!     .filter(col("price").gt(lit(0)))?
+//!     .window(Tumble::over(Duration::from_secs(60)).on("ts").alias("w"))
+//!     .group_by([col("w"), col("auction")])
+//!     .select([col("auction"), window_start("w"), count_star().alias("bids"), max(col("price"))])?;
+//! assert_eq!(per_minute.schema().field(3).name(), "EXPR$3");
+//! let rows: usize = per_minute.execute()?.collect()?.iter().map(|b| b.num_rows()).sum();
+//! assert!(rows >= 1);
+//! # Ok::<(), weir::Error>(())
+//! ```
+//!
+//! What does not compile, by design: a windowed table is grouped by its
+//! window before it selects, and a grouped table selects before it does
+//! anything else (as in Flink, where these are other types too).
+//!
+//! ```compile_fail
+//! # use std::time::Duration;
+//! # use datafusion_expr::col;
+//! # use weir::table::{Tumble, count_star};
+//! # fn windowed(engine: &weir::Engine) -> weir::Result<()> {
+//! let windowed = engine.from("bids")?.window(Tumble::over(Duration::from_secs(60)).on("ts").alias("w"));
+//! windowed.select([count_star()])?; // no `select` on a WindowedTable: group_by([col("w")]) first
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail
+//! # use datafusion_expr::{col, lit};
+//! # fn grouped(engine: &weir::Engine) -> weir::Result<()> {
+//! let grouped = engine.from("bids")?.group_by([col("auction")]);
+//! grouped.filter(col("price").gt(lit(0)))?; // a GroupedTable only selects
+//! # Ok(()) }
+//! ```
 
 mod expr;
 mod window;

@@ -819,3 +819,62 @@ fn a_row_count_window_is_refused_under_the_spilling_backend_naming_it() {
     let message = table.execute().and_then(|r| r.collect()).unwrap_err().to_string();
     assert!(message.contains("CountWindowAggregate"), "{message}");
 }
+
+#[test]
+fn every_group_window_works_on_processing_time() {
+    let e = engine();
+    e.sql(
+        "CREATE TABLE clicks (id BIGINT, k AS id % 3, pt AS PROCTIME()) WITH ('connector' = 'datagen',
+           'fields.id.kind' = 'sequence', 'fields.id.start' = '0', 'fields.id.end' = '299')",
+    )
+    .unwrap();
+    let clicks = e.from("clicks").unwrap();
+    let windows = [
+        (
+            Tumble::over(Duration::from_secs(3600)).on("pt").alias("w"),
+            "TUMBLE(TABLE clicks, DESCRIPTOR(pt), INTERVAL '1' HOUR)",
+        ),
+        (
+            Slide::over(Duration::from_secs(3600))
+                .every(Duration::from_secs(1800))
+                .on("pt")
+                .alias("w"),
+            "HOP(TABLE clicks, DESCRIPTOR(pt), INTERVAL '30' MINUTE, INTERVAL '1' HOUR)",
+        ),
+        (
+            Cumulate::over(Duration::from_secs(3600))
+                .every(Duration::from_secs(1800))
+                .on("pt")
+                .alias("w"),
+            "CUMULATE(TABLE clicks, DESCRIPTOR(pt), INTERVAL '30' MINUTE, INTERVAL '1' HOUR)",
+        ),
+        (
+            Session::with_gap(Duration::from_secs(3600)).on("pt").alias("w"),
+            "SESSION(TABLE clicks PARTITION BY k, DESCRIPTOR(pt), INTERVAL '1' HOUR)",
+        ),
+    ];
+    for (window, tvf) in windows {
+        let table = clicks
+            .window(window)
+            .group_by([col("w"), col("k")])
+            .select([col("k"), count_star().alias("n")])
+            .unwrap();
+        let sql = format!("SELECT k, COUNT(*) AS n FROM TABLE({tvf}) GROUP BY k, window_start, window_end");
+        assert_eq!(job_graph(&table.explain().unwrap()), sql_graph(&e, &sql), "{tvf}");
+        let batches = table.execute().unwrap().collect().unwrap();
+        let counted: i64 = (batches.iter())
+            .map(|b| {
+                let n = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(b.column(1));
+                arrow::compute::sum(n).unwrap_or(0)
+            })
+            .sum();
+        // A row is in one tumbling window and one session, two hopping
+        // windows, and one or two cumulating ones (two in the first half
+        // hour of an hour).
+        match &tvf[..3] {
+            "TUM" | "SES" => assert_eq!(counted, 300, "{tvf}"),
+            "HOP" => assert_eq!(counted, 600, "{tvf}"),
+            _ => assert!((300..=600).contains(&counted), "{tvf}: {counted}"),
+        }
+    }
+}

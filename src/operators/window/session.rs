@@ -55,6 +55,9 @@ pub struct SessionAggregate {
     pub time_name: String,
     /// Input column of the time attribute.
     pub time_index: usize,
+    /// Sessions on processing time: a row's time is the wall clock when it
+    /// is processed, and the clock fires sessions.
+    pub processing_time: bool,
     /// The keys sessions are kept per (evaluated on the input).
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// Schema of the key columns.
@@ -127,6 +130,7 @@ impl OperatorFactory for SessionAggregateFactory {
         data.gap = Some(a.gap);
         data.time_name = a.time_name.clone();
         data.time_index = a.time_index;
+        data.processing_time = a.processing_time;
         Ok(crate::plan::spec::NodeSpec::SessionAggregate(Box::new(data)))
     }
 
@@ -310,14 +314,23 @@ impl SessionOperator {
 
     fn process(&mut self, batch: &RecordBatch) -> Result<()> {
         let rows = batch.num_rows();
-        let time = batch.column(self.spec.time_index);
-        if time.null_count() > 0 {
-            return Err(Error::Execution(format!(
-                "the window time attribute '{}' is NULL",
-                self.spec.time_name
-            )));
-        }
-        let millis = to_epoch_millis(time.as_ref())?;
+        let millis = match self.spec.processing_time {
+            // Never a session the clock has fired already.
+            true => {
+                let now = crate::runtime::operator::wall_clock_millis().max(self.watermark.saturating_add(1));
+                Int64Array::from(vec![now; rows])
+            }
+            false => {
+                let time = batch.column(self.spec.time_index);
+                if time.null_count() > 0 {
+                    return Err(Error::Execution(format!(
+                        "the window time attribute '{}' is NULL",
+                        self.spec.time_name
+                    )));
+                }
+                to_epoch_millis(time.as_ref())?
+            }
+        };
         let keys = self
             .spec
             .keys
@@ -706,6 +719,12 @@ impl Operator for SessionOperator {
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        if self.spec.processing_time && watermark != crate::runtime::message::MAX_WATERMARK {
+            // Event time passes through; the wall clock fires the sessions
+            // (and the end of input, all of them).
+            out.watermark(watermark);
+            return Ok(());
+        }
         if watermark <= self.watermark {
             return Ok(());
         }
@@ -713,6 +732,20 @@ impl Operator for SessionOperator {
         let loaded = self.fire(out)?;
         out.watermark(watermark);
         // The store's sessions read with those that fired stay in memory.
+        self.spill_if_full(loaded)
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.spec.processing_time
+    }
+
+    /// On processing time the clock is the watermark sessions fire by.
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        if !self.spec.processing_time || now <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = now;
+        let loaded = self.fire(out)?;
         self.spill_if_full(loaded)
     }
 }

@@ -312,3 +312,43 @@ fn a_stored_key_read_back_for_a_late_row_only_is_still_in_the_next_delta() {
         &fired[..3]
     );
 }
+
+#[test]
+fn processing_time_sessions_gather_the_rows_that_come_less_than_a_gap_apart_and_fire_by_the_clock() {
+    let mut h = Harness::of(
+        &[
+            "CREATE TABLE c (k STRING, v BIGINT, pt AS PROCTIME()) WITH ('connector' = 'datagen')",
+            "CREATE TABLE cout (k STRING, c BIGINT, s BIGINT) WITH ('connector' = 'blackhole')",
+        ],
+        "INSERT INTO cout SELECT k, COUNT(*), SUM(v)
+         FROM TABLE(SESSION(TABLE c PARTITION BY k, DESCRIPTOR(pt), INTERVAL '1' HOUR))
+         GROUP BY k, window_start, window_end",
+        "SessionWindowAggregate",
+        0,
+    )
+    .unwrap();
+    // The rows' own times (any) are not their processing times.
+    let t = at(0);
+    h.push(&format!("a 1 {t}\nb 2 {t}\na 3 {t}")).unwrap();
+    assert_eq!(
+        h.watermark(1_000).unwrap(),
+        ["wm 1000"],
+        "event time passes through"
+    );
+    let now = crate::runtime::operator::wall_clock_millis();
+    assert!(
+        h.processing_time(now).unwrap().is_empty(),
+        "an hour's gap is open"
+    );
+    h.push(&format!("a 5 {t}")).unwrap();
+    let mut fired: Vec<String> = (h.processing_time(now + 2 * 3_600_000).unwrap().iter())
+        .map(|line| {
+            // Key, count and sum (the bounds are wall-clock times).
+            let cells: Vec<&str> = line.split(' ').collect();
+            format!("{} {} {}", cells[1], cells[4], cells[5])
+        })
+        .collect();
+    fired.sort();
+    assert_eq!(fired, ["a 3 9", "b 1 2"], "each key's session, by the clock");
+    assert!(h.end_input(0).unwrap().is_empty());
+}
