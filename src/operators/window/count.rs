@@ -17,9 +17,11 @@
 //! the same windows.
 //!
 //! State: a row per open window (`_key_group`, `_window`, `_count` of its
-//! key, keys, accumulator states).
+//! key, keys, accumulator states). With incremental checkpoints a snapshot
+//! is a replacing delta of the keys that had rows since the last one (a
+//! key left without windows deletes its rows).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
@@ -34,7 +36,10 @@ use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
-use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows, window_state_schema};
+use crate::state::incremental::{deleted_part, replacement_rows};
+use crate::state::snapshot::{
+    key_groups, key_groups_of_bytes, schema_signature, sorted_state_rows, state_rows, window_state_schema,
+};
 use crate::state::store::in_chunks;
 use crate::{Error, Result};
 
@@ -131,6 +136,7 @@ impl OperatorFactory for CountWindowAggregateFactory {
             converter: RowConverter::new(fields)?,
             keys: HashMap::new(),
             max_parallelism: ctx.max_parallelism,
+            changed: ctx.incremental.then(HashSet::new),
         }))
     }
 }
@@ -155,6 +161,9 @@ struct CountWindowOperator {
     converter: RowConverter,
     keys: HashMap<Box<[u8]>, KeyWindows>,
     max_parallelism: usize,
+    /// Incremental checkpoints: the keys that had rows since the last
+    /// snapshot.
+    changed: Option<HashSet<Box<[u8]>>>,
 }
 
 /// A batch's aggregate arguments and filters, evaluated once.
@@ -249,6 +258,9 @@ impl CountWindowOperator {
             }
             if state.windows.iter().all(|w| w.pending.is_empty()) {
                 touched.push(key.into());
+                if let Some(changed) = self.changed.as_mut() {
+                    changed.insert(key.into());
+                }
             }
             state.windows.iter_mut().for_each(|w| w.pending.push(row as u32));
             let first = state.windows.front().expect("a window holds row c");
@@ -294,17 +306,59 @@ impl CountWindowOperator {
         Ok(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?)
     }
 
-    /// Every open window as a state row (accumulators rebuilt from the
-    /// states read, which reading may consume).
+    /// Every open window as a state row, sorted by key group.
     fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let keys: Vec<Box<[u8]>> = self.keys.keys().cloned().collect();
+        let columns = self.state_columns(&keys)?;
+        columns
+            .map(|c| sorted_state_rows(&self.spec.state_schema()?, c))
+            .transpose()
+    }
+
+    /// One file of a replacing chain: every key's windows (`full`), or
+    /// those of the keys changed since the last call and a deleting row
+    /// for each changed key without windows; `None` without rows.
+    fn delta(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
+        let keys: Vec<Box<[u8]>> = match full {
+            true => self.keys.keys().cloned().collect(),
+            false => changed.into_iter().collect(),
+        };
+        let (present, gone): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| self.keys.contains_key(k));
+        let schema = self.spec.state_schema()?;
+        let mut parts = Vec::new();
+        if let Some(columns) = self.state_columns(&present)? {
+            let state_keys = (present.iter())
+                .flat_map(|k| std::iter::repeat_n(&k[..], self.keys[k].windows.len()))
+                .collect::<Vec<&[u8]>>();
+            let state_keys = arrow::array::BinaryArray::from_iter_values(state_keys);
+            parts.push((state_rows(&schema, columns)?, state_keys, false));
+        }
+        if !gone.is_empty() {
+            let bytes: Vec<&[u8]> = gone.iter().map(|k| &k[..]).collect();
+            let groups = match self.spec.key_schema.fields().is_empty() {
+                true => UInt32Array::from(vec![0; bytes.len()]),
+                false => key_groups_of_bytes(&self.converter, &bytes, self.max_parallelism)?,
+            };
+            let keys = arrow::array::BinaryArray::from_iter_values(bytes);
+            parts.push(deleted_part(&schema, groups, keys)?);
+        }
+        replacement_rows(&schema, parts, full)
+    }
+
+    /// The state columns of the open windows of `keys`, each key's in
+    /// order (accumulators rebuilt from the states read, which reading may
+    /// consume); `None` without windows.
+    fn state_columns(&mut self, keys: &[Box<[u8]>]) -> Result<Option<Vec<ArrayRef>>> {
         let (mut key_bytes, mut ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
         let mut states: Vec<Vec<ScalarValue>> = Vec::new();
-        let fresh: Vec<Vec<Box<dyn Accumulator>>> =
-            (0..self.keys.values().map(|k| k.windows.len()).sum::<usize>())
-                .map(|_| self.new_accumulators())
-                .collect::<Result<_>>()?;
+        let windows: usize = keys.iter().map(|k| self.keys[k].windows.len()).sum();
+        let fresh: Vec<Vec<Box<dyn Accumulator>>> = (0..windows)
+            .map(|_| self.new_accumulators())
+            .collect::<Result<_>>()?;
         let mut fresh = fresh.into_iter();
-        for (key, state) in &mut self.keys {
+        for key in keys {
+            let state = self.keys.get_mut(key).expect("a key of the operator");
             for window in &mut state.windows {
                 let mut rebuilt = fresh.next().expect("one a window");
                 let mut column = 0;
@@ -331,7 +385,7 @@ impl CountWindowOperator {
         if ids.is_empty() {
             return Ok(None);
         }
-        let keys = match self.spec.key_schema.fields().is_empty() {
+        let key_columns = match self.spec.key_schema.fields().is_empty() {
             true => Vec::new(),
             false => {
                 let parser = self.converter.parser();
@@ -339,15 +393,15 @@ impl CountWindowOperator {
             }
         };
         let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&keys, ids.len(), self.max_parallelism)?),
+            Arc::new(key_groups(&key_columns, ids.len(), self.max_parallelism)?),
             Arc::new(Int64Array::from(ids)),
             Arc::new(Int64Array::from(counts)),
         ];
-        columns.extend(keys);
+        columns.extend(key_columns);
         for values in states {
             columns.push(ScalarValue::iter_to_array(values)?);
         }
-        Ok(Some(sorted_state_rows(&self.spec.state_schema()?, columns)?))
+        Ok(Some(columns))
     }
 
     /// Reopens the windows of state rows (this subtask's key groups).
@@ -417,6 +471,20 @@ impl Operator for CountWindowOperator {
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         Ok(self.state_rows()?.map(|rows| OperatorSnapshot {
             rows: Some(rows),
+            ..OperatorSnapshot::default()
+        }))
+    }
+
+    fn delta_kind(&self) -> Option<crate::state::incremental::DeltaKind> {
+        (self.changed.is_some()).then_some(crate::state::incremental::DeltaKind::Replace)
+    }
+
+    fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        if self.changed.is_none() {
+            return self.snapshot(checkpoint);
+        }
+        Ok(Some(OperatorSnapshot {
+            rows: self.delta(full)?,
             ..OperatorSnapshot::default()
         }))
     }

@@ -110,3 +110,41 @@ fn a_count_window_restored_halfway_emits_what_it_would_have() {
     h.restart().unwrap();
     assert_eq!(emitted(&mut h, after), expected);
 }
+
+#[test]
+fn an_incremental_count_window_snapshot_holds_the_keys_that_had_rows() {
+    use crate::operators::harness::deletions;
+    let mut h = counted(3, 3, true).incremental().unwrap();
+    h.push("a 1\nb 10\nc 100").unwrap();
+    assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 3);
+    // a's window fills and fires (a has no window left); b gets a row.
+    assert_eq!(h.push("a 2\na 3\nb 20").unwrap(), lines(&["+I a 6 3"]));
+    let delta = h.snapshot_delta(false).unwrap().expect("a delta");
+    let mut deleted = deletions(&delta);
+    deleted.sort();
+    assert_eq!(deleted, vec![false, true], "b's window, a gone");
+    assert!(h.snapshot_delta(false).unwrap().is_none(), "nothing since");
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.push("b 30\nc 200\nc 300").unwrap(),
+        lines(&["+I b 60 3", "+I c 600 3"])
+    );
+    assert_eq!(
+        h.push("a 4\na 5\na 6").unwrap(),
+        lines(&["+I a 15 3"]),
+        "a counted afresh"
+    );
+}
+
+#[test]
+fn a_count_window_restored_from_an_incremental_chain_emits_what_it_would_have() {
+    let steps: Vec<Step> = (0..40)
+        .map(|b| {
+            let batch: Vec<String> = (0..5)
+                .map(|r| format!("k{} {}", (b * 5 + r) * 7 % 23, b * 5 + r))
+                .collect();
+            Step::Rows(0, batch.join("\n"))
+        })
+        .collect();
+    crate::operators::harness::incremental_restores_as_if_never_stopped(&|| counted(6, 3, true), &steps, 2);
+}
