@@ -82,8 +82,8 @@ use datafusion_expr::{Expr, LogicalPlan, LogicalPlanBuilder, SortExpr};
 use expr::{aggregate_calls, check_columns, name_items, rebase, resolve_functions, window_calls};
 pub use expr::{call, count_star, over};
 pub use window::{
-    Cumulate, GroupWindow, GroupedTable, Session, Slide, Tumble, WindowGroupedTable, WindowedTable, rows,
-    window_end, window_start, window_time,
+    Cumulate, Extent, GroupWindow, GroupedTable, Session, Slide, Tumble, WindowBuilder, WindowGroupedTable,
+    WindowedTable, rows, window_end, window_start, window_time,
 };
 
 use crate::engine::{Engine, TableResult};
