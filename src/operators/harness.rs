@@ -44,29 +44,7 @@ impl Harness {
             engine.sql(statement)?;
         }
         let plan = engine.stream_plan(insert)?;
-        let found = plan
-            .nodes
-            .iter()
-            .filter(|n| n.kind.describe().starts_with(node))
-            .nth(nth)
-            .ok_or_else(|| crate::Error::Internal(format!("no node {node} in\n{}", plan.explain(true))))?;
-        let NodeKind::Operator(factory) = &found.kind else {
-            return Err(crate::Error::Internal(format!("{node} is a source")));
-        };
-        let inputs = found
-            .inputs
-            .iter()
-            .map(|(i, _)| plan.nodes[*i].schema.clone())
-            .collect();
-        Ok(Harness {
-            operator: factory.create(&TaskContext::standalone(1024))?,
-            factory: factory.clone(),
-            inputs,
-            checkpoint: 0,
-            incremental: false,
-            chain: Vec::new(),
-            spill: None,
-        })
+        Harness::from_plan(&plan, node, nth)
     }
 
     /// The `nth` node whose description starts with `node` in the plan of

@@ -1958,16 +1958,7 @@ impl Planner<'_> {
         let input = self.plan(&node.input)?;
         let schema = node.input.schema();
         let output = arrow_schema(&aggregate.schema);
-        let (mut keys, mut key_fields) = (Vec::new(), Vec::new());
-        for (i, e) in aggregate.group_expr.iter().enumerate() {
-            if matches!(e, Expr::GroupingSet(_)) {
-                return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
-            }
-            let field = output.field(i).clone();
-            check_key_type(field.data_type())?;
-            keys.push(self.physical(e, schema)?);
-            key_fields.push(field);
-        }
+        let (keys, key_schema) = self.grouping_keys(aggregate, schema, &output)?;
         let stream_schema = arrow_schema(schema);
         if self.nodes[input].mode().is_updating() {
             return Err(Error::Plan(
@@ -1988,7 +1979,7 @@ impl Planner<'_> {
             slide: node.slide,
             time_name: node.time_column.name.clone(),
             keys,
-            key_schema: Arc::new(Schema::new(key_fields)),
+            key_schema,
             aggregate_input: stream_schema,
             aggregates,
             filters,
@@ -2002,13 +1993,15 @@ impl Planner<'_> {
         )
     }
 
-    /// A GROUP BY without a window: an updating aggregation.
-    fn plan_group_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
-        let input = self.plan(&aggregate.input)?;
-        let schema = aggregate.input.schema();
-        let output = arrow_schema(&aggregate.schema);
-        let mut keys = Vec::new();
-        let mut key_fields = Vec::new();
+    /// The grouping keys of an aggregation over `schema` (physical, and
+    /// the schema of their fields of `output`).
+    fn grouping_keys(
+        &self,
+        aggregate: &Aggregate,
+        schema: &DFSchema,
+        output: &SchemaRef,
+    ) -> Result<(Vec<Arc<dyn PhysicalExpr>>, SchemaRef)> {
+        let (mut keys, mut key_fields) = (Vec::new(), Vec::new());
         for (i, e) in aggregate.group_expr.iter().enumerate() {
             if matches!(e, Expr::GroupingSet(_)) {
                 return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
@@ -2018,12 +2011,21 @@ impl Planner<'_> {
             keys.push(self.physical(e, schema)?);
             key_fields.push(field);
         }
+        Ok((keys, Arc::new(Schema::new(key_fields))))
+    }
+
+    /// A GROUP BY without a window: an updating aggregation.
+    fn plan_group_aggregate(&mut self, aggregate: &Aggregate) -> Result<NodeId> {
+        let input = self.plan(&aggregate.input)?;
+        let schema = aggregate.input.schema();
+        let output = arrow_schema(&aggregate.schema);
+        let (keys, key_schema) = self.grouping_keys(aggregate, schema, &output)?;
         let stream_schema = self.nodes[input].schema.clone();
         let (aggregates, filters) = self.aggregate_calls(aggregate, schema, &stream_schema)?;
         let group = GroupAggregate {
             phase: Phase::Single,
             keys,
-            key_schema: Arc::new(Schema::new(key_fields)),
+            key_schema,
             aggregate_input: stream_schema,
             aggregates,
             filters,

@@ -85,7 +85,8 @@ fn job(out: &Path, checkpoints: &Path, restore: Option<&Path>, parallelism: usiz
             "--ignored",
             "--nocapture",
         ])
-        .env(JOB, args);
+        .env(JOB, args)
+        .stdout(std::process::Stdio::null());
     command
 }
 
@@ -118,7 +119,10 @@ fn row_count_windows_killed_three_times_write_exactly_the_windows_of_a_model() {
         let context = format!("parallelism {parallelism}, WEIR_TEST_SEED={seed}");
         for attempt in 0..3 {
             let restore = (attempt > 0).then_some(job_dir.as_path());
-            let mut child = job(&out, &checkpoints, restore, parallelism).spawn().unwrap();
+            let mut child = (job(&out, &checkpoints, restore, parallelism))
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
             std::thread::sleep(Duration::from_millis(rng.random_range(700..2500)));
             child.kill().unwrap(); // SIGKILL
             child.wait().unwrap();

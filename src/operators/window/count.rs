@@ -24,8 +24,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
-use arrow::compute::take;
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion_common::ScalarValue;
@@ -33,6 +32,7 @@ use datafusion_expr::Accumulator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
+use super::accumulate::{Arguments, restored_accumulators};
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -166,57 +166,6 @@ struct CountWindowOperator {
     changed: Option<HashSet<Box<[u8]>>>,
 }
 
-/// A batch's aggregate arguments and filters, evaluated once.
-struct Arguments {
-    values: Vec<Vec<ArrayRef>>,
-    filters: Vec<Option<BooleanArray>>,
-}
-
-impl Arguments {
-    fn of(spec: &CountWindowAggregate, batch: &RecordBatch) -> Result<Self> {
-        let rows = batch.num_rows();
-        let values = (spec.aggregates.iter())
-            .map(|a| {
-                (a.expressions().iter())
-                    .map(|e| e.evaluate(batch)?.into_array(rows))
-                    .collect::<datafusion_common::Result<Vec<_>>>()
-            })
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
-        let filters = (spec.filters.iter())
-            .map(|f| match f {
-                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?.as_boolean().clone())),
-                None => Ok(None),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Arguments { values, filters })
-    }
-
-    /// Adds the rows `window` holds of this batch to its accumulators.
-    fn accumulate(&self, window: &mut Window) -> Result<()> {
-        let rows = std::mem::take(&mut window.pending);
-        if rows.is_empty() {
-            return Ok(());
-        }
-        for (i, (values, filter)) in self.values.iter().zip(&self.filters).enumerate() {
-            let indices: Vec<u32> = match filter {
-                Some(f) => (rows.iter().copied())
-                    .filter(|r| f.is_valid(*r as usize) && f.value(*r as usize))
-                    .collect(),
-                None => rows.clone(),
-            };
-            if indices.is_empty() {
-                continue;
-            }
-            let indices = UInt32Array::from(indices);
-            let taken = (values.iter())
-                .map(|v| Ok(take(v.as_ref(), &indices, None)?))
-                .collect::<Result<Vec<ArrayRef>>>()?;
-            window.accumulators[i].update_batch(&taken)?;
-        }
-        Ok(())
-    }
-}
-
 impl CountWindowOperator {
     fn new_accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
         (self.spec.aggregates.iter())
@@ -234,7 +183,7 @@ impl CountWindowOperator {
         let key_rows = (!keys.is_empty())
             .then(|| self.converter.convert_columns(&keys))
             .transpose()?;
-        let arguments = Arguments::of(&self.spec, batch)?;
+        let arguments = Arguments::of(&self.spec.aggregates, &self.spec.filters, batch)?;
         let (size, slide) = (self.spec.size, self.spec.slide);
         let mut touched: Vec<Box<[u8]>> = Vec::new();
         let mut fired = Vec::new();
@@ -266,14 +215,16 @@ impl CountWindowOperator {
             let first = state.windows.front().expect("a window holds row c");
             if first.id * slide + size - 1 == c {
                 let mut window = state.windows.pop_front().expect("the first");
-                arguments.accumulate(&mut window)?;
+                let rows = std::mem::take(&mut window.pending);
+                arguments.accumulate(&mut window.accumulators, &rows)?;
                 fired.push((Box::<[u8]>::from(key), window));
             }
         }
         for key in touched {
             if let Some(state) = self.keys.get_mut(&key) {
                 for window in &mut state.windows {
-                    arguments.accumulate(window)?;
+                    let rows = std::mem::take(&mut window.pending);
+                    arguments.accumulate(&mut window.accumulators, &rows)?;
                 }
                 if state.windows.is_empty() {
                     self.keys.remove(&key);
@@ -408,9 +359,6 @@ impl CountWindowOperator {
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
         OperatorSnapshot::check_columns(rows, self.spec.state_schema()?.as_ref(), &self.spec.describe())?;
         let key_count = self.spec.key_schema.fields().len();
-        let widths = (self.spec.aggregates.iter())
-            .map(|a| Ok(a.state_fields()?.len()))
-            .collect::<Result<Vec<usize>>>()?;
         for chunk in in_chunks(rows) {
             let ids = chunk.column(1).as_primitive::<Int64Type>().values().to_vec();
             let counts = chunk.column(2).as_primitive::<Int64Type>().values().to_vec();
@@ -418,15 +366,8 @@ impl CountWindowOperator {
                 .then(|| self.converter.convert_columns(&chunk.columns()[3..3 + key_count]))
                 .transpose()?;
             for row in 0..chunk.num_rows() {
-                let mut accumulators = self.new_accumulators()?;
-                let mut offset = 3 + key_count;
-                for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
-                    let state: Vec<ArrayRef> = (chunk.columns()[offset..offset + width].iter())
-                        .map(|c| c.slice(row, 1))
-                        .collect();
-                    accumulator.merge_batch(&state)?;
-                    offset += width;
-                }
+                let states = &chunk.columns()[3 + key_count..];
+                let accumulators = restored_accumulators(&self.spec.aggregates, states, row)?;
                 let key: Box<[u8]> = key_rows
                     .as_ref()
                     .map_or(Box::from([]), |r| r.row(row).data().into());

@@ -1,5 +1,6 @@
 //! Window operators: slicing arithmetic, window aggregation, window assignment.
 
+pub mod accumulate;
 pub mod aggregate;
 pub mod assign;
 pub mod count;

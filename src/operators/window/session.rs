@@ -17,10 +17,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, Int64Array, RecordBatch, TimestampMillisecondArray, UInt32Array,
-};
-use arrow::compute::take;
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion_common::ScalarValue;
@@ -28,6 +25,7 @@ use datafusion_expr::Accumulator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
+use super::accumulate::{Arguments, restored_accumulators};
 use super::aggregate::{GroupColumn, WindowProperty};
 use super::spec::{TimeShift, duration_text};
 use crate::operators::watermark::to_epoch_millis;
@@ -362,26 +360,7 @@ impl SessionOperator {
             }
         }
         assigned.sort_unstable();
-        let args = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| {
-                a.expressions()
-                    .iter()
-                    .map(|e| e.evaluate(batch)?.into_array(rows))
-                    .collect::<datafusion_common::Result<Vec<_>>>()
-            })
-            .collect::<datafusion_common::Result<Vec<_>>>()?;
-        let filters = self
-            .spec
-            .filters
-            .iter()
-            .map(|f| match f {
-                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?.as_boolean().clone())),
-                None => Ok(None),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let arguments = Arguments::of(&self.spec.aggregates, &self.spec.filters, batch)?;
         let mut start = 0;
         while start < assigned.len() {
             let id = assigned[start].0;
@@ -390,25 +369,7 @@ impl SessionOperator {
                 .position(|(s, _)| *s != id)
                 .map_or(assigned.len(), |p| start + p);
             let run: Vec<u32> = assigned[start..end].iter().map(|(_, r)| *r).collect();
-            for (i, (values, filter)) in args.iter().zip(&filters).enumerate() {
-                let indices: Vec<u32> = match filter {
-                    Some(f) => run
-                        .iter()
-                        .copied()
-                        .filter(|r| f.is_valid(*r as usize) && f.value(*r as usize))
-                        .collect(),
-                    None => run.clone(),
-                };
-                if indices.is_empty() {
-                    continue;
-                }
-                let indices = UInt32Array::from(indices);
-                let values = values
-                    .iter()
-                    .map(|v| Ok(take(v.as_ref(), &indices, None)?))
-                    .collect::<Result<Vec<ArrayRef>>>()?;
-                self.session(id).accumulators[i].update_batch(&values)?;
-            }
+            arguments.accumulate(&mut self.session(id).accumulators, &run)?;
             start = end;
         }
         self.free.append(&mut self.merged_away);
@@ -604,24 +565,10 @@ impl SessionOperator {
         } else {
             Some(self.converter.convert_columns(keys)?)
         };
-        let widths = self
-            .spec
-            .aggregates
-            .iter()
-            .map(|a| Ok(a.state_fields()?.len()))
-            .collect::<Result<Vec<usize>>>()?;
         let mut ids = Vec::with_capacity(rows.num_rows());
         for row in 0..rows.num_rows() {
-            let mut accumulators = self.new_accumulators()?;
-            let mut offset = 3 + key_count;
-            for (accumulator, width) in accumulators.iter_mut().zip(&widths) {
-                let state: Vec<ArrayRef> = rows.columns()[offset..offset + width]
-                    .iter()
-                    .map(|c| c.slice(row, 1))
-                    .collect();
-                accumulator.merge_batch(&state)?;
-                offset += width;
-            }
+            let states = &rows.columns()[3 + key_count..];
+            let accumulators = restored_accumulators(&self.spec.aggregates, states, row)?;
             let key: Box<[u8]> = key_rows
                 .as_ref()
                 .map_or(Box::from([]), |r| r.row(row).data().into());

@@ -1,0 +1,86 @@
+//! Accumulators of windows that are not sliced (sessions, row-count windows): a batch's aggregate arguments evaluated once, each window's rows taken for its accumulators, and accumulators rebuilt from state rows.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use arrow::compute::take;
+use datafusion_expr::Accumulator;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use crate::Result;
+
+/// A batch's aggregate arguments and `FILTER (WHERE ...)` values.
+pub struct Arguments {
+    values: Vec<Vec<ArrayRef>>,
+    filters: Vec<Option<BooleanArray>>,
+}
+
+impl Arguments {
+    /// The arguments of `aggregates` (with their `filters`) over `batch`.
+    pub fn of(
+        aggregates: &[Arc<AggregateFunctionExpr>],
+        filters: &[Option<Arc<dyn PhysicalExpr>>],
+        batch: &RecordBatch,
+    ) -> Result<Self> {
+        let rows = batch.num_rows();
+        let values = (aggregates.iter())
+            .map(|a| {
+                (a.expressions().iter())
+                    .map(|e| e.evaluate(batch)?.into_array(rows))
+                    .collect::<datafusion_common::Result<Vec<_>>>()
+            })
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let filters = (filters.iter())
+            .map(|f| match f {
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?.as_boolean().clone())),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arguments { values, filters })
+    }
+
+    /// Adds `rows` of the batch (in their order) to `accumulators`, each
+    /// the rows its filter passes.
+    pub fn accumulate(&self, accumulators: &mut [Box<dyn Accumulator>], rows: &[u32]) -> Result<()> {
+        for (i, (values, filter)) in self.values.iter().zip(&self.filters).enumerate() {
+            let indices: Vec<u32> = match filter {
+                Some(f) => (rows.iter().copied())
+                    .filter(|r| f.is_valid(*r as usize) && f.value(*r as usize))
+                    .collect(),
+                None => rows.to_vec(),
+            };
+            if indices.is_empty() {
+                continue;
+            }
+            let indices = UInt32Array::from(indices);
+            let taken = (values.iter())
+                .map(|v| Ok(take(v.as_ref(), &indices, None)?))
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            accumulators[i].update_batch(&taken)?;
+        }
+        Ok(())
+    }
+}
+
+/// Accumulators of `aggregates` holding the states of row `row` of state
+/// columns `columns` (each aggregate's state fields one after another).
+pub fn restored_accumulators(
+    aggregates: &[Arc<AggregateFunctionExpr>],
+    columns: &[ArrayRef],
+    row: usize,
+) -> Result<Vec<Box<dyn Accumulator>>> {
+    let mut offset = 0;
+    let mut accumulators = Vec::with_capacity(aggregates.len());
+    for aggregate in aggregates {
+        let mut accumulator = aggregate.create_accumulator()?;
+        let width = aggregate.state_fields()?.len();
+        let state: Vec<ArrayRef> = (columns[offset..offset + width].iter())
+            .map(|c| c.slice(row, 1))
+            .collect();
+        accumulator.merge_batch(&state)?;
+        offset += width;
+        accumulators.push(accumulator);
+    }
+    Ok(accumulators)
+}
