@@ -1,16 +1,18 @@
 //! Window aggregation over in-memory batches: TUMBLE and HOP, 10k keys,
-//! COUNT/SUM/MAX, as in the reference workloads (one operator, one thread).
+//! COUNT/SUM/MAX, as in the reference workloads (one operator, one thread);
+//! the Table API's row-count windows over the same rows.
 
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use datafusion_physical_expr::aggregate::AggregateExprBuilder;
+use datafusion_physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion_physical_expr::expressions::{Column, lit};
 use weir::operators::window::aggregate::{
     GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
 };
+use weir::operators::window::count::{CountWindowAggregate, CountWindowAggregateFactory};
 use weir::operators::window::spec::{TimeShift, WindowSpec};
 use weir::runtime::operator::TaskContext;
 use weir::runtime::{OperatorFactory, Output};
@@ -50,8 +52,8 @@ fn batches() -> Vec<RecordBatch> {
         .collect()
 }
 
-fn factory(window: WindowSpec) -> WindowAggregateFactory {
-    let schema = input_schema();
+/// COUNT(*), SUM(price), MAX(price) over the input rows.
+fn aggregates(schema: &SchemaRef) -> Vec<Arc<AggregateFunctionExpr>> {
     let aggregate = |f, column: usize, name: &str| {
         Arc::new(
             AggregateExprBuilder::new(
@@ -74,18 +76,39 @@ fn factory(window: WindowSpec) -> WindowAggregateFactory {
         .build()
         .unwrap(),
     );
+    vec![
+        count,
+        aggregate(datafusion_functions_aggregate::sum::sum_udaf(), 1, "sum_price"),
+        aggregate(
+            datafusion_functions_aggregate::min_max::max_udaf(),
+            1,
+            "max_price",
+        ),
+    ]
+}
+
+/// The output fields after the window and key columns.
+fn aggregate_fields() -> Vec<Field> {
+    vec![
+        Field::new("cnt", DataType::Int64, true),
+        Field::new("sum_price", DataType::Int64, true),
+        Field::new("max_price", DataType::Int64, true),
+    ]
+}
+
+fn factory(window: WindowSpec) -> WindowAggregateFactory {
+    let schema = input_schema();
     let key_schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-    let output = Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new(
             "window_start",
             DataType::Timestamp(TimeUnit::Millisecond, None),
             false,
         ),
         Field::new("k", DataType::Int64, false),
-        Field::new("cnt", DataType::Int64, true),
-        Field::new("sum_price", DataType::Int64, true),
-        Field::new("max_price", DataType::Int64, true),
-    ]));
+    ];
+    fields.extend(aggregate_fields());
+    let output = Arc::new(Schema::new(fields));
     WindowAggregateFactory(Arc::new(WindowAggregate {
         phase: Phase::Single,
         window,
@@ -95,25 +118,36 @@ fn factory(window: WindowSpec) -> WindowAggregateFactory {
         time_index: 2,
         keys: vec![Arc::new(Column::new("k", 0))],
         key_schema,
-        aggregate_input: schema.clone(),
-        aggregates: vec![
-            count,
-            aggregate(datafusion_functions_aggregate::sum::sum_udaf(), 1, "sum_price"),
-            aggregate(
-                datafusion_functions_aggregate::min_max::max_udaf(),
-                1,
-                "max_price",
-            ),
-        ],
+        aggregates: aggregates(&schema),
+        aggregate_input: schema,
         filters: vec![None, None, None],
         group_columns: vec![GroupColumn::Window(WindowProperty::Start), GroupColumn::Key(0)],
         output_schema: output,
     }))
 }
 
-fn run(window: WindowSpec, batches: &[RecordBatch]) -> usize {
+/// Row-count windows of `size` rows every `slide` rows of each key.
+fn count_factory(size: u64, slide: u64) -> CountWindowAggregateFactory {
+    let schema = input_schema();
+    let key = Field::new("k", DataType::Int64, false);
+    let mut fields = vec![key.clone()];
+    fields.extend(aggregate_fields());
+    CountWindowAggregateFactory(Arc::new(CountWindowAggregate {
+        size,
+        slide,
+        time_name: "pt".into(),
+        keys: vec![Arc::new(Column::new("k", 0))],
+        key_schema: Arc::new(Schema::new(vec![key])),
+        aggregates: aggregates(&schema),
+        aggregate_input: schema,
+        filters: vec![None, None, None],
+        output_schema: Arc::new(Schema::new(fields)),
+    }))
+}
+
+fn run(factory: &dyn OperatorFactory, batches: &[RecordBatch]) -> usize {
     let ctx = TaskContext::standalone(ROWS_PER_BATCH);
-    let mut operator = factory(window).create(&ctx).unwrap();
+    let mut operator = factory.create(&ctx).unwrap();
     let mut out = Output::default();
     let mut emitted = 0;
     for batch in batches {
@@ -137,10 +171,20 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements((BATCHES * ROWS_PER_BATCH) as u64));
     group.sample_size(20);
     group.bench_function("tumble_10s_10k_keys", |b| {
-        b.iter(|| run(WindowSpec::tumble(10_000, 0).unwrap(), &batches))
+        let tumble = factory(WindowSpec::tumble(10_000, 0).unwrap());
+        b.iter(|| run(&tumble, &batches))
     });
     group.bench_function("hop_2s_10s_10k_keys", |b| {
-        b.iter(|| run(WindowSpec::hop(2_000, 10_000, 0).unwrap(), &batches))
+        let hop = factory(WindowSpec::hop(2_000, 10_000, 0).unwrap());
+        b.iter(|| run(&hop, &batches))
+    });
+    group.bench_function("count_tumble_100_rows_10k_keys", |b| {
+        let tumble = count_factory(100, 100);
+        b.iter(|| run(&tumble, &batches))
+    });
+    group.bench_function("count_slide_100_rows_every_10_10k_keys", |b| {
+        let slide = count_factory(100, 10);
+        b.iter(|| run(&slide, &batches))
     });
     group.finish();
 }

@@ -1,9 +1,9 @@
-//! Accumulators of windows that are not sliced (sessions, row-count windows): a batch's aggregate arguments evaluated once, each window's rows taken for its accumulators, and accumulators rebuilt from state rows.
+//! Accumulators of windows that are not sliced (sessions, row-count windows): a batch's aggregate arguments evaluated once, each window's rows taken (or sliced, once grouped) for its accumulators, and accumulators rebuilt from state rows.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::take;
+use arrow::compute::{prep_null_mask_filter, take};
 use datafusion_expr::Accumulator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
@@ -38,6 +38,54 @@ impl Arguments {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Arguments { values, filters })
+    }
+
+    /// The arguments of the batch's rows `indices`, in that order.
+    pub fn taken(self, indices: &UInt32Array) -> Result<Self> {
+        let values = (self.values.iter())
+            .map(|values| {
+                (values.iter())
+                    .map(|v| Ok(take(v.as_ref(), indices, None)?))
+                    .collect::<Result<Vec<ArrayRef>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let filters = (self.filters.iter())
+            .map(|f| match f {
+                Some(f) => Ok(Some(take(f, indices, None)?.as_boolean().clone())),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arguments { values, filters })
+    }
+
+    /// Adds the `len` rows from `offset` to `accumulators`, each the rows
+    /// its filter passes (a null filter value does not).
+    pub fn accumulate_range(
+        &self,
+        accumulators: &mut [Box<dyn Accumulator>],
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        for (i, (values, filter)) in self.values.iter().zip(&self.filters).enumerate() {
+            let mut sliced: Vec<ArrayRef> = values.iter().map(|v| v.slice(offset, len)).collect();
+            if let Some(filter) = filter {
+                let passed = filter.slice(offset, len);
+                let passed = match passed.null_count() {
+                    0 => passed,
+                    _ => prep_null_mask_filter(&passed),
+                };
+                if passed.true_count() == 0 {
+                    continue;
+                }
+                if passed.true_count() < len {
+                    sliced = (sliced.iter())
+                        .map(|v| Ok(arrow::compute::filter(v.as_ref(), &passed)?))
+                        .collect::<Result<Vec<ArrayRef>>>()?;
+                }
+            }
+            accumulators[i].update_batch(&sliced)?;
+        }
+        Ok(())
     }
 
     /// Adds `rows` of the batch (in their order) to `accumulators`, each

@@ -46,6 +46,53 @@ use crate::{Error, Result};
 #[cfg(test)]
 mod tests;
 
+/// A batch's rows grouped by key: the keys in the order they first came
+/// (by their first rows), and each key's rows, in the order they came, at
+/// `order[starts[k]..starts[k + 1]]`.
+struct GroupedRows {
+    firsts: Vec<usize>,
+    starts: Vec<usize>,
+    order: Vec<u32>,
+}
+
+impl GroupedRows {
+    fn of<'a>(rows: usize, key_of: impl Fn(usize) -> &'a [u8]) -> Self {
+        let mut ordinals: HashMap<&[u8], usize> = HashMap::new();
+        let mut firsts = Vec::new();
+        let of_row: Vec<usize> = (0..rows)
+            .map(|row| {
+                *ordinals.entry(key_of(row)).or_insert_with(|| {
+                    firsts.push(row);
+                    firsts.len() - 1
+                })
+            })
+            .collect();
+        let mut starts = vec![0; firsts.len() + 1];
+        for &k in &of_row {
+            starts[k + 1] += 1;
+        }
+        for k in 0..firsts.len() {
+            starts[k + 1] += starts[k];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0; rows];
+        for (row, &k) in of_row.iter().enumerate() {
+            order[next[k]] = row as u32;
+            next[k] += 1;
+        }
+        GroupedRows {
+            firsts,
+            starts,
+            order,
+        }
+    }
+
+    /// Whether grouping left the rows where they were.
+    fn in_order(&self) -> bool {
+        self.order.iter().enumerate().all(|(i, &row)| i == row as usize)
+    }
+}
+
 /// The plan of a row-count window aggregation.
 #[derive(Debug)]
 pub struct CountWindowAggregate {
@@ -141,12 +188,10 @@ impl OperatorFactory for CountWindowAggregateFactory {
     }
 }
 
-/// An open window: its number, its accumulators, and the rows of the
-/// batch being processed that it holds, not yet accumulated.
+/// An open window: its number and its accumulators.
 struct Window {
     id: u64,
     accumulators: Vec<Box<dyn Accumulator>>,
-    pending: Vec<u32>,
 }
 
 /// A key's rows counted so far and its open windows, oldest first.
@@ -175,6 +220,8 @@ impl CountWindowOperator {
 
     /// Counts a batch's rows into their keys' windows; gives the windows
     /// that fired, with their keys, in the order their last rows came.
+    /// The batch's rows are grouped by key first, so each window takes a
+    /// slice of its key's rows at once.
     fn process(&mut self, batch: &RecordBatch) -> Result<Vec<(Box<[u8]>, Window)>> {
         let rows = batch.num_rows();
         let keys = (self.spec.keys.iter())
@@ -183,53 +230,74 @@ impl CountWindowOperator {
         let key_rows = (!keys.is_empty())
             .then(|| self.converter.convert_columns(&keys))
             .transpose()?;
-        let arguments = Arguments::of(&self.spec.aggregates, &self.spec.filters, batch)?;
-        let (size, slide) = (self.spec.size, self.spec.slide);
-        let mut touched: Vec<Box<[u8]>> = Vec::new();
+        let key_of = |row: usize| -> &[u8] { key_rows.as_ref().map_or(&[], |r| r.row(row).data()) };
+        let grouped = GroupedRows::of(rows, key_of);
+        let mut arguments = Arguments::of(&self.spec.aggregates, &self.spec.filters, batch)?;
+        if !grouped.in_order() {
+            arguments = arguments.taken(&UInt32Array::from(grouped.order.clone()))?;
+        }
         let mut fired = Vec::new();
-        for row in 0..rows {
-            let key: &[u8] = key_rows.as_ref().map_or(&[], |r| r.row(row).data());
-            if !self.keys.contains_key(key) {
-                self.keys.insert(key.into(), KeyWindows::default());
+        for (ordinal, &first) in grouped.firsts.iter().enumerate() {
+            let key = key_of(first);
+            let (offset, n) = (
+                grouped.starts[ordinal],
+                grouped.starts[ordinal + 1] - grouped.starts[ordinal],
+            );
+            for (last, window) in self.count_rows(key, &arguments, offset, n as u64)? {
+                fired.push((
+                    grouped.order[offset + last] as usize,
+                    Box::<[u8]>::from(key),
+                    window,
+                ));
             }
-            let state = self.keys.get_mut(key).expect("inserted above");
-            let c = state.count;
-            state.count += 1;
-            if c.is_multiple_of(slide) {
-                let accumulators = (self.spec.aggregates.iter())
-                    .map(|a| Ok(a.create_accumulator()?))
-                    .collect::<Result<Vec<_>>>()?;
-                state.windows.push_back(Window {
-                    id: c / slide,
-                    accumulators,
-                    pending: Vec::new(),
-                });
-            }
-            if state.windows.iter().all(|w| w.pending.is_empty()) {
-                touched.push(key.into());
-                if let Some(changed) = self.changed.as_mut() {
-                    changed.insert(key.into());
-                }
-            }
-            state.windows.iter_mut().for_each(|w| w.pending.push(row as u32));
-            let first = state.windows.front().expect("a window holds row c");
-            if first.id * slide + size - 1 == c {
-                let mut window = state.windows.pop_front().expect("the first");
-                let rows = std::mem::take(&mut window.pending);
-                arguments.accumulate(&mut window.accumulators, &rows)?;
-                fired.push((Box::<[u8]>::from(key), window));
+            if let Some(changed) = self.changed.as_mut() {
+                changed.insert(key.into());
             }
         }
-        for key in touched {
-            if let Some(state) = self.keys.get_mut(&key) {
-                for window in &mut state.windows {
-                    let rows = std::mem::take(&mut window.pending);
-                    arguments.accumulate(&mut window.accumulators, &rows)?;
-                }
-                if state.windows.is_empty() {
-                    self.keys.remove(&key);
-                }
+        fired.sort_by_key(|(row, _, _)| *row);
+        Ok(fired.into_iter().map(|(_, key, window)| (key, window)).collect())
+    }
+
+    /// Counts `n` rows of `key`, at `offset` of the grouped `arguments`,
+    /// into its windows; gives the windows that fired, each with the
+    /// position of its last row among the `n`.
+    fn count_rows(
+        &mut self,
+        key: &[u8],
+        arguments: &Arguments,
+        offset: usize,
+        n: u64,
+    ) -> Result<Vec<(usize, Window)>> {
+        let (size, slide) = (self.spec.size, self.spec.slide);
+        if !self.keys.contains_key(key) {
+            self.keys.insert(key.into(), KeyWindows::default());
+        }
+        let state = self.keys.get_mut(key).expect("inserted above");
+        let (from, to) = (state.count, state.count + n);
+        let mut id = from.div_ceil(slide);
+        while id * slide < to {
+            let accumulators = (self.spec.aggregates.iter())
+                .map(|a| Ok(a.create_accumulator()?))
+                .collect::<Result<Vec<_>>>()?;
+            state.windows.push_back(Window { id, accumulators });
+            id += 1;
+        }
+        for window in &mut state.windows {
+            let first = (window.id * slide).max(from);
+            let last = (window.id * slide + size).min(to);
+            if first < last {
+                let at = offset + (first - from) as usize;
+                arguments.accumulate_range(&mut window.accumulators, at, (last - first) as usize)?;
             }
+        }
+        let mut fired = Vec::new();
+        while (state.windows.front()).is_some_and(|w| w.id * slide + size <= to) {
+            let window = state.windows.pop_front().expect("the first");
+            fired.push(((window.id * slide + size - 1 - from) as usize, window));
+        }
+        state.count = to;
+        if state.windows.is_empty() {
+            self.keys.remove(key);
         }
         Ok(fired)
     }
@@ -376,7 +444,6 @@ impl CountWindowOperator {
                 let window = Window {
                     id: ids[row] as u64,
                     accumulators,
-                    pending: Vec::new(),
                 };
                 let at = state.windows.partition_point(|w| w.id < window.id);
                 state.windows.insert(at, window);

@@ -148,3 +148,28 @@ fn a_count_window_restored_from_an_incremental_chain_emits_what_it_would_have() 
         .collect();
     crate::operators::harness::incremental_restores_as_if_never_stopped(&|| counted(6, 3, true), &steps, 2);
 }
+
+#[test]
+fn a_filtered_aggregate_of_a_sliding_count_window_counts_every_row_but_sums_those_passing() {
+    use datafusion_expr::{ExprFunctionExt, lit};
+    let engine = Engine::new();
+    engine
+        .sql("CREATE TABLE t (k STRING, v BIGINT, pt AS PROCTIME()) WITH ('connector' = 'datagen')")
+        .unwrap();
+    let table = (engine.from("t").unwrap())
+        .window(Slide::over(rows(4)).every(rows(2)).on("pt").alias("w"))
+        .group_by([col("w"), col("k")])
+        .select([
+            col("k"),
+            sum(col("v")).filter(col("v").gt(lit(2))).build().unwrap().alias("s"),
+            count_star().alias("n"),
+        ])
+        .unwrap();
+    let mut h = Harness::of_table(&table, "CountWindowAggregate", 0).unwrap();
+    assert_eq!(
+        h.push("a 1\nb 5\na 3\na NULL\nb 1\na 4\na 1\na 9").unwrap(),
+        lines(&["+I a 7 4", "+I a 13 4"]),
+        "a's rows 1-4 (3 and 4 pass) and 3-6 (4 and 9 pass; a null passes no filter)"
+    );
+    assert_eq!(h.push("b 7\nb 2").unwrap(), lines(&["+I b 12 4"]));
+}
