@@ -1,4 +1,4 @@
-//! Row-count windows of the Table API survive SIGKILL: a job of them, run in a process of its own, killed three times and restored, writes exactly the windows a model gives.
+//! Row-count windows of the Table API survive SIGKILL: a job of them, run in a process of its own, killed three times and restored (at one parallelism, or rescaled), writes exactly the windows a model gives.
 //!
 //! The job is this test binary itself, run again with `COUNT_WINDOW_JOB`
 //! set and filtered to [`count_window_job`]: a Table API program, built
@@ -104,40 +104,51 @@ fn modeled() -> Vec<String> {
     lines
 }
 
+/// Runs the job at each of `parallelisms` in turn, killing it with SIGKILL
+/// after a random time and restoring the next from its last checkpoint;
+/// the last runs to the end. Asserts that exactly the model's windows are
+/// committed.
+fn killed_and_restored(parallelisms: &[usize]) {
+    let expected = modeled();
+    let seed: u64 = std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (out, checkpoints) = (dir.path().join("out"), dir.path().join("checkpoints"));
+    let job_dir = checkpoints.join("count-windows");
+    let context = format!("parallelism {parallelisms:?}, WEIR_TEST_SEED={seed}");
+    let (last, killed) = parallelisms.split_last().expect("a run");
+    for (attempt, &parallelism) in killed.iter().enumerate() {
+        let restore = (attempt > 0).then_some(job_dir.as_path());
+        let mut child = (job(&out, &checkpoints, restore, parallelism))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(700..2500)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let output = job(&out, &checkpoints, Some(&job_dir), *last).output().unwrap();
+    assert!(
+        output.status.success(),
+        "the last run failed: {context}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut got: Vec<String> = committed_rows(&out);
+    got.sort();
+    assert_eq!(got.len(), expected.len(), "row count after crashes: {context}");
+    assert!(got == expected, "windows differ after crashes: {context}");
+}
+
 #[test]
 fn row_count_windows_killed_three_times_write_exactly_the_windows_of_a_model() {
-    let expected = modeled();
-    for parallelism in [1, 4] {
-        let seed: u64 = std::env::var("WEIR_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(rand::random);
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        let dir = tempfile::tempdir().unwrap();
-        let (out, checkpoints) = (dir.path().join("out"), dir.path().join("checkpoints"));
-        let job_dir = checkpoints.join("count-windows");
-        let context = format!("parallelism {parallelism}, WEIR_TEST_SEED={seed}");
-        for attempt in 0..3 {
-            let restore = (attempt > 0).then_some(job_dir.as_path());
-            let mut child = (job(&out, &checkpoints, restore, parallelism))
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(rng.random_range(700..2500)));
-            child.kill().unwrap(); // SIGKILL
-            child.wait().unwrap();
-        }
-        let output = job(&out, &checkpoints, Some(&job_dir), parallelism)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "the last run failed: {context}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let mut got: Vec<String> = committed_rows(&out);
-        got.sort();
-        assert_eq!(got.len(), expected.len(), "row count after crashes: {context}");
-        assert!(got == expected, "windows differ after crashes: {context}");
-    }
+    killed_and_restored(&[1, 1, 1, 1]);
+    killed_and_restored(&[4, 4, 4, 4]);
+}
+
+#[test]
+fn row_count_windows_killed_and_rescaled_4_2_3_1_write_exactly_the_windows_of_a_model() {
+    killed_and_restored(&[4, 2, 3, 1]);
 }

@@ -161,7 +161,11 @@ fn a_filtered_aggregate_of_a_sliding_count_window_counts_every_row_but_sums_thos
         .group_by([col("w"), col("k")])
         .select([
             col("k"),
-            sum(col("v")).filter(col("v").gt(lit(2))).build().unwrap().alias("s"),
+            sum(col("v"))
+                .filter(col("v").gt(lit(2)))
+                .build()
+                .unwrap()
+                .alias("s"),
             count_star().alias("n"),
         ])
         .unwrap();
