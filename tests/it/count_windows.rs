@@ -110,10 +110,7 @@ fn modeled() -> Vec<String> {
 /// committed.
 fn killed_and_restored(parallelisms: &[usize]) {
     let expected = modeled();
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let (out, checkpoints) = (dir.path().join("out"), dir.path().join("checkpoints"));

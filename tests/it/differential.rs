@@ -358,10 +358,7 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn aggregates_equal_a_batch_model_at_every_parallelism() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("rows.csv");
     let rows = generate(seed, 20_000, 300);

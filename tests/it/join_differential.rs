@@ -168,10 +168,7 @@ fn weir_rows(
 
 #[test]
 fn regular_joins_equal_datafusions_batch_join_at_every_parallelism() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = SmallRng::seed_from_u64(seed);
     let (left, right) = (generate(&mut rng, 3_000, 400), generate(&mut rng, 2_000, 400));
     let dir = tempfile::tempdir().unwrap();
@@ -309,10 +306,7 @@ fn nested_loop(
 
 #[test]
 fn interval_joins_equal_a_nested_loop_at_every_parallelism() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = SmallRng::seed_from_u64(seed);
     let (left, right) = (
         generate_timed(&mut rng, 2_000, 50),
@@ -418,10 +412,7 @@ fn windowed_pairs(
 
 #[test]
 fn window_joins_equal_a_nested_loop_over_windows_at_every_parallelism() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = SmallRng::seed_from_u64(seed);
     let (left, right) = (
         generate_timed(&mut rng, 1_500, 40),

@@ -26,6 +26,15 @@ mod spilling;
 
 use std::path::{Path, PathBuf};
 
+/// The seed of a randomized test: `WEIR_TEST_SEED` to rerun one, else a
+/// fresh one (each test prints the seed it used with a failure).
+pub fn test_seed() -> u64 {
+    std::env::var("WEIR_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random)
+}
+
 /// The visible part files of a sink directory (in-progress files are hidden).
 pub fn part_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -200,10 +200,7 @@ fn write(rows: &[Row]) -> tempfile::TempDir {
 
 #[test]
 fn over_aggregations_equal_datafusions_batch_window_functions_at_every_parallelism() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = SmallRng::seed_from_u64(seed);
     use WindowFrameBound::{CurrentRow, Preceding};
     let rows_frame = |n: Option<u64>| {
@@ -262,10 +259,7 @@ fn over_aggregations_equal_datafusions_batch_window_functions_at_every_paralleli
 
 #[test]
 fn an_over_aggregation_of_an_updating_input_equals_the_batch_functions_over_its_final_rows() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = SmallRng::seed_from_u64(seed);
     // Rows (g, k, v, ts), v and ts distinct; the input of the OVER is each
     // g's highest v (a TopN, which updates as higher values arrive).

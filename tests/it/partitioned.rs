@@ -107,10 +107,7 @@ fn a_partition_is_committed_once_the_watermark_passes_its_time_plus_delay() {
 
 #[test]
 fn killed_and_restored_three_times_every_partition_gets_its_rows_and_its_success_file() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

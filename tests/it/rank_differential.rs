@@ -138,10 +138,7 @@ fn weir_top_n(dir: &std::path::Path, parallelism: usize, sql: &str) -> Vec<Strin
 }
 
 fn seeded() -> (u64, SmallRng) {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     (seed, SmallRng::seed_from_u64(seed))
 }
 

@@ -106,10 +106,7 @@ pub fn crash_three_times(
     columns: &str,
     query: &str,
 ) -> (Vec<String>, Vec<String>, String) {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let context = format!("{name} at parallelism {parallelism}, WEIR_TEST_SEED={seed}");
@@ -647,10 +644,7 @@ fn run_with_settings(
 
 #[test]
 fn panics_in_random_subtasks_are_survived_by_restarts_with_exactly_once_output() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     for parallelism in [1, 4] {
         let dir = tempfile::tempdir().unwrap();
@@ -853,10 +847,7 @@ pub fn crash_and_rescale(
     columns: &str,
     query: &str,
 ) {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let context = format!("{name} rescaled {parallelisms:?}, WEIR_TEST_SEED={seed}");
@@ -977,10 +968,7 @@ fn run_backpressured(out: &Path, armed: Vec<i64>, settings: &[(&str, &str)]) -> 
 
 #[test]
 fn unaligned_checkpoints_under_backpressure_save_in_flight_records_and_restarts_keep_exactly_once_output() {
-    let seed: u64 = std::env::var("WEIR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 = crate::test_seed();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let armed: Vec<i64> = (0..2).map(|_| rng.random_range(40_000..180_000)).collect();
