@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{prep_null_mask_filter, take};
+use datafusion_common::ScalarValue;
 use datafusion_expr::Accumulator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
@@ -108,6 +109,54 @@ impl Arguments {
             accumulators[i].update_batch(&taken)?;
         }
         Ok(())
+    }
+}
+
+/// Accumulators' states as columns: a column of values per state field
+/// (each aggregate's fields one after another), a row per `push`.
+#[derive(Default)]
+pub struct StateColumns(Vec<Vec<ScalarValue>>);
+
+impl StateColumns {
+    /// Appends the states of `accumulators` as a row. Reading a state may
+    /// consume an accumulator, so with `rebuild` (their aggregates) each is
+    /// rebuilt from the state read.
+    pub fn push(
+        &mut self,
+        accumulators: &mut Vec<Box<dyn Accumulator>>,
+        rebuild: Option<&[Arc<AggregateFunctionExpr>]>,
+    ) -> Result<()> {
+        let mut column = 0;
+        let mut rebuilt = Vec::new();
+        for (i, accumulator) in accumulators.iter_mut().enumerate() {
+            let state = accumulator.state()?;
+            if let Some(aggregates) = rebuild {
+                let arrays = (state.iter())
+                    .map(|v| v.to_array())
+                    .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
+                let mut fresh = aggregates[i].create_accumulator()?;
+                fresh.merge_batch(&arrays)?;
+                rebuilt.push(fresh);
+            }
+            for value in state {
+                if self.0.len() <= column {
+                    self.0.push(Vec::new());
+                }
+                self.0[column].push(value);
+                column += 1;
+            }
+        }
+        if rebuild.is_some() {
+            *accumulators = rebuilt;
+        }
+        Ok(())
+    }
+
+    /// The columns, as arrays.
+    pub fn into_arrays(self) -> Result<Vec<ArrayRef>> {
+        (self.0.into_iter())
+            .map(|values| Ok(ScalarValue::iter_to_array(values)?))
+            .collect()
     }
 }
 

@@ -32,7 +32,7 @@ use datafusion_expr::Accumulator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use super::accumulate::{Arguments, restored_accumulators};
+use super::accumulate::{Arguments, StateColumns, restored_accumulators};
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -212,12 +212,6 @@ struct CountWindowOperator {
 }
 
 impl CountWindowOperator {
-    fn new_accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>> {
-        (self.spec.aggregates.iter())
-            .map(|a| Ok(a.create_accumulator()?))
-            .collect()
-    }
-
     /// Counts a batch's rows into their keys' windows; gives the windows
     /// that fired, with their keys, in the order their last rows came.
     /// The batch's rows are grouped by key first, so each window takes a
@@ -370,32 +364,12 @@ impl CountWindowOperator {
     /// consume); `None` without windows.
     fn state_columns(&mut self, keys: &[Box<[u8]>]) -> Result<Option<Vec<ArrayRef>>> {
         let (mut key_bytes, mut ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-        let mut states: Vec<Vec<ScalarValue>> = Vec::new();
-        let windows: usize = keys.iter().map(|k| self.keys[k].windows.len()).sum();
-        let fresh: Vec<Vec<Box<dyn Accumulator>>> = (0..windows)
-            .map(|_| self.new_accumulators())
-            .collect::<Result<_>>()?;
-        let mut fresh = fresh.into_iter();
+        let mut states = StateColumns::default();
+        let spec = self.spec.clone();
         for key in keys {
             let state = self.keys.get_mut(key).expect("a key of the operator");
             for window in &mut state.windows {
-                let mut rebuilt = fresh.next().expect("one a window");
-                let mut column = 0;
-                for (accumulator, into) in window.accumulators.iter_mut().zip(&mut rebuilt) {
-                    let state = accumulator.state()?;
-                    let arrays = (state.iter())
-                        .map(|v| v.to_array())
-                        .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
-                    into.merge_batch(&arrays)?;
-                    for value in state {
-                        if states.len() <= column {
-                            states.push(Vec::new());
-                        }
-                        states[column].push(value);
-                        column += 1;
-                    }
-                }
-                window.accumulators = rebuilt;
+                states.push(&mut window.accumulators, Some(&spec.aggregates[..]))?;
                 key_bytes.push(key.clone());
                 ids.push(window.id as i64);
                 counts.push(state.count as i64);
@@ -417,9 +391,7 @@ impl CountWindowOperator {
             Arc::new(Int64Array::from(counts)),
         ];
         columns.extend(key_columns);
-        for values in states {
-            columns.push(ScalarValue::iter_to_array(values)?);
-        }
+        columns.extend(states.into_arrays()?);
         Ok(Some(columns))
     }
 

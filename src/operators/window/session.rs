@@ -25,7 +25,7 @@ use datafusion_expr::Accumulator;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use super::accumulate::{Arguments, restored_accumulators};
+use super::accumulate::{Arguments, StateColumns, restored_accumulators};
 use super::aggregate::{GroupColumn, WindowProperty};
 use super::spec::{TimeShift, duration_text};
 use crate::operators::watermark::to_epoch_millis;
@@ -499,36 +499,13 @@ impl SessionOperator {
     fn state_columns(&mut self, ids: &[usize], keep: bool) -> Result<Vec<ArrayRef>> {
         let mut starts = Vec::with_capacity(ids.len());
         let mut ends = Vec::with_capacity(ids.len());
-        let mut states: Vec<Vec<ScalarValue>> = Vec::new();
+        let mut states = StateColumns::default();
+        let spec = self.spec.clone();
         for &id in ids {
-            let mut fresh = match keep {
-                true => self.new_accumulators()?,
-                false => Vec::new(),
-            };
             let session = self.sessions[id].as_mut().expect("open session");
             starts.push(session.start);
             ends.push(session.end);
-            let mut column = 0;
-            for (i, accumulator) in session.accumulators.iter_mut().enumerate() {
-                let state = accumulator.state()?;
-                if keep {
-                    let arrays = state
-                        .iter()
-                        .map(|v| v.to_array())
-                        .collect::<datafusion_common::Result<Vec<ArrayRef>>>()?;
-                    fresh[i].merge_batch(&arrays)?;
-                }
-                for value in state {
-                    if states.len() <= column {
-                        states.push(Vec::with_capacity(ids.len()));
-                    }
-                    states[column].push(value);
-                    column += 1;
-                }
-            }
-            if keep {
-                session.accumulators = fresh;
-            }
+            states.push(&mut session.accumulators, keep.then_some(&spec.aggregates[..]))?;
         }
         let keys = if self.spec.key_schema.fields().is_empty() {
             vec![]
@@ -547,9 +524,7 @@ impl SessionOperator {
             Arc::new(Int64Array::from(ends)),
         ];
         columns.extend(keys);
-        for values in states {
-            columns.push(ScalarValue::iter_to_array(values)?);
-        }
+        columns.extend(states.into_arrays()?);
         Ok(columns)
     }
 
