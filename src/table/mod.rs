@@ -140,6 +140,19 @@ impl Table {
         Ok(Table::new(self.engine.clone(), plan))
     }
 
+    /// This table's plan with `build` added on top, checked as
+    /// [`Table::then`] checks it.
+    fn built(
+        &self,
+        operation: &str,
+        build: impl FnOnce(LogicalPlanBuilder) -> datafusion_common::Result<LogicalPlanBuilder>,
+    ) -> Result<Table> {
+        let plan = build(LogicalPlanBuilder::from(self.plan.clone()))
+            .and_then(LogicalPlanBuilder::build)
+            .map_err(|e| failed(operation, e))?;
+        self.then(plan, operation)
+    }
+
     /// `exprs` with their function calls resolved and their columns checked
     /// against this table's.
     fn prepare(&self, exprs: impl IntoIterator<Item = Expr>, operation: &str) -> Result<Vec<Expr>> {
@@ -160,11 +173,7 @@ impl Table {
     /// The rows for which `predicate` is true (Flink's `filter`).
     pub fn filter(&self, predicate: Expr) -> Result<Table> {
         let predicate = self.prepare([predicate], "filter")?.remove(0);
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .filter(predicate)
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed("filter", e))?;
-        self.then(plan, "filter")
+        self.built("filter", |b| b.filter(predicate))
     }
 
     /// [`Table::filter`] (Flink's `where`).
@@ -318,31 +327,19 @@ impl Table {
 
     /// Its rows once each (Flink's `distinct`): an updating result.
     pub fn distinct(&self) -> Result<Table> {
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .distinct()
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed("distinct", e))?;
-        self.then(plan, "distinct")
+        self.built("distinct", |b| b.distinct())
     }
 
     /// Its rows and `other`'s (Flink's `unionAll`); the columns must match
     /// by position and type.
     pub fn union_all(&self, other: &Table) -> Result<Table> {
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .union(other.plan.clone())
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed("union_all", e))?;
-        self.then(plan, "union_all")
+        self.built("union_all", |b| b.union(other.plan.clone()))
     }
 
     /// The table under another name: its columns are `alias.column` (for a
     /// join of a table with itself).
     pub fn alias(&self, alias: &str) -> Result<Table> {
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .alias(alias)
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed("alias", e))?;
-        self.then(plan, "alias")
+        self.built("alias", |b| b.alias(alias))
     }
 
     /// Groups by `keys`; a [`GroupedTable::select`] aggregates each group
@@ -366,11 +363,7 @@ impl Table {
             .join(right.plan.schema())
             .map_err(|e| failed(operation, e))?;
         check_columns([&on], &both, operation)?;
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .join_on(right.plan.clone(), kind, [on])
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed(operation, e))?;
-        self.then(plan, operation)
+        self.built(operation, |b| b.join_on(right.plan.clone(), kind, [on]))
     }
 
     /// An inner join with `right` on `on` (Flink's `join(right, on)`): an
@@ -406,11 +399,7 @@ impl Table {
             })
             .collect::<Result<Vec<_>>>()?;
         check_columns(keys.iter().map(|k| &k.expr), self.plan.schema(), "order_by")?;
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .sort(keys)
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed("order_by", e))?;
-        self.then(plan, "order_by")
+        self.built("order_by", |b| b.sort(keys))
     }
 
     /// The first `n` rows of an [`Table::order_by`] (Flink's `fetch`).
@@ -430,11 +419,7 @@ impl Table {
                 "{operation}: the table is not ordered; call order_by first"
             )));
         }
-        let plan = (LogicalPlanBuilder::from(self.plan.clone()))
-            .limit(skip, Some(n))
-            .and_then(LogicalPlanBuilder::build)
-            .map_err(|e| failed(operation, e))?;
-        self.then(plan, operation)
+        self.built(operation, |b| b.limit(skip, Some(n)))
     }
 
     /// Runs it: its rows, as [`crate::Engine::sql`] gives a query's
