@@ -5,8 +5,8 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use weir::key_group::hash_rows;
 use weir::runtime::exchange::partition_by_hash;
-use weir::state::key_group::hash_rows;
 
 const ROWS: usize = 8192;
 

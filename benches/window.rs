@@ -9,11 +9,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use datafusion_physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion_physical_expr::expressions::{Column, lit};
-use weir::operators::window::aggregate::{
-    GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
-};
+use weir::operators::window::aggregate::{WindowAggregate, WindowAggregateFactory};
 use weir::operators::window::count::{CountWindowAggregate, CountWindowAggregateFactory};
-use weir::operators::window::spec::{TimeShift, WindowSpec};
+use weir::plan::window::{GroupColumn, Phase, TimeShift, WindowProperty, WindowSpec};
 use weir::runtime::operator::TaskContext;
 use weir::runtime::{OperatorFactory, Output};
 
@@ -123,6 +121,7 @@ fn factory(window: WindowSpec) -> WindowAggregateFactory {
         filters: vec![None, None, None],
         group_columns: vec![GroupColumn::Window(WindowProperty::Start), GroupColumn::Key(0)],
         output_schema: output,
+        name: format!("WindowAggregate(window=[{window}])"),
     }))
 }
 
@@ -142,6 +141,7 @@ fn count_factory(size: u64, slide: u64) -> CountWindowAggregateFactory {
         aggregate_input: schema,
         filters: vec![None, None, None],
         output_schema: Arc::new(Schema::new(fields)),
+        name: format!("CountWindowAggregate(window=[{size} rows every {slide}])"),
     }))
 }
 

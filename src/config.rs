@@ -48,6 +48,9 @@ pub const DEFAULT_MANAGED_MEMORY: u64 = 512 << 20;
 /// `state.backend.spilling.local-dir`: where the spilling backend writes its
 /// runs (default: the system's temporary directory).
 pub const SPILL_DIR: &str = "state.backend.spilling.local-dir";
+/// `table.plan.force-recompile`: `COMPILE PLAN` replaces an existing plan
+/// file (default false: it refuses to).
+pub const PLAN_FORCE_RECOMPILE: &str = "table.plan.force-recompile";
 /// `weir.batch-size`: rows per batch that sources aim for.
 pub const BATCH_SIZE: &str = "weir.batch-size";
 /// `weir.channel-capacity`: batches a channel holds before the sender blocks.
@@ -137,6 +140,7 @@ impl SessionConfig {
             MAX_PARALLELISM => self.max_parallelism().map(drop),
             LOCAL_TIME_ZONE => self.local_time_zone().map(drop),
             OPERATOR_CHAINING => self.operator_chaining().map(drop),
+            PLAN_FORCE_RECOMPILE => self.plan_force_recompile().map(drop),
             AGG_PHASE_STRATEGY => self.agg_phase_strategy().map(drop),
             SINK_UPSERT_MATERIALIZE => self.sink_upsert_materialize().map(drop),
             BUFFER_TIMEOUT => self.buffer_timeout().map(drop),
@@ -202,14 +206,20 @@ impl SessionConfig {
 
     /// `pipeline.operator-chaining.enabled` (default true).
     pub fn operator_chaining(&self) -> Result<bool> {
-        match self
-            .get(OPERATOR_CHAINING)
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
-            None | Some("true") => Ok(true),
+        self.boolean(OPERATOR_CHAINING, true)
+    }
+
+    /// `table.plan.force-recompile` (default false).
+    pub fn plan_force_recompile(&self) -> Result<bool> {
+        self.boolean(PLAN_FORCE_RECOMPILE, false)
+    }
+
+    fn boolean(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key).map(str::to_ascii_lowercase).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
             Some("false") => Ok(false),
-            Some(v) => Err(bad_value(OPERATOR_CHAINING, v, "true or false")),
+            Some(v) => Err(bad_value(key, v, "true or false")),
         }
     }
 

@@ -36,12 +36,16 @@ pub mod error;
 pub mod frontend;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod ids;
+pub mod key_group;
 pub mod operators;
 pub mod plan;
 pub mod repl;
 pub mod runtime;
 pub mod state;
 pub mod table;
+pub mod time;
+pub mod types;
 
 pub use engine::{Engine, ResultStream, TableResult};
 pub use error::{Error, Result};

@@ -32,11 +32,11 @@ use super::coordinator::{AckOutcome, CoordinatorState, FailureVerdict, PendingCh
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION, TaskState};
 use super::stats::CheckpointStats;
 use super::storage::{checkpoint_dir, clean_up, savepoint_dir, write_metadata};
+use crate::ids::JobId;
 use crate::runtime::control::{SnapshotFence, TaskControl, TaskReport, failpoint};
-use crate::runtime::job_id::JobId;
 use crate::runtime::message::{BarrierKind, CheckpointBarrier, CheckpointId};
-use crate::runtime::operator::wall_clock_millis;
 use crate::state::incremental::shared_file_checkpoint;
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
 
 /// What the user asks of a running job's coordinator.

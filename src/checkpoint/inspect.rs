@@ -10,8 +10,8 @@ use arrow::datatypes::SchemaRef;
 
 use super::metadata::{CheckpointMetadata, OperatorState};
 use super::storage::{RestorePoint, resolve_restore};
+use crate::key_group::key_group_range;
 use crate::state::incremental::combine;
-use crate::state::key_group::key_group_range;
 use crate::state::snapshot::{read_state_file, write_state_file};
 use crate::{Error, Result};
 
@@ -109,7 +109,7 @@ fn sql_type(data_type: &arrow::datatypes::DataType) -> String {
     match data_type {
         UInt8 | UInt16 => "INT".into(),
         UInt32 | UInt64 => "BIGINT".into(),
-        other => crate::frontend::types::flink_type_name(other),
+        other => crate::types::flink_type_name(other),
     }
 }
 

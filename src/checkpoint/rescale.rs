@@ -19,7 +19,7 @@
 
 use std::ops::RangeInclusive;
 
-use crate::state::key_group::key_group_range;
+use crate::key_group::key_group_range;
 use crate::{Error, Result};
 
 /// The old subtasks (of `old_parallelism`) whose key groups overlap those of

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::metadata::{CheckpointMetadata, FORMAT_VERSION};
-use crate::runtime::job_id::JobId;
+use crate::ids::JobId;
 use crate::runtime::message::CheckpointId;
 use crate::state::incremental::{SHARED_DIR, shared_file_checkpoint, shared_files_to_delete};
 use crate::{Error, Result};

@@ -31,12 +31,6 @@ impl SinkFactory for CollectSinkFactory {
         true
     }
 
-    fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
-        Ok(crate::plan::spec::SinkSpec::Collect {
-            id: crate::plan::spec::register_collector(self.sender.clone()),
-        })
-    }
-
     fn create_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(CollectWriter {
             sender: self.sender.clone(),

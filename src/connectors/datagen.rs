@@ -21,7 +21,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
-use super::{OptionSpec, parse_option};
+use super::OptionSpec;
 use crate::config::{SessionConfig, parse_duration};
 use crate::frontend::catalog::TableDef;
 use crate::runtime::source::CountedSplit;
@@ -101,14 +101,14 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
             }
         }
     }
-    let rows_per_second: f64 = parse_option(table, "rows-per-second")?.unwrap_or(10_000.0);
+    let rows_per_second: f64 = table.parse_option("rows-per-second")?.unwrap_or(10_000.0);
     if rows_per_second <= 0.0 {
         return Err(Error::sql(format!(
             "table '{}': 'rows-per-second' must be positive",
             table.name
         )));
     }
-    let number_of_rows: Option<u64> = parse_option(table, "number-of-rows")?;
+    let number_of_rows: Option<u64> = table.parse_option("number-of-rows")?;
     let mut total = number_of_rows;
     let mut all = Vec::new();
     for field in physical.fields().iter() {
@@ -118,8 +118,8 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
         let generator = match kind {
             "sequence" => {
                 let (Some(start), Some(end)) = (
-                    parse_option::<i64>(table, &opt("start"))?,
-                    parse_option::<i64>(table, &opt("end"))?,
+                    table.parse_option::<i64>(&opt("start"))?,
+                    table.parse_option::<i64>(&opt("end"))?,
                 ) else {
                     return Err(Error::sql(format!(
                         "table '{}': a sequence field needs '{}' and '{}'",
@@ -138,7 +138,7 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
                     return Err(Error::sql(format!(
                         "table '{}': sequence generation supports integer and STRING columns, '{name}' is {}",
                         table.name,
-                        crate::frontend::types::flink_type_name(field.data_type())
+                        crate::types::flink_type_name(field.data_type())
                     )));
                 }
                 let length = (end - start) as u64 + 1;
@@ -158,7 +158,7 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
                         })?
                         .as_millis() as i64,
                 };
-                let null_rate: f64 = parse_option(table, &opt("null-rate"))?.unwrap_or(0.0);
+                let null_rate: f64 = table.parse_option(&opt("null-rate"))?.unwrap_or(0.0);
                 if !(0.0..=1.0).contains(&null_rate) {
                     return Err(Error::sql(format!(
                         "table '{}': '{}' must be between 0 and 1",
@@ -168,9 +168,9 @@ fn parse_table(table: &TableDef, projection: &[usize]) -> Result<Parsed> {
                 }
                 check_random_type(table, field)?;
                 FieldGen::Random {
-                    min: parse_option(table, &opt("min"))?,
-                    max: parse_option(table, &opt("max"))?,
-                    length: parse_option(table, &opt("length"))?.unwrap_or(100),
+                    min: table.parse_option(&opt("min"))?,
+                    max: table.parse_option(&opt("max"))?,
+                    length: table.parse_option(&opt("length"))?.unwrap_or(100),
                     max_past_ms,
                     null_rate,
                 }
@@ -209,7 +209,7 @@ fn check_random_type(table: &TableDef, field: &Field) -> Result<()> {
         other => Err(Error::sql(format!(
             "table '{}': datagen cannot generate random values of type {} for '{}'",
             table.name,
-            crate::frontend::types::flink_type_name(other),
+            crate::types::flink_type_name(other),
             field.name()
         ))),
     }
@@ -263,7 +263,7 @@ impl SourceFactory for DatagenFactory {
             .iter()
             .map(|f| f.data_type().primitive_width().unwrap_or(100) as u64)
             .sum();
-        Some(self.total? * width)
+        Some(self.total?.saturating_mul(width))
     }
 
     fn supports_checkpoints(&self) -> bool {
@@ -657,6 +657,29 @@ fn generate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sequence_of_nearly_every_long_estimates_its_size_without_overflowing() {
+        use crate::frontend::catalog::{ColumnDef, TableOptions};
+        let table = TableDef {
+            name: "t".into(),
+            columns: vec![ColumnDef::physical("id", DataType::Int64, false)],
+            watermark: None,
+            primary_key: vec![],
+            partition_keys: vec![],
+            options: TableOptions::new(vec![
+                ("connector".into(), "datagen".into()),
+                ("fields.id.kind".into(), "sequence".into()),
+                ("fields.id.start".into(), "0".into()),
+                ("fields.id.end".into(), "9223372036854775806".into()),
+            ])
+            .unwrap(),
+        };
+        let schema = table.physical_schema();
+        let factory = DatagenFactory::try_new(&table, &[0], schema, &SessionConfig::default()).unwrap();
+        assert!(factory.is_bounded());
+        assert_eq!(factory.estimated_bytes(), Some(u64::MAX));
+    }
 
     #[test]
     fn random_times_replay_the_same_after_a_restore_in_a_later_run() {

@@ -12,7 +12,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use super::format::text::{TextStyle, format_column};
-use super::{OptionSpec, SinkFactory, SinkWriter, parse_bool_option};
+use super::{OptionSpec, SinkFactory, SinkWriter};
 use crate::config::SessionConfig;
 use crate::frontend::catalog::TableDef;
 use crate::runtime::TaskContext;
@@ -28,7 +28,7 @@ const OPTIONS: OptionSpec = OptionSpec {
 /// Checks the table's options.
 pub fn validate(table: &TableDef) -> Result<()> {
     OPTIONS.validate(table, &[], &[])?;
-    parse_bool_option(table, "standard-error", false).map(drop)
+    table.parse_bool_option("standard-error", false).map(drop)
 }
 
 /// The print sink of a table.
@@ -50,7 +50,7 @@ impl PrintSinkFactory {
         Ok(Arc::new(PrintSinkFactory {
             table: table.name.clone(),
             identifier: table.option("print-identifier").map(str::to_string),
-            stderr: parse_bool_option(table, "standard-error", false)?,
+            stderr: table.parse_bool_option("standard-error", false)?,
         }))
     }
 }

@@ -69,14 +69,6 @@ pub trait SinkFactory: Send + Sync + std::fmt::Debug {
     fn needs_update_before(&self) -> bool {
         true
     }
-
-    /// The sink as data (see [`crate::plan::spec`]).
-    fn spec(&self) -> Result<crate::plan::spec::SinkSpec> {
-        Err(crate::Error::Internal(format!(
-            "{} cannot be written out as a plan",
-            self.describe()
-        )))
-    }
 }
 
 /// The operator at the end of a chain that hands batches to a sink writer.
@@ -139,22 +131,6 @@ pub struct SinkOperatorFactory {
 }
 
 impl OperatorFactory for SinkOperatorFactory {
-    fn describe(&self) -> String {
-        self.sink.describe()
-    }
-
-    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
-        if self.sink.accepts_updates() {
-            crate::plan::changelog::ChangelogRole::SinkOfAnyKind
-        } else {
-            crate::plan::changelog::ChangelogRole::SinkOfInserts
-        }
-    }
-
-    fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        Ok(crate::plan::spec::NodeSpec::Sink(self.sink.spec()?))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(SinkOperator {
             name: self.sink.describe(),

@@ -48,17 +48,6 @@ impl SourceFactory for ValuesSourceFactory {
     fn supports_checkpoints(&self) -> bool {
         true
     }
-
-    fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
-        let schema = match self.batches.first() {
-            Some(b) => b.schema(),
-            None => std::sync::Arc::new(arrow::datatypes::Schema::empty()),
-        };
-        Ok(crate::plan::spec::SourceSpec::Values {
-            schema: crate::plan::codec::SchemaData::encode(&schema)?,
-            batches: crate::plan::codec::BatchesData::encode(&schema, &self.batches)?,
-        })
-    }
 }
 
 struct ValuesReader {

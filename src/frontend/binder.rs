@@ -24,9 +24,9 @@ use super::functions::FunctionRegistry;
 use super::group_window::rewrite_group_windows;
 use super::naming::name_select_items;
 use super::qualify::qualify_window_filters;
-use super::types::{unit_for_precision, with_zone};
 use super::window_tvf::FlinkRelationPlanner;
 use crate::error::Position;
+use crate::types::{unit_for_precision, with_zone};
 use crate::{Error, Result};
 
 /// Schema qualifier under which a table's physical columns alone can be scanned.

@@ -8,14 +8,9 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::parser::CreateView;
+use crate::config::SessionConfig;
+use crate::types::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
 use crate::{Error, Result};
-
-/// Field metadata key marking a time attribute column.
-pub const TIME_ATTRIBUTE_KEY: &str = "weir.time_attribute";
-/// Value of [`TIME_ATTRIBUTE_KEY`] for an event-time column.
-pub const ROWTIME: &str = "rowtime";
-/// Value of [`TIME_ATTRIBUTE_KEY`] for a processing-time column.
-pub const PROCTIME: &str = "proctime";
 
 /// A column of a table.
 #[derive(Debug, Clone)]
@@ -188,6 +183,50 @@ impl TableDef {
     /// The value of a connector option.
     pub fn option(&self, key: &str) -> Option<&str> {
         self.options.get(key)
+    }
+
+    /// Parses an option as a number, with a clear error.
+    pub fn parse_option<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>> {
+        match self.option(key) {
+            None => Ok(None),
+            Some(v) => v.trim().parse().map(Some).map_err(|_| {
+                Error::sql(format!(
+                    "table '{}': invalid value '{v}' for option '{key}'",
+                    self.name
+                ))
+            }),
+        }
+    }
+
+    /// Parses a boolean option (`true` / `false`).
+    pub fn parse_bool_option(&self, key: &str, default: bool) -> Result<bool> {
+        match self.option(key).map(str::to_ascii_lowercase).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(v) => Err(Error::sql(format!(
+                "table '{}': invalid value '{v}' for option '{key}': expected true or false",
+                self.name
+            ))),
+        }
+    }
+
+    /// `scan.watermark.idle-timeout` of a table, else the session's
+    /// `table.exec.source.idle-timeout`: how long a source split (or subtask)
+    /// goes without data before it stops holding the watermark back.
+    pub fn idle_timeout(&self, config: &SessionConfig) -> Result<Option<std::time::Duration>> {
+        const KEY: &str = "scan.watermark.idle-timeout";
+        match self.option(KEY) {
+            None => config.source_idle_timeout(),
+            Some(v) => match crate::config::parse_duration(v) {
+                Some(d) if d.is_zero() => Ok(None),
+                Some(d) => Ok(Some(d)),
+                None => Err(Error::sql(format!(
+                    "table '{}': invalid value '{v}' for option '{KEY}': expected a duration such as '5 s'",
+                    self.name
+                ))),
+            },
+        }
     }
 
     /// The connector name (`'connector'` option).

@@ -22,10 +22,10 @@ use datafusion_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-use super::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
 use super::date_pattern::DatePattern;
-use crate::operators::watermark::to_epoch_millis;
-use crate::operators::window::spec::TimeShift;
+use crate::plan::window::TimeShift;
+use crate::time::to_epoch_millis;
+use crate::types::{PROCTIME, TIME_ATTRIBUTE_KEY};
 
 /// Flink's scalar built-ins, for a session whose zone is `zone`.
 pub fn flink_scalar_functions(zone: &str) -> Vec<Arc<ScalarUDF>> {
@@ -187,7 +187,7 @@ impl ScalarUDFImpl for Proctime {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
-        let now = crate::runtime::operator::wall_clock_millis();
+        let now = crate::time::wall_clock_millis();
         let array =
             TimestampMillisecondArray::from_value(now, args.number_rows).with_timezone(self.zone.as_str());
         Ok(ColumnarValue::Array(Arc::new(array)))

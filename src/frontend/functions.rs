@@ -108,3 +108,13 @@ impl FunctionRegistry {
         self.aggregates.keys().cloned().collect()
     }
 }
+
+impl crate::plan::codec::FunctionLookup for FunctionRegistry {
+    fn scalar(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        FunctionRegistry::scalar(self, name)
+    }
+
+    fn aggregate(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        FunctionRegistry::aggregate(self, name)
+    }
+}

@@ -4,7 +4,7 @@
 //! there is none; it must be a literal); NULL when there are no values.
 //! Windowed and batch aggregation use this function's accumulator; the
 //! non-windowed GROUP BY, which must retract, has its own
-//! (`operators::group::accumulator::ListAgg`).
+//! (`accumulator::ListAgg`).
 
 use std::sync::Arc;
 

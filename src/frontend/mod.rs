@@ -1,5 +1,6 @@
 //! The SQL front end: parsing (Flink dialect), the catalog, and binding through DataFusion.
 
+pub mod accumulator;
 pub mod binder;
 pub mod catalog;
 pub mod count_window;

@@ -78,6 +78,22 @@ pub enum Statement {
         /// Take a savepoint and end the job with it.
         savepoint: bool,
     },
+    /// `[COMPILE AND EXECUTE | COMPILE] PLAN 'path' [IF NOT EXISTS] FOR INSERT ...`.
+    CompilePlan {
+        /// The plan file.
+        path: String,
+        /// Keep an existing file.
+        if_not_exists: bool,
+        /// The `INSERT` planned.
+        insert: Box<ParsedStatement>,
+        /// `COMPILE AND EXECUTE`: run the plan too.
+        execute: bool,
+    },
+    /// `EXECUTE PLAN 'path'`: runs a plan file.
+    ExecutePlan {
+        /// The plan file.
+        path: String,
+    },
 }
 
 /// What `SHOW` lists.
@@ -315,6 +331,9 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
             }
             Ok(Statement::StopJob { id, savepoint })
         }
+        Token::Word(w) if w.value.eq_ignore_ascii_case("COMPILE") || w.keyword == Keyword::EXECUTE => {
+            parse_plan_statement(parser, sql, lines)
+        }
         Token::Word(w) if w.keyword == Keyword::EXPLAIN => {
             parser.next_token();
             let changelog_mode = explain_details(parser)?;
@@ -350,6 +369,49 @@ fn parse_one(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statem
             ))),
         },
     }
+}
+
+/// `COMPILE [AND EXECUTE] PLAN 'path' [IF NOT EXISTS] FOR INSERT ...` or
+/// `EXECUTE PLAN 'path'`.
+fn parse_plan_statement(parser: &mut Parser, sql: &str, lines: &LineIndex) -> Result<Statement, ParserError> {
+    let compile =
+        matches!(&parser.peek_token().token, Token::Word(w) if w.value.eq_ignore_ascii_case("COMPILE"));
+    if compile {
+        parser.next_token();
+    }
+    let execute = !compile || parser.parse_keywords(&[Keyword::AND, Keyword::EXECUTE]);
+    if !compile {
+        parser.expect_keyword(Keyword::EXECUTE)?;
+    }
+    parser.expect_keyword(Keyword::PLAN)?;
+    let path = parser.parse_literal_string()?;
+    if !compile {
+        return Ok(Statement::ExecutePlan { path });
+    }
+    let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    parser.expect_keyword(Keyword::FOR)?;
+    let start = parser.peek_token();
+    let inner = parse_one(parser, sql, lines)?;
+    if !matches!(inner, Statement::Insert(_)) {
+        return parser.expected("an INSERT after COMPILE PLAN ... FOR", start);
+    }
+    let end = parser.peek_token();
+    Ok(Statement::CompilePlan {
+        path,
+        if_not_exists,
+        execute,
+        insert: Box::new(ParsedStatement {
+            statement: inner,
+            text: lines
+                .slice(sql, start.span.start, end.span.start)
+                .trim()
+                .to_string(),
+            position: Position {
+                line: start.span.start.line,
+                column: start.span.start.column,
+            },
+        }),
+    })
 }
 
 fn first_words(text: &str) -> String {

@@ -120,9 +120,9 @@ pub fn kept_columns(join: &datafusion_expr::logical_plan::Join, time: &[String])
     let mut columns = vec![Expr::Column(as_of_column(time))];
     let rowtime = join.right.schema().iter().find(|(_, f)| {
         f.metadata()
-            .get(super::catalog::TIME_ATTRIBUTE_KEY)
+            .get(crate::types::TIME_ATTRIBUTE_KEY)
             .map(String::as_str)
-            == Some(super::catalog::ROWTIME)
+            == Some(crate::types::ROWTIME)
     });
     // A column of the table side even without a rowtime, so that the
     // condition stays on the join (one of only the stream side's columns

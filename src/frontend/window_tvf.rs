@@ -21,10 +21,11 @@ use sqlparser::ast::{
     TableAliasColumnDef, TableFactor,
 };
 
-use super::catalog::{Catalog, TIME_ATTRIBUTE_KEY, ViewBody};
+use super::catalog::{Catalog, ViewBody};
 use super::dialect::{TABLE_ARG_FUNCTION, table_factor};
 use super::parser::resolve_object_name;
-use crate::operators::window::spec::{TvfWindow, WindowSpec};
+use crate::plan::window::{TvfWindow, WindowSpec};
+use crate::types::TIME_ATTRIBUTE_KEY;
 
 /// Prefix of the function names the legacy `GROUP BY TUMBLE(...)` rewrite uses;
 /// their window columns get hidden names.
@@ -529,7 +530,7 @@ pub fn time_attribute(input: &LogicalPlan, name: &str) -> DFResult<Column> {
     if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
         return plan_err!(
             "the window time column must be a time attribute, but '{name}' is {}",
-            super::types::flink_type_name(field.data_type())
+            crate::types::flink_type_name(field.data_type())
         );
     }
     // A regular join's output has no time attributes; an interval join's
@@ -582,7 +583,7 @@ fn is_interval_join(join: &datafusion_expr::logical_plan::Join) -> bool {
         join.join_type,
         JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
     ) && join.filter.as_ref().is_some_and(|f| {
-        crate::plan::interval::interval_bounds(f, join.left.schema(), join.right.schema()).is_some()
+        crate::plan::planner::interval::interval_bounds(f, join.left.schema(), join.right.schema()).is_some()
     });
     interval || window_join_ends(join).is_some()
 }
@@ -591,7 +592,7 @@ fn is_interval_join(join: &datafusion_expr::logical_plan::Join) -> bool {
 /// `window_start = window_start` and `window_end = window_end` of window
 /// TVFs of the same windows on both sides. Each side's `window_end` column.
 pub fn window_join_ends(join: &datafusion_expr::logical_plan::Join) -> Option<[usize; 2]> {
-    use crate::operators::window::aggregate::WindowProperty;
+    use crate::plan::window::WindowProperty;
     let column = |plan: &LogicalPlan, e: &Expr| match e {
         Expr::Column(c) => {
             let index = plan.schema().index_of_column(c).ok()?;
@@ -621,7 +622,7 @@ pub fn window_join_ends(join: &datafusion_expr::logical_plan::Join) -> Option<[u
 /// windows. The `window_end` column, and whether the windows are over
 /// processing time.
 pub fn window_partition_end(plan: &LogicalPlan, partition_by: &[Expr]) -> Option<(usize, bool)> {
-    use crate::operators::window::aggregate::WindowProperty;
+    use crate::plan::window::WindowProperty;
     let columns: Vec<(TvfWindow, WindowProperty, bool, usize)> = partition_by
         .iter()
         .filter_map(|e| match e {
@@ -648,12 +649,8 @@ pub fn window_partition_end(plan: &LogicalPlan, partition_by: &[Expr]) -> Option
 fn window_column(
     plan: &LogicalPlan,
     index: usize,
-) -> Option<(
-    TvfWindow,
-    crate::operators::window::aggregate::WindowProperty,
-    bool,
-)> {
-    use crate::operators::window::aggregate::WindowProperty;
+) -> Option<(TvfWindow, crate::plan::window::WindowProperty, bool)> {
+    use crate::plan::window::WindowProperty;
     match plan {
         LogicalPlan::Extension(e) => {
             let node = e.node.as_any().downcast_ref::<WindowTvfNode>()?;
@@ -669,9 +666,9 @@ fn window_column(
                 .qualified_field_from_column(&node.time_column)
                 .is_ok_and(|(_, f)| {
                     f.metadata()
-                        .get(crate::frontend::catalog::TIME_ATTRIBUTE_KEY)
+                        .get(crate::types::TIME_ATTRIBUTE_KEY)
                         .map(String::as_str)
-                        == Some(crate::frontend::catalog::PROCTIME)
+                        == Some(crate::types::PROCTIME)
                 });
             Some((node.window, property, proctime))
         }

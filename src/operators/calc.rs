@@ -80,30 +80,6 @@ impl Calc {
             &RecordBatchOptions::new().with_row_count(Some(rows)),
         )?)
     }
-
-    /// A short description for EXPLAIN.
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(projection) = &self.projection {
-            let items: Vec<String> = projection
-                .iter()
-                .zip(self.schema.fields())
-                .map(|(e, f)| {
-                    let text = expr_text(e.as_ref());
-                    if text == *f.name() {
-                        text
-                    } else {
-                        format!("{text} AS {}", f.name())
-                    }
-                })
-                .collect();
-            parts.push(format!("select=[{}]", items.join(", ")));
-        }
-        if let Some(filter) = &self.filter {
-            parts.push(format!("where=[{}]", expr_text(filter.as_ref())));
-        }
-        format!("Calc({})", parts.join(", "))
-    }
 }
 
 /// Evaluates an expression on a whole batch.
@@ -154,24 +130,6 @@ fn is_free(expr: &dyn PhysicalExpr) -> bool {
     }
 }
 
-/// A physical expression as SQL-like text: column references without their
-/// `@index` suffixes.
-pub fn expr_text(expr: &dyn PhysicalExpr) -> String {
-    let text = expr.to_string();
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '@' && chars.peek().is_some_and(|d| d.is_ascii_digit()) {
-            while chars.peek().is_some_and(|d| d.is_ascii_digit()) {
-                chars.next();
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 impl Operator for Calc {
     fn name(&self) -> String {
         "Calc".into()
@@ -184,36 +142,6 @@ impl Operator for Calc {
 }
 
 impl OperatorFactory for Calc {
-    fn keeps_no_rows(&self) -> bool {
-        true
-    }
-
-    fn describe(&self) -> String {
-        Calc::describe(self)
-    }
-
-    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
-        crate::plan::changelog::ChangelogRole::PassThrough
-    }
-
-    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let input = inputs
-            .first()
-            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
-        Ok(crate::plan::spec::NodeSpec::Calc {
-            filter: self
-                .filter
-                .as_ref()
-                .map(|f| crate::plan::codec::encode_expr(f, input))
-                .transpose()?,
-            projection: self
-                .projection
-                .as_ref()
-                .map(|p| crate::plan::codec::encode_exprs(p, input))
-                .transpose()?,
-        })
-    }
-
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(self.clone()))
     }

@@ -15,7 +15,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use crate::changelog::{self, RowKind};
-use crate::plan::NodeKind;
+use crate::plan::spec::PlanSpec;
 use crate::runtime::operator::{Emitted, OperatorSnapshot, SpillSettings};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 use crate::{Engine, Result};
@@ -36,42 +36,46 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// The `nth` node (0 first) whose description starts with `node` in the
-    /// plan of `insert`, after running the `setup` statements.
+    /// The `nth` node (0 first) whose name starts with `node` in the plan
+    /// of `insert`, after running the `setup` statements.
     pub fn of(setup: &[&str], insert: &str, node: &str, nth: usize) -> Result<Harness> {
         let engine = Engine::new();
         for statement in setup {
             engine.sql(statement)?;
         }
-        let plan = engine.stream_plan(insert)?;
-        Harness::from_plan(&plan, node, nth)
+        let plan = engine.plan(insert)?;
+        Harness::from_plan(&engine, &plan, node, nth)
     }
 
-    /// The `nth` node whose description starts with `node` in the plan of
-    /// a Table API query (as [`Harness::of`] for SQL).
+    /// The `nth` node whose name starts with `node` in the plan of a
+    /// Table API query (as [`Harness::of`] for SQL).
     pub fn of_table(table: &crate::table::Table, node: &str, nth: usize) -> Result<Harness> {
         let engine = table.engine().clone();
-        let plan = engine.table_stream_plan(table.logical_plan().clone())?;
-        Harness::from_plan(&plan, node, nth)
+        let plan = engine.table_plan(table)?;
+        Harness::from_plan(&engine, &plan, node, nth)
     }
 
-    /// The `nth` node of `plan` whose description starts with `node`.
-    fn from_plan(plan: &crate::plan::StreamPlan, node: &str, nth: usize) -> Result<Harness> {
+    /// The `nth` node of `plan` whose name starts with `node`, built with
+    /// `engine`'s functions.
+    fn from_plan(engine: &Engine, plan: &PlanSpec, node: &str, nth: usize) -> Result<Harness> {
         let found = plan
             .nodes
             .iter()
-            .filter(|n| n.kind.describe().starts_with(node))
+            .filter(|n| n.name.starts_with(node))
             .nth(nth)
-            .ok_or_else(|| crate::Error::Internal(format!("no node {node} in\n{}", plan.explain(true))))?;
-        let NodeKind::Operator(factory) = &found.kind else {
-            return Err(crate::Error::Internal(format!("{node} is a source")));
-        };
+            .ok_or_else(|| {
+                let names: Vec<&str> = plan.nodes.iter().map(|n| n.name.as_str()).collect();
+                crate::Error::Internal(format!("no node {node} in\n{}", names.join("\n")))
+            })?;
         let inputs = found
             .inputs
             .iter()
-            .map(|(i, _)| plan.nodes[*i].schema.clone())
-            .collect();
-        Harness::for_operator(factory.clone(), inputs)
+            .map(|(i, _)| plan.nodes[*i].schema.decode())
+            .collect::<Result<Vec<_>>>()?;
+        let factory = engine.with_decode_context(&plan.time_zone, |ctx| {
+            crate::operators::build::operator(found, &inputs, ctx)
+        })?;
+        Harness::for_operator(factory, inputs)
     }
 
     /// An operator built directly, on inputs of these schemas (for one whose

@@ -1,5 +1,6 @@
 //! Operators: one file per operator.
 
+pub mod build;
 pub mod calc;
 pub mod group;
 pub mod groups;

@@ -17,8 +17,6 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
 use crate::changelog::{self, RowKind};
-use crate::plan::changelog::ChangelogRole;
-use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -58,6 +56,8 @@ pub struct ChangelogNormalize {
     pub key: Vec<usize>,
     /// Its input's and output's schema (with the op column).
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl ChangelogNormalize {
@@ -74,12 +74,6 @@ impl ChangelogNormalize {
 }
 
 impl OperatorFactory for ChangelogNormalize {
-    fn describe(&self) -> String {
-        let data = self.data_schema();
-        let names: Vec<&str> = self.key.iter().map(|k| data.field(*k).name().as_str()).collect();
-        format!("ChangelogNormalize(key=[{}])", names.join(", "))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let data = self.data_schema();
         let key_types: Vec<DataType> = self
@@ -90,7 +84,12 @@ impl OperatorFactory for ChangelogNormalize {
         Ok(Box::new(NormalizeOperator {
             rows_of: row_converter(&data)?,
             keys_of: RowConverter::new(key_types.iter().map(|t| SortField::new(t.clone())).collect())?,
-            held: KeyedRows::new(&key_types, ctx)?,
+            held: KeyedRows::new(
+                &key_types,
+                ctx.max_parallelism,
+                ctx.spill.clone(),
+                ctx.incremental,
+            )?,
             max_parallelism: ctx.max_parallelism,
             spec: self.clone(),
         }))
@@ -98,16 +97,6 @@ impl OperatorFactory for ChangelogNormalize {
 
     fn can_spill(&self) -> bool {
         true
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::Retracting
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<NodeSpec> {
-        Ok(NodeSpec::ChangelogNormalize {
-            key: self.key.clone(),
-        })
     }
 }
 
@@ -142,7 +131,7 @@ impl NormalizeOperator {
 
 impl Operator for NormalizeOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -209,7 +198,7 @@ impl Operator for NormalizeOperator {
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.name)?;
         // A key holds one row: none is in the store before its chunk.
         for chunk in in_chunks(rows) {
             let data = &chunk.columns()[1..];
@@ -266,6 +255,7 @@ mod tests {
         let factory = Arc::new(ChangelogNormalize {
             key: vec![0],
             schema: schema.clone(),
+            name: "ChangelogNormalize(key=[k])".into(),
         });
         let mut h = crate::operators::harness::Harness::for_operator(factory, vec![schema]).unwrap();
         assert_eq!(
@@ -297,6 +287,7 @@ mod tests {
         let factory = Arc::new(ChangelogNormalize {
             key: vec![0],
             schema: schema.clone(),
+            name: "ChangelogNormalize(key=[k])".into(),
         });
         crate::operators::harness::Harness::for_operator(factory, vec![schema]).unwrap()
     }

@@ -20,7 +20,6 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
-use crate::plan::changelog::ChangelogRole;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -36,23 +35,11 @@ pub struct TemporalSort {
     pub then: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
     /// The input's (and output's) columns.
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl TemporalSort {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let mut keys = vec![match self.time {
-            Some(i) => format!("{} ASC", self.schema.field(i).name()),
-            None => "PROCTIME ASC".to_string(),
-        }];
-        keys.extend(
-            self.then
-                .iter()
-                .map(|(e, o)| format!("{e} {}", if o.descending { "DESC" } else { "ASC" })),
-        );
-        format!("TemporalSort(orderBy=[{}])", keys.join(", "))
-    }
-
     /// `_key_group` (0: one subtask), `_time`, the input's columns.
     fn state_schema(&self) -> SchemaRef {
         let mut fields = vec![
@@ -65,21 +52,6 @@ impl TemporalSort {
 }
 
 impl OperatorFactory for TemporalSort {
-    fn describe(&self) -> String {
-        TemporalSort::describe(self)
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::InsertOnly
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        Ok(crate::plan::spec::NodeSpec::TemporalSort {
-            time: self.time,
-            then: crate::plan::codec::encode_sort_keys(&self.then, &self.schema)?,
-        })
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let keys = self
             .then
@@ -155,7 +127,7 @@ impl SortOperator {
 
 impl Operator for SortOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -221,16 +193,16 @@ impl Operator for SortOperator {
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.last = self.last.max(snapshot.watermark(&self.spec.describe())?);
+        self.last = self.last.max(snapshot.watermark(&self.spec.name)?);
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.name)?;
         let times = rows.column(1).as_primitive::<arrow::datatypes::Int64Type>();
         if times.null_count() > 0 {
             return Err(Error::State(format!(
                 "{}: a waiting row without a time",
-                self.spec.describe()
+                self.spec.name.clone()
             )));
         }
         let data = RecordBatch::try_new(self.spec.schema.clone(), rows.columns()[2..].to_vec())?;

@@ -31,22 +31,6 @@ impl Operator for Union {
 }
 
 impl OperatorFactory for Union {
-    fn keeps_no_rows(&self) -> bool {
-        true
-    }
-
-    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
-        crate::plan::changelog::ChangelogRole::PassThrough
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        Ok(crate::plan::spec::NodeSpec::Union)
-    }
-
-    fn describe(&self) -> String {
-        "Union".into()
-    }
-
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(self.clone()))
     }

@@ -18,8 +18,6 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
 use crate::changelog::{self, RowKind};
-use crate::plan::changelog::ChangelogRole;
-use crate::plan::spec::NodeSpec;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -61,22 +59,8 @@ impl Operator for DropUpdateBefore {
 }
 
 impl OperatorFactory for DropUpdateBefore {
-    fn describe(&self) -> String {
-        "DropUpdateBefore".into()
-    }
-
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(self.clone()))
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::Upserting(self.key.clone())
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<NodeSpec> {
-        Ok(NodeSpec::DropUpdateBefore {
-            key: self.key.clone(),
-        })
     }
 }
 
@@ -114,6 +98,8 @@ pub struct SinkUpsertMaterializer {
     pub key: Vec<usize>,
     /// Its input's and output's schema (with the op column).
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl SinkUpsertMaterializer {
@@ -132,12 +118,6 @@ impl SinkUpsertMaterializer {
 }
 
 impl OperatorFactory for SinkUpsertMaterializer {
-    fn describe(&self) -> String {
-        let data = self.data_schema();
-        let names: Vec<&str> = self.key.iter().map(|k| data.field(*k).name().as_str()).collect();
-        format!("SinkMaterializer(pk=[{}])", names.join(", "))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let data = self.data_schema();
         let key_types: Vec<DataType> = self
@@ -148,7 +128,12 @@ impl OperatorFactory for SinkUpsertMaterializer {
         Ok(Box::new(MaterializerOperator {
             rows_of: row_converter(&data)?,
             keys_of: RowConverter::new(key_types.iter().map(|t| SortField::new(t.clone())).collect())?,
-            keys: KeyedRows::new(&key_types, ctx)?,
+            keys: KeyedRows::new(
+                &key_types,
+                ctx.max_parallelism,
+                ctx.spill.clone(),
+                ctx.incremental,
+            )?,
             max_parallelism: ctx.max_parallelism,
             spec: self.clone(),
         }))
@@ -156,16 +141,6 @@ impl OperatorFactory for SinkUpsertMaterializer {
 
     fn can_spill(&self) -> bool {
         true
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::Upserting(self.key.clone())
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<NodeSpec> {
-        Ok(NodeSpec::SinkMaterializer {
-            key: self.key.clone(),
-        })
     }
 }
 
@@ -202,7 +177,7 @@ impl MaterializerOperator {
 
 impl Operator for MaterializerOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -273,7 +248,7 @@ impl Operator for MaterializerOperator {
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        let name = self.spec.describe();
+        let name = self.spec.name.clone();
         OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &name)?;
         // In order of key group and position: a key's rows in their order,
         // a chunk at a time (the rows before a chunk may be in the store).

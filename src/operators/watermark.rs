@@ -6,59 +6,18 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, Int64Array};
+use arrow::array::Array;
 use arrow::compute::kernels::aggregate::max;
-use arrow::datatypes::{
-    DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType,
-};
 use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::split_watermarks::SplitWatermarks;
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
-use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
+use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, SplitId, TaskContext, Timestamp};
+use crate::time::to_epoch_millis;
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
-
-/// The epoch milliseconds of a timestamp column of any unit and zone.
-///
-/// Arrow stores every timestamp as an instant since the epoch whatever its zone;
-/// these raw values are read directly (a cast to a zone-less type would shift
-/// them to local time).
-pub fn to_epoch_millis(array: &dyn Array) -> Result<Int64Array> {
-    let (values, nulls, per_ms) = match array.data_type() {
-        DataType::Timestamp(TimeUnit::Second, _) => {
-            // Saturating: seconds beyond ±292 million years clamp to the
-            // extremes rather than wrap (or panic).
-            let a = array.as_primitive::<TimestampSecondType>();
-            return Ok(a.unary(|v| v.saturating_mul(1000)));
-        }
-        DataType::Timestamp(TimeUnit::Millisecond, _) => {
-            let a = array.as_primitive::<TimestampMillisecondType>();
-            (a.values().clone(), a.nulls().cloned(), 1)
-        }
-        DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            let a = array.as_primitive::<TimestampMicrosecondType>();
-            (a.values().clone(), a.nulls().cloned(), 1_000)
-        }
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-            let a = array.as_primitive::<TimestampNanosecondType>();
-            (a.values().clone(), a.nulls().cloned(), 1_000_000)
-        }
-        other => {
-            return Err(Error::Internal(format!(
-                "expected a timestamp column, got {other}"
-            )));
-        }
-    };
-    let raw = Int64Array::new(values, nulls);
-    Ok(if per_ms == 1 {
-        raw
-    } else {
-        raw.unary(|v: i64| v.div_euclid(per_ms))
-    })
-}
 
 /// Spec of a watermark assigner.
 #[derive(Debug, Clone)]
@@ -82,35 +41,6 @@ pub struct WatermarkAssigner {
 }
 
 impl OperatorFactory for WatermarkAssigner {
-    fn keeps_no_rows(&self) -> bool {
-        true
-    }
-
-    fn spec(&self, inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let input = inputs
-            .first()
-            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
-        Ok(crate::plan::spec::NodeSpec::Watermark {
-            rowtime: self.rowtime.clone(),
-            rowtime_index: self.rowtime_index,
-            expr: crate::plan::codec::encode_expr(&self.expr, input)?,
-            text: self.text.clone(),
-            fixed_delay: self.fixed_delay,
-            idle_timeout: self.idle_timeout,
-        })
-    }
-
-    fn describe(&self) -> String {
-        let idle = self
-            .idle_timeout
-            .map(|ms| format!(", idleTimeout=[{ms} ms]"))
-            .unwrap_or_default();
-        format!(
-            "WatermarkAssigner(rowtime=[{}], watermark=[{}]{idle})",
-            self.rowtime, self.text
-        )
-    }
-
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(WatermarkAssignerOperator {
             spec: self.clone(),
@@ -241,9 +171,6 @@ impl Operator for WatermarkAssignerOperator {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{TimestampMicrosecondArray, TimestampMillisecondArray};
-
-    use super::*;
     use crate::operators::harness::Harness;
 
     fn assigner(set: &str) -> Harness {
@@ -297,18 +224,5 @@ mod tests {
         h.push_split(0, "1 1970-01-01T00:00:10").unwrap();
         assert_eq!(h.processing_time(999).unwrap(), Vec::<String>::new());
         assert_eq!(h.processing_time(1_000).unwrap(), vec!["wm 9000"]);
-    }
-
-    #[test]
-    fn epoch_millis_ignore_the_zone_and_scale_the_unit() {
-        let shanghai = TimestampMillisecondArray::from(vec![0, 1_500]).with_timezone("Asia/Shanghai");
-        assert_eq!(to_epoch_millis(&shanghai).unwrap().values(), &[0, 1_500]);
-        let micros = TimestampMicrosecondArray::from(vec![-1, 2_500]);
-        assert_eq!(to_epoch_millis(&micros).unwrap().values(), &[-1, 2]);
-        let seconds = arrow::array::TimestampSecondArray::from(vec![i64::MAX, i64::MIN, 3]);
-        assert_eq!(
-            to_epoch_millis(&seconds).unwrap().values(),
-            &[i64::MAX, i64::MIN, 3_000]
-        );
     }
 }

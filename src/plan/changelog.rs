@@ -15,8 +15,15 @@
 
 use std::fmt;
 
+use arrow::datatypes::Schema;
+use serde::{Deserialize, Serialize};
+
+use super::join::JoinKind;
+use super::spec::{NodeSpec, SinkSpec, SourceSpec};
+
 /// What a stream carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ChangelogMode {
     /// `[I]`.
     InsertOnly,
@@ -134,6 +141,57 @@ pub fn infer(
         ChangelogRole::SinkOfInserts if updating.is_some() => Err(refuse(true)),
         ChangelogRole::SinkOfInserts | ChangelogRole::SinkOfAnyKind => Ok(union(inputs)),
     }
+}
+
+/// What a node of kind `spec` (emitting `output`) does with the row kinds
+/// of its inputs; `None` for a connector's source or sink, which say it
+/// themselves (an upsert source, a sink that takes updates).
+pub fn role_of(spec: &NodeSpec, output: &Schema) -> Option<ChangelogRole> {
+    Some(match spec {
+        NodeSpec::Source(SourceSpec::Values { .. }) => ChangelogRole::Source,
+        NodeSpec::Source(SourceSpec::Replayed(inner)) => {
+            return role_of(&NodeSpec::Source((**inner).clone()), output);
+        }
+        NodeSpec::Source(SourceSpec::Connector { .. }) | NodeSpec::Sink(SinkSpec::Connector { .. }) => {
+            return None;
+        }
+        NodeSpec::Sink(SinkSpec::Collect { .. }) => ChangelogRole::SinkOfAnyKind,
+        NodeSpec::Calc { .. } | NodeSpec::Union => ChangelogRole::PassThrough,
+        NodeSpec::Watermark { .. }
+        | NodeSpec::WindowAssign { .. }
+        | NodeSpec::WindowAggregate(_)
+        | NodeSpec::SessionAggregate(_)
+        | NodeSpec::CountWindowAggregate(_)
+        | NodeSpec::IntervalJoin(_)
+        | NodeSpec::WindowJoin(_)
+        | NodeSpec::TemporalSort { .. } => ChangelogRole::InsertOnly,
+        NodeSpec::GroupAggregate(data) => match data.phase.as_deref() {
+            Some("local") => ChangelogRole::Partial,
+            _ => ChangelogRole::Retracting,
+        },
+        NodeSpec::Join(data) => match data.kind {
+            JoinKind::Inner | JoinKind::Semi => ChangelogRole::Forwarding,
+            _ => ChangelogRole::Retracting,
+        },
+        // A broadcast outer or anti join keeps the regular join's mode.
+        NodeSpec::LookupJoin(_) | NodeSpec::BroadcastJoin { .. } => match crate::changelog::has_op(output) {
+            true => ChangelogRole::Retracting,
+            false => ChangelogRole::InsertOnly,
+        },
+        NodeSpec::TemporalJoin(_) => ChangelogRole::Partial,
+        NodeSpec::TopN(data) => match data.arrival == Some(false) || data.window_end.is_some() {
+            true => ChangelogRole::InsertOnly,
+            false => ChangelogRole::Retracting,
+        },
+        NodeSpec::OverAggregate(data) => match data.retract {
+            true => ChangelogRole::Retracting,
+            false => ChangelogRole::InsertOnly,
+        },
+        NodeSpec::DropUpdateBefore { key } | NodeSpec::SinkMaterializer { key } => {
+            ChangelogRole::Upserting(key.clone())
+        }
+        NodeSpec::ChangelogNormalize { .. } => ChangelogRole::Retracting,
+    })
 }
 
 /// The mode of a union of streams: insert-only when all are, otherwise

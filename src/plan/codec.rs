@@ -4,7 +4,7 @@
 //!
 //! Schemas and scalars travel as Arrow IPC (field metadata, such as time
 //! attributes, included), hex-encoded; functions by name, looked up in the
-//! session's [`FunctionRegistry`] when decoded. Only the expressions weir's
+//! session's [`FunctionLookup`] when decoded. Only the expressions weir's
 //! planner makes are known: anything else is an error naming its type, not
 //! a silently different plan.
 
@@ -16,7 +16,7 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use datafusion_common::ScalarValue;
 use datafusion_common::config::ConfigOptions;
-use datafusion_expr::Operator;
+use datafusion_expr::{AggregateUDF, Operator, ScalarUDF};
 use datafusion_physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion_physical_expr::expressions::{
     BinaryExpr, CaseExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal,
@@ -25,21 +25,29 @@ use datafusion_physical_expr::expressions::{
 use datafusion_physical_expr::{PhysicalExpr, PhysicalSortExpr, ScalarFunctionExpr};
 use serde::{Deserialize, Serialize};
 
-use crate::frontend::functions::FunctionRegistry;
 use crate::{Error, Result};
+
+/// The functions a plan's expressions call, by name (a session's or a
+/// process's registry).
+pub trait FunctionLookup {
+    /// A scalar function by name.
+    fn scalar(&self, name: &str) -> Option<Arc<ScalarUDF>>;
+    /// An aggregate function by name.
+    fn aggregate(&self, name: &str) -> Option<Arc<AggregateUDF>>;
+}
 
 /// What decoding needs: the functions by name, and the session's settings
 /// that functions read (its time zone).
 pub struct DecodeContext<'a> {
     /// The session's functions.
-    pub functions: &'a FunctionRegistry,
+    pub functions: &'a dyn FunctionLookup,
     /// Settings handed to scalar functions.
     pub config: Arc<ConfigOptions>,
 }
 
 impl<'a> DecodeContext<'a> {
     /// A context over `functions`, with functions seeing `time_zone`.
-    pub fn new(functions: &'a FunctionRegistry, time_zone: &str) -> Self {
+    pub fn new(functions: &'a dyn FunctionLookup, time_zone: &str) -> Self {
         let mut config = ConfigOptions::new();
         config.execution.time_zone = Some(time_zone.to_string());
         DecodeContext {
@@ -632,6 +640,7 @@ mod tests {
     use datafusion_physical_expr::create_physical_expr;
 
     use super::*;
+    use crate::frontend::functions::FunctionRegistry;
 
     fn batch() -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

@@ -1,101 +1,71 @@
-//! Which ranks a filter on `ROW_NUMBER()` keeps: a plain function of the
-//! predicate, as Flink's planner reads a TopN's rank range.
+//! Ranking functions of a TopN, and the rank each row gets.
 
-use datafusion_common::ScalarValue;
-use datafusion_expr::{BinaryExpr, Expr, Operator};
+use serde::{Deserialize, Serialize};
 
-/// The ranks `start..=end` (1-based) that `predicate` keeps of the column
-/// `rank`, and its other conjuncts (a filter after the TopN): each conjunct
-/// on the rank is `rank <= n`, `< n`, `= n`, `>= n`, `> n` (either way
-/// round) or `BETWEEN a AND b`, and together they bound it above. `None`
-/// when no conjunct bounds the rank above, one on the rank is of another
-/// form, or the range is empty.
-pub fn rank_range(predicate: &Expr, rank: &str) -> Option<((u64, u64), Vec<Expr>)> {
-    let is_rank = |e: &Expr| matches!(e, Expr::Column(c) if c.name == rank);
-    let (mut start, mut end) = (1u64, None::<u64>);
-    let mut rest = Vec::new();
-    for conjunct in datafusion_expr::utils::split_conjunction(predicate) {
-        let mut bound = |low: u64, high: Option<u64>| {
-            start = start.max(low);
-            end = match (end, high) {
-                (Some(e), Some(h)) => Some(e.min(h)),
-                (e, h) => e.or(h),
-            };
-        };
-        match conjunct {
-            Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_rank(left) || is_rank(right) => {
-                let (op, n) = match (is_rank(left), is_rank(right)) {
-                    (true, false) => (*op, literal(right)?),
-                    (false, true) => (op.swap()?, literal(left)?),
-                    _ => return None,
-                };
-                match op {
-                    Operator::LtEq => bound(1, Some(n)),
-                    Operator::Lt => bound(1, Some(n.checked_sub(1)?)),
-                    Operator::Eq => bound(n, Some(n)),
-                    Operator::GtEq => bound(n, None),
-                    Operator::Gt => bound(n + 1, None),
-                    _ => return None,
-                }
-            }
-            Expr::Between(between) if is_rank(&between.expr) => {
-                if between.negated {
-                    return None;
-                }
-                bound(literal(&between.low)?, Some(literal(&between.high)?));
-            }
-            other => rest.push(other.clone()),
-        }
-    }
-    let range = (start.max(1), end?);
-    (range.0 <= range.1).then_some((range, rest))
+/// The ranking function of a TopN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum RankType {
+    /// `ROW_NUMBER()`: 1, 2, 3, 4 (ties in arrival order).
+    #[default]
+    RowNumber,
+    /// `RANK()`: 1, 2, 2, 4.
+    Rank,
+    /// `DENSE_RANK()`: 1, 2, 2, 3.
+    DenseRank,
 }
 
-/// A non-negative integer literal.
-fn literal(e: &Expr) -> Option<u64> {
-    let Expr::Literal(value, _) = e else {
-        return None;
-    };
-    match value.cast_to(&arrow::datatypes::DataType::UInt64).ok()? {
-        ScalarValue::UInt64(Some(n)) => Some(n),
-        _ => None,
+impl RankType {
+    /// Flink's name (`rankType=[...]` in EXPLAIN).
+    pub fn name(self) -> &'static str {
+        match self {
+            RankType::RowNumber => "ROW_NUMBER",
+            RankType::Rank => "RANK",
+            RankType::DenseRank => "DENSE_RANK",
+        }
+    }
+
+    /// The function of a SQL window function name, if it ranks.
+    pub fn of(function: &str) -> Option<RankType> {
+        match function.to_lowercase().as_str() {
+            "row_number" => Some(RankType::RowNumber),
+            "rank" => Some(RankType::Rank),
+            "dense_rank" => Some(RankType::DenseRank),
+            _ => None,
+        }
+    }
+
+    /// The rank of the row at `position` (1-based) of a sorted partition,
+    /// given the rank of the row before it (0 for the first) and whether
+    /// their order keys tie.
+    pub fn next(self, position: u64, previous: u64, tie: bool) -> u64 {
+        match self {
+            RankType::RowNumber => position,
+            RankType::Rank if tie => previous,
+            RankType::Rank => position,
+            RankType::DenseRank if tie => previous,
+            RankType::DenseRank => previous + 1,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use datafusion_expr::{col, lit};
-
     use super::*;
 
-    fn range(e: Expr) -> Option<(u64, u64)> {
-        rank_range(&e, "rn").map(|(r, _)| r)
+    fn ranks(kind: RankType, keys: &[u64]) -> Vec<u64> {
+        let mut out: Vec<u64> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let tie = i > 0 && keys[i - 1] == *key;
+            out.push(kind.next(i as u64 + 1, out.last().copied().unwrap_or(0), tie));
+        }
+        out
     }
 
     #[test]
-    fn comparisons_and_between_on_the_rank_give_its_range() {
-        assert_eq!(range(col("rn").lt_eq(lit(3u64))), Some((1, 3)));
-        assert_eq!(range(col("rn").lt(lit(3i64))), Some((1, 2)));
-        assert_eq!(range(col("rn").eq(lit(2))), Some((2, 2)));
-        assert_eq!(range(lit(5).gt_eq(col("rn"))), Some((1, 5)));
-        assert_eq!(range(col("rn").between(lit(2), lit(4))), Some((2, 4)));
-        assert_eq!(
-            range(col("rn").gt_eq(lit(2)).and(col("rn").lt_eq(lit(4)))),
-            Some((2, 4))
-        );
-    }
-
-    #[test]
-    fn other_conjuncts_are_kept_as_a_filter_after_the_top_n() {
-        let (r, rest) = rank_range(&col("rn").lt_eq(lit(3)).and(col("x").eq(lit(1))), "rn").unwrap();
-        assert_eq!((r, rest), ((1, 3), vec![col("x").eq(lit(1))]));
-    }
-
-    #[test]
-    fn a_rank_without_an_upper_bound_or_with_an_empty_range_is_no_top_n() {
-        assert_eq!(range(col("rn").gt(lit(3))), None);
-        assert_eq!(range(col("x").lt_eq(lit(3))), None);
-        assert_eq!(range(col("rn").lt(lit(1))), None);
-        assert_eq!(range(col("rn").between(lit(4), lit(2))), None);
+    fn the_three_ranking_functions_number_ties_as_sql_does() {
+        let keys = [10, 20, 20, 30];
+        assert_eq!(ranks(RankType::RowNumber, &keys), vec![1, 2, 3, 4]);
+        assert_eq!(ranks(RankType::Rank, &keys), vec![1, 2, 2, 4]);
+        assert_eq!(ranks(RankType::DenseRank, &keys), vec![1, 2, 2, 3]);
     }
 }

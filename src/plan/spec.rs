@@ -1,36 +1,37 @@
-//! A stream plan as a value: [`PlanSpec`] serializes (JSON through serde)
-//! and builds the plan's operator factories again. Every job is deployed
-//! from one (the engine writes the plan out and builds it back before it
-//! starts a job), so what runs is always what a plan shipped to another
-//! process would run.
+//! A stream plan as a value: what the planner outputs, what EXPLAIN shows,
+//! what a job graph chains into vertices, and what operators, sources and
+//! sinks are built from where their tasks run. [`PlanSpec`] serializes
+//! (JSON through serde), so a plan can be written out in one process and
+//! run in another that never planned it.
 //!
 //! ```text
-//!  StreamPlan ──to_spec──► PlanSpec ──JSON──► PlanSpec ──build──► StreamPlan ──► JobGraph ──► tasks
+//!  SQL ──planner──► PlanSpec ──JSON──► PlanSpec ──chain──► JobGraph ──build──► operators, tasks
 //! ```
 //!
 //! Connector sources and sinks are kept as their table definition and the
-//! session's settings, and created again by their connector; expressions
-//! and aggregates go through [`super::codec`]. A query's result collector
-//! is a channel of this process: its spec names an entry of a registry.
+//! session's settings, and created by their connector; expressions and
+//! aggregates go through [`super::codec`]. A query's result collector is a
+//! channel of the process that submits the job: its spec names it by id,
+//! and the job is given the channel when it is deployed.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema, SchemaRef};
-use arrow::record_batch::RecordBatch;
-use crossbeam_channel::Sender;
+use arrow::compute::SortOptions;
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 use serde::{Deserialize, Serialize};
 
+use super::NodeId;
+use super::changelog::ChangelogMode;
 use super::codec::{
     AggregateNode, BatchesData, DecodeContext, ExprNode, SchemaData, decode_aggregate, decode_expr,
-    decode_exprs, encode_aggregate, encode_expr, encode_exprs,
+    decode_exprs, decode_sort_keys, encode_aggregate, encode_expr, encode_exprs, encode_sort_keys,
 };
-use super::{NodeId, NodeKind, PlanNode, StreamPlan};
-use crate::config::SessionConfig;
 use crate::frontend::catalog::{ColumnDef, MetadataColumn, TableDef, TableOptions};
-use crate::operators::window::aggregate::{GroupColumn, Phase, WindowProperty};
-use crate::operators::window::spec::{TimeShift, WindowKind, WindowSpec};
-use crate::runtime::Exchange;
+use crate::plan::join::{JoinKind, joined_schema};
+use crate::plan::window::{GroupColumn, Phase, WindowProperty};
+use crate::plan::window::{TimeShift, WindowKind, WindowSpec};
 use crate::{Error, Result};
 
 /// A serializable stream plan.
@@ -42,6 +43,10 @@ pub struct PlanSpec {
     pub chaining: bool,
     /// The session's settings (connectors read some), as key and value.
     pub settings: Vec<(String, String)>,
+    /// The session's time zone when it was planned (resolved): its
+    /// functions and `TIMESTAMP_LTZ` types are of this zone, so its
+    /// expressions are decoded with it wherever the plan runs.
+    pub time_zone: String,
 }
 
 /// One node of a [`PlanSpec`].
@@ -49,6 +54,11 @@ pub struct PlanSpec {
 pub struct NodeEntry {
     /// What it does.
     pub kind: NodeSpec,
+    /// How EXPLAIN, task names and errors show it (Flink's description of
+    /// a node): `GroupAggregate(groupBy=[k], select=[k, COUNT(*) AS c])`.
+    pub name: String,
+    /// The row kinds it emits, as the planner inferred them.
+    pub mode: ChangelogMode,
     /// Its inputs, each with its exchange.
     pub inputs: Vec<(NodeId, ExchangeSpec)>,
     /// Its subtasks.
@@ -192,7 +202,7 @@ pub struct TopNData {
     pub arrival: Option<bool>,
     /// `ROW_NUMBER`, `RANK` or `DENSE_RANK`.
     #[serde(default)]
-    pub rank_type: crate::operators::rank::RankType,
+    pub rank_type: crate::plan::rank::RankType,
     /// The input updates.
     #[serde(default)]
     pub retract: bool,
@@ -212,7 +222,7 @@ pub struct OverData {
     /// The event-time column it is ordered by; `None`: processing time.
     pub time: Option<usize>,
     /// The frame.
-    pub frame: crate::operators::over::Frame,
+    pub frame: crate::plan::frame::Frame,
     /// The aggregates.
     pub aggregates: Vec<AggregateNode>,
     /// The input updates.
@@ -225,7 +235,7 @@ pub struct OverData {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JoinData {
     /// Inner or which outer.
-    pub kind: crate::operators::join::JoinKind,
+    pub kind: JoinKind,
     /// The left input's key expressions.
     pub left_keys: Vec<ExprNode>,
     /// The right input's key expressions.
@@ -346,7 +356,8 @@ impl From<&TimeShift> for ShiftData {
 }
 
 impl ShiftData {
-    fn build(&self) -> Result<TimeShift> {
+    /// The shift it names.
+    pub fn build(&self) -> Result<TimeShift> {
         match self {
             ShiftData::Utc => Ok(TimeShift::Utc),
             ShiftData::Fixed(ms) => Ok(TimeShift::Fixed(*ms)),
@@ -440,7 +451,8 @@ pub struct CountWindowData {
 }
 
 impl AggregationData {
-    fn phase(&self) -> Result<Phase> {
+    /// Its phase.
+    pub fn phase(&self) -> Result<Phase> {
         match self.phase.as_deref() {
             Some("single") | None => Ok(Phase::Single),
             Some("local") => Ok(Phase::Local),
@@ -559,431 +571,12 @@ pub enum SinkSpec {
         /// The rows it receives.
         schema: SchemaData,
     },
-    /// The result of a query in this process: a channel in [`collectors`].
+    /// The result of a query: a channel of the process that submits the
+    /// job, handed to the job with it (see [`super::graph::ResultChannels`]).
     Collect {
-        /// Its entry.
+        /// Its id among the submitter's channels.
         id: u64,
     },
-}
-
-/// The result channels of the queries of this process, by id: a plan names
-/// one, and building the plan takes it out.
-fn collectors() -> &'static Mutex<HashMap<u64, Sender<RecordBatch>>> {
-    static COLLECTORS: std::sync::OnceLock<Mutex<HashMap<u64, Sender<RecordBatch>>>> =
-        std::sync::OnceLock::new();
-    COLLECTORS.get_or_init(Default::default)
-}
-
-/// Registers a result channel; its id goes into the plan.
-pub fn register_collector(sender: Sender<RecordBatch>) -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    collectors()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(id, sender);
-    id
-}
-
-/// Takes the result channel `id` out of the registry.
-pub fn take_collector(id: u64) -> Result<Sender<RecordBatch>> {
-    collectors()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&id)
-        .ok_or_else(|| Error::State(format!("a plan's result channel {id} is not in this process")))
-}
-
-impl StreamPlan {
-    /// The plan as data; `config` is the session's settings.
-    pub fn to_spec(&self, config: &SessionConfig) -> Result<PlanSpec> {
-        let mut nodes = Vec::with_capacity(self.nodes.len());
-        for node in &self.nodes {
-            let inputs: Vec<SchemaRef> = node
-                .inputs
-                .iter()
-                .map(|(i, _)| self.nodes[*i].schema.clone())
-                .collect();
-            let kind = match &node.kind {
-                NodeKind::Source(source) => NodeSpec::Source(source.spec()?),
-                NodeKind::Operator(operator) => operator.spec(&inputs)?,
-            };
-            let exchanges = node
-                .inputs
-                .iter()
-                .zip(&inputs)
-                .map(|((input, exchange), schema)| Ok((*input, exchange_spec(exchange, schema)?)))
-                .collect::<Result<Vec<_>>>()?;
-            nodes.push(NodeEntry {
-                kind,
-                inputs: exchanges,
-                parallelism: node.parallelism,
-                schema: SchemaData::encode(&node.schema)?,
-            });
-        }
-        Ok(PlanSpec {
-            nodes,
-            chaining: self.chaining,
-            settings: config
-                .entries()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        })
-    }
-}
-
-fn exchange_spec(exchange: &Exchange, input: &Schema) -> Result<ExchangeSpec> {
-    Ok(match exchange {
-        Exchange::Forward => ExchangeSpec::Forward,
-        Exchange::Hash(keys) => ExchangeSpec::Hash(encode_exprs(keys, input)?),
-        Exchange::Rebalance => ExchangeSpec::Rebalance,
-        Exchange::Broadcast => ExchangeSpec::Broadcast,
-        Exchange::Single => ExchangeSpec::Single,
-    })
-}
-
-impl PlanSpec {
-    /// The plan again, its operators built with the session's functions.
-    pub fn build(&self, ctx: &DecodeContext) -> Result<StreamPlan> {
-        let mut config = SessionConfig::default();
-        for (key, value) in &self.settings {
-            config.set_unchecked(key, value);
-        }
-        let mut nodes: Vec<PlanNode> = Vec::with_capacity(self.nodes.len());
-        for (id, entry) in self.nodes.iter().enumerate() {
-            let schema = entry.schema.decode()?;
-            let mut inputs = Vec::new();
-            let mut input_schemas = Vec::new();
-            for (input, exchange) in &entry.inputs {
-                let input_schema = nodes.get(*input).map(|n| n.schema.clone()).ok_or_else(|| {
-                    Error::State(format!("plan node {id} reads node {input}, not before it"))
-                })?;
-                let exchange = match exchange {
-                    ExchangeSpec::Forward => Exchange::Forward,
-                    ExchangeSpec::Hash(keys) => Exchange::Hash(decode_exprs(keys, &input_schema, ctx)?),
-                    ExchangeSpec::Rebalance => Exchange::Rebalance,
-                    ExchangeSpec::Broadcast => Exchange::Broadcast,
-                    ExchangeSpec::Single => Exchange::Single,
-                };
-                inputs.push((*input, exchange));
-                input_schemas.push(input_schema);
-            }
-            let kind = entry.kind.build(&input_schemas, &schema, &config, ctx)?;
-            nodes.push(PlanNode {
-                kind,
-                inputs,
-                parallelism: entry.parallelism,
-                schema,
-            });
-        }
-        Ok(StreamPlan {
-            nodes,
-            chaining: self.chaining,
-        })
-    }
-}
-
-impl PlanSpec {
-    /// Builds the plan and writes it out again: the same spec, when every
-    /// part of the plan is encoded faithfully (what tests check).
-    pub fn rebuilt(&self, ctx: &DecodeContext) -> Result<PlanSpec> {
-        let mut config = SessionConfig::default();
-        for (key, value) in &self.settings {
-            config.set_unchecked(key, value);
-        }
-        self.build(ctx)?.to_spec(&config)
-    }
-}
-
-impl NodeSpec {
-    /// The factory this spec describes, with inputs of `inputs` and output `output`.
-    fn build(
-        &self,
-        inputs: &[SchemaRef],
-        output: &SchemaRef,
-        config: &SessionConfig,
-        ctx: &DecodeContext,
-    ) -> Result<NodeKind> {
-        use crate::operators::calc::Calc;
-        use crate::operators::union::Union;
-        use crate::operators::watermark::WatermarkAssigner;
-        use crate::operators::window::assign::WindowAssign;
-        let input = || {
-            inputs
-                .first()
-                .cloned()
-                .ok_or_else(|| Error::State("a serialized plan has an operator without input".into()))
-        };
-        Ok(match self {
-            NodeSpec::Source(source) => NodeKind::Source(source.build(config)?),
-            NodeSpec::Calc { filter, projection } => {
-                let input = input()?;
-                NodeKind::Operator(Arc::new(Calc {
-                    filter: filter.as_ref().map(|f| decode_expr(f, &input, ctx)).transpose()?,
-                    projection: projection
-                        .as_ref()
-                        .map(|p| decode_exprs(p, &input, ctx))
-                        .transpose()?,
-                    schema: output.clone(),
-                }))
-            }
-            NodeSpec::Watermark {
-                rowtime,
-                rowtime_index,
-                expr,
-                text,
-                fixed_delay,
-                idle_timeout,
-            } => NodeKind::Operator(Arc::new(WatermarkAssigner {
-                rowtime: rowtime.clone(),
-                rowtime_index: *rowtime_index,
-                expr: decode_expr(expr, input()?.as_ref(), ctx)?,
-                text: text.clone(),
-                fixed_delay: *fixed_delay,
-                idle_timeout: *idle_timeout,
-            })),
-            NodeSpec::WindowAssign {
-                window,
-                shift,
-                time_index,
-                time_name,
-                processing_time,
-            } => NodeKind::Operator(Arc::new(WindowAssign {
-                window: (*window).into(),
-                shift: shift.build()?,
-                time_index: *time_index,
-                time_name: time_name.clone(),
-                processing_time: *processing_time,
-                schema: output.clone(),
-            })),
-            NodeSpec::WindowAggregate(data) => {
-                NodeKind::Operator(build_window_aggregate(data, &input()?, output, ctx)?)
-            }
-            NodeSpec::SessionAggregate(data) => {
-                NodeKind::Operator(build_session_aggregate(data, &input()?, output, ctx)?)
-            }
-            NodeSpec::CountWindowAggregate(data) => {
-                NodeKind::Operator(build_count_window_aggregate(data, &input()?, output, ctx)?)
-            }
-            NodeSpec::OverAggregate(data) => NodeKind::Operator(build_over(data, &input()?, output, ctx)?),
-            NodeSpec::TemporalSort { time, then } => {
-                let input = input()?;
-                let then = crate::plan::codec::decode_sort_keys(then, &input, ctx)?;
-                NodeKind::Operator(Arc::new(crate::operators::sort::TemporalSort {
-                    time: *time,
-                    then,
-                    schema: input,
-                }))
-            }
-            NodeSpec::Union => NodeKind::Operator(Arc::new(Union {
-                schema: output.clone(),
-            })),
-            NodeSpec::DropUpdateBefore { key } => {
-                NodeKind::Operator(Arc::new(crate::operators::upsert::DropUpdateBefore {
-                    key: key.clone(),
-                }))
-            }
-            NodeSpec::TopN(data) => NodeKind::Operator(build_top_n(data, &input()?, output, ctx)?),
-            NodeSpec::SinkMaterializer { key } => {
-                NodeKind::Operator(Arc::new(crate::operators::upsert::SinkUpsertMaterializer {
-                    key: key.clone(),
-                    schema: output.clone(),
-                }))
-            }
-            NodeSpec::ChangelogNormalize { key } => {
-                NodeKind::Operator(Arc::new(crate::operators::normalize::ChangelogNormalize {
-                    key: key.clone(),
-                    schema: output.clone(),
-                }))
-            }
-            NodeSpec::GroupAggregate(data) => {
-                NodeKind::Operator(build_group_aggregate(data, &input()?, output, ctx)?)
-            }
-            NodeSpec::Join(data) => NodeKind::Operator(build_join(data, inputs, output, ctx)?),
-            NodeSpec::IntervalJoin(data) => {
-                NodeKind::Operator(build_interval_join(data, inputs, output, ctx)?)
-            }
-            NodeSpec::WindowJoin(data) => NodeKind::Operator(build_window_join(data, inputs, output, ctx)?),
-            NodeSpec::LookupJoin(data) => {
-                NodeKind::Operator(build_lookup_join(data, (1, false), inputs, output, ctx)?)
-            }
-            NodeSpec::BroadcastJoin { join, table_side } => {
-                NodeKind::Operator(build_lookup_join(join, (*table_side, true), inputs, output, ctx)?)
-            }
-            NodeSpec::TemporalJoin(data) => {
-                NodeKind::Operator(build_temporal_join(data, inputs, output, ctx)?)
-            }
-            NodeSpec::Sink(sink) => {
-                NodeKind::Operator(Arc::new(crate::connectors::sink::SinkOperatorFactory {
-                    sink: sink.build(config)?,
-                }))
-            }
-        })
-    }
-}
-
-impl SourceSpec {
-    fn build(&self, config: &SessionConfig) -> Result<Arc<dyn crate::runtime::SourceFactory>> {
-        match self {
-            SourceSpec::Connector {
-                table,
-                projection,
-                schema,
-            } => crate::connectors::create_source(&table.build()?, projection, schema.decode()?, config),
-            SourceSpec::Values { batches, .. } => Ok(Arc::new(
-                crate::connectors::values::ValuesSourceFactory::new(batches.decode()?),
-            )),
-            SourceSpec::Replayed(inner) => {
-                Ok(Arc::new(crate::runtime::source::Replayed(inner.build(config)?)))
-            }
-        }
-    }
-}
-
-impl SinkSpec {
-    fn build(&self, config: &SessionConfig) -> Result<Arc<dyn crate::connectors::SinkFactory>> {
-        match self {
-            SinkSpec::Connector { table, schema } => {
-                crate::connectors::create_sink(&table.build()?, schema.decode()?, config)
-            }
-            SinkSpec::Collect { id } => Ok(Arc::new(crate::connectors::collect::CollectSinkFactory::new(
-                take_collector(*id)?,
-            ))),
-        }
-    }
-}
-
-/// The parts of an aggregation spec both kinds share, decoded.
-struct Decoded {
-    keys: Vec<Arc<dyn datafusion_physical_expr::PhysicalExpr>>,
-    key_schema: SchemaRef,
-    aggregates: Vec<Arc<datafusion_physical_expr::aggregate::AggregateFunctionExpr>>,
-    filters: Vec<Option<Arc<dyn datafusion_physical_expr::PhysicalExpr>>>,
-    group_columns: Vec<GroupColumn>,
-}
-
-fn decode_aggregation(data: &AggregationData, input: &SchemaRef, ctx: &DecodeContext) -> Result<Decoded> {
-    let aggregate_input = data.aggregate_input.decode()?;
-    Ok(Decoded {
-        keys: decode_exprs(&data.keys, input, ctx)?,
-        key_schema: data.key_schema.decode()?,
-        aggregates: data
-            .aggregates
-            .iter()
-            .map(|a| decode_aggregate(a, &aggregate_input, ctx).map(Arc::new))
-            .collect::<Result<_>>()?,
-        filters: data
-            .filters
-            .iter()
-            .map(|f| {
-                f.as_ref()
-                    .map(|f| decode_expr(f, &aggregate_input, ctx))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?,
-        group_columns: data.group_columns.iter().map(|g| (*g).into()).collect(),
-    })
-}
-
-fn build_window_aggregate(
-    data: &AggregationData,
-    input: &SchemaRef,
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::window::aggregate::{WindowAggregate, WindowAggregateFactory};
-    let decoded = decode_aggregation(data, input, ctx)?;
-    let window = data
-        .window
-        .ok_or_else(|| Error::State("a serialized window aggregation has no window".into()))?;
-    Ok(Arc::new(WindowAggregateFactory(Arc::new(WindowAggregate {
-        phase: data.phase()?,
-        window: window.into(),
-        shift: data.shift.build()?,
-        time_name: data.time_name.clone(),
-        time_index: data.time_index,
-        processing_time: data.processing_time,
-        keys: decoded.keys,
-        key_schema: decoded.key_schema,
-        aggregate_input: data.aggregate_input.decode()?,
-        aggregates: decoded.aggregates,
-        filters: decoded.filters,
-        group_columns: decoded.group_columns,
-        output_schema: output.clone(),
-    }))))
-}
-
-fn build_session_aggregate(
-    data: &AggregationData,
-    input: &SchemaRef,
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::window::session::{SessionAggregate, SessionAggregateFactory};
-    let decoded = decode_aggregation(data, input, ctx)?;
-    let gap = data
-        .gap
-        .ok_or_else(|| Error::State("a serialized session aggregation has no gap".into()))?;
-    Ok(Arc::new(SessionAggregateFactory(Arc::new(SessionAggregate {
-        gap,
-        shift: data.shift.build()?,
-        time_name: data.time_name.clone(),
-        time_index: data.time_index,
-        processing_time: data.processing_time,
-        keys: decoded.keys,
-        key_schema: decoded.key_schema,
-        aggregate_input: data.aggregate_input.decode()?,
-        aggregates: decoded.aggregates,
-        filters: decoded.filters,
-        group_columns: decoded.group_columns,
-        output_schema: output.clone(),
-    }))))
-}
-
-fn build_count_window_aggregate(
-    data: &AggregationData,
-    input: &SchemaRef,
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::window::count::{CountWindowAggregate, CountWindowAggregateFactory};
-    let decoded = decode_aggregation(data, input, ctx)?;
-    let rows = data
-        .rows
-        .ok_or_else(|| Error::State("a serialized count window aggregation has no windows".into()))?;
-    Ok(Arc::new(CountWindowAggregateFactory(Arc::new(
-        CountWindowAggregate {
-            size: rows.size,
-            slide: rows.slide,
-            time_name: data.time_name.clone(),
-            keys: decoded.keys,
-            key_schema: decoded.key_schema,
-            aggregate_input: data.aggregate_input.decode()?,
-            aggregates: decoded.aggregates,
-            filters: decoded.filters,
-            output_schema: output.clone(),
-        },
-    ))))
-}
-
-fn build_group_aggregate(
-    data: &AggregationData,
-    input: &SchemaRef,
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
-    let decoded = decode_aggregation(data, input, ctx)?;
-    Ok(Arc::new(GroupAggregateFactory(Arc::new(GroupAggregate {
-        phase: data.phase()?,
-        keys: decoded.keys,
-        key_schema: decoded.key_schema,
-        aggregate_input: data.aggregate_input.decode()?,
-        aggregates: decoded.aggregates,
-        filters: decoded.filters,
-        output_schema: output.clone(),
-        state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
-    }))))
 }
 
 /// The shared part of encoding an aggregation: keys over `input`, the
@@ -991,11 +584,11 @@ fn build_group_aggregate(
 #[allow(clippy::too_many_arguments)]
 pub fn encode_aggregation(
     input: &Schema,
-    keys: &[Arc<dyn datafusion_physical_expr::PhysicalExpr>],
+    keys: &[Arc<dyn PhysicalExpr>],
     key_schema: &Schema,
     aggregate_input: &Schema,
-    aggregates: &[Arc<datafusion_physical_expr::aggregate::AggregateFunctionExpr>],
-    filters: &[Option<Arc<dyn datafusion_physical_expr::PhysicalExpr>>],
+    aggregates: &[Arc<AggregateFunctionExpr>],
+    filters: &[Option<Arc<dyn PhysicalExpr>>],
     group_columns: &[GroupColumn],
     shift: &TimeShift,
 ) -> Result<AggregationData> {
@@ -1024,213 +617,168 @@ pub fn encode_aggregation(
     })
 }
 
-/// A field list's schema, for specs that hold fields.
-pub fn schema_of(fields: Vec<Field>) -> SchemaRef {
-    Arc::new(Schema::new(fields))
+/// An aggregation spec's parts, decoded.
+pub struct DecodedAggregation {
+    /// Grouping keys, over the node's input.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Their columns.
+    pub key_schema: SchemaRef,
+    /// What the aggregate arguments are over.
+    pub aggregate_input: SchemaRef,
+    /// The aggregate calls.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// Their filters.
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Output grouping columns.
+    pub group_columns: Vec<GroupColumn>,
 }
 
-/// The join a [`JoinData`] describes, between inputs of `inputs`.
-fn build_join(
-    data: &JoinData,
-    inputs: &[SchemaRef],
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::{Join, JoinFactory};
-    let [left, right] = inputs else {
-        return Err(Error::State("a serialized join does not have two inputs".into()));
-    };
-    let data_inputs = [
-        crate::changelog::without_op(left),
-        crate::changelog::without_op(right),
-    ];
-    Ok(Arc::new(JoinFactory(Arc::new(Join {
-        kind: data.kind,
-        keys: decode_join_keys(data, &data_inputs, ctx)?,
-        filter: decode_join_filter(data, &data_inputs, ctx)?,
-        updating: [crate::changelog::has_op(left), crate::changelog::has_op(right)],
-        inputs: data_inputs,
-        null_equal: data.null_equal,
-        unique_keys: data.unique_keys.clone(),
-        schema: output.clone(),
-        state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
-    }))))
+impl AggregationData {
+    /// Its expressions and aggregates, decoded over `input`.
+    pub fn decode(&self, input: &SchemaRef, ctx: &DecodeContext) -> Result<DecodedAggregation> {
+        let aggregate_input = self.aggregate_input.decode()?;
+        Ok(DecodedAggregation {
+            keys: decode_exprs(&self.keys, input, ctx)?,
+            key_schema: self.key_schema.decode()?,
+            aggregates: (self.aggregates.iter())
+                .map(|a| decode_aggregate(a, &aggregate_input, ctx).map(Arc::new))
+                .collect::<Result<_>>()?,
+            filters: (self.filters.iter())
+                .map(|f| {
+                    f.as_ref()
+                        .map(|f| decode_expr(f, &aggregate_input, ctx))
+                        .transpose()
+                })
+                .collect::<Result<_>>()?,
+            group_columns: self.group_columns.iter().map(|g| (*g).into()).collect(),
+            aggregate_input,
+        })
+    }
 }
 
-/// The interval join an [`IntervalJoinData`] describes.
-fn build_interval_join(
-    data: &IntervalJoinData,
-    inputs: &[SchemaRef],
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::interval::IntervalJoin;
-    let [left, right] = inputs else {
-        return Err(Error::State(
-            "a serialized interval join does not have two inputs".into(),
-        ));
-    };
-    let inputs = [left.clone(), right.clone()];
-    Ok(Arc::new(IntervalJoin {
-        kind: data.join.kind,
-        keys: decode_join_keys(&data.join, &inputs, ctx)?,
-        filter: decode_join_filter(&data.join, &inputs, ctx)?,
-        inputs,
-        times: data.times,
-        lower: data.lower,
-        upper: data.upper,
-        proctime: data.proctime,
-        schema: output.clone(),
-    }))
+/// A join's key expressions and residual condition, decoded.
+pub type DecodedJoin = ([Vec<Arc<dyn PhysicalExpr>>; 2], Option<Arc<dyn PhysicalExpr>>);
+
+impl JoinData {
+    /// A join of `kind` on `keys` (each over its side of `key_inputs`) and
+    /// `filter` (over `filter_inputs` side by side); no unique keys, NULL
+    /// keys match nothing, no state TTL.
+    pub fn encode(
+        kind: JoinKind,
+        keys: &[Vec<Arc<dyn PhysicalExpr>>; 2],
+        key_inputs: &[SchemaRef; 2],
+        filter: Option<&Arc<dyn PhysicalExpr>>,
+        filter_inputs: &[SchemaRef; 2],
+    ) -> Result<JoinData> {
+        let joined = joined_schema(filter_inputs);
+        Ok(JoinData {
+            kind,
+            left_keys: encode_exprs(&keys[0], &key_inputs[0])?,
+            right_keys: encode_exprs(&keys[1], &key_inputs[1])?,
+            filter: filter.map(|f| encode_expr(f, &joined)).transpose()?,
+            null_equal: false,
+            unique_keys: [None, None],
+            state_ttl_ms: None,
+        })
+    }
+
+    /// Its keys (each over its side of `key_inputs`) and condition (over
+    /// `filter_inputs` side by side), decoded.
+    pub fn decode(
+        &self,
+        key_inputs: &[SchemaRef; 2],
+        filter_inputs: &[SchemaRef; 2],
+        ctx: &DecodeContext,
+    ) -> Result<DecodedJoin> {
+        let keys = [
+            decode_exprs(&self.left_keys, &key_inputs[0], ctx)?,
+            decode_exprs(&self.right_keys, &key_inputs[1], ctx)?,
+        ];
+        let joined = joined_schema(filter_inputs);
+        let filter = self
+            .filter
+            .as_ref()
+            .map(|f| decode_expr(f, &joined, ctx))
+            .transpose()?;
+        Ok((keys, filter))
+    }
+
+    /// A lookup join's inputs (stream, table) in the SQL join's order, the
+    /// table being side `table_side` of it: what its condition is over.
+    pub fn sql_inputs(&self, inputs: &[SchemaRef; 2], table_side: usize) -> [SchemaRef; 2] {
+        match table_side {
+            0 => [inputs[1].clone(), inputs[0].clone()],
+            _ => inputs.clone(),
+        }
+    }
 }
 
-fn build_top_n(
-    data: &TopNData,
-    input: &SchemaRef,
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    let input = crate::changelog::without_op(input);
-    Ok(Arc::new(crate::operators::rank::TopN {
-        partition: decode_exprs(&data.partition, &input, ctx)?,
-        order: crate::plan::codec::decode_sort_keys(&data.order, &input, ctx)?,
-        start: data.start,
-        end: data.end,
-        rank_output: data.rank_output,
-        arrival: data.arrival,
-        rank_type: data.rank_type,
-        retract: data.retract,
-        window_end: data.window_end,
-        state_ttl: data.state_ttl_ms.map(std::time::Duration::from_millis),
-        input,
-        schema: output.clone(),
-    }))
-}
+/// An OVER aggregation's partition keys and aggregates, decoded.
+pub type DecodedOver = (Vec<Arc<dyn PhysicalExpr>>, Vec<Arc<AggregateFunctionExpr>>);
 
-fn build_over(
-    data: &OverData,
-    input: &SchemaRef,
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    let input = crate::changelog::without_op(input);
-    Ok(Arc::new(crate::operators::over::OverAggregate {
-        partition: decode_exprs(&data.partition, &input, ctx)?,
-        time: data.time,
-        frame: data.frame,
-        retract: data.retract,
-        aggregates: data
-            .aggregates
-            .iter()
+impl OverData {
+    /// Its partition keys and aggregates, over its input (`input`, without
+    /// its op column).
+    pub fn decode(&self, input: &SchemaRef, ctx: &DecodeContext) -> Result<DecodedOver> {
+        let input = crate::changelog::without_op(input);
+        let aggregates = (self.aggregates.iter())
             .map(|a| decode_aggregate(a, &input, ctx).map(Arc::new))
-            .collect::<Result<Vec<_>>>()?,
-        input,
-        schema: output.clone(),
-    }))
+            .collect::<Result<_>>()?;
+        Ok((decode_exprs(&self.partition, &input, ctx)?, aggregates))
+    }
 }
 
-/// The window join a [`WindowJoinData`] describes.
-fn build_window_join(
-    data: &WindowJoinData,
-    inputs: &[SchemaRef],
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::window::WindowJoin;
-    let [left, right] = inputs else {
-        return Err(Error::State(
-            "a serialized window join does not have two inputs".into(),
-        ));
-    };
-    let inputs = [left.clone(), right.clone()];
-    Ok(Arc::new(WindowJoin {
-        kind: data.join.kind,
-        keys: decode_join_keys(&data.join, &inputs, ctx)?,
-        filter: decode_join_filter(&data.join, &inputs, ctx)?,
-        inputs,
-        ends: data.ends,
-        schema: output.clone(),
-    }))
+/// Sort keys, each with its direction.
+pub type SortKeys = Vec<(Arc<dyn PhysicalExpr>, SortOptions)>;
+
+impl TopNData {
+    /// Its partition and order keys, over its input (`input`, without its
+    /// op column).
+    pub fn decode(
+        &self,
+        input: &SchemaRef,
+        ctx: &DecodeContext,
+    ) -> Result<(Vec<Arc<dyn PhysicalExpr>>, SortKeys)> {
+        let input = crate::changelog::without_op(input);
+        Ok((
+            decode_exprs(&self.partition, &input, ctx)?,
+            decode_sort_keys(&self.order, &input, ctx)?,
+        ))
+    }
 }
 
-/// The lookup join a [`JoinData`] describes.
-fn build_lookup_join(
-    data: &JoinData,
-    (table_side, broadcast): (usize, bool),
-    inputs: &[SchemaRef],
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::lookup::LookupJoin;
-    let [stream, table] = inputs else {
-        return Err(Error::State(
-            "a serialized lookup join does not have two inputs".into(),
-        ));
-    };
-    let inputs = [stream.clone(), table.clone()];
-    let sql_inputs = match table_side {
-        0 => [table.clone(), stream.clone()],
-        _ => inputs.clone(),
-    };
-    Ok(Arc::new(LookupJoin {
-        kind: data.kind,
-        keys: decode_join_keys(data, &inputs, ctx)?,
-        filter: decode_join_filter(data, &sql_inputs, ctx)?,
-        inputs,
-        schema: output.clone(),
-        table_side,
-        broadcast,
-    }))
-}
+impl NodeSpec {
+    /// A filter and projection over `input`.
+    pub fn calc(
+        filter: Option<&Arc<dyn PhysicalExpr>>,
+        projection: Option<&[Arc<dyn PhysicalExpr>]>,
+        input: &Schema,
+    ) -> Result<NodeSpec> {
+        Ok(NodeSpec::Calc {
+            filter: filter.map(|f| encode_expr(f, input)).transpose()?,
+            projection: projection.map(|p| encode_exprs(p, input)).transpose()?,
+        })
+    }
 
-/// The temporal join an [`IntervalJoinData`] (without bounds) describes.
-fn build_temporal_join(
-    data: &IntervalJoinData,
-    inputs: &[SchemaRef],
-    output: &SchemaRef,
-    ctx: &DecodeContext,
-) -> Result<Arc<dyn crate::runtime::OperatorFactory>> {
-    use crate::operators::join::temporal::TemporalJoin;
-    let [stream, table] = inputs else {
-        return Err(Error::State(
-            "a serialized temporal join does not have two inputs".into(),
-        ));
-    };
-    let inputs = [
-        crate::changelog::without_op(stream),
-        crate::changelog::without_op(table),
-    ];
-    Ok(Arc::new(TemporalJoin {
-        kind: data.join.kind,
-        keys: decode_join_keys(&data.join, &inputs, ctx)?,
-        filter: decode_join_filter(&data.join, &inputs, ctx)?,
-        inputs,
-        times: data.times,
-        schema: output.clone(),
-    }))
-}
+    /// A temporal sort of `input` by its time attribute `time` (`None`:
+    /// processing time), then by `then`.
+    pub fn temporal_sort(time: Option<usize>, then: &SortKeys, input: &Schema) -> Result<NodeSpec> {
+        Ok(NodeSpec::TemporalSort {
+            time,
+            then: encode_sort_keys(then, input)?,
+        })
+    }
 
-/// A join's key expressions, over its inputs `inputs`.
-fn decode_join_keys(
-    data: &JoinData,
-    inputs: &[SchemaRef; 2],
-    ctx: &DecodeContext,
-) -> Result<[Vec<Arc<dyn datafusion_physical_expr::PhysicalExpr>>; 2]> {
-    Ok([
-        decode_exprs(&data.left_keys, &inputs[0], ctx)?,
-        decode_exprs(&data.right_keys, &inputs[1], ctx)?,
-    ])
-}
-
-/// A join's residual condition, over both inputs side by side.
-fn decode_join_filter(
-    data: &JoinData,
-    inputs: &[SchemaRef; 2],
-    ctx: &DecodeContext,
-) -> Result<Option<Arc<dyn datafusion_physical_expr::PhysicalExpr>>> {
-    let joined = crate::operators::join::joined_schema(inputs);
-    data.filter
-        .as_ref()
-        .map(|f| decode_expr(f, &joined, ctx))
-        .transpose()
+    /// Whether its operator keeps no rows in its state (at most a
+    /// watermark), so that its input may be read again from the start
+    /// after a restore: what a broadcast join's table side may hold.
+    pub fn keeps_no_rows(&self) -> bool {
+        matches!(
+            self,
+            NodeSpec::Calc { .. }
+                | NodeSpec::Watermark { .. }
+                | NodeSpec::WindowAssign { .. }
+                | NodeSpec::Union
+        )
+    }
 }

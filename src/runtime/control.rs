@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::job_id::JobId;
 use super::message::{BarrierKind, CheckpointBarrier, CheckpointId};
 use crate::checkpoint::TaskState;
 use crate::checkpoint::storage::{checkpoint_dir, savepoint_dir};
+use crate::ids::JobId;
 
 /// From the coordinator to a task.
 #[derive(Debug, Clone)]

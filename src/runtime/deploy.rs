@@ -13,9 +13,10 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::control::{SnapshotFence, TaskCheckpointing, TaskControl, TaskReport};
 use super::exchange::{Exchange, ExchangeWriter, PriorityBarrier};
+use super::execution::{ExecutionGraph, ExecutionVertex};
 use super::incremental::{Compactor, StateChain};
 use super::input::{InputChannel, InputGate};
-use super::job::{JobGraph, JobSettings, RestoredCheckpoint, TaskInfo};
+use super::job::{JobSettings, RestoredCheckpoint, TaskInfo};
 use super::message::Message;
 use super::operator::{Operator, OperatorFactory, OperatorSnapshot, SpillSettings, TaskContext, TaskMetrics};
 use super::source::SourceReader;
@@ -25,8 +26,8 @@ use crate::checkpoint::rescale::{assign_splits, keyed_sources, overlaps, round_r
 use crate::checkpoint::storage::run_dir;
 use crate::checkpoint::{ChannelSide, CheckpointConfig, OperatorState, TaskState};
 use crate::config::StateBackend;
+use crate::key_group::key_group_range;
 use crate::state::incremental::combine;
-use crate::state::key_group::key_group_range;
 use crate::state::snapshot::{read_batches, read_state_file};
 use crate::{Error, Result};
 
@@ -58,47 +59,6 @@ pub struct Attempt {
     pub max_parallelism: usize,
     /// Which attempt, 0 first.
     pub number: u32,
-}
-
-/// What an operator is, for its id: `WindowAggregate` for a
-/// `GlobalWindowAggregate(...)` too (the phases of an aggregation keep the
-/// same state, and parallelism 1 plans a single phase).
-fn operator_kind(description: &str) -> String {
-    let kind: String = description
-        .split(['(', '[', ':'])
-        .next()
-        .unwrap_or("operator")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect();
-    kind.strip_prefix("Global").unwrap_or(&kind).to_string()
-}
-
-/// Stable ids of a job's sources and operators, from the plan (Flink's
-/// `uid`): `<kind>-<n>`, the n-th operator of that kind in plan order, so
-/// that they do not depend on how operators are chained into vertices (which
-/// changes with the parallelism). Per vertex: the source's id, if any, and
-/// one id per chained operator.
-pub fn operator_uids(graph: &JobGraph) -> Vec<(Option<String>, Vec<String>)> {
-    let mut seen: std::collections::HashMap<String, usize> = Default::default();
-    let mut next = |kind: String| {
-        let n = seen.entry(kind.clone()).or_default();
-        *n += 1;
-        format!("{kind}-{}", *n - 1)
-    };
-    graph
-        .vertices
-        .iter()
-        .map(|vertex| {
-            let source = vertex.source.as_ref().map(|_| next("Source".to_string()));
-            let operators = vertex
-                .operators
-                .iter()
-                .map(|factory| next(operator_kind(&factory.describe())))
-                .collect();
-            (source, operators)
-        })
-        .collect()
 }
 
 /// Checks that every piece of state in the checkpoint has an owner in the
@@ -157,7 +117,7 @@ fn saved_subtasks<'a>(
 /// With incremental checkpoints: a state chain for each chained operator
 /// that writes deltas (compacted by a fresh operator of the same factory).
 fn state_chains(
-    vertex: &super::job::Vertex,
+    vertex: &ExecutionVertex,
     chain: &[Box<dyn Operator>],
     operator_ids: &[String],
     run_dir: Option<&std::path::Path>,
@@ -345,7 +305,7 @@ fn restore_ranges(
 
 /// The spilling backend's settings for each operator subtask that spills:
 /// the process's budget shared evenly by them (`None` on the heap).
-fn spill_settings(graph: &JobGraph, backend: &StateBackend) -> Option<SpillSettings> {
+fn spill_settings(graph: &ExecutionGraph, backend: &StateBackend) -> Option<SpillSettings> {
     let StateBackend::Spilling { budget, dir } = backend else {
         return None;
     };
@@ -426,7 +386,7 @@ fn channel_state(
 /// Drops the in-flight records a restore reads again from a source anyway:
 /// all output of a replayed source's chain, and the inputs the chain's
 /// first operator says are replayed (a lookup or broadcast join's table).
-fn drop_replayed(vertex: &super::job::Vertex, replay: &mut Vec<Replay>) {
+fn drop_replayed(vertex: &ExecutionVertex, replay: &mut Vec<Replay>) {
     let replayed_source = vertex.source.as_ref().is_some_and(|s| s.is_replayed());
     let replayed_inputs = vertex
         .operators
@@ -443,7 +403,7 @@ fn drop_replayed(vertex: &super::job::Vertex, replay: &mut Vec<Replay>) {
 /// from `restore` when given; `metrics` are reused (by task index) so
 /// counters add up across attempts.
 pub fn build_attempt(
-    graph: &JobGraph,
+    graph: &ExecutionGraph,
     settings: &JobSettings,
     restore: Option<&RestoredCheckpoint>,
     metrics: &[Arc<TaskMetrics>],
@@ -508,7 +468,7 @@ pub fn build_attempt(
         }
     }
 
-    let uids = operator_uids(graph);
+    let uids: Vec<(Option<String>, Vec<String>)> = graph.vertices.iter().map(|v| v.uids.clone()).collect();
     if let Some(restored) = restore {
         check_every_state_is_claimed(restored, &uids)?;
     }
@@ -526,12 +486,11 @@ pub fn build_attempt(
     let mut infos = Vec::new();
     for (vertex_index, vertex) in graph.vertices.iter().enumerate() {
         let vertex_name = vertex.name();
-        if settings.checkpoint.is_some()
-            && let Some(source) = vertex.source.as_ref().filter(|s| !s.supports_checkpoints())
+        if settings.checkpoint.is_some() && vertex.source.as_ref().is_some_and(|s| !s.supports_checkpoints())
         {
             return Err(Error::Plan(format!(
                 "checkpoints are on, but {} cannot checkpoint its position yet",
-                source.describe()
+                vertex.nodes[0]
             )));
         }
         let vertex_uids = &uids[vertex_index];
@@ -743,10 +702,6 @@ mod tests {
     }
 
     impl OperatorFactory for HeapOnly {
-        fn describe(&self) -> String {
-            "HeapOnly".into()
-        }
-
         fn create(&self, _: &TaskContext) -> Result<Box<dyn Operator>> {
             Ok(Box::new(HeapOnly))
         }

@@ -28,7 +28,7 @@ use datafusion_physical_expr::PhysicalExpr;
 use super::message::{CheckpointBarrier, Message};
 use super::operator::{SendFailure, TaskContext, TaskMetrics, send_tracked};
 use super::task::cancelled;
-use crate::state::key_group::{hash_rows, key_group, subtask_for_key_group};
+use crate::key_group::{hash_rows, key_group, subtask_for_key_group};
 use crate::{Error, Result};
 
 /// How rows are distributed between two operators.
@@ -294,7 +294,7 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
-    use crate::state::key_group::key_group_range;
+    use crate::key_group::key_group_range;
 
     #[test]
     fn hash_partition_sends_each_row_to_the_owner_of_its_key_group() {

@@ -19,64 +19,18 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::deploy::{Attempt, build_attempt};
-use super::exchange::Exchange;
-use super::job_id::JobId;
+use super::execution::ExecutionGraph;
 use super::message::{BarrierKind, CheckpointId};
 use super::metrics::{
     BackpressureLevel, BackpressureSampler, JobMetrics, TaskMetricsSnapshot, watermark_reading,
 };
-use super::operator::{OperatorFactory, TaskMetrics};
-use super::source::SourceFactory;
+use super::operator::TaskMetrics;
 pub use crate::checkpoint::CheckpointStats;
 use crate::checkpoint::driver::{CoordinatorDriver, CoordinatorEvents, CoordinatorRequest};
 use crate::checkpoint::storage::read_metadata;
 use crate::checkpoint::{CheckpointConfig, CheckpointMetadata, RestartStrategy};
+use crate::ids::JobId;
 use crate::{Error, Result};
-
-/// A chain of operators that runs in one thread per subtask.
-#[derive(Debug, Clone)]
-pub struct Vertex {
-    /// The source at the head of the chain, if any.
-    pub source: Option<Arc<dyn SourceFactory>>,
-    /// The chained operators.
-    pub operators: Vec<Arc<dyn OperatorFactory>>,
-    /// Number of subtasks.
-    pub parallelism: usize,
-}
-
-impl Vertex {
-    /// The chain's description: `Source: ... -> Calc(...) -> ...`.
-    pub fn name(&self) -> String {
-        self.source
-            .iter()
-            .map(|s| s.describe())
-            .chain(self.operators.iter().map(|o| o.describe()))
-            .collect::<Vec<_>>()
-            .join(" -> ")
-    }
-}
-
-/// An edge between vertices.
-#[derive(Debug, Clone)]
-pub struct JobEdge {
-    /// Upstream vertex index.
-    pub from: usize,
-    /// Downstream vertex index.
-    pub to: usize,
-    /// Logical input of the downstream head operator.
-    pub to_input: usize,
-    /// How rows are distributed.
-    pub exchange: Exchange,
-}
-
-/// The runnable form of a plan.
-#[derive(Debug, Clone)]
-pub struct JobGraph {
-    /// Vertices; edges refer to them by index.
-    pub vertices: Vec<Vertex>,
-    /// Edges.
-    pub edges: Vec<JobEdge>,
-}
 
 /// Runtime settings of a job.
 #[derive(Debug, Clone)]
@@ -487,7 +441,7 @@ impl AttemptShared {
 
 /// Starts a job: builds and launches its first attempt; a supervisor thread
 /// restarts it as the restart strategy says.
-pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
+pub fn start(graph: ExecutionGraph, settings: JobSettings) -> Result<JobHandle> {
     let first = build_attempt(&graph, &settings, settings.restore.as_ref(), &[], 0)?;
     let handle = JobHandle {
         shared: Arc::new(JobShared {
@@ -534,7 +488,7 @@ pub fn start(graph: JobGraph, settings: JobSettings) -> Result<JobHandle> {
 /// Waits for each attempt, restarting failed ones while the strategy allows.
 /// An attempt is over when its tasks and its coordinator (which outlives
 /// its snapshot writers) have ended: only then does the next one start.
-fn supervise(handle: JobHandle, graph: JobGraph, settings: JobSettings, mut attempt: Launched) {
+fn supervise(handle: JobHandle, graph: ExecutionGraph, settings: JobSettings, mut attempt: Launched) {
     let mut restarts = 0u32;
     loop {
         let outcome = attempt.shared.wait();

@@ -2,26 +2,8 @@
 
 use arrow::record_batch::RecordBatch;
 
-/// Event time in milliseconds since the Unix epoch (UTC), as Flink's watermarks are.
-pub type Timestamp = i64;
-
-/// The watermark that closes every window: sent implicitly at the end of bounded input.
-pub const MAX_WATERMARK: Timestamp = i64::MAX;
-
-/// The watermark before any has been seen.
-pub const MIN_WATERMARK: Timestamp = i64::MIN;
-
-/// Identifies one checkpoint of a job; increases with every trigger.
-pub type CheckpointId = u64;
-
-/// Whether a barrier belongs to a periodic checkpoint or a user-triggered savepoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum BarrierKind {
-    /// A periodic checkpoint.
-    Checkpoint,
-    /// A savepoint the user asked for.
-    Savepoint,
-}
+pub use crate::ids::{BarrierKind, CheckpointId};
+pub use crate::time::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
 
 /// A checkpoint barrier: separates the records before checkpoint `id` from those after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,117 +10,8 @@ use arrow::record_batch::RecordBatch;
 
 use super::message::{CheckpointId, Timestamp};
 use crate::state::incremental::DeltaKind;
+pub use crate::state::operator::{OperatorSnapshot, SpillSettings};
 use crate::{Error, Result};
-
-/// What an operator saves in a checkpoint.
-#[derive(Debug, Default)]
-pub struct OperatorSnapshot {
-    /// Small state (watermark, pending sink files, ...), as JSON.
-    pub meta: serde_json::Value,
-    /// Keyed state: rows with a first column `_key_group` (UInt32), sorted by
-    /// it; written as one Parquet file.
-    pub rows: Option<RecordBatch>,
-    /// The spilling backend: runs on local disk that also hold keyed state
-    /// (partial states, merged with `rows` on restore); a checkpoint links
-    /// them.
-    pub runs: Vec<crate::state::runs::Run>,
-    /// State its snapshot writer reads after the task went on (the spilled
-    /// store, frozen at the barrier), as runs that join `runs`.
-    pub deferred: Vec<crate::state::deferred::Deferred>,
-}
-
-impl OperatorSnapshot {
-    /// The snapshot with its deferred runs written (while `live` says the
-    /// checkpoint goes on), as a checkpoint holds it.
-    pub fn written(mut self, live: &dyn Fn() -> bool) -> Result<Self> {
-        for deferred in std::mem::take(&mut self.deferred) {
-            self.runs.extend(deferred.write(live)?);
-        }
-        Ok(self)
-    }
-
-    /// Whether it holds keyed state (rows, or runs written or to write).
-    pub fn has_rows(&self) -> bool {
-        self.rows.as_ref().is_some_and(|r| r.num_rows() > 0)
-            || !self.runs.is_empty()
-            || !self.deferred.is_empty()
-    }
-
-    /// A snapshot of an operator whose small state is its watermark.
-    pub fn with_watermark(watermark: Timestamp, rows: Option<RecordBatch>) -> Self {
-        OperatorSnapshot {
-            meta: serde_json::json!({ "watermark": watermark }),
-            rows,
-            runs: Vec::new(),
-            deferred: Vec::new(),
-        }
-    }
-
-    /// The watermark [`OperatorSnapshot::with_watermark`] saved; `operator` names
-    /// the operator in the error.
-    pub fn watermark(&self, operator: &str) -> Result<Timestamp> {
-        self.meta["watermark"]
-            .as_i64()
-            .ok_or_else(|| Error::State(format!("state of {operator} without a watermark: {}", self.meta)))
-    }
-
-    /// One snapshot from the snapshots of several subtasks, for an operator
-    /// whose small state is its watermark (rescaling): the lowest watermark,
-    /// so that no window fires early, and every row. Column mismatches are
-    /// left to the operator's own check.
-    pub fn merge_by_watermark(snapshots: Vec<OperatorSnapshot>, operator: &str) -> Result<Option<Self>> {
-        let mut watermark: Option<Timestamp> = None;
-        let mut rows = Vec::new();
-        for snapshot in snapshots {
-            let w = snapshot.watermark(operator)?;
-            watermark = Some(watermark.map_or(w, |m| m.min(w)));
-            rows.extend(snapshot.rows);
-        }
-        let Some(watermark) = watermark else {
-            return Ok(None);
-        };
-        let rows = match rows.first() {
-            None => None,
-            Some(first) if rows.len() == 1 => Some(first.clone()),
-            Some(first) => {
-                let schema = first.schema();
-                if rows.iter().any(|r| r.schema() != schema) {
-                    return Err(Error::State(format!(
-                        "the checkpoint's state files of {operator} have different columns"
-                    )));
-                }
-                Some(arrow::compute::concat_batches(&schema, &rows)?)
-            }
-        };
-        Ok(Some(OperatorSnapshot::with_watermark(watermark, rows)))
-    }
-
-    /// Checks that the keyed rows have the columns (names and types) the
-    /// operator expects; the error names both.
-    pub fn check_columns(
-        rows: &RecordBatch,
-        expected: &arrow::datatypes::Schema,
-        operator: &str,
-    ) -> Result<()> {
-        let found = rows.schema();
-        let same = found.fields().len() == expected.fields().len()
-            && found
-                .fields()
-                .iter()
-                .zip(expected.fields())
-                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-        if same {
-            return Ok(());
-        }
-        let names =
-            |s: &arrow::datatypes::Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
-        Err(Error::State(format!(
-            "the checkpoint's state of {operator} has columns {:?}, the query's are {:?}",
-            names(&found),
-            names(expected)
-        )))
-    }
-}
 
 /// What an operator emits while handling one input: batches and watermarks, in order.
 #[derive(Debug, Default)]
@@ -299,13 +190,6 @@ pub trait Operator: Send {
     }
 }
 
-/// Milliseconds since the epoch, by the wall clock.
-pub fn wall_clock_millis() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Timestamp)
-}
-
 /// Counters a task and its operators update; read by the job handle.
 #[derive(Debug)]
 pub struct TaskMetrics {
@@ -403,7 +287,7 @@ pub struct TaskContext {
     /// True when the job takes checkpoints (sinks then commit at checkpoints).
     pub checkpointing: bool,
     /// The run's id (sinks name their in-progress files by it).
-    pub job_id: super::job_id::JobId,
+    pub job_id: crate::ids::JobId,
     /// The attempt, 0 first, counting restarts after failures.
     pub attempt: u32,
     /// Incremental checkpoints are on: operators that can write deltas
@@ -412,15 +296,6 @@ pub struct TaskContext {
     /// The spilling state backend: this operator subtask's share of the
     /// memory budget and where its runs go; `None` with state on the heap.
     pub spill: Option<SpillSettings>,
-}
-
-/// What an operator subtask of the spilling state backend gets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpillSettings {
-    /// Bytes of state it may keep in memory.
-    pub budget: usize,
-    /// The directory its runs go under (a directory of its own is made there).
-    pub dir: std::path::PathBuf,
 }
 
 impl TaskContext {
@@ -434,7 +309,7 @@ impl TaskContext {
             metrics: Arc::new(TaskMetrics::default()),
             cancel: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             checkpointing: false,
-            job_id: super::job_id::JobId::new(),
+            job_id: crate::ids::JobId::new(),
             attempt: 0,
             incremental: false,
             spill: None,
@@ -502,19 +377,11 @@ pub enum SendFailure {
     Cancelled,
 }
 
-/// Creates one operator instance per subtask; implemented by plan nodes.
+/// Creates one operator instance per subtask; built from a plan node's spec
+/// (see `operators::build`).
 pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
-    /// A one-line description for EXPLAIN.
-    fn describe(&self) -> String;
-
     /// The operator for one subtask.
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>>;
-
-    /// What it does with the row kinds of its inputs (by default: it takes
-    /// insert-only input and emits inserts).
-    fn changelog_role(&self) -> crate::plan::changelog::ChangelogRole {
-        crate::plan::changelog::ChangelogRole::InsertOnly
-    }
 
     /// The inputs whose records are read again from their sources after a
     /// restore (the table of a lookup or broadcast join): their in-flight
@@ -522,13 +389,6 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
     /// arrive twice.
     fn replayed_inputs(&self) -> Vec<usize> {
         Vec::new()
-    }
-
-    /// Whether its operator keeps no rows in its state (at most a
-    /// watermark), so that its input may be read again from the start after
-    /// a restore: the table side of a lookup or broadcast join.
-    fn keeps_no_rows(&self) -> bool {
-        false
     }
 
     /// Whether its operator keeps its state within a memory budget, spilling
@@ -539,14 +399,5 @@ pub trait OperatorFactory: Send + Sync + std::fmt::Debug {
     /// plans); a keyed operator that cannot is refused by that backend.
     fn can_spill(&self) -> bool {
         false
-    }
-
-    /// The factory as data (see [`crate::plan::spec`]); `inputs` are the
-    /// schemas of its inputs.
-    fn spec(&self, _inputs: &[arrow::datatypes::SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        Err(Error::Internal(format!(
-            "{} cannot be written out as a plan",
-            self.describe()
-        )))
     }
 }

@@ -155,14 +155,6 @@ pub trait SourceFactory: Send + Sync + std::fmt::Debug {
     fn allows_idle_subtasks(&self) -> bool {
         self.is_bounded()
     }
-
-    /// The source as data (see [`crate::plan::spec`]).
-    fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
-        Err(crate::Error::Internal(format!(
-            "{} cannot be written out as a plan",
-            self.describe()
-        )))
-    }
 }
 
 /// A bounded source read again from its start after every restore: the
@@ -211,9 +203,5 @@ impl SourceFactory for Replayed {
 
     fn supports_checkpoints(&self) -> bool {
         true
-    }
-
-    fn spec(&self) -> Result<crate::plan::spec::SourceSpec> {
-        Ok(crate::plan::spec::SourceSpec::Replayed(Box::new(self.0.spec()?)))
     }
 }

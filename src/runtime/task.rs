@@ -24,12 +24,13 @@ use super::input::{InputEvent, InputGate};
 use super::message::{
     BarrierKind, CheckpointBarrier, CheckpointId, MAX_WATERMARK, Message, Timestamp, WatermarkStatus,
 };
-use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics, wall_clock_millis};
+use super::operator::{Emitted, Operator, OperatorSnapshot, Output, TaskMetrics};
 use super::source::{SourcePoll, SourceReader};
 use crate::checkpoint::{ChannelSide, ChannelStateFile, OperatorState, StateFile, TaskState};
 use crate::state::incremental::{DeltaKind, Step};
 use crate::state::runs::Run;
 use crate::state::snapshot::{write_batches, write_state_file};
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
 
 /// One operator's snapshot, as a task takes it.

@@ -30,7 +30,7 @@ use crate::{Error, Result};
 /// the checkpoint is still going on.
 type Write = Box<dyn FnOnce(&dyn Fn() -> bool) -> Result<Option<Run>> + Send>;
 
-/// Part of a snapshot its writer reads ([`crate::runtime::operator::OperatorSnapshot::deferred`]).
+/// Part of a snapshot its writer reads ([`crate::state::operator::OperatorSnapshot::deferred`]).
 pub struct Deferred(Write);
 
 impl std::fmt::Debug for Deferred {

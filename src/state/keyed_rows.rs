@@ -26,12 +26,12 @@ use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use crate::Result;
-use crate::runtime::operator::SpillSettings;
 use crate::state::deferred::{Deferred, keyed_base, keyed_delta, whole_store};
 use crate::state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
 use crate::state::flushed::FlushedKeys;
 use crate::state::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::state::memory_guess::{MemoryGuess, SpillsWhenFull};
+use crate::state::operator::SpillSettings;
 use crate::state::snapshot::{key_groups, key_groups_of_bytes, state_rows};
 use crate::state::store::{Entry, Store, WRITE_CHUNK, open_once};
 
@@ -150,8 +150,8 @@ pub fn decode_state_rows(
 }
 
 /// An operator snapshot of keyed state rows alone.
-pub fn rows_snapshot(rows: Option<RecordBatch>) -> crate::runtime::operator::OperatorSnapshot {
-    crate::runtime::operator::OperatorSnapshot {
+pub fn rows_snapshot(rows: Option<RecordBatch>) -> crate::state::operator::OperatorSnapshot {
+    crate::state::operator::OperatorSnapshot {
         runs: Vec::new(),
         deferred: Vec::new(),
         meta: serde_json::Value::Null,
@@ -168,10 +168,15 @@ fn encode_rows(rows: &Rows) -> Vec<u8> {
 }
 
 impl KeyedRows {
-    /// Rows keyed by keys of `key_types` for the subtask of `ctx` (its
-    /// spilling backend's settings, whether checkpoints are incremental).
-    pub fn new(key_types: &[DataType], ctx: &crate::runtime::TaskContext) -> Result<Self> {
-        let (max_parallelism, spill) = (ctx.max_parallelism, ctx.spill.clone());
+    /// Rows keyed by keys of `key_types` in key groups of `max_parallelism`,
+    /// spilled with `spill` (the spilling backend's settings), tracking
+    /// changes when checkpoints are `incremental`.
+    pub fn new(
+        key_types: &[DataType],
+        max_parallelism: usize,
+        spill: Option<SpillSettings>,
+        incremental: bool,
+    ) -> Result<Self> {
         let fields = key_types.iter().map(|t| SortField::new(t.clone())).collect();
         Ok(KeyedRows {
             memory: HashMap::default(),
@@ -182,10 +187,10 @@ impl KeyedRows {
                 store: None,
                 // At least a key and a row.
                 guess: MemoryGuess::new(64),
-                flushed: ctx.incremental.then(FlushedKeys::default),
+                flushed: incremental.then(FlushedKeys::default),
                 runs: 0,
             }),
-            changed: ctx.incremental.then(HashSet::new),
+            changed: incremental.then(HashSet::new),
         })
     }
 
@@ -255,7 +260,7 @@ impl KeyedRows {
         schema: &SchemaRef,
         (rows_of, key): (&RowConverter, &[usize]),
         positions: bool,
-    ) -> Result<crate::runtime::operator::OperatorSnapshot> {
+    ) -> Result<crate::state::operator::OperatorSnapshot> {
         let max_parallelism = self.max_parallelism;
         let state_rows =
             |rows: &[(usize, &[u8])]| state_rows_of(schema, (rows_of, key), rows, max_parallelism, positions);
@@ -269,7 +274,7 @@ impl KeyedRows {
             let part = decode_state_rows(&stored, &converter, entries, positions)?;
             Ok(part.map(|(rows, keys)| (rows, keys, false)).into_iter().collect())
         };
-        Ok(crate::runtime::operator::OperatorSnapshot {
+        Ok(crate::state::operator::OperatorSnapshot {
             deferred: self.spilled_delta(full, schema, state_rows, decode)?,
             ..Default::default()
         })
@@ -471,11 +476,7 @@ mod tests {
             budget: 1 << 20,
             dir: dir.path().to_path_buf(),
         };
-        let ctx = crate::runtime::TaskContext {
-            spill: Some(settings),
-            ..crate::runtime::TaskContext::standalone(1024)
-        };
-        let mut rows = KeyedRows::new(&[DataType::Int64], &ctx).unwrap();
+        let mut rows = KeyedRows::new(&[DataType::Int64], 128, Some(settings), false).unwrap();
         let keys = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
         let column: arrow::array::ArrayRef = std::sync::Arc::new(arrow::array::Int64Array::from(vec![1, 2]));
         let converted = keys.convert_columns(&[column]).unwrap();

@@ -21,7 +21,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::checkpoint::StateFile;
-use crate::state::key_group::{hash_rows, key_group};
+use crate::key_group::{hash_rows, key_group};
 use crate::{Error, Result};
 
 /// The key-group column of every state file.

@@ -53,7 +53,7 @@ pub const SWEEP: usize = 4096;
 
 /// Opens a store for an operator subtask with the spilling backend's
 /// `settings` in `slot`, unless one is open: a quarter of its share.
-pub fn open_once(slot: &mut Option<Store>, settings: &crate::runtime::operator::SpillSettings) -> Result<()> {
+pub fn open_once(slot: &mut Option<Store>, settings: &crate::state::operator::SpillSettings) -> Result<()> {
     if slot.is_none() {
         *slot = Some(Store::open(&settings.dir, settings.budget / 4)?);
     }
@@ -66,7 +66,7 @@ pub fn open_once(slot: &mut Option<Store>, settings: &crate::runtime::operator::
 /// interval join's store under a 32 MB budget (8M entries).
 pub fn open_once_for_ranges(
     slot: &mut Option<Store>,
-    settings: &crate::runtime::operator::SpillSettings,
+    settings: &crate::state::operator::SpillSettings,
 ) -> Result<()> {
     if slot.is_none() {
         *slot = Some(Store::open_with(&settings.dir, settings.budget / 4, false)?);

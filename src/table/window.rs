@@ -16,10 +16,10 @@ use datafusion_expr::{Expr, LogicalPlan};
 
 use super::Table;
 use super::expr::name_items;
-use crate::frontend::catalog::{PROCTIME, TIME_ATTRIBUTE_KEY};
 use crate::frontend::count_window::CountWindowNode;
 use crate::frontend::window_tvf::{WindowColumns, WindowTvfNode, time_attribute};
-use crate::operators::window::spec::{TvfWindow, WindowSpec};
+use crate::plan::window::{TvfWindow, WindowSpec};
+use crate::types::{PROCTIME, TIME_ATTRIBUTE_KEY};
 use crate::{Error, Result};
 
 /// A table grouped by keys ([`Table::group_by`]).

@@ -16,7 +16,7 @@ use chrono::NaiveDateTime;
 use crate::connectors::format::text::{TextStyle, format_column};
 use crate::frontend::catalog::TableDef;
 use crate::frontend::date_pattern::DatePattern;
-use crate::operators::window::spec::TimeShift;
+use crate::plan::window::TimeShift;
 use crate::{Error, Result};
 
 /// Flink's default for `partition.default-name`.

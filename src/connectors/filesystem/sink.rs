@@ -41,7 +41,7 @@ use crate::connectors::{SinkFactory, SinkWriter};
 use crate::frontend::catalog::TableDef;
 use crate::runtime::TaskContext;
 use crate::runtime::message::CheckpointId;
-use crate::runtime::operator::wall_clock_millis;
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
 
 /// When a part file is closed and a new one started.
@@ -444,7 +444,7 @@ fn hidden_part(name: &str) -> Option<(&str, usize)> {
     let (part, writer) = rest.split_once(".inprogress.")?;
     let subtask = part.get(37..)?.split('-').next()?.parse().ok()?; // after the uuid and its dash
     let (job, attempt) = writer.split_once('-')?;
-    let job = crate::runtime::job_id::JobId::parse(job)?;
+    let job = crate::ids::JobId::parse(job)?;
     attempt.parse::<u32>().ok()?;
     Some((&writer[..job.as_str().len()], subtask))
 }
@@ -666,7 +666,7 @@ mod tests {
     #[test]
     fn hidden_part_files_name_their_job_and_subtask() {
         let uuid = random_uuid();
-        let job = crate::runtime::job_id::JobId::new();
+        let job = crate::ids::JobId::new();
         let name = format!(".part-{uuid}-3-17.inprogress.{job}-2");
         assert_eq!(hidden_part(&name), Some((job.as_str(), 3)));
         assert_eq!(hidden_part(&format!("part-{uuid}-3-17")), None);

@@ -23,9 +23,8 @@ use arrow::util::display::FormatOptions;
 
 use super::text::{TextStyle, format_column};
 use super::unpanicked;
-use crate::connectors::parse_bool_option;
 use crate::frontend::catalog::TableDef;
-use crate::frontend::types::flink_type_name;
+use crate::types::flink_type_name;
 use crate::{Error, Result};
 
 /// The `csv.*` options of a table.
@@ -77,8 +76,8 @@ impl CsvOptions {
         Ok(CsvOptions {
             delimiter: single_byte(table, "csv.field-delimiter", b',')?,
             quote: single_byte(table, "csv.quote-character", b'"')?,
-            allow_comments: parse_bool_option(table, "csv.allow-comments", false)?,
-            ignore_parse_errors: parse_bool_option(table, "csv.ignore-parse-errors", false)?,
+            allow_comments: table.parse_bool_option("csv.allow-comments", false)?,
+            ignore_parse_errors: table.parse_bool_option("csv.ignore-parse-errors", false)?,
             null_literal: table.option("csv.null-literal").map(str::to_string),
         })
     }

@@ -16,7 +16,6 @@ use arrow::record_batch::RecordBatch;
 
 use super::text::{TextStyle, format_column};
 use super::unpanicked;
-use crate::connectors::parse_bool_option;
 use crate::frontend::catalog::TableDef;
 use crate::{Error, Result};
 
@@ -36,8 +35,8 @@ impl JsonOptions {
     /// Reads the options of a table.
     pub fn from_table(table: &TableDef) -> Result<Self> {
         Ok(JsonOptions {
-            ignore_parse_errors: parse_bool_option(table, "json.ignore-parse-errors", false)?,
-            fail_on_missing_field: parse_bool_option(table, "json.fail-on-missing-field", false)?,
+            ignore_parse_errors: table.parse_bool_option("json.ignore-parse-errors", false)?,
+            fail_on_missing_field: table.parse_bool_option("json.fail-on-missing-field", false)?,
         })
     }
 }

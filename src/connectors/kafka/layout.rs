@@ -13,7 +13,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use crate::changelog::RowKind;
 use crate::connectors::format::records::{RecordDecoder, RecordFormat};
 use crate::frontend::catalog::TableDef;
-use crate::frontend::types::flink_type_name;
+use crate::types::flink_type_name;
 use crate::{Error, Result};
 
 /// A Kafka record's metadata that a column can read.

@@ -202,9 +202,7 @@ impl RowEncoder {
             None => None,
         };
         let timestamps = match self.timestamp {
-            Some(i) => Some(crate::operators::watermark::to_epoch_millis(
-                batch.column(i).as_ref(),
-            )?),
+            Some(i) => Some(crate::time::to_epoch_millis(batch.column(i).as_ref())?),
             None => None,
         };
         Ok((0..batch.num_rows())

@@ -79,7 +79,7 @@ impl KafkaSourceFactory {
             fetch,
             layout: Arc::new(layout),
             partitions,
-            idle_timeout: crate::connectors::idle_timeout(table, config)?,
+            idle_timeout: table.idle_timeout(config)?,
             upsert_key,
         }))
     }

@@ -27,12 +27,12 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use self::generator::{
     DEFAULT_BASE_TIME_MS, EventBatchBuilder, GeneratorConfig, auction_fields, bid_fields, person_fields,
 };
-use super::{OptionSpec, parse_bool_option, parse_option};
+use super::OptionSpec;
 use crate::config::SessionConfig;
 use crate::frontend::catalog::TableDef;
-use crate::frontend::types::flink_type_name;
 use crate::runtime::source::CountedSplit;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
+use crate::types::flink_type_name;
 use crate::{Error, Result};
 
 const OPTIONS: OptionSpec = OptionSpec {
@@ -87,7 +87,7 @@ fn same_fields(x: &Fields, y: &Fields) -> bool {
 }
 
 fn positive(table: &TableDef, key: &str, default: u64) -> Result<u64> {
-    match parse_option::<u64>(table, key)? {
+    match table.parse_option::<u64>(key)? {
         Some(0) => Err(Error::sql(format!(
             "table '{}': '{key}' must be positive",
             table.name
@@ -190,11 +190,11 @@ fn parse(table: &TableDef) -> Result<Parsed> {
         hot_bidder_ratio: positive(table, "bid.hot-ratio.bidders", 4)?,
         hot_seller_ratio: positive(table, "auction.hot-ratio.sellers", 4)?,
     };
-    let events = match parse_option::<u64>(table, "events.num")? {
+    let events = match table.parse_option::<u64>("events.num")? {
         None | Some(0) => None,
         Some(n) => Some(n),
     };
-    let splits = match parse_option::<usize>(table, "splits")? {
+    let splits = match table.parse_option::<usize>("splits")? {
         Some(0) => {
             return Err(Error::sql(format!(
                 "table '{}': 'splits' must be positive",
@@ -206,7 +206,7 @@ fn parse(table: &TableDef) -> Result<Parsed> {
     Ok(Parsed {
         config,
         events,
-        rate_limited: parse_bool_option(table, "rate.limited", false)?,
+        rate_limited: table.parse_bool_option("rate.limited", false)?,
         splits,
     })
 }

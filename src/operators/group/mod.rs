@@ -28,7 +28,6 @@
 //!                    (per batch: keys, _delta, partial states)
 //! ```
 
-pub mod accumulator;
 mod spill;
 
 use std::sync::Arc;
@@ -40,18 +39,18 @@ use arrow::record_batch::RecordBatch;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use self::accumulator::{Count, Distinct, ListAgg, Ordered, Position, RetractAccumulator, Sum};
 use crate::changelog::{self, RowKind};
+use crate::frontend::accumulator::{RetractAccumulator, accumulator_for, state_fields};
 use crate::operators::groups::Groups;
 use crate::operators::key_store::KeyStore;
-use crate::operators::window::aggregate::Phase;
-use crate::plan::changelog::ChangelogRole;
+use crate::plan::window::Phase;
 use crate::runtime::message::CheckpointId;
-use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
+use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::incremental::{DeltaKind, upsert_delta};
 use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
 
 /// The plan of a non-windowed aggregation.
@@ -76,43 +75,11 @@ pub struct GroupAggregate {
     /// wall clock) is forgotten without a change being emitted, as Flink's
     /// state TTL does; when its key comes again it starts afresh (`+I`).
     pub state_ttl: Option<std::time::Duration>,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl GroupAggregate {
-    /// A one-line description for EXPLAIN, as Flink's.
-    pub fn describe(&self) -> String {
-        let keys: Vec<String> = self
-            .key_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let aggregates = self.aggregates.iter().map(|a| {
-            let name = a.human_display().unwrap_or_default();
-            if name.is_empty() || name == a.name() {
-                a.name().to_string()
-            } else {
-                format!("{name} AS {}", a.name())
-            }
-        });
-        let select: Vec<String> = keys.iter().cloned().chain(aggregates).collect();
-        let group_by = if keys.is_empty() {
-            String::new()
-        } else {
-            format!("groupBy=[{}], ", keys.join(", "))
-        };
-        let ttl = match self.state_ttl {
-            Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
-            None => String::new(),
-        };
-        let name = match self.phase {
-            Phase::Single => "GroupAggregate",
-            Phase::Local => "LocalGroupAggregate",
-            Phase::Global => "GlobalGroupAggregate",
-        };
-        format!("{name}({group_by}select=[{}]{ttl})", select.join(", "))
-    }
-
     /// Whether the input carries row kinds (so aggregates must retract).
     fn retracting(&self) -> bool {
         changelog::has_op(&self.aggregate_input)
@@ -160,117 +127,11 @@ impl GroupAggregate {
 /// The state column of when a group was last written, with a state TTL.
 const WRITTEN_COLUMN: &str = "_written";
 
-/// Every accumulator's state columns, each name prefixed by its position.
-fn state_fields(accumulators: &[Box<dyn RetractAccumulator>]) -> Vec<Field> {
-    accumulators
-        .iter()
-        .enumerate()
-        .flat_map(|(i, acc)| {
-            acc.state_fields()
-                .into_iter()
-                .map(move |f| f.clone().with_name(format!("{i}_{}", f.name())))
-        })
-        .collect()
-}
-
-/// The accumulator of one aggregate call; `input` is the schema its
-/// arguments are over.
-pub fn accumulator_for(
-    aggregate: &AggregateFunctionExpr,
-    input: &Schema,
-    retracting: bool,
-) -> Result<Box<dyn RetractAccumulator>> {
-    let function = aggregate.fun().name().to_ascii_lowercase();
-    let args = aggregate.expressions();
-    let argument = match args.first() {
-        Some(a) => Some(a.data_type(input)?),
-        None => None,
-    };
-    let output = aggregate.field().data_type().clone();
-    let typed = || {
-        argument
-            .clone()
-            .ok_or_else(|| Error::Plan(format!("{function} needs an argument")))
-    };
-    if !aggregate.order_bys().is_empty() {
-        return Err(Error::Plan(format!(
-            "{function}(... ORDER BY ...) is not supported in a non-windowed aggregation yet"
-        )));
-    }
-    let base: Box<dyn RetractAccumulator> = match function.as_str() {
-        "count" => Box::new(Count::new(
-            args.first().is_some_and(|a| is_non_null_literal(a.as_ref())),
-        )),
-        "sum" => Box::new(Sum::new(&typed()?, &output, false)?),
-        "avg" | "mean" => Box::new(Sum::new(&typed()?, &output, true)?),
-        "min" | "max" => accumulator::extreme(&typed()?, function == "max", retracting)?,
-        "first_value" => Box::new(Ordered::new(&typed()?, Position::First, retracting)?),
-        "last_value" => Box::new(Ordered::new(&typed()?, Position::Last, retracting)?),
-        "listagg" => Box::new(ListAgg::new(crate::frontend::listagg::separator(&args)?)),
-        other => {
-            return Err(Error::Plan(format!(
-                "the aggregate function {} is not supported in a non-windowed aggregation yet",
-                other.to_ascii_uppercase()
-            )));
-        }
-    };
-    if !aggregate.is_distinct() {
-        return Ok(base);
-    }
-    if args.len() != 1 {
-        return Err(Error::Plan(format!(
-            "{}(DISTINCT ...) takes one argument in a non-windowed aggregation",
-            function.to_ascii_uppercase()
-        )));
-    }
-    Ok(Box::new(Distinct::new(base, &typed()?)?))
-}
-
-/// True for a literal that is not NULL (`COUNT(*)` is `count(1)`).
-fn is_non_null_literal(e: &dyn PhysicalExpr) -> bool {
-    e.downcast_ref::<datafusion_physical_expr::expressions::Literal>()
-        .is_some_and(|l| !l.value().is_null())
-}
-
 /// The operator factory of a non-windowed aggregation.
 #[derive(Debug, Clone)]
 pub struct GroupAggregateFactory(pub Arc<GroupAggregate>);
 
 impl OperatorFactory for GroupAggregateFactory {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        match self.0.phase {
-            Phase::Local => ChangelogRole::Partial,
-            _ => ChangelogRole::Retracting,
-        }
-    }
-
-    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let input = inputs
-            .first()
-            .ok_or_else(|| Error::Internal("an operator without input".into()))?;
-        let a = &self.0;
-        let keys: Vec<_> = (0..a.keys.len())
-            .map(crate::operators::window::aggregate::GroupColumn::Key)
-            .collect();
-        let mut data = crate::plan::spec::encode_aggregation(
-            input,
-            &a.keys,
-            &a.key_schema,
-            &a.aggregate_input,
-            &a.aggregates,
-            &a.filters,
-            &keys,
-            &crate::operators::window::spec::TimeShift::Utc,
-        )?;
-        data.state_ttl_ms = a.state_ttl.map(|d| d.as_millis() as u64);
-        data.phase = Some(crate::plan::spec::phase_name(a.phase));
-        Ok(crate::plan::spec::NodeSpec::GroupAggregate(Box::new(data)))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let spec = self.0.clone();
         Ok(Box::new(GroupAggregateOperator {
@@ -825,7 +686,7 @@ impl GroupAggregateOperator {
 
 impl Operator for GroupAggregateOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -916,7 +777,7 @@ impl Operator for GroupAggregateOperator {
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         if let Some(rows) = &snapshot.rows {
-            let name = self.spec.describe();
+            let name = self.spec.name.clone();
             OperatorSnapshot::check_columns(rows, &self.spec.state_schema(&self.accumulators), &name)?;
             match self.spill.is_some() {
                 true => self.restore_spilled(rows)?,

@@ -551,7 +551,7 @@ fn spilled_groups_past_the_state_ttl_are_swept_from_the_store() {
     emitted(&mut h, &many_rows(20, 100, 1000));
     // A restart puts every group in the store.
     h.restart().unwrap();
-    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let later = crate::time::wall_clock_millis() + 2 * 3_600_000;
     for _ in 0..3 {
         h.processing_time(later).unwrap();
     }

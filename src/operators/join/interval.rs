@@ -25,15 +25,16 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
-use super::{JoinKind, key_rows, pair_matches};
+use super::{key_rows, pair_matches};
 use crate::Result;
-use crate::plan::changelog::ChangelogRole;
+use crate::plan::join::JoinKind;
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
-use crate::runtime::operator::{OperatorSnapshot, wall_clock_millis};
+use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows};
 use crate::state::store::{Entry, in_chunks};
+use crate::time::wall_clock_millis;
 
 mod delta;
 mod spill;
@@ -59,25 +60,11 @@ pub struct IntervalJoin {
     pub proctime: bool,
     /// Left columns then right ones.
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl IntervalJoin {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
-        format!(
-            "IntervalJoin(joinType=[{}], windowBounds=[isRowTime={}, leftLowerBound={}, leftUpperBound={}, \
-             leftTimeIndex={}, rightTimeIndex={}], where=[{}])",
-            self.kind.flink_name(),
-            !self.proctime,
-            self.lower,
-            self.upper,
-            self.times[0],
-            self.times[1],
-            conditions
-        )
-    }
-
     /// How far the output watermark is behind the input's (ms).
     fn delay(&self) -> i64 {
         (-self.lower).max(self.upper).max(0)
@@ -115,40 +102,6 @@ impl IntervalJoin {
 }
 
 impl OperatorFactory for IntervalJoin {
-    fn describe(&self) -> String {
-        IntervalJoin::describe(self)
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::InsertOnly
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::{encode_expr, encode_exprs};
-        let joined = super::joined_schema(&self.inputs);
-        Ok(crate::plan::spec::NodeSpec::IntervalJoin(Box::new(
-            crate::plan::spec::IntervalJoinData {
-                join: crate::plan::spec::JoinData {
-                    kind: self.kind,
-                    left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
-                    right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
-                    filter: self
-                        .filter
-                        .as_ref()
-                        .map(|f| encode_expr(f, &joined))
-                        .transpose()?,
-                    null_equal: false,
-                    unique_keys: [None, None],
-                    state_ttl_ms: None,
-                },
-                times: self.times,
-                lower: self.lower,
-                upper: self.upper,
-                proctime: self.proctime,
-            },
-        )))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         // Incremental checkpoints track changed keys (spilled: those in
         // memory, until a spill notes them for the next delta).
@@ -695,7 +648,7 @@ fn nulls(schema: &SchemaRef, n: usize) -> Vec<ArrayRef> {
 
 impl Operator for IntervalJoinOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -750,7 +703,7 @@ impl Operator for IntervalJoinOperator {
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
             Some(merged) => self.restore(merged),
             None => Ok(()),
         }
@@ -758,12 +711,12 @@ impl Operator for IntervalJoinOperator {
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         if !self.spec.proctime {
-            self.watermark = snapshot.watermark(&self.spec.describe())?;
+            self.watermark = snapshot.watermark(&self.spec.name)?;
         }
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.name)?;
         // A chunk at a time: with the spilling backend, memory goes to the
         // store whenever it holds more than its share.
         for chunk in in_chunks(rows) {

@@ -35,8 +35,8 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
-use super::{JoinKind, key_rows, pair_matches};
-use crate::plan::changelog::ChangelogRole;
+use super::{key_rows, pair_matches};
+use crate::plan::join::JoinKind;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -63,31 +63,11 @@ pub struct LookupJoin {
     /// A regular join planned with its small bounded side broadcast, not a
     /// `FOR SYSTEM_TIME AS OF` lookup join.
     pub broadcast: bool,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl LookupJoin {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let keys = match self.table_side {
-            0 => [self.keys[1].clone(), self.keys[0].clone()],
-            _ => self.keys.clone(),
-        };
-        let conditions = super::condition_text(&keys, self.filter.as_ref());
-        match self.broadcast {
-            false => format!(
-                "LookupJoin(joinType=[{}], where=[{}])",
-                self.kind.flink_name(),
-                conditions
-            ),
-            true => format!(
-                "BroadcastJoin(joinType=[{}], where=[{}], broadcast=[{}])",
-                self.kind.flink_name(),
-                conditions,
-                ["left", "right"][self.table_side]
-            ),
-        }
-    }
-
     /// The SQL join's inputs in its order (left, right).
     fn sql_inputs(&self) -> [SchemaRef; 2] {
         match self.table_side {
@@ -117,45 +97,8 @@ impl LookupJoin {
 }
 
 impl OperatorFactory for LookupJoin {
-    fn describe(&self) -> String {
-        LookupJoin::describe(self)
-    }
-
     fn replayed_inputs(&self) -> Vec<usize> {
         vec![1]
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        match crate::changelog::has_op(&self.schema) {
-            // A broadcast outer or anti join keeps the regular join's mode.
-            true => ChangelogRole::Retracting,
-            false => ChangelogRole::InsertOnly,
-        }
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::{encode_expr, encode_exprs};
-        let joined = super::joined_schema(&self.sql_inputs());
-        let data = Box::new(crate::plan::spec::JoinData {
-            kind: self.kind,
-            left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
-            right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
-            filter: self
-                .filter
-                .as_ref()
-                .map(|f| encode_expr(f, &joined))
-                .transpose()?,
-            null_equal: false,
-            unique_keys: [None, None],
-            state_ttl_ms: None,
-        });
-        Ok(match self.broadcast {
-            false => crate::plan::spec::NodeSpec::LookupJoin(data),
-            true => crate::plan::spec::NodeSpec::BroadcastJoin {
-                join: data,
-                table_side: self.table_side,
-            },
-        })
     }
 
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
@@ -322,7 +265,7 @@ impl LookupJoinOperator {
 
 impl Operator for LookupJoinOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -368,10 +311,10 @@ impl Operator for LookupJoinOperator {
         let Some(rows) = snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(&rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(&rows, &self.spec.state_schema(), &self.spec.name)?;
         let columns = rows.columns()[1..].to_vec();
         let batch = RecordBatch::try_new(self.spec.inputs[0].clone(), columns)
-            .map_err(|e| Error::State(format!("{}: waiting rows: {e}", self.spec.describe())))?;
+            .map_err(|e| Error::State(format!("{}: waiting rows: {e}", self.spec.name.clone())))?;
         self.waiting.push(batch);
         Ok(())
     }

@@ -34,12 +34,10 @@ use arrow::datatypes::{DataType, Field, Int8Type, Int64Type, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_physical_expr::PhysicalExpr;
-use serde::{Deserialize, Serialize};
 
-use self::state::{Bucket, Emit, Layout, SideState, Tally, decide};
+use self::state::{Bucket, Emit, SideState, Tally, decide};
 use crate::changelog::{self, RowKind};
-use crate::operators::calc::expr_text;
-use crate::plan::changelog::ChangelogRole;
+use crate::plan::join::{JoinKind, Layout, joined_schema};
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -49,60 +47,6 @@ use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::state::store::SWEEP;
 use crate::{Error, Result};
-
-/// Which rows of a join without a match are kept, padded with nulls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JoinKind {
-    /// Neither side's.
-    Inner,
-    /// The left side's.
-    Left,
-    /// The right side's.
-    Right,
-    /// Both sides'.
-    Full,
-    /// Left rows that have a match (`IN`, `EXISTS`), left columns only.
-    Semi,
-    /// Left rows that have none (`NOT EXISTS`, `NOT IN`), left columns only.
-    Anti,
-}
-
-impl JoinKind {
-    /// Flink's name in EXPLAIN.
-    pub fn flink_name(self) -> &'static str {
-        match self {
-            JoinKind::Inner => "InnerJoin",
-            JoinKind::Left => "LeftOuterJoin",
-            JoinKind::Right => "RightOuterJoin",
-            JoinKind::Full => "FullOuterJoin",
-            JoinKind::Semi => "LeftSemiJoin",
-            JoinKind::Anti => "LeftAntiJoin",
-        }
-    }
-
-    /// Whether only the left columns come out.
-    pub fn is_semi_or_anti(self) -> bool {
-        matches!(self, JoinKind::Semi | JoinKind::Anti)
-    }
-
-    /// Whether side `side`'s rows count their matches: an outer side's,
-    /// and the left side of a semi or anti join.
-    pub fn counts_matches(self, side: usize) -> bool {
-        self.outer(side) || (self.is_semi_or_anti() && side == 0)
-    }
-
-    /// Whether side `side` (0: left, 1: right) keeps rows without a match.
-    pub fn outer(self, side: usize) -> bool {
-        match self {
-            JoinKind::Inner => false,
-            JoinKind::Left => side == 0,
-            JoinKind::Right => side == 1,
-            JoinKind::Full => true,
-            JoinKind::Semi | JoinKind::Anti => false,
-        }
-    }
-}
 
 /// A regular join of two inputs.
 #[derive(Debug, Clone)]
@@ -127,25 +71,11 @@ pub struct Join {
     /// `table.exec.state.ttl`: a row not written for this long (by the
     /// wall clock) is forgotten, as Flink's join state.
     pub state_ttl: Option<std::time::Duration>,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl Join {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let conditions = condition_text(&self.keys, self.filter.as_ref());
-        let ttl = match self.state_ttl {
-            Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
-            None => String::new(),
-        };
-        format!(
-            "Join(joinType=[{}], where=[{}], leftInputSpec=[{}], rightInputSpec=[{}]{ttl})",
-            self.kind.flink_name(),
-            conditions,
-            self.layout(0).flink_name(),
-            self.layout(1).flink_name()
-        )
-    }
-
     /// How side `side` keeps its rows, from what it is unique on: its join
     /// key (one row per join key), another key (one row per unique key), or
     /// nothing (a multiset), as Flink's `JoinInputSideSpec`.
@@ -193,37 +123,6 @@ impl Join {
 pub struct JoinFactory(pub Arc<Join>);
 
 impl OperatorFactory for JoinFactory {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        match self.0.kind {
-            JoinKind::Inner | JoinKind::Semi => ChangelogRole::Forwarding,
-            _ => ChangelogRole::Retracting,
-        }
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let join = &self.0;
-        let joined = joined_schema(&join.inputs);
-        Ok(crate::plan::spec::NodeSpec::Join(Box::new(
-            crate::plan::spec::JoinData {
-                kind: join.kind,
-                left_keys: crate::plan::codec::encode_exprs(&join.keys[0], &join.inputs[0])?,
-                right_keys: crate::plan::codec::encode_exprs(&join.keys[1], &join.inputs[1])?,
-                filter: join
-                    .filter
-                    .as_ref()
-                    .map(|f| crate::plan::codec::encode_expr(f, &joined))
-                    .transpose()?,
-                null_equal: join.null_equal,
-                unique_keys: join.unique_keys.clone(),
-                state_ttl_ms: join.state_ttl.map(|d| d.as_millis() as u64),
-            },
-        )))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let join = self.0.clone();
         Ok(Box::new(JoinOperator {
@@ -255,20 +154,6 @@ impl OperatorFactory for JoinFactory {
     fn can_spill(&self) -> bool {
         true
     }
-}
-
-/// `l = r AND ... AND filter`, as EXPLAIN shows a join's condition.
-pub(crate) fn condition_text(
-    keys: &[Vec<Arc<dyn PhysicalExpr>>; 2],
-    filter: Option<&Arc<dyn PhysicalExpr>>,
-) -> String {
-    keys[0]
-        .iter()
-        .zip(&keys[1])
-        .map(|(l, r)| format!("{} = {}", expr_text(l.as_ref()), expr_text(r.as_ref())))
-        .chain(filter.map(|f| expr_text(f.as_ref())))
-        .collect::<Vec<_>>()
-        .join(" AND ")
 }
 
 /// The key columns' types: the left's (the right's are cast to them);
@@ -313,16 +198,6 @@ pub(crate) fn concat_sides(sides: [Option<Vec<ArrayRef>>; 2]) -> Result<Option<V
         });
     }
     Ok(columns)
-}
-
-/// The left data columns then the right ones.
-pub fn joined_schema(inputs: &[SchemaRef; 2]) -> Schema {
-    Schema::new(
-        inputs
-            .iter()
-            .flat_map(|s| s.fields().iter().cloned())
-            .collect::<Vec<_>>(),
-    )
 }
 
 struct JoinOperator {
@@ -564,7 +439,7 @@ impl JoinOperator {
         let (keys, null_keys) = self.keys(side, &data)?;
         let rows = self.codec.rows_of[side].convert_columns(data.columns())?;
         self.load_spilled(&keys, null_keys.as_ref())?;
-        let now = crate::runtime::operator::wall_clock_millis();
+        let now = crate::time::wall_clock_millis();
         if let Some(ttl) = self.join.ttl_ms() {
             for i in 0..data.num_rows() {
                 self.sides
@@ -895,7 +770,7 @@ impl Emitted {
 
 impl Operator for JoinOperator {
     fn name(&self) -> String {
-        self.join.describe()
+        self.join.name.clone()
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -925,7 +800,7 @@ impl Operator for JoinOperator {
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if let Some(ttl) = self.join.ttl_ms() {
             // Expired rows are not saved.
-            let now = crate::runtime::operator::wall_clock_millis();
+            let now = crate::time::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
         if self.has_spilled() {
@@ -953,7 +828,7 @@ impl Operator for JoinOperator {
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.join.state_schema(), &self.join.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.join.state_schema(), &self.join.name)?;
         if self.spill.is_some() {
             return self.restore_spilled(rows);
         }
@@ -968,7 +843,7 @@ impl Operator for JoinOperator {
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         if full && let Some(ttl) = self.join.ttl_ms() {
             // Expired rows are not saved in a base.
-            let now = crate::runtime::operator::wall_clock_millis();
+            let now = crate::time::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
         if self.has_spilled() {

@@ -255,10 +255,7 @@ impl JoinOperator {
             return Ok(Vec::new());
         }
         let path = store.snapshot_run_path(runs)?;
-        let now = self
-            .join
-            .ttl_ms()
-            .map(|_| crate::runtime::operator::wall_clock_millis());
+        let now = self.join.ttl_ms().map(|_| crate::time::wall_clock_millis());
         let schema = self.join.state_schema();
         let codec = super::Codec::new(&self.join, self.max_parallelism)?;
         let widths = [0, 1].map(|side| self.sides[side].width);

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use thin_vec::ThinVec;
 
 use crate::changelog::RowKind;
+use crate::plan::join::Layout;
 use crate::state::keyed_map::KeyedMap;
 
 /// How often a stored row is there, and, on an outer side, how many rows of
@@ -259,47 +260,6 @@ pub type Key = smallvec::SmallVec<[u8; 16]>;
 /// Keys' bytes hashed with foldhash (std's SipHash was a fifth of a join's
 /// time; xxh3's streaming hasher as slow on short keys).
 pub type ByKey<V> = HashMap<Key, V, foldhash::fast::FixedState>;
-
-/// How a side's rows are kept, from what its input is unique on (Flink's
-/// `JoinInputSideSpec`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// The join key contains a unique key: at most one row per join key. A
-    /// new row replaces the key's row; a retraction clears it.
-    OneRowPerJoinKey,
-    /// The input has a unique key: one row per unique key, no copy counts.
-    /// A retraction takes away the row equal to it (for a consistent
-    /// changelog, the one of its unique key).
-    OneRowPerUniqueKey,
-    /// No unique key: a multiset. With `dedupe` (an updating side, whose rows
-    /// may be taken away), equal rows share an entry and count copies; an
-    /// insert-only side appends without looking.
-    Multiset {
-        /// Whether equal rows share an entry.
-        dedupe: bool,
-    },
-}
-
-impl Layout {
-    /// The layout of a side with `unique_key` (its columns), given its join
-    /// key columns and whether it updates.
-    pub fn of(unique_key: Option<&[usize]>, join_key: &[usize], updating: bool) -> Layout {
-        match unique_key {
-            Some(unique) if unique.iter().all(|u| join_key.contains(u)) => Layout::OneRowPerJoinKey,
-            Some(_) => Layout::OneRowPerUniqueKey,
-            None => Layout::Multiset { dedupe: updating },
-        }
-    }
-
-    /// Flink's name for it, as EXPLAIN shows (`leftInputSpec=[...]`).
-    pub fn flink_name(self) -> &'static str {
-        match self {
-            Layout::OneRowPerJoinKey => "JoinKeyContainsUniqueKey",
-            Layout::OneRowPerUniqueKey => "HasUniqueKey",
-            Layout::Multiset { .. } => "NoUniqueKey",
-        }
-    }
-}
 
 /// Expires `bucket`'s rows at `now` for `ttl`, noting `key` as changed
 /// when it lost any; whether it keeps rows.

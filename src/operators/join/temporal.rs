@@ -28,10 +28,10 @@ use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
 use super::state::{ByKey, Key};
-use super::{JoinKind, key_rows, pair_matches};
+use super::{key_rows, pair_matches};
 use crate::Result;
 use crate::changelog;
-use crate::plan::changelog::ChangelogRole;
+use crate::plan::join::JoinKind;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
@@ -58,21 +58,11 @@ pub struct TemporalJoin {
     pub times: [usize; 2],
     /// Stream columns then table columns.
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl TemporalJoin {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
-        format!(
-            "TemporalJoin(joinType=[{}], where=[{}], leftTimeIndex={}, rightTimeIndex={})",
-            self.kind.flink_name(),
-            conditions,
-            self.times[0],
-            self.times[1]
-        )
-    }
-
     fn key_types(&self) -> Result<Vec<DataType>> {
         super::key_types(&self.keys, &self.inputs[0])
     }
@@ -89,41 +79,6 @@ impl TemporalJoin {
 }
 
 impl OperatorFactory for TemporalJoin {
-    fn describe(&self) -> String {
-        TemporalJoin::describe(self)
-    }
-
-    /// Takes the versioned side's updates (they make versions), emits inserts.
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::Partial
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::{encode_expr, encode_exprs};
-        let joined = super::joined_schema(&self.inputs);
-        Ok(crate::plan::spec::NodeSpec::TemporalJoin(Box::new(
-            crate::plan::spec::IntervalJoinData {
-                join: crate::plan::spec::JoinData {
-                    kind: self.kind,
-                    left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
-                    right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
-                    filter: self
-                        .filter
-                        .as_ref()
-                        .map(|f| encode_expr(f, &joined))
-                        .transpose()?,
-                    null_equal: false,
-                    unique_keys: [None, None],
-                    state_ttl_ms: None,
-                },
-                times: self.times,
-                lower: 0,
-                upper: 0,
-                proctime: false,
-            },
-        )))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(TemporalJoinOperator {
             rows_of: super::row_converters(&self.inputs)?,
@@ -621,7 +576,7 @@ fn side_columns(
 
 impl Operator for TemporalJoinOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
@@ -663,20 +618,20 @@ impl Operator for TemporalJoinOperator {
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
             Some(merged) => self.restore(merged),
             None => Ok(()),
         }
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.watermark = snapshot.watermark(&self.spec.describe())?;
+        self.watermark = snapshot.watermark(&self.spec.name)?;
         // Saved versions were dropped at that watermark.
         self.compacted = self.watermark;
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.name)?;
         // A chunk at a time: with the spilling backend, memory goes to the
         // store whenever it holds more than its share.
         for chunk in in_chunks(rows) {

@@ -453,7 +453,7 @@ fn explain_names_a_side_unique_on_its_join_key_as_flink_does() {
         engine.sql(statement).unwrap();
     }
     let plan = engine
-        .stream_plan(
+        .plan(
             "INSERT INTO counts SELECT c.k, c.n, r.k, b FROM \
              (SELECT k, COUNT(*) AS n FROM l GROUP BY k) c JOIN r ON c.k = r.k",
         )
@@ -461,7 +461,7 @@ fn explain_names_a_side_unique_on_its_join_key_as_flink_does() {
     let join = plan
         .nodes
         .iter()
-        .map(|n| n.kind.describe())
+        .map(|n| n.name.clone())
         .find(|d| d.starts_with("Join("))
         .unwrap();
     assert!(
@@ -793,7 +793,7 @@ fn spilled_join_rows_past_the_state_ttl_are_swept_from_the_store() {
         .spilling(16 * 1024, dir.path())
         .unwrap();
     joined(&mut h, &both_sides(20, 50, 950));
-    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let later = crate::time::wall_clock_millis() + 2 * 3_600_000;
     for _ in 0..3 {
         h.processing_time(later).unwrap();
     }
@@ -810,7 +810,7 @@ fn the_state_ttl_sweeps_a_slice_of_the_rows_per_tick_and_all_of_them_in_half_the
     h.push_to(0, &rows.join("\n")).unwrap();
     h.snapshot_delta(true).unwrap();
     // Sweeps see the rows expired, as two hours later.
-    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let later = crate::time::wall_clock_millis() + 2 * 3_600_000;
     let deleted = |h: &mut Harness| h.snapshot_delta(false).unwrap().map_or(0, |d| d.num_rows());
     h.processing_time(later).unwrap();
     let first = deleted(&mut h);

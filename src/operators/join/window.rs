@@ -22,9 +22,9 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
-use super::{JoinKind, key_rows, pair_matches};
+use super::{key_rows, pair_matches};
 use crate::Result;
-use crate::plan::changelog::ChangelogRole;
+use crate::plan::join::JoinKind;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::OperatorSnapshot;
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
@@ -50,19 +50,11 @@ pub struct WindowJoin {
     pub ends: [usize; 2],
     /// The output (left columns, then right ones unless semi or anti).
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl WindowJoin {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let conditions = super::condition_text(&self.keys, self.filter.as_ref());
-        format!(
-            "WindowJoin(joinType=[{}], where=[{}])",
-            self.kind.flink_name(),
-            conditions
-        )
-    }
-
     fn key_types(&self) -> Result<Vec<DataType>> {
         super::key_types(&self.keys, &self.inputs[0])
     }
@@ -75,37 +67,6 @@ impl WindowJoin {
 }
 
 impl OperatorFactory for WindowJoin {
-    fn describe(&self) -> String {
-        WindowJoin::describe(self)
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        ChangelogRole::InsertOnly
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::{encode_expr, encode_exprs};
-        let joined = super::joined_schema(&self.inputs);
-        Ok(crate::plan::spec::NodeSpec::WindowJoin(Box::new(
-            crate::plan::spec::WindowJoinData {
-                join: crate::plan::spec::JoinData {
-                    kind: self.kind,
-                    left_keys: encode_exprs(&self.keys[0], &self.inputs[0])?,
-                    right_keys: encode_exprs(&self.keys[1], &self.inputs[1])?,
-                    filter: self
-                        .filter
-                        .as_ref()
-                        .map(|f| encode_expr(f, &joined))
-                        .transpose()?,
-                    null_equal: false,
-                    unique_keys: [None, None],
-                    state_ttl_ms: None,
-                },
-                ends: self.ends,
-            },
-        )))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(WindowJoinOperator {
             rows_of: super::row_converters(&self.inputs)?,
@@ -331,7 +292,7 @@ fn take_all(columns: &[ArrayRef], indices: &UInt32Array) -> Result<Vec<ArrayRef>
 
 impl Operator for WindowJoinOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, _out: &mut Output) -> Result<()> {
@@ -395,7 +356,7 @@ impl Operator for WindowJoinOperator {
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
         let mut least: Option<Timestamp> = None;
         for snapshot in snapshots {
-            let w = snapshot.watermark(&self.spec.describe())?;
+            let w = snapshot.watermark(&self.spec.name)?;
             least = Some(least.map_or(w, |l| l.min(w)));
             self.restore(snapshot)?;
         }
@@ -408,12 +369,12 @@ impl Operator for WindowJoinOperator {
     /// The watermark first: a row of a window that fired before the
     /// snapshot (an incremental chain still holds those) is late.
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        let watermark = snapshot.watermark(&self.spec.describe())?;
+        let watermark = snapshot.watermark(&self.spec.name)?;
         self.watermark = watermark;
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.name)?;
         let widths = [
             self.spec.inputs[0].fields().len(),
             self.spec.inputs[1].fields().len(),

@@ -13,7 +13,7 @@
 //!
 //! Each partition is a group of retractable accumulators (those of the
 //! non-windowed aggregation): a row entering is added; for a bounded frame
-//! the rows that fall out of it are taken away ([`frame::Frame::leaving`]),
+//! the rows that fall out of it are taken away ([`Frame::leaving`]),
 //! which is why the rows of a bounded frame are kept. Rows enter in steps,
 //! at most one unit (a row, or a RANGE's peers) per partition per step, so
 //! each accumulator call covers many partitions.
@@ -22,7 +22,6 @@
 //!  input ──HASH[partition]──► OverAggregate(... window=[ROWS BETWEEN 10 PRECEDING AND CURRENT ROW]) ──► row + aggregates
 //! ```
 
-pub mod frame;
 pub mod retract;
 mod spill;
 mod state;
@@ -40,13 +39,13 @@ use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::Result;
-use crate::operators::group::accumulator::RetractAccumulator;
-use crate::plan::changelog::ChangelogRole;
+use crate::frontend::accumulator::RetractAccumulator;
+use crate::plan::frame::Frame;
 use crate::runtime::message::{CheckpointId, Timestamp};
-use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
 use crate::state::memory_guess::SpillsWhenFull;
-pub use frame::Frame;
+use crate::time::wall_clock_millis;
 
 /// An OVER aggregation: partition, order, frame, aggregates.
 #[derive(Debug, Clone)]
@@ -67,30 +66,11 @@ pub struct OverAggregate {
     /// The input's columns, then one per aggregate (and the op column when
     /// the input updates).
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl OverAggregate {
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let partition: Vec<String> = self.partition.iter().map(|e| e.to_string()).collect();
-        let order = match self.time {
-            Some(i) => format!("{} ASC", self.input.field(i).name()),
-            None => "PROCTIME ASC".to_string(),
-        };
-        let aggregates: Vec<String> = self
-            .aggregates
-            .iter()
-            .map(|a| a.human_display().unwrap_or(a.name()).to_string())
-            .collect();
-        format!(
-            "{}OverAggregate(partitionBy=[{}], orderBy=[{order}], window=[{}], select=[*, {}])",
-            if self.retract { "Retract" } else { "" },
-            partition.join(", "),
-            self.frame.describe(),
-            aggregates.join(", ")
-        )
-    }
-
     /// Every aggregate's arguments, one after another.
     fn arguments(&self) -> Vec<Arc<dyn PhysicalExpr>> {
         self.aggregates.iter().flat_map(|a| a.expressions()).collect()
@@ -99,7 +79,7 @@ impl OverAggregate {
     fn accumulators(&self) -> Result<Vec<Box<dyn RetractAccumulator>>> {
         self.aggregates
             .iter()
-            .map(|a| crate::operators::group::accumulator_for(a, &self.input, self.frame.bounded()))
+            .map(|a| crate::frontend::accumulator::accumulator_for(a, &self.input, self.frame.bounded()))
             .collect()
     }
 }
@@ -120,34 +100,6 @@ fn converter(exprs: &[Arc<dyn PhysicalExpr>], schema: &Schema) -> Result<RowConv
 }
 
 impl OperatorFactory for OverAggregate {
-    fn describe(&self) -> String {
-        OverAggregate::describe(self)
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        match self.retract {
-            true => ChangelogRole::Retracting,
-            false => ChangelogRole::InsertOnly,
-        }
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::{encode_aggregate, encode_exprs};
-        Ok(crate::plan::spec::NodeSpec::OverAggregate(Box::new(
-            crate::plan::spec::OverData {
-                partition: encode_exprs(&self.partition, &self.input)?,
-                time: self.time,
-                frame: self.frame,
-                retract: self.retract,
-                aggregates: self
-                    .aggregates
-                    .iter()
-                    .map(|a| encode_aggregate(a, &self.input))
-                    .collect::<Result<_>>()?,
-            },
-        )))
-    }
-
     fn can_spill(&self) -> bool {
         true
     }
@@ -411,7 +363,7 @@ impl OverOperator {
             let parts: Vec<&dyn arrow::array::Array> = results.iter().map(|(_, r)| r[a].as_ref()).collect();
             let values = arrow::compute::concat(&parts)?;
             let field: &Field = self.spec.schema.field(data.num_columns() + a);
-            columns.push(crate::operators::group::accumulator::to_output(
+            columns.push(crate::frontend::accumulator::to_output(
                 &values,
                 field.data_type(),
             )?);
@@ -423,7 +375,7 @@ impl OverOperator {
 
 impl Operator for OverOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -478,7 +430,7 @@ impl Operator for OverOperator {
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.watermark = self.watermark.max(snapshot.watermark(&self.spec.describe())?);
+        self.watermark = self.watermark.max(snapshot.watermark(&self.spec.name)?);
         match &snapshot.rows {
             Some(rows) => self.restore_rows(rows),
             None => Ok(()),
@@ -486,9 +438,9 @@ impl Operator for OverOperator {
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
             Some(merged) => {
-                self.watermark = merged.watermark(&self.spec.describe())?;
+                self.watermark = merged.watermark(&self.spec.name)?;
                 match &merged.rows {
                     Some(rows) => self.restore_rows(rows),
                     None => Ok(()),

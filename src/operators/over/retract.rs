@@ -24,9 +24,10 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 
-use super::{Frame, OverAggregate, converter, evaluate};
+use super::{OverAggregate, converter, evaluate};
 use crate::changelog::{self, RowKind};
-use crate::operators::group::accumulator::RetractAccumulator;
+use crate::frontend::accumulator::RetractAccumulator;
+use crate::plan::frame::Frame;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::runtime::{Operator, Output};
@@ -313,7 +314,7 @@ impl RetractOverOperator {
         for (k, result) in results.iter().enumerate() {
             let taken = arrow::compute::take(result, &indices, None)?;
             let field: &Field = self.spec.schema.field(width + k);
-            columns.push(crate::operators::group::accumulator::to_output(
+            columns.push(crate::frontend::accumulator::to_output(
                 &taken,
                 field.data_type(),
             )?);
@@ -349,7 +350,7 @@ impl RetractOverOperator {
 
 impl Operator for RetractOverOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -415,7 +416,7 @@ impl Operator for RetractOverOperator {
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.state_schema(), &self.spec.name)?;
         for chunk in crate::state::store::in_chunks(rows) {
             self.restore_chunk(&chunk)?;
             self.spill_if_over()?;
@@ -452,7 +453,7 @@ impl RetractOverOperator {
     /// backend, a partition's stored rows read first).
     fn restore_chunk(&mut self, rows: &RecordBatch) -> Result<()> {
         let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..].to_vec())
-            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
+            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.name.clone())))?;
         let keys = self.partition_keys(&data)?;
         self.load_partitions(keys.as_ref(), data.num_rows())?;
         let times = crate::operators::join::window::millis(data.column(self.time_column()?))?;

@@ -279,7 +279,7 @@ pub(super) fn cast_all(columns: Vec<ArrayRef>, schema: &Schema) -> Result<Vec<Ar
 /// Restores the rows of [`rows`] (this subtask's key groups).
 pub(super) fn restore(op: &mut OverOperator, rows: &RecordBatch) -> Result<()> {
     let schema = schema(&op.spec)?;
-    crate::runtime::operator::OperatorSnapshot::check_columns(rows, &schema, &op.spec.describe())?;
+    crate::runtime::operator::OperatorSnapshot::check_columns(rows, &schema, &op.spec.name)?;
     let layout = layout(&op.spec)?;
     let (k, i, a) = (layout.keys.len(), layout.input.len(), layout.args.len());
     // Rows in (role, seq) order: frames keep their order.
@@ -352,7 +352,7 @@ pub(super) fn restore(op: &mut OverOperator, rows: &RecordBatch) -> Result<()> {
         if times.is_null(*r) {
             return Err(Error::State(format!(
                 "{}: a waiting row without a time",
-                op.spec.describe()
+                op.spec.name.clone()
             )));
         }
         op.seq += 1;

@@ -38,7 +38,7 @@ use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
 use crate::changelog::{self, RowKind};
-use crate::plan::changelog::ChangelogRole;
+use crate::plan::rank::RankType;
 use crate::runtime::message::{CheckpointId, Timestamp};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
@@ -48,7 +48,7 @@ use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
 use crate::state::store::SWEEP;
 use crate::{Error, Result};
-pub use changes::{Change, RankType};
+pub use changes::Change;
 
 /// A TopN: which rows, by what order, which ranks.
 #[derive(Debug, Clone)]
@@ -84,6 +84,8 @@ pub struct TopN {
     pub input: SchemaRef,
     /// The input's columns, the rank (`UInt64`) when output, and the op column.
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl TopN {
@@ -109,45 +111,6 @@ impl TopN {
         self.state_ttl.map(|t| t.as_millis() as i64)
     }
 
-    /// The text EXPLAIN shows.
-    pub fn describe(&self) -> String {
-        let names = |exprs: Vec<String>| exprs.join(", ");
-        let key = names(self.partition.iter().map(|e| e.to_string()).collect());
-        if let (Some(last), (1, 1)) = (self.arrival, (self.start, self.end)) {
-            let ttl = match self.state_ttl {
-                Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
-                None => String::new(),
-            };
-            return format!(
-                "Deduplicate(keep=[{}], key=[{key}], order=[PROCTIME]{ttl})",
-                if last { "LastRow" } else { "FirstRow" },
-            );
-        }
-        let order = self
-            .order
-            .iter()
-            .map(|(e, o)| format!("{e} {}", if o.descending { "DESC" } else { "ASC" }))
-            .collect();
-        let (node, strategy) = match (self.window_end, self.retract) {
-            (Some(_), _) => ("WindowRank(", String::new()),
-            (None, true) => ("Rank(", "strategy=[RetractStrategy], ".to_string()),
-            (None, false) => ("Rank(", "strategy=[AppendFastStrategy], ".to_string()),
-        };
-        let ttl = match self.state_ttl {
-            Some(ttl) => format!(", stateTtl=[{} ms]", ttl.as_millis()),
-            None => String::new(),
-        };
-        format!(
-            "{node}{strategy}rankType=[{}], rankRange=[rankStart={}, rankEnd={}], \
-             partitionBy=[{key}], orderBy=[{}], select=[*{}]{ttl})",
-            self.rank_type.name(),
-            self.start,
-            self.end,
-            names(order),
-            if self.rank_output { ", w0$o0" } else { "" }
-        )
-    }
-
     /// `_key_group`, the input's columns, `_position` (0-based rank), and
     /// with a state TTL `_written` (when the partition was last written, ms).
     fn state_schema(&self) -> SchemaRef {
@@ -169,35 +132,6 @@ impl TopN {
 }
 
 impl OperatorFactory for TopN {
-    fn describe(&self) -> String {
-        TopN::describe(self)
-    }
-
-    fn changelog_role(&self) -> ChangelogRole {
-        match self.insert_only() {
-            true => ChangelogRole::InsertOnly,
-            false => ChangelogRole::Retracting,
-        }
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        use crate::plan::codec::encode_exprs;
-        Ok(crate::plan::spec::NodeSpec::TopN(Box::new(
-            crate::plan::spec::TopNData {
-                partition: encode_exprs(&self.partition, &self.input)?,
-                order: crate::plan::codec::encode_sort_keys(&self.order, &self.input)?,
-                rank_type: self.rank_type,
-                start: self.start,
-                end: self.end,
-                rank_output: self.rank_output,
-                arrival: self.arrival,
-                retract: self.retract,
-                window_end: self.window_end,
-                state_ttl_ms: self.state_ttl.map(|d| d.as_millis() as u64),
-            },
-        )))
-    }
-
     fn can_spill(&self) -> bool {
         true
     }
@@ -586,7 +520,7 @@ impl TopNOperator {
     fn restored(&mut self, rows: &RecordBatch) -> Result<Restored> {
         let width = self.spec.input.fields().len();
         let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..1 + width].to_vec())
-            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.describe())))?;
+            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.name.clone())))?;
         Ok(Restored {
             partitions: self.partition_keys(&data)?,
             ends: self.window_ends(&data)?,
@@ -638,7 +572,7 @@ impl TopNOperator {
 
 impl Operator for TopNOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -655,7 +589,7 @@ impl Operator for TopNOperator {
             self.load_spilled(&keys)?;
         }
         let mut changes = Vec::new();
-        let now = crate::runtime::operator::wall_clock_millis();
+        let now = crate::time::wall_clock_millis();
         for (i, end) in ends.into_iter().enumerate() {
             let Some(end) = end else { continue };
             let partition = partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
@@ -809,12 +743,12 @@ impl Operator for TopNOperator {
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
         if self.spec.window_end.is_some() {
-            self.watermark = snapshot.watermark(&self.spec.describe())?;
+            self.watermark = snapshot.watermark(&self.spec.name)?;
         }
         let Some(rows) = &snapshot.rows else {
             return Ok(());
         };
-        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, &self.spec.state_schema(), &self.spec.name)?;
         if self
             .spill
             .as_ref()
@@ -873,7 +807,7 @@ impl Operator for TopNOperator {
             }
             return Ok(());
         }
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
             Some(merged) => self.restore(merged),
             None => Ok(()),
         }

@@ -686,7 +686,7 @@ fn one_bid_each(keys: usize) -> String {
 fn the_state_ttl_sweeps_a_slice_of_the_partitions_per_tick_and_all_of_them_in_half_the_ttl() {
     let mut h = top2_with_ttl("1 h");
     h.push(&one_bid_each(20_000)).unwrap();
-    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let later = crate::time::wall_clock_millis() + 2 * 3_600_000;
     let kept = |h: &mut Harness| {
         h.snapshot_only()
             .unwrap()
@@ -713,7 +713,7 @@ fn spilled_partitions_past_the_state_ttl_are_swept_from_the_store() {
         h.push(&batch).unwrap();
     }
     assert!(stored_under(dir.path()));
-    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let later = crate::time::wall_clock_millis() + 2 * 3_600_000;
     for minute in 0..3 {
         h.processing_time(later + minute * 60_000).unwrap();
     }
@@ -862,7 +862,7 @@ fn a_delta_of_a_spilled_top_n_deletes_the_partitions_the_state_ttl_swept_from_th
         h.push(&batch).unwrap();
     }
     let base = h.snapshot_delta(true).unwrap().expect("a base");
-    let later = crate::runtime::operator::wall_clock_millis() + 2 * 3_600_000;
+    let later = crate::time::wall_clock_millis() + 2 * 3_600_000;
     for minute in 0..3 {
         h.processing_time(later + minute * 60_000).unwrap();
     }

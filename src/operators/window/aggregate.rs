@@ -1,6 +1,6 @@
 //! Window aggregation: GROUP BY keys within TUMBLE, HOP and CUMULATE windows.
 //!
-//! Rows are aggregated into *slices* (see [`super::spec`]): each row updates the
+//! Rows are aggregated into *slices* (see [`crate::plan::window`]): each row updates the
 //! DataFusion accumulators of exactly one slice, whatever the number of windows
 //! it belongs to. A window fires when the watermark reaches its end - 1 ms: a
 //! window of one slice is evaluated directly; otherwise the states of its slices
@@ -27,51 +27,21 @@ use datafusion_functions_aggregate_common::aggregate::groups_accumulator::Groups
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use super::spec::{TimeShift, WindowSpec};
 use crate::operators::groups::Groups;
-use crate::operators::watermark::to_epoch_millis;
+use crate::plan::window::{GroupColumn, Phase, TimeShift, WindowProperty, WindowSpec};
 use crate::runtime::message::{CheckpointId, MAX_WATERMARK, MIN_WATERMARK};
-use crate::runtime::operator::{OperatorSnapshot, TaskMetrics, wall_clock_millis};
+use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::incremental::DeltaKind;
 use crate::state::snapshot::{
     concat_by_key_group, key_groups, schema_signature, state_rows, window_state_schema,
 };
+use crate::time::to_epoch_millis;
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
 
 mod spill;
 use spill::Spill;
-
-/// Where in the two-phase scheme an aggregation runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Raw rows in, final rows out.
-    Single,
-    /// Raw rows in, partial states per slice out (before the exchange).
-    Local,
-    /// Partial states in, final rows out (after the exchange).
-    Global,
-}
-
-/// A window column of the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowProperty {
-    /// `window_start`.
-    Start,
-    /// `window_end`.
-    End,
-    /// `window_time` (= end - 1 ms).
-    Time,
-}
-
-/// A grouping column of the output, in GROUP BY order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupColumn {
-    /// The i-th grouping key.
-    Key(usize),
-    /// A window column.
-    Window(WindowProperty),
-}
 
 /// The plan of a window aggregation; creates one operator per subtask.
 #[derive(Debug)]
@@ -104,6 +74,8 @@ pub struct WindowAggregate {
     pub group_columns: Vec<GroupColumn>,
     /// Output schema.
     pub output_schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl WindowAggregate {
@@ -143,63 +115,9 @@ impl WindowAggregate {
 #[derive(Debug, Clone)]
 pub struct WindowAggregateFactory(pub Arc<WindowAggregate>);
 
-impl WindowAggregate {
-    /// A one-line description for EXPLAIN.
-    pub fn describe(&self) -> String {
-        let name = match self.phase {
-            Phase::Single => "WindowAggregate",
-            Phase::Local => "LocalWindowAggregate",
-            Phase::Global => "GlobalWindowAggregate",
-        };
-        let keys: Vec<String> = self
-            .key_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let aggs: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
-        let group_by = if keys.is_empty() {
-            String::new()
-        } else {
-            format!(", groupBy=[{}]", keys.join(", "))
-        };
-        format!(
-            "{name}(window=[{}], time=[{}]{group_by}, aggregates=[{}])",
-            self.window,
-            self.time_name,
-            aggs.join(", ")
-        )
-    }
-}
+impl WindowAggregate {}
 
 impl OperatorFactory for WindowAggregateFactory {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let input = inputs
-            .first()
-            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
-        let a = &self.0;
-        let mut data = crate::plan::spec::encode_aggregation(
-            input,
-            &a.keys,
-            &a.key_schema,
-            &a.aggregate_input,
-            &a.aggregates,
-            &a.filters,
-            &a.group_columns,
-            &a.shift,
-        )?;
-        data.phase = Some(crate::plan::spec::phase_name(a.phase));
-        data.window = Some(a.window.into());
-        data.time_name = a.time_name.clone();
-        data.time_index = a.time_index;
-        data.processing_time = a.processing_time;
-        Ok(crate::plan::spec::NodeSpec::WindowAggregate(Box::new(data)))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let spec = self.0.clone();
         let state_widths = spec.state_widths()?;
@@ -863,7 +781,7 @@ impl WindowAggregateOperator {
 
 impl Operator for WindowAggregateOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
@@ -946,14 +864,14 @@ impl Operator for WindowAggregateOperator {
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
             Some(merged) => self.restore(merged),
             None => Ok(()),
         }
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        let name = self.spec.describe();
+        let name = self.spec.name.clone();
         self.watermark = snapshot.watermark(&name)?;
         if let Some(rows) = &snapshot.rows {
             OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &name)?;

@@ -10,10 +10,10 @@ use arrow::compute::take;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::spec::{TimeShift, WindowSpec};
-use crate::operators::watermark::to_epoch_millis;
-use crate::runtime::operator::wall_clock_millis;
+use crate::plan::window::{TimeShift, WindowSpec};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext};
+use crate::time::to_epoch_millis;
+use crate::time::wall_clock_millis;
 use crate::{Error, Result};
 
 /// Appends window columns, one output row per (row, window).
@@ -31,30 +31,11 @@ pub struct WindowAssign {
     pub processing_time: bool,
     /// Input columns and the three window columns.
     pub schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl OperatorFactory for WindowAssign {
-    fn keeps_no_rows(&self) -> bool {
-        true
-    }
-
-    fn spec(&self, _inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        Ok(crate::plan::spec::NodeSpec::WindowAssign {
-            window: self.window.into(),
-            shift: (&self.shift).into(),
-            time_index: self.time_index,
-            time_name: self.time_name.clone(),
-            processing_time: self.processing_time,
-        })
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "WindowTableFunction(window=[{}], time=[{}])",
-            self.window, self.time_name
-        )
-    }
-
     fn create(&self, _ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(self.clone()))
     }
@@ -62,7 +43,7 @@ impl OperatorFactory for WindowAssign {
 
 impl Operator for WindowAssign {
     fn name(&self) -> String {
-        OperatorFactory::describe(self)
+        self.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {

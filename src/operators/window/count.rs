@@ -114,30 +114,14 @@ pub struct CountWindowAggregate {
     pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
     /// Output: the keys, then the aggregates.
     pub output_schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl CountWindowAggregate {
     /// `_key_group`, `_window`, `_count`, keys, states.
     fn state_schema(&self) -> Result<SchemaRef> {
         window_state_schema(&["_window", "_count"], &self.key_schema, &self.aggregates)
-    }
-
-    /// A one-line description for EXPLAIN.
-    pub fn describe(&self) -> String {
-        let keys: Vec<String> = (self.key_schema.fields().iter())
-            .map(|f| f.name().clone())
-            .collect();
-        let aggregates: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
-        let window = match self.size == self.slide {
-            true => format!("TUMBLE({} rows)", self.size),
-            false => format!("SLIDE({} rows, every {})", self.size, self.slide),
-        };
-        format!(
-            "CountWindowAggregate(window=[{window}], time=[{}], groupBy=[{}], aggregates=[{}])",
-            self.time_name,
-            keys.join(", "),
-            aggregates.join(", ")
-        )
     }
 }
 
@@ -146,34 +130,6 @@ impl CountWindowAggregate {
 pub struct CountWindowAggregateFactory(pub Arc<CountWindowAggregate>);
 
 impl OperatorFactory for CountWindowAggregateFactory {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let input = (inputs.first()).ok_or_else(|| Error::Internal("an operator without input".into()))?;
-        let a = &self.0;
-        let group_columns: Vec<_> = (0..a.keys.len())
-            .map(super::aggregate::GroupColumn::Key)
-            .collect();
-        let mut data = crate::plan::spec::encode_aggregation(
-            input,
-            &a.keys,
-            &a.key_schema,
-            &a.aggregate_input,
-            &a.aggregates,
-            &a.filters,
-            &group_columns,
-            &super::spec::TimeShift::Utc,
-        )?;
-        data.time_name = a.time_name.clone();
-        data.rows = Some(crate::plan::spec::CountWindowData {
-            size: a.size,
-            slide: a.slide,
-        });
-        Ok(crate::plan::spec::NodeSpec::CountWindowAggregate(Box::new(data)))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let fields = (self.0.key_schema.fields().iter())
             .map(|f| SortField::new(f.data_type().clone()))
@@ -397,7 +353,7 @@ impl CountWindowOperator {
 
     /// Reopens the windows of state rows (this subtask's key groups).
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
-        OperatorSnapshot::check_columns(rows, self.spec.state_schema()?.as_ref(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, self.spec.state_schema()?.as_ref(), &self.spec.name)?;
         let key_count = self.spec.key_schema.fields().len();
         for chunk in in_chunks(rows) {
             let ids = chunk.column(1).as_primitive::<Int64Type>().values().to_vec();
@@ -427,7 +383,7 @@ impl CountWindowOperator {
 
 impl Operator for CountWindowOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {

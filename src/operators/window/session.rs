@@ -26,15 +26,15 @@ use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::accumulate::{Arguments, StateColumns, restored_accumulators};
-use super::aggregate::{GroupColumn, WindowProperty};
-use super::spec::{TimeShift, duration_text};
-use crate::operators::watermark::to_epoch_millis;
+use crate::plan::window::TimeShift;
+use crate::plan::window::{GroupColumn, WindowProperty};
 use crate::runtime::message::{CheckpointId, MIN_WATERMARK};
 use crate::runtime::operator::{OperatorSnapshot, TaskMetrics};
 use crate::runtime::{Operator, OperatorFactory, Output, TaskContext, Timestamp};
 use crate::state::memory_guess::SpillsWhenFull;
 use crate::state::snapshot::{key_groups, schema_signature, sorted_state_rows, window_state_schema};
 use crate::state::store::in_chunks;
+use crate::time::to_epoch_millis;
 use crate::{Error, Result};
 
 mod delta;
@@ -70,34 +70,14 @@ pub struct SessionAggregate {
     pub group_columns: Vec<GroupColumn>,
     /// Output schema.
     pub output_schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
 }
 
 impl SessionAggregate {
     /// The schema of the state rows: `_key_group`, `_start`, `_end`, keys, states.
     fn state_schema(&self) -> Result<SchemaRef> {
         window_state_schema(&["_start", "_end"], &self.key_schema, &self.aggregates)
-    }
-
-    /// A one-line description for EXPLAIN.
-    pub fn describe(&self) -> String {
-        let keys: Vec<String> = self
-            .key_schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let aggs: Vec<String> = self.aggregates.iter().map(|a| a.name().to_string()).collect();
-        let partition = if keys.is_empty() {
-            String::new()
-        } else {
-            format!(", partitionBy=[{}]", keys.join(", "))
-        };
-        format!(
-            "SessionWindowAggregate(window=[SESSION(gap={})], time=[{}]{partition}, aggregates=[{}])",
-            duration_text(self.gap),
-            self.time_name,
-            aggs.join(", ")
-        )
     }
 }
 
@@ -106,32 +86,6 @@ impl SessionAggregate {
 pub struct SessionAggregateFactory(pub Arc<SessionAggregate>);
 
 impl OperatorFactory for SessionAggregateFactory {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    fn spec(&self, inputs: &[SchemaRef]) -> Result<crate::plan::spec::NodeSpec> {
-        let input = inputs
-            .first()
-            .ok_or_else(|| crate::Error::Internal("an operator without input".into()))?;
-        let a = &self.0;
-        let mut data = crate::plan::spec::encode_aggregation(
-            input,
-            &a.keys,
-            &a.key_schema,
-            &a.aggregate_input,
-            &a.aggregates,
-            &a.filters,
-            &a.group_columns,
-            &a.shift,
-        )?;
-        data.gap = Some(a.gap);
-        data.time_name = a.time_name.clone();
-        data.time_index = a.time_index;
-        data.processing_time = a.processing_time;
-        Ok(crate::plan::spec::NodeSpec::SessionAggregate(Box::new(data)))
-    }
-
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
         let fields = self
             .0
@@ -315,7 +269,7 @@ impl SessionOperator {
         let millis = match self.spec.processing_time {
             // Never a session the clock has fired already.
             true => {
-                let now = crate::runtime::operator::wall_clock_millis().max(self.watermark.saturating_add(1));
+                let now = crate::time::wall_clock_millis().max(self.watermark.saturating_add(1));
                 Int64Array::from(vec![now; rows])
             }
             false => {
@@ -563,7 +517,7 @@ impl SessionOperator {
     /// stored sessions are read first, and memory goes to the store when
     /// it is full.
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
-        OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &self.spec.describe())?;
+        OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &self.spec.name)?;
         let key_count = self.spec.key_schema.fields().len();
         for chunk in in_chunks(rows) {
             if self.has_spilled() {
@@ -581,7 +535,7 @@ impl SessionOperator {
 
 impl Operator for SessionOperator {
     fn name(&self) -> String {
-        self.spec.describe()
+        self.spec.name.clone()
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
@@ -621,14 +575,14 @@ impl Operator for SessionOperator {
     }
 
     fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
-        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.describe())? {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
             Some(merged) => self.restore(merged),
             None => Ok(()),
         }
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        self.watermark = snapshot.watermark(&self.spec.describe())?;
+        self.watermark = snapshot.watermark(&self.spec.name)?;
         if let Some(rows) = &snapshot.rows {
             self.restore_rows(rows)?;
         }

@@ -33,8 +33,8 @@ use arrow::array::{ArrayRef, AsArray, BinaryArray, BinaryBuilder, RecordBatch, U
 use arrow::datatypes::{SchemaRef, UInt32Type};
 use arrow::row::{RowConverter, SortField};
 
-use super::super::spec::TimeShift;
 use super::{SessionAggregate, SessionOperator};
+use crate::plan::window::TimeShift;
 use crate::runtime::operator::{OperatorSnapshot, SpillSettings};
 use crate::state::deferred::{keyed_base, keyed_delta, whole_store};
 use crate::state::entry::{

@@ -335,7 +335,7 @@ fn processing_time_sessions_gather_the_rows_that_come_less_than_a_gap_apart_and_
         ["wm 1000"],
         "event time passes through"
     );
-    let now = crate::runtime::operator::wall_clock_millis();
+    let now = crate::time::wall_clock_millis();
     assert!(
         h.processing_time(now).unwrap().is_empty(),
         "an hour's gap is open"

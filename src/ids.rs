@@ -1,10 +1,23 @@
-//! Job ids: one per run of a job, unique across processes, as Flink's `JobID`.
+//! Ids: a job's (one per run of a job, unique across processes, as Flink's
+//! `JobID`), a checkpoint's, and what kind of snapshot a barrier is for.
 //!
 //! A run's checkpoints live under `<checkpoint dir>/<job name>/<job id>/`, so
 //! a rerun, or a second job with the same name, never shares, overwrites or
 //! cleans another run's checkpoints.
 
 use serde::{Deserialize, Serialize};
+
+/// Identifies one checkpoint of a job; increases with every trigger.
+pub type CheckpointId = u64;
+
+/// Whether a barrier belongs to a periodic checkpoint or a user-triggered savepoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BarrierKind {
+    /// A periodic checkpoint.
+    Checkpoint,
+    /// A savepoint the user asked for.
+    Savepoint,
+}
 
 /// 32 lowercase hex digits: 12 of milliseconds since the epoch, so that ids
 /// sort by start time, then 20 random ones.
@@ -14,7 +27,7 @@ pub struct JobId(String);
 impl JobId {
     /// A new id for a run starting now.
     pub fn new() -> Self {
-        let millis = super::operator::wall_clock_millis().max(0) as u64 & 0xffff_ffff_ffff;
+        let millis = crate::time::wall_clock_millis().max(0) as u64 & 0xffff_ffff_ffff;
         let random: u128 = rand::random::<u128>() & ((1 << 80) - 1);
         JobId(format!("{millis:012x}{random:020x}"))
     }
@@ -70,7 +83,7 @@ mod tests {
         assert!(first < second, "{first} then {second}");
         assert_eq!(JobId::parse(first.as_str()), Some(first.clone()));
         assert_eq!(first.short().len(), 8);
-        let now = crate::runtime::operator::wall_clock_millis();
+        let now = crate::time::wall_clock_millis();
         assert!((now - first.started_millis()).abs() < 60_000);
     }
 

@@ -4,7 +4,7 @@
 use datafusion_common::ScalarValue;
 use datafusion_expr::{WindowFrame, WindowFrameBound, WindowFrameUnits};
 
-use crate::operators::over::Frame;
+use crate::plan::frame::Frame;
 use crate::{Error, Result};
 
 /// The frame of `ROWS|RANGE BETWEEN <n>|INTERVAL|UNBOUNDED PRECEDING AND

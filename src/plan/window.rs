@@ -395,3 +395,34 @@ mod tests {
         );
     }
 }
+
+/// Where in the two-phase scheme an aggregation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Raw rows in, final rows out.
+    Single,
+    /// Raw rows in, partial states per slice out (before the exchange).
+    Local,
+    /// Partial states in, final rows out (after the exchange).
+    Global,
+}
+
+/// A window column of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowProperty {
+    /// `window_start`.
+    Start,
+    /// `window_end`.
+    End,
+    /// `window_time` (= end - 1 ms).
+    Time,
+}
+
+/// A grouping column of the output, in GROUP BY order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupColumn {
+    /// The i-th grouping key.
+    Key(usize),
+    /// A window column.
+    Window(WindowProperty),
+}

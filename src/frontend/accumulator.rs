@@ -20,9 +20,12 @@ use arrow::array::{
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{
-    ArrowNativeTypeOp, ArrowPrimitiveType, DataType, Decimal128Type, Field, Float64Type, Int64Type,
+    ArrowNativeTypeOp, ArrowPrimitiveType, DataType, Decimal128Type, Field, Float64Type, Int64Type, Schema,
 };
 use arrow::row::{OwnedRow, RowConverter, SortField};
+
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::{Error, Result};
 
@@ -1227,4 +1230,76 @@ impl RetractAccumulator for ListAgg {
         }
         Ok(())
     }
+}
+
+/// Every accumulator's state columns, each name prefixed by its position.
+pub fn state_fields(accumulators: &[Box<dyn RetractAccumulator>]) -> Vec<Field> {
+    accumulators
+        .iter()
+        .enumerate()
+        .flat_map(|(i, acc)| {
+            acc.state_fields()
+                .into_iter()
+                .map(move |f| f.clone().with_name(format!("{i}_{}", f.name())))
+        })
+        .collect()
+}
+
+/// The accumulator of one aggregate call; `input` is the schema its
+/// arguments are over.
+pub fn accumulator_for(
+    aggregate: &AggregateFunctionExpr,
+    input: &Schema,
+    retracting: bool,
+) -> Result<Box<dyn RetractAccumulator>> {
+    let function = aggregate.fun().name().to_ascii_lowercase();
+    let args = aggregate.expressions();
+    let argument = match args.first() {
+        Some(a) => Some(a.data_type(input)?),
+        None => None,
+    };
+    let output = aggregate.field().data_type().clone();
+    let typed = || {
+        argument
+            .clone()
+            .ok_or_else(|| Error::Plan(format!("{function} needs an argument")))
+    };
+    if !aggregate.order_bys().is_empty() {
+        return Err(Error::Plan(format!(
+            "{function}(... ORDER BY ...) is not supported in a non-windowed aggregation yet"
+        )));
+    }
+    let base: Box<dyn RetractAccumulator> = match function.as_str() {
+        "count" => Box::new(Count::new(
+            args.first().is_some_and(|a| is_non_null_literal(a.as_ref())),
+        )),
+        "sum" => Box::new(Sum::new(&typed()?, &output, false)?),
+        "avg" | "mean" => Box::new(Sum::new(&typed()?, &output, true)?),
+        "min" | "max" => extreme(&typed()?, function == "max", retracting)?,
+        "first_value" => Box::new(Ordered::new(&typed()?, Position::First, retracting)?),
+        "last_value" => Box::new(Ordered::new(&typed()?, Position::Last, retracting)?),
+        "listagg" => Box::new(ListAgg::new(crate::frontend::listagg::separator(&args)?)),
+        other => {
+            return Err(Error::Plan(format!(
+                "the aggregate function {} is not supported in a non-windowed aggregation yet",
+                other.to_ascii_uppercase()
+            )));
+        }
+    };
+    if !aggregate.is_distinct() {
+        return Ok(base);
+    }
+    if args.len() != 1 {
+        return Err(Error::Plan(format!(
+            "{}(DISTINCT ...) takes one argument in a non-windowed aggregation",
+            function.to_ascii_uppercase()
+        )));
+    }
+    Ok(Box::new(Distinct::new(base, &typed()?)?))
+}
+
+/// True for a literal that is not NULL (`COUNT(*)` is `count(1)`).
+fn is_non_null_literal(e: &dyn PhysicalExpr) -> bool {
+    e.downcast_ref::<datafusion_physical_expr::expressions::Literal>()
+        .is_some_and(|l| !l.value().is_null())
 }

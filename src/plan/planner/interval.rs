@@ -9,7 +9,7 @@ use datafusion_common::{DFSchema, ScalarValue};
 use datafusion_expr::utils::split_conjunction;
 use datafusion_expr::{BinaryExpr, Expr, Operator};
 
-use crate::frontend::catalog::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
+use crate::types::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
 
 /// The window of an interval join: `lower <= l.time - r.time <= upper`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! no exchange for the large side, and no state for it. The small side is
 //! read again after a restore, so it may hold no operator that keeps rows.
 
-use crate::operators::join::JoinKind;
+use crate::plan::join::JoinKind;
 
 /// What the planner knows of one side of a regular join.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

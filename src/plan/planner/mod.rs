@@ -1,4 +1,4 @@
-//! The streaming planner: DataFusion `LogicalPlan` → [`StreamPlan`].
+//! The streaming planner: DataFusion `LogicalPlan` → [`PlanSpec`] (a plan as data).
 //!
 //! Every node's output has exactly the columns of the logical node it comes
 //! from, in order, so expressions bound against a logical schema evaluate
@@ -24,39 +24,32 @@ use datafusion_physical_expr::aggregate::AggregateExprBuilder;
 use datafusion_physical_expr::expressions::Column as ColumnExpr;
 use datafusion_physical_expr::{PhysicalExpr, create_physical_expr, create_physical_sort_exprs};
 
+use self::interval::{IntervalBounds, interval_bounds};
+use super::NodeId;
 use super::changelog::{self, ChangelogMode, ChangelogRole};
-use super::interval::{IntervalBounds, interval_bounds};
-use super::{NodeId, NodeKind, PlanNode, StreamPlan};
+use super::codec::{BatchesData, DecodeContext, SchemaData, encode_expr, encode_exprs};
+use super::connector::{Connectors, SourceFacts};
+use super::join::JoinKind;
+use super::spec::{
+    AggregationData, CountWindowData, ExchangeSpec, IntervalJoinData, JoinData, NodeEntry, NodeSpec,
+    OverData, PlanSpec, SinkSpec, SourceSpec, TableData, TopNData, WindowJoinData, encode_aggregation,
+    phase_name,
+};
+use super::window::{GroupColumn, Phase, TimeShift, TvfWindow, WindowProperty};
 use crate::config::{AggPhaseStrategy, SessionConfig, UpsertMaterialize};
-use crate::connectors::sink::SinkOperatorFactory;
-use crate::connectors::values::ValuesSourceFactory;
-use crate::connectors::{self, SinkFactory};
 use crate::frontend::binder::{Binder, CatalogTableSource, PHYSICAL_SCHEMA};
-use crate::frontend::catalog::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
 use crate::frontend::count_window::CountWindowNode;
 use crate::frontend::temporal::VersionedTableNode;
-use crate::frontend::types::is_ltz;
 use crate::frontend::window_tvf::WindowTvfNode;
-use crate::operators::calc::Calc;
-use crate::operators::group::{GroupAggregate, GroupAggregateFactory};
-use crate::operators::join::interval::IntervalJoin;
-use crate::operators::join::lookup::LookupJoin;
-use crate::operators::join::temporal::TemporalJoin;
-use crate::operators::join::window::WindowJoin;
-use crate::operators::join::{Join, JoinFactory, JoinKind};
-use crate::operators::union::Union;
-use crate::operators::upsert::{DropUpdateBefore, SinkUpsertMaterializer};
-use crate::operators::watermark::WatermarkAssigner;
-use crate::operators::window::aggregate::{
-    GroupColumn, Phase, WindowAggregate, WindowAggregateFactory, WindowProperty,
-};
-use crate::operators::window::assign::WindowAssign;
-use crate::operators::window::count::{CountWindowAggregate, CountWindowAggregateFactory};
-use crate::operators::window::session::{SessionAggregate, SessionAggregateFactory};
-use crate::operators::window::spec::{TimeShift, TvfWindow};
-use crate::runtime::Exchange;
-use crate::state::key_group::check_key_type;
+use crate::key_group::check_key_type;
+use crate::types::is_ltz;
+use crate::types::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
 use crate::{Error, Result};
+
+pub mod broadcast;
+pub mod interval;
+pub mod over;
+pub mod rank;
 
 /// Where a column of a windowed relation comes from.
 #[derive(Debug, Clone, Copy)]
@@ -84,10 +77,38 @@ struct WindowedInput {
     shift: TimeShift,
 }
 
+/// How rows reach a node from one input, with the keys of a hash exchange
+/// as expressions over the input (written out when the node is added).
+#[derive(Debug, Clone)]
+enum Exchange {
+    Forward,
+    Hash(Vec<Arc<dyn PhysicalExpr>>),
+    Rebalance,
+    Broadcast,
+    Single,
+}
+
+/// A node of the plan being made.
+#[derive(Debug, Clone)]
+struct PlanNode {
+    /// What it does.
+    spec: NodeSpec,
+    /// Its name (EXPLAIN's).
+    name: String,
+    /// Its inputs, each with its exchange.
+    inputs: Vec<(NodeId, ExchangeSpec)>,
+    parallelism: usize,
+    schema: SchemaRef,
+    mode: ChangelogMode,
+    /// A connector source's facts.
+    source: Option<SourceFacts>,
+}
+
 /// Plans logical plans of one session.
 pub struct Planner<'a> {
     binder: &'a Binder,
     config: &'a SessionConfig,
+    connectors: &'a dyn Connectors,
     parallelism: usize,
     nodes: Vec<PlanNode>,
     props: ExecutionProps,
@@ -114,12 +135,25 @@ fn strip_alias(e: &Expr) -> &Expr {
     }
 }
 
+/// What a node is, as the planner adds it: its spec, and for a connector's
+/// source or sink what the connector says of it.
+enum Kind {
+    Operator(NodeSpec),
+    Source(SourceSpec, SourceFacts),
+    Sink(SinkSpec, super::connector::SinkFacts),
+}
+
 impl<'a> Planner<'a> {
-    /// A planner using the session's binder and settings.
-    pub fn new(binder: &'a Binder, config: &'a SessionConfig) -> Result<Self> {
+    /// A planner using the session's binder, settings and connectors.
+    pub fn new(
+        binder: &'a Binder,
+        config: &'a SessionConfig,
+        connectors: &'a dyn Connectors,
+    ) -> Result<Self> {
         Ok(Planner {
             binder,
             config,
+            connectors,
             parallelism: config.parallelism()?,
             nodes: Vec::new(),
             props: ExecutionProps::new(),
@@ -129,15 +163,31 @@ impl<'a> Planner<'a> {
         })
     }
 
-    fn finish(self) -> Result<StreamPlan> {
-        Ok(StreamPlan {
-            nodes: self.nodes,
+    fn finish(self) -> Result<PlanSpec> {
+        let nodes = (self.nodes.into_iter())
+            .map(|n| {
+                Ok(NodeEntry {
+                    kind: n.spec,
+                    name: n.name,
+                    mode: n.mode,
+                    inputs: n.inputs,
+                    parallelism: n.parallelism,
+                    schema: SchemaData::encode(&n.schema)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PlanSpec {
+            nodes,
             chaining: self.config.operator_chaining()?,
+            settings: (self.config.entries())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            time_zone: self.binder.zone().to_string(),
         })
     }
 
     /// Plans `INSERT INTO` (a DML plan) into a job ending in the table's sink.
-    pub fn plan_insert(mut self, plan: &LogicalPlan) -> Result<StreamPlan> {
+    pub fn plan_insert(mut self, plan: &LogicalPlan) -> Result<PlanSpec> {
         let LogicalPlan::Dml(dml) = plan else {
             return Err(Error::Internal(format!(
                 "expected an INSERT plan, got {}",
@@ -159,15 +209,20 @@ impl<'a> Planner<'a> {
             .clone();
         let input = self.plan(&dml.input)?;
         let schema = self.nodes[input].schema.clone();
-        let sink = connectors::create_sink(&table, crate::changelog::without_op(&schema), self.config)?;
-        let parallelism = match connectors::parse_option::<usize>(&table, "sink.parallelism")? {
+        let rows = crate::changelog::without_op(&schema);
+        let facts = self.connectors.sink(&table, rows.clone(), self.config)?;
+        let parallelism = match table.parse_option::<usize>("sink.parallelism")? {
             Some(0) => return Err(Error::sql("'sink.parallelism' must be positive")),
             Some(p) => p,
             None => self.nodes[input].parallelism,
         };
-        let (input, exchange) = self.sink_input(input, &table, sink.as_ref(), parallelism)?;
+        let (input, exchange) = self.sink_input(input, &table, &facts, parallelism)?;
+        let sink = SinkSpec::Connector {
+            table: TableData::of(&table)?,
+            schema: SchemaData::encode(&rows)?,
+        };
         self.push_named(
-            NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
+            Kind::Sink(sink, facts),
             vec![(input, exchange)],
             parallelism,
             schema,
@@ -176,55 +231,90 @@ impl<'a> Planner<'a> {
         self.finish()
     }
 
-    /// Plans a query whose rows go to `sink` (the embedded API's collector).
-    pub fn plan_query(mut self, plan: &LogicalPlan, sink: Arc<dyn SinkFactory>) -> Result<StreamPlan> {
+    /// Plans a query whose rows go to the submitter's result channel
+    /// `collect` (the embedded API's collector).
+    pub fn plan_query(mut self, plan: &LogicalPlan, collect: u64) -> Result<PlanSpec> {
         let input = self.plan(plan)?;
         let exchange = if self.nodes[input].parallelism == 1 {
             Exchange::Forward
         } else {
             Exchange::Single
         };
-        self.push(
-            NodeKind::Operator(Arc::new(SinkOperatorFactory { sink })),
-            vec![(input, exchange)],
-            1,
-            self.nodes[input].schema.clone(),
-        )?;
+        let sink = NodeSpec::Sink(SinkSpec::Collect { id: collect });
+        self.push(sink, vec![(input, exchange)], 1, self.nodes[input].schema.clone())?;
         self.finish()
     }
 
+    /// The functions and settings expressions are decoded with (names).
+    fn decode_context(&self) -> DecodeContext<'_> {
+        DecodeContext::new(self.binder.functions(), self.binder.zone())
+    }
+
+    /// Adds an operator node.
     fn push(
         &mut self,
-        kind: NodeKind,
+        spec: NodeSpec,
         inputs: Vec<(NodeId, Exchange)>,
         parallelism: usize,
         schema: SchemaRef,
     ) -> Result<NodeId> {
-        let name = kind.describe();
-        self.push_named(kind, inputs, parallelism, schema, &name)
+        let input_schemas: Vec<SchemaRef> = inputs
+            .iter()
+            .map(|(i, _)| self.nodes[*i].schema.clone())
+            .collect();
+        let name = super::describe::describe(&spec, &input_schemas, &schema, &self.decode_context())?
+            .ok_or_else(|| Error::Internal("a connector node added as an operator".into()))?;
+        self.push_named(Kind::Operator(spec), inputs, parallelism, schema, &name)
+    }
+
+    /// Adds a connector's source.
+    fn push_source(
+        &mut self,
+        source: SourceSpec,
+        facts: SourceFacts,
+        parallelism: usize,
+        schema: SchemaRef,
+    ) -> Result<NodeId> {
+        let name = facts.name.clone();
+        self.push_named(Kind::Source(source, facts), vec![], parallelism, schema, &name)
     }
 
     /// Adds a node after inferring its changelog mode: refuses updates it
     /// cannot take, naming it `name` (a table sink by its table's name).
     fn push_named(
         &mut self,
-        kind: NodeKind,
+        kind: Kind,
         inputs: Vec<(NodeId, Exchange)>,
         parallelism: usize,
         schema: SchemaRef,
         name: &str,
     ) -> Result<NodeId> {
-        let role = match &kind {
-            NodeKind::Source(s) => match s.upsert_key() {
-                Some(key) => ChangelogRole::UpsertSource(key),
-                None => ChangelogRole::Source,
-            },
-            NodeKind::Operator(o) => o.changelog_role(),
+        let (spec, role, source, node_name) = match kind {
+            Kind::Operator(spec) => {
+                let role = changelog::role_of(&spec, &schema)
+                    .ok_or_else(|| Error::Internal(format!("{name} has no changelog role")))?;
+                (spec, role, None, name.to_string())
+            }
+            Kind::Source(spec, facts) => {
+                let role = match &facts.upsert_key {
+                    Some(key) => ChangelogRole::UpsertSource(key.clone()),
+                    None => ChangelogRole::Source,
+                };
+                let name = facts.name.clone();
+                (NodeSpec::Source(spec), role, Some(facts), name)
+            }
+            Kind::Sink(spec, facts) => {
+                let role = match facts.accepts_updates {
+                    true => ChangelogRole::SinkOfAnyKind,
+                    false => ChangelogRole::SinkOfInserts,
+                };
+                (NodeSpec::Sink(spec), role, None, facts.name)
+            }
         };
-        let modes: Vec<ChangelogMode> = inputs.iter().map(|(i, _)| self.nodes[*i].mode()).collect();
+        let modes: Vec<ChangelogMode> = inputs.iter().map(|(i, _)| self.nodes[*i].mode.clone()).collect();
         let producers: Vec<String> = inputs
             .iter()
-            .map(|(i, _)| self.nodes[self.update_origin(*i)].kind.describe())
+            .map(|(i, _)| self.nodes[self.update_origin(*i)].name.clone())
             .collect();
         let mode = changelog::infer(&role, &modes, name, &producers)
             .map_err(|refusal| Error::Plan(refusal.to_string()))?;
@@ -233,13 +323,71 @@ impl<'a> Planner<'a> {
                 "{name} emits {mode}, but its schema disagrees: {schema}"
             )));
         }
+        let inputs = inputs
+            .into_iter()
+            .map(|(i, exchange)| Ok((i, self.exchange_spec(exchange, i)?)))
+            .collect::<Result<Vec<_>>>()?;
         self.nodes.push(PlanNode {
-            kind,
+            spec,
+            name: node_name,
             inputs,
             parallelism,
             schema,
+            mode,
+            source,
         });
         Ok(self.nodes.len() - 1)
+    }
+
+    /// An exchange as data, its hash keys over node `input`'s rows.
+    fn exchange_spec(&self, exchange: Exchange, input: NodeId) -> Result<ExchangeSpec> {
+        Ok(match exchange {
+            Exchange::Forward => ExchangeSpec::Forward,
+            Exchange::Hash(keys) => ExchangeSpec::Hash(encode_exprs(&keys, &self.nodes[input].schema)?),
+            Exchange::Rebalance => ExchangeSpec::Rebalance,
+            Exchange::Broadcast => ExchangeSpec::Broadcast,
+            Exchange::Single => ExchangeSpec::Single,
+        })
+    }
+
+    /// Adds a source of constant rows.
+    fn push_values(&mut self, batches: Vec<RecordBatch>, schema: SchemaRef) -> Result<NodeId> {
+        let values = SourceSpec::Values {
+            schema: SchemaData::encode(&schema)?,
+            batches: BatchesData::encode(&schema, &batches)?,
+        };
+        let facts = SourceFacts {
+            name: format!(
+                "Values({} rows)",
+                batches.iter().map(|b| b.num_rows()).sum::<usize>()
+            ),
+            bounded: true,
+            estimated_bytes: Some(batches.iter().map(|b| b.get_array_memory_size() as u64).sum()),
+            upsert_key: None,
+        };
+        self.push_source(values, facts, 1, schema)
+    }
+
+    /// Whether node `id`, when it is a source, ends by itself.
+    fn bounded_source(&self, id: NodeId) -> Option<bool> {
+        let node = &self.nodes[id];
+        match &node.spec {
+            NodeSpec::Source(SourceSpec::Connector { .. }) => node.source.as_ref().map(|f| f.bounded),
+            NodeSpec::Source(_) => Some(true),
+            _ => None,
+        }
+    }
+
+    /// Marks the sources among `nodes` to be read again from their start
+    /// after a restore (a lookup or broadcast join's table side).
+    fn replay_sources(&mut self, nodes: impl IntoIterator<Item = NodeId>) {
+        for id in nodes {
+            if let NodeSpec::Source(source) = &mut self.nodes[id].spec
+                && !matches!(source, SourceSpec::Replayed(_))
+            {
+                *source = SourceSpec::Replayed(Box::new(source.clone()));
+            }
+        }
     }
 
     /// The node whose updates node `id` emits: itself, or, through nodes
@@ -248,17 +396,14 @@ impl<'a> Planner<'a> {
     fn update_origin(&self, mut id: NodeId) -> NodeId {
         loop {
             let node = &self.nodes[id];
-            let passes = match &node.kind {
-                NodeKind::Operator(o) => matches!(
-                    o.changelog_role(),
-                    ChangelogRole::PassThrough | ChangelogRole::Upserting(_)
-                ),
-                NodeKind::Source(_) => false,
-            };
+            let passes = matches!(
+                changelog::role_of(&node.spec, &node.schema),
+                Some(ChangelogRole::PassThrough | ChangelogRole::Upserting(_))
+            );
             match node
                 .inputs
                 .iter()
-                .find(|(i, _)| self.nodes[*i].mode().is_updating())
+                .find(|(i, _)| self.nodes[*i].mode.is_updating())
             {
                 Some((input, _)) if passes => id = *input,
                 _ => return id,
@@ -269,7 +414,7 @@ impl<'a> Planner<'a> {
     /// `schema` as node `input`'s rows carry it: with the op column when
     /// that node updates.
     fn like_input(&self, input: NodeId, schema: SchemaRef) -> SchemaRef {
-        if self.nodes[input].mode().is_updating() {
+        if self.nodes[input].mode.is_updating() {
             crate::changelog::with_op(&schema)
         } else {
             schema
@@ -320,32 +465,21 @@ impl<'a> Planner<'a> {
             if let Some(key) = upsert_key {
                 self.upsert_keys.insert(input, key);
             }
-            let merged = Calc {
-                filter: Some(previous),
-                projection,
-                schema: schema.clone(),
-            };
-            self.nodes[input].kind = NodeKind::Operator(Arc::new(merged));
-            self.nodes[input].schema = schema;
+            // The merged Calc reads what the filter-only one read.
+            let below = self.nodes[input].inputs[0].0;
+            let below_schema = self.nodes[below].schema.clone();
+            let spec = NodeSpec::calc(Some(&previous), projection.as_deref(), &below_schema)?;
+            let name = super::describe::calc(Some(&previous), projection.as_deref(), &schema);
+            let node = &mut self.nodes[input];
+            node.spec = spec;
+            node.name = name;
+            node.schema = schema;
             return Ok(input);
         }
         let parallelism = self.nodes[input].parallelism;
-        let filter_only = match (&filter, &projection) {
-            (Some(f), None) => Some(f.clone()),
-            _ => None,
-        };
-        let calc = Calc {
-            filter,
-            projection,
-            schema: schema.clone(),
-        };
-        let id = self.push(
-            NodeKind::Operator(Arc::new(calc)),
-            vec![(input, Exchange::Forward)],
-            parallelism,
-            schema,
-        )?;
-        if let Some(f) = filter_only {
+        let spec = NodeSpec::calc(filter.as_ref(), projection.as_deref(), &self.nodes[input].schema)?;
+        let id = self.push(spec, vec![(input, Exchange::Forward)], parallelism, schema)?;
+        if let (Some(f), None) = (filter, &projection) {
             self.filter_only_calcs.insert(id, f);
         }
         if let Some(key) = upsert_key {
@@ -364,7 +498,7 @@ impl<'a> Planner<'a> {
         &mut self,
         input: NodeId,
         table: &crate::frontend::catalog::TableDef,
-        sink: &dyn SinkFactory,
+        sink: &super::connector::SinkFacts,
         parallelism: usize,
     ) -> Result<(NodeId, Exchange)> {
         let schema = self.nodes[input].schema.clone();
@@ -378,12 +512,12 @@ impl<'a> Planner<'a> {
                 .map(|i| Arc::new(ColumnExpr::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>)
                 .collect(),
         );
-        let updating = self.nodes[input].mode().is_updating();
+        let updating = self.nodes[input].mode.is_updating();
         let key = self.upsert_keys.get(&input).cloned();
         let within = key.as_ref().is_some_and(|k| k.iter().all(|c| pk.contains(c)));
         let materialize = updating
             && !pk.is_empty()
-            && sink.accepts_updates()
+            && sink.accepts_updates
             && match self.config.sink_upsert_materialize()? {
                 UpsertMaterialize::Auto => !within,
                 UpsertMaterialize::Force => true,
@@ -394,28 +528,15 @@ impl<'a> Planner<'a> {
                 true => Exchange::Forward,
                 false => pk_hash,
             };
-            let materializer = SinkUpsertMaterializer {
-                key: pk,
-                schema: schema.clone(),
-            };
-            let id = self.push(
-                NodeKind::Operator(Arc::new(materializer)),
-                vec![(input, edge)],
-                parallelism,
-                schema,
-            )?;
+            let materializer = NodeSpec::SinkMaterializer { key: pk };
+            let id = self.push(materializer, vec![(input, edge)], parallelism, schema)?;
             return Ok((id, Exchange::Forward));
         }
         let input = match key {
-            Some(key) if updating && within && key.len() == pk.len() && !sink.needs_update_before() => {
+            Some(key) if updating && within && key.len() == pk.len() && !sink.needs_update_before => {
                 let parallelism = self.nodes[input].parallelism;
-                let drop = DropUpdateBefore { key };
-                self.push(
-                    NodeKind::Operator(Arc::new(drop)),
-                    vec![(input, Exchange::Forward)],
-                    parallelism,
-                    schema,
-                )?
+                let drop = NodeSpec::DropUpdateBefore { key };
+                self.push(drop, vec![(input, Exchange::Forward)], parallelism, schema)?
             }
             _ => input,
         };
@@ -519,12 +640,7 @@ impl<'a> Planner<'a> {
                     rows.push(RecordBatch::try_new(schema.clone(), columns)?);
                 }
                 let batch = arrow::compute::concat_batches(&schema, &rows)?;
-                self.push(
-                    NodeKind::Source(Arc::new(ValuesSourceFactory::new(vec![batch]))),
-                    vec![],
-                    1,
-                    schema,
-                )
+                self.push_values(vec![batch], schema)
             }
             LogicalPlan::EmptyRelation(empty) => {
                 let schema = arrow_schema(&empty.schema);
@@ -537,12 +653,7 @@ impl<'a> Planner<'a> {
                 } else {
                     vec![]
                 };
-                self.push(
-                    NodeKind::Source(Arc::new(ValuesSourceFactory::new(batches))),
-                    vec![],
-                    1,
-                    schema,
-                )
+                self.push_values(batches, schema)
             }
             LogicalPlan::Union(union) => {
                 let inputs = union
@@ -562,19 +673,12 @@ impl<'a> Planner<'a> {
                         (i, exchange)
                     })
                     .collect();
-                let updating = edges.iter().any(|(i, _)| self.nodes[*i].mode().is_updating());
+                let updating = edges.iter().any(|(i, _)| self.nodes[*i].mode.is_updating());
                 let mut schema = arrow_schema(plan.schema());
                 if updating {
                     schema = crate::changelog::with_op(&schema);
                 }
-                self.push(
-                    NodeKind::Operator(Arc::new(Union {
-                        schema: schema.clone(),
-                    })),
-                    edges,
-                    parallelism,
-                    schema,
-                )
+                self.push(NodeSpec::Union, edges, parallelism, schema)
             }
             LogicalPlan::Join(join) => self.plan_join(join),
             LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => self.plan_sort_or_limit(plan),
@@ -618,7 +722,7 @@ impl<'a> Planner<'a> {
             return self.plan_null_aware_anti_join(join, left, right, &both);
         }
         let keys = self.join_keys(join)?;
-        let insert_only = !self.nodes[left].mode().is_updating() && !self.nodes[right].mode().is_updating();
+        let insert_only = !self.nodes[left].mode.is_updating() && !self.nodes[right].mode.is_updating();
         if let Some(ends) = crate::frontend::window_tvf::window_join_ends(join).filter(|_| insert_only) {
             let filter = join
                 .filter
@@ -627,20 +731,10 @@ impl<'a> Planner<'a> {
                 .transpose()?;
             let edges = self.join_edges([left, right], &keys, self.parallelism, false);
             let schema = arrow_schema(&join.schema);
-            let operator = WindowJoin {
-                kind,
-                keys,
-                filter,
-                inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
-                ends,
-                schema: schema.clone(),
-            };
-            return self.push(
-                NodeKind::Operator(Arc::new(operator)),
-                edges,
-                self.parallelism,
-                schema,
-            );
+            let inputs = [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()];
+            let join = JoinData::encode(kind, &keys, &inputs, filter.as_ref(), &inputs)?;
+            let spec = NodeSpec::WindowJoin(Box::new(WindowJoinData { join, ends }));
+            return self.push(spec, edges, self.parallelism, schema);
         }
         let bounds = match (&join.filter, insert_only && !kind.is_semi_or_anti()) {
             (Some(filter), true) => interval_bounds(filter, join.left.schema(), join.right.schema()),
@@ -679,18 +773,15 @@ impl<'a> Planner<'a> {
         let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edges = self.join_edges([left, right], &keys, parallelism, keyless);
-        let operator = IntervalJoin {
-            kind,
-            keys,
-            filter,
-            inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
+        let inputs = [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()];
+        let spec = NodeSpec::IntervalJoin(Box::new(IntervalJoinData {
+            join: JoinData::encode(kind, &keys, &inputs, filter.as_ref(), &inputs)?,
             times: [bounds.left_time, bounds.right_time],
             lower: bounds.lower,
             upper: bounds.upper,
             proctime: bounds.proctime,
-            schema: schema.clone(),
-        };
-        self.push(NodeKind::Operator(Arc::new(operator)), edges, parallelism, schema)
+        }));
+        self.push(spec, edges, parallelism, schema)
     }
 
     /// `JOIN t FOR SYSTEM_TIME AS OF s.time`: on processing time, a lookup
@@ -736,16 +827,12 @@ impl<'a> Planner<'a> {
         self.temporal_side = false;
         let right = right?;
         // The table side: every source bounded, read again after a restore.
-        for node in &mut self.nodes[first_right..=right] {
-            if let NodeKind::Source(source) = &node.kind {
-                if !source.is_bounded() {
-                    return Err(unsupported(
-                        "a processing-time temporal join against an unbounded table (Flink: only lookup sources)",
-                    ));
-                }
-                node.kind = NodeKind::Source(Arc::new(crate::runtime::source::Replayed(source.clone())));
-            }
+        if (first_right..=right).any(|id| self.bounded_source(id) == Some(false)) {
+            return Err(unsupported(
+                "a processing-time temporal join against an unbounded table (Flink: only lookup sources)",
+            ));
         }
+        self.replay_sources(first_right..=right);
         let keys = self.join_keys(join)?;
         let both = join.left.schema().join(join.right.schema())?;
         let filter = without_as_of(join, time)
@@ -757,17 +844,16 @@ impl<'a> Planner<'a> {
             false => Exchange::Broadcast,
         };
         let schema = arrow_schema(&join.schema);
-        let operator = LookupJoin {
+        let inputs = [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()];
+        let spec = NodeSpec::LookupJoin(Box::new(JoinData::encode(
             kind,
-            keys,
-            filter,
-            inputs: [self.nodes[left].schema.clone(), self.nodes[right].schema.clone()],
-            schema: schema.clone(),
-            table_side: 1,
-            broadcast: false,
-        };
+            &keys,
+            &inputs,
+            filter.as_ref(),
+            &inputs,
+        )?));
         self.push(
-            NodeKind::Operator(Arc::new(operator)),
+            spec,
             vec![(left, Exchange::Forward), (right, table_edge)],
             parallelism,
             schema,
@@ -831,7 +917,7 @@ impl<'a> Planner<'a> {
             .schema()
             .index_of_column(&crate::frontend::temporal::as_of_column(time))?;
         let left = self.plan(&join.left)?;
-        if self.nodes[left].mode().is_updating() {
+        if self.nodes[left].mode.is_updating() {
             return Err(unsupported("an event-time temporal join of an updating stream"));
         }
         self.temporal_side = true;
@@ -845,23 +931,18 @@ impl<'a> Planner<'a> {
             .transpose()?;
         let edges = self.join_edges([left, right], &keys, self.parallelism, false);
         let schema = arrow_schema(&join.schema);
-        let operator = TemporalJoin {
-            kind,
-            keys,
-            filter,
-            inputs: [
-                crate::changelog::without_op(&self.nodes[left].schema),
-                crate::changelog::without_op(&self.nodes[right].schema),
-            ],
+        let inputs = [
+            crate::changelog::without_op(&self.nodes[left].schema),
+            crate::changelog::without_op(&self.nodes[right].schema),
+        ];
+        let spec = NodeSpec::TemporalJoin(Box::new(IntervalJoinData {
+            join: JoinData::encode(kind, &keys, &inputs, filter.as_ref(), &inputs)?,
             times: [left_time, right_time],
-            schema: schema.clone(),
-        };
-        self.push(
-            NodeKind::Operator(Arc::new(operator)),
-            edges,
-            self.parallelism,
-            schema,
-        )
+            lower: 0,
+            upper: 0,
+            proctime: false,
+        }));
+        self.push(spec, edges, self.parallelism, schema)
     }
 
     /// `x NOT IN (subquery)` as an anti join without keys whose condition
@@ -906,8 +987,8 @@ impl<'a> Planner<'a> {
     ) -> Result<NodeId> {
         use datafusion_common::NullEquality;
         let updating = [
-            self.nodes[left].mode().is_updating(),
-            self.nodes[right].mode().is_updating(),
+            self.nodes[left].mode.is_updating(),
+            self.nodes[right].mode.is_updating(),
         ];
         let mut schema = without_time_attributes(&arrow_schema(&join.schema));
         let insert_only = matches!(kind, JoinKind::Inner | JoinKind::Semi) && !updating.contains(&true);
@@ -916,30 +997,24 @@ impl<'a> Planner<'a> {
         }
         let facts = self.side_facts([left, right]);
         let threshold = self.config.broadcast_threshold()?;
-        if let Some(table_side) = crate::plan::broadcast::broadcast_side(kind, facts, threshold) {
+        if let Some(table_side) = broadcast::broadcast_side(kind, facts, threshold) {
             return self.push_broadcast_join(kind, [left, right], table_side, keys, filter, schema);
         }
         let keyless = keys[0].is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edges = self.join_edges([left, right], &keys, parallelism, keyless);
-        let factory = JoinFactory(Arc::new(Join {
-            kind,
-            keys,
-            filter,
-            inputs: [
-                crate::changelog::without_op(&self.nodes[left].schema),
-                crate::changelog::without_op(&self.nodes[right].schema),
-            ],
-            updating,
-            null_equal: join.null_equality == NullEquality::NullEqualsNull,
-            unique_keys: [
-                self.upsert_keys.get(&left).cloned(),
-                self.upsert_keys.get(&right).cloned(),
-            ],
-            schema: schema.clone(),
-            state_ttl: self.config.state_ttl()?,
-        }));
-        self.push(NodeKind::Operator(Arc::new(factory)), edges, parallelism, schema)
+        let inputs = [
+            crate::changelog::without_op(&self.nodes[left].schema),
+            crate::changelog::without_op(&self.nodes[right].schema),
+        ];
+        let mut data = JoinData::encode(kind, &keys, &inputs, filter.as_ref(), &inputs)?;
+        data.null_equal = join.null_equality == NullEquality::NullEqualsNull;
+        data.unique_keys = [
+            self.upsert_keys.get(&left).cloned(),
+            self.upsert_keys.get(&right).cloned(),
+        ];
+        data.state_ttl_ms = self.config.state_ttl()?.map(|d| d.as_millis() as u64);
+        self.push(NodeSpec::Join(Box::new(data)), edges, parallelism, schema)
     }
 
     /// `Filter(rank <= N)` right over `WindowAggr(ROW_NUMBER() OVER
@@ -966,14 +1041,14 @@ impl<'a> Planner<'a> {
         };
         let rank_output = rank_output || middle.is_some();
         let name = function.fun.name();
-        let Some(rank_type) = crate::operators::rank::RankType::of(name) else {
+        let Some(rank_type) = crate::plan::rank::RankType::of(name) else {
             return Err(unsupported(&format!(
                 "a filter on {}() OVER (...) (a TopN ranks by ROW_NUMBER(), RANK() or DENSE_RANK())",
                 name.to_uppercase()
             )));
         };
         let rank_column = window.schema.field(window.input.schema().fields().len()).name();
-        let Some(((start, end), rest)) = crate::plan::rank::rank_range(&filter.predicate, rank_column) else {
+        let Some(((start, end), rest)) = rank::rank_range(&filter.predicate, rank_column) else {
             return Err(unsupported(
                 "a filter on a rank that does not bound it above (rn <= N, rn < N, rn = N, rn BETWEEN a AND b)",
             ));
@@ -1048,9 +1123,9 @@ impl<'a> Planner<'a> {
             ));
         }
         let time = over_order(&first.order_by, in_schema)?;
-        let frame = crate::plan::over::frame_of(&first.window_frame)?;
+        let frame = over::frame_of(&first.window_frame)?;
         let input = self.plan(&window.input)?;
-        let retract = self.nodes[input].mode().is_updating();
+        let retract = self.nodes[input].mode.is_updating();
         if retract && (time.is_none() || !frame.bounded()) {
             return Err(unsupported(
                 "an OVER aggregation over an updating input on processing time or with an unbounded frame \
@@ -1088,25 +1163,20 @@ impl<'a> Planner<'a> {
         let keyless = partition.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
-        let operator = crate::operators::over::OverAggregate {
-            partition,
+        let spec = NodeSpec::OverAggregate(Box::new(OverData {
+            partition: encode_exprs(&partition, &stream_schema)?,
             time,
             frame,
-            aggregates,
             retract,
-            input: stream_schema,
-            schema: match retract {
-                true => crate::changelog::with_op(&output),
-                false => output.clone(),
-            },
+            aggregates: (aggregates.iter())
+                .map(|a| super::codec::encode_aggregate(a, &stream_schema))
+                .collect::<Result<_>>()?,
+        }));
+        let schema = match retract {
+            true => crate::changelog::with_op(&output),
+            false => output.clone(),
         };
-        let schema = operator.schema.clone();
-        self.push(
-            NodeKind::Operator(Arc::new(operator)),
-            vec![(input, edge)],
-            parallelism,
-            schema,
-        )
+        self.push(spec, vec![(input, edge)], parallelism, schema)
     }
 
     /// A `Sort` with a fetch, or a `Limit` over a `Sort`: a global TopN;
@@ -1161,22 +1231,13 @@ impl<'a> Planner<'a> {
         };
         let then = self.sort_keys(&sort.expr[1..], in_schema)?;
         let input = self.plan(&sort.input)?;
-        if self.nodes[input].mode().is_updating() {
+        if self.nodes[input].mode.is_updating() {
             return Err(unsupported("ORDER BY on an updating stream"));
         }
         let schema = self.nodes[input].schema.clone();
         let edge = join_edge(&self.nodes[input], &[], 1, true);
-        let operator = crate::operators::sort::TemporalSort {
-            time,
-            then,
-            schema: schema.clone(),
-        };
-        self.push(
-            NodeKind::Operator(Arc::new(operator)),
-            vec![(input, edge)],
-            1,
-            schema,
-        )
+        let spec = NodeSpec::temporal_sort(time, &then, &schema)?;
+        self.push(spec, vec![(input, edge)], 1, schema)
     }
 
     /// `ORDER BY ... LIMIT n [OFFSET m]` (a `Sort` with a fetch, under a
@@ -1190,7 +1251,7 @@ impl<'a> Planner<'a> {
         if fetch == 0 {
             return Err(unsupported("LIMIT 0 on a stream"));
         }
-        use crate::operators::rank::RankType;
+        use crate::plan::rank::RankType;
         let range = (RankType::RowNumber, skip as u64 + 1, (skip + fetch) as u64, false);
         self.push_top_n(
             &sort.input,
@@ -1207,12 +1268,12 @@ impl<'a> Planner<'a> {
         input_plan: &LogicalPlan,
         partition_by: &[Expr],
         order_by: &[datafusion_expr::SortExpr],
-        (rank_type, start, end, rank_output): (crate::operators::rank::RankType, u64, u64, bool),
+        (rank_type, start, end, rank_output): (crate::plan::rank::RankType, u64, u64, bool),
         data: SchemaRef,
     ) -> Result<NodeId> {
         let in_schema = input_plan.schema();
         let input = self.plan(input_plan)?;
-        let retract = self.nodes[input].mode().is_updating();
+        let retract = self.nodes[input].mode.is_updating();
         let partition = partition_by
             .iter()
             .map(|e| self.physical(e, in_schema))
@@ -1233,9 +1294,10 @@ impl<'a> Planner<'a> {
         let window_end = crate::frontend::window_tvf::window_partition_end(input_plan, partition_by)
             .filter(|(_, proctime)| !proctime && !retract && arrival.is_none())
             .map(|(column, _)| column);
-        let operator = crate::operators::rank::TopN {
-            partition,
-            order,
+        let stream_schema = crate::changelog::without_op(&self.nodes[input].schema);
+        let spec = TopNData {
+            partition: encode_exprs(&partition, &stream_schema)?,
+            order: super::codec::encode_sort_keys(&order, &stream_schema)?,
             rank_type,
             start,
             end,
@@ -1244,26 +1306,22 @@ impl<'a> Planner<'a> {
             retract,
             window_end,
             // A window TopN's windows free its state.
-            state_ttl: match window_end {
+            state_ttl_ms: match window_end {
                 Some(_) => None,
-                None => self.config.state_ttl()?,
+                None => self.config.state_ttl()?.map(|d| d.as_millis() as u64),
             },
-            input: crate::changelog::without_op(&self.nodes[input].schema),
-            schema: data.clone(),
         };
-        let schema = match operator.insert_only() {
+        // The first rows by arrival, or a window TopN's final ranks.
+        let insert_only = arrival == Some(false) || window_end.is_some();
+        let schema = match insert_only {
             true => data,
             false => crate::changelog::with_op(&data),
         };
-        let keyless = operator.partition.is_empty();
+        let keyless = partition.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
-        let edge = join_edge(&self.nodes[input], &operator.partition, parallelism, keyless);
-        let operator = crate::operators::rank::TopN {
-            schema: schema.clone(),
-            ..operator
-        };
+        let edge = join_edge(&self.nodes[input], &partition, parallelism, keyless);
         self.push(
-            NodeKind::Operator(Arc::new(operator)),
+            NodeSpec::TopN(Box::new(spec)),
             vec![(input, edge)],
             parallelism,
             schema,
@@ -1338,22 +1396,23 @@ impl<'a> Planner<'a> {
     /// updates, and its sources' size when it could be read again after a
     /// restore (bounded sources, no node keeping rows, none shared with the
     /// other side).
-    fn side_facts(&self, sides: [NodeId; 2]) -> [crate::plan::broadcast::SideFacts; 2] {
+    fn side_facts(&self, sides: [NodeId; 2]) -> [broadcast::SideFacts; 2] {
         let ancestors = sides.map(|s| self.ancestors(s));
         let shared = !ancestors[0].is_disjoint(&ancestors[1]);
         [0, 1].map(|side| {
             let mut bytes = Some(0u64).filter(|_| !shared);
             for id in &ancestors[side] {
-                match &self.nodes[*id].kind {
-                    NodeKind::Source(s) if s.is_bounded() => {
-                        bytes = bytes.zip(s.estimated_bytes()).map(|(a, b)| a + b);
+                let node = &self.nodes[*id];
+                match (&node.spec, &node.source) {
+                    (NodeSpec::Source(_), Some(source)) if source.bounded => {
+                        bytes = bytes.zip(source.estimated_bytes).map(|(a, b)| a + b);
                     }
-                    NodeKind::Operator(o) if o.keeps_no_rows() => {}
+                    (spec, _) if spec.keeps_no_rows() => {}
                     _ => bytes = None,
                 }
             }
-            crate::plan::broadcast::SideFacts {
-                updating: self.nodes[sides[side]].mode().is_updating(),
+            broadcast::SideFacts {
+                updating: self.nodes[sides[side]].mode.is_updating(),
                 replayable_bytes: bytes,
             }
         })
@@ -1371,12 +1430,7 @@ impl<'a> Planner<'a> {
         schema: SchemaRef,
     ) -> Result<NodeId> {
         let (stream, table) = (sides[1 - table_side], sides[table_side]);
-        for id in self.ancestors(table) {
-            if let NodeKind::Source(source) = &self.nodes[id].kind {
-                let replayed = crate::runtime::source::Replayed(source.clone());
-                self.nodes[id].kind = NodeKind::Source(Arc::new(replayed));
-            }
-        }
+        self.replay_sources(self.ancestors(table));
         let parallelism = self.nodes[stream].parallelism;
         let table_edge = match parallelism == 1 && self.nodes[table].parallelism == 1 {
             true => Exchange::Forward,
@@ -1387,20 +1441,24 @@ impl<'a> Planner<'a> {
             0 => [right_keys, left_keys],
             _ => [left_keys, right_keys],
         };
-        let operator = LookupJoin {
-            kind,
-            keys,
-            filter,
-            inputs: [
-                self.nodes[stream].schema.clone(),
-                self.nodes[table].schema.clone(),
-            ],
-            schema: schema.clone(),
-            table_side,
-            broadcast: true,
+        let inputs = [
+            self.nodes[stream].schema.clone(),
+            self.nodes[table].schema.clone(),
+        ];
+        // The condition is over the SQL join's sides, the table on its side.
+        let sql_inputs = match table_side {
+            0 => [inputs[1].clone(), inputs[0].clone()],
+            _ => inputs.clone(),
         };
+        let join = Box::new(JoinData::encode(
+            kind,
+            &keys,
+            &inputs,
+            filter.as_ref(),
+            &sql_inputs,
+        )?);
         self.push(
-            NodeKind::Operator(Arc::new(operator)),
+            NodeSpec::BroadcastJoin { join, table_side },
             vec![(stream, Exchange::Forward), (table, table_edge)],
             parallelism,
             schema,
@@ -1419,7 +1477,7 @@ impl<'a> Planner<'a> {
             .projection
             .clone()
             .unwrap_or_else(|| (0..full.fields().len()).collect());
-        let parallelism = match connectors::parse_option::<usize>(&table, "scan.parallelism")? {
+        let parallelism = match table.parse_option::<usize>("scan.parallelism")? {
             Some(0) => return Err(Error::sql("'scan.parallelism' must be positive")),
             Some(p) => p,
             None => self.parallelism,
@@ -1453,10 +1511,8 @@ impl<'a> Planner<'a> {
         };
         let mut needed: BTreeSet<usize> = projection.iter().copied().collect();
         // An upsert source reads its key, whatever the query selects.
-        if connectors::kafka::layout::is_upsert(&table) {
-            for name in &table.primary_key {
-                needed.insert(full.index_of(name)?);
-            }
+        for name in self.connectors.always_read(&table) {
+            needed.insert(full.index_of(&name)?);
         }
         if let Some((w, expr, _)) = &watermark {
             needed.insert(full.index_of(&w.column)?);
@@ -1467,14 +1523,20 @@ impl<'a> Planner<'a> {
         let (physical_projection, bound_physical) =
             read_columns(&table, &full, &needed, &computed, &computed_exprs);
         let source_schema = Arc::new(Schema::new(bound_physical.clone()));
-        let reader =
-            connectors::create_source(&table, &physical_projection, source_schema.clone(), self.config)?;
-        let upsert_key = reader.upsert_key();
+        let facts =
+            self.connectors
+                .source(&table, &physical_projection, source_schema.clone(), self.config)?;
+        let upsert_key = facts.upsert_key.clone();
         let node_schema = match upsert_key {
             Some(_) => crate::changelog::with_op(&source_schema),
             None => source_schema.clone(),
         };
-        let mut node = self.push(NodeKind::Source(reader), vec![], parallelism, node_schema)?;
+        let spec = SourceSpec::Connector {
+            table: TableData::of(&table)?,
+            projection: physical_projection,
+            schema: SchemaData::encode(&source_schema)?,
+        };
+        let mut node = self.push_source(spec, facts, parallelism, node_schema)?;
         if let Some(key) = upsert_key {
             node = self.push_normalize(node, key)?;
         }
@@ -1508,16 +1570,16 @@ impl<'a> Planner<'a> {
         if let Some((w, expr, _)) = &watermark {
             let calc_df = DFSchema::try_from_qualified_schema(table_ref.clone(), &calc_schema)?;
             let physical = self.physical(expr, &calc_df)?;
-            let assigner = WatermarkAssigner {
+            let assigner = NodeSpec::Watermark {
                 rowtime: w.column.clone(),
                 rowtime_index: calc_schema.index_of(&w.column)?,
-                expr: physical,
+                expr: encode_expr(&physical, &calc_schema)?,
                 text: w.text.clone(),
                 fixed_delay: fixed_watermark_delay(expr, &w.column),
-                idle_timeout: connectors::idle_timeout(&table, self.config)?.map(|d| d.as_millis() as i64),
+                idle_timeout: table.idle_timeout(self.config)?.map(|d| d.as_millis() as i64),
             };
             node = self.push(
-                NodeKind::Operator(Arc::new(assigner)),
+                assigner,
                 vec![(node, Exchange::Forward)],
                 parallelism,
                 calc_schema.clone(),
@@ -1550,17 +1612,9 @@ impl<'a> Planner<'a> {
                 .map(|i| Arc::new(ColumnExpr::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>)
                 .collect(),
         );
-        let normalize = crate::operators::normalize::ChangelogNormalize {
-            key: key.clone(),
-            schema: schema.clone(),
-        };
+        let normalize = NodeSpec::ChangelogNormalize { key: key.clone() };
         let parallelism = self.nodes[source].parallelism;
-        let id = self.push(
-            NodeKind::Operator(Arc::new(normalize)),
-            vec![(source, hash)],
-            parallelism,
-            schema,
-        )?;
+        let id = self.push(normalize, vec![(source, hash)], parallelism, schema)?;
         self.upsert_keys.insert(id, key);
         Ok(id)
     }
@@ -1575,17 +1629,16 @@ impl<'a> Planner<'a> {
         let time_index = node.input.schema().index_of_column(&node.time_column)?;
         let time_type = node.input.schema().field(time_index).data_type().clone();
         let processing_time = is_proctime(node.input.schema().field(time_index));
-        let assign = WindowAssign {
-            window,
-            shift: self.shift_for(&time_type)?,
+        let assign = NodeSpec::WindowAssign {
+            window: window.into(),
+            shift: (&self.shift_for(&time_type)?).into(),
             time_index,
             time_name: node.time_column.name.clone(),
             processing_time,
-            schema: arrow_schema(&node.schema),
         };
         let parallelism = self.nodes[input].parallelism;
         self.push(
-            NodeKind::Operator(Arc::new(assign)),
+            assign,
             vec![(input, Exchange::Forward)],
             parallelism,
             arrow_schema(&node.schema),
@@ -1736,11 +1789,65 @@ impl<'a> Planner<'a> {
         let Some(input) = self.plan_windowed_input(&aggregate.input)? else {
             return self.plan_group_aggregate(aggregate);
         };
-        let input_schema = aggregate.input.schema();
         let output = arrow_schema(&aggregate.schema);
-        let mut keys = Vec::new();
-        let mut key_fields = Vec::new();
-        let mut group_columns = Vec::new();
+        let grouping = self.window_grouping(aggregate, &input, &output)?;
+        let stream_schema = arrow_schema(&input.schema);
+        for e in &aggregate.aggr_expr {
+            check_no_window_refs(e, aggregate.input.schema(), &input.origins)?;
+        }
+        let (aggregates, filters) = self.aggregate_calls(aggregate, &input.schema, &stream_schema)?;
+        let mut data = encode_aggregation(
+            &stream_schema,
+            &grouping.keys,
+            &Schema::new(grouping.key_fields.clone()),
+            &stream_schema,
+            &aggregates,
+            &filters,
+            &grouping.columns,
+            &input.shift,
+        )?;
+        data.time_name = input.time_name.clone();
+        data.time_index = input.time_index;
+        data.processing_time = input.processing_time;
+        let parallelism = if grouping.keys.is_empty() {
+            1
+        } else {
+            self.parallelism
+        };
+        match input.window {
+            TvfWindow::Session { gap } => {
+                self.check_session_partition(aggregate, &input, &grouping.columns)?;
+                data.gap = Some(gap);
+                let exchange = self.aggregate_exchange(input.stream, parallelism, &grouping.keys);
+                let spec = NodeSpec::SessionAggregate(Box::new(data));
+                self.push(spec, vec![(input.stream, exchange)], parallelism, output)
+            }
+            TvfWindow::Sliced(window) => {
+                data.window = Some(window.into());
+                let states = (aggregates.iter())
+                    .map(|a| {
+                        Ok(a.state_fields()?
+                            .iter()
+                            .map(|f| f.as_ref().clone())
+                            .collect::<Vec<_>>())
+                    })
+                    .collect::<Result<Vec<_>>>()?
+                    .concat();
+                self.push_window_aggregate(&input, data, &grouping, states, output)
+            }
+        }
+    }
+
+    /// The grouping of a window aggregation: each GROUP BY column a window
+    /// column or a key, the keys as expressions over the stream.
+    fn window_grouping(
+        &self,
+        aggregate: &Aggregate,
+        input: &WindowedInput,
+        output: &SchemaRef,
+    ) -> Result<Grouping> {
+        let input_schema = aggregate.input.schema();
+        let mut grouping = Grouping::default();
         for (i, e) in aggregate.group_expr.iter().enumerate() {
             if matches!(e, Expr::GroupingSet(_)) {
                 return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
@@ -1748,161 +1855,156 @@ impl<'a> Planner<'a> {
             if let Expr::Column(c) = strip_alias(e)
                 && let Origin::Window(property) = input.origins[input_schema.index_of_column(c)?]
             {
-                group_columns.push(GroupColumn::Window(property));
+                grouping.columns.push(GroupColumn::Window(property));
                 continue;
             }
             check_no_window_refs(e, input_schema, &input.origins)?;
             let field = output.field(i).clone();
             check_key_type(field.data_type())?;
-            group_columns.push(GroupColumn::Key(keys.len()));
-            keys.push(self.physical(e, &input.schema)?);
-            key_fields.push(field);
+            grouping.columns.push(GroupColumn::Key(grouping.keys.len()));
+            grouping.keys.push(self.physical(e, &input.schema)?);
+            grouping.key_fields.push(field);
         }
-        if !group_columns.iter().any(|g| matches!(g, GroupColumn::Window(_))) {
+        if !grouping
+            .columns
+            .iter()
+            .any(|g| matches!(g, GroupColumn::Window(_)))
+        {
             return Err(Error::Plan(
                 "a window aggregation must group by window_start and window_end".into(),
             ));
         }
-        let stream_schema = arrow_schema(&input.schema);
-        for e in &aggregate.aggr_expr {
-            check_no_window_refs(e, input_schema, &input.origins)?;
-        }
-        let (aggregates, filters) = self.aggregate_calls(aggregate, &input.schema, &stream_schema)?;
-        let key_schema = Arc::new(Schema::new(key_fields.clone()));
-        let input_parallelism = self.nodes[input.stream].parallelism;
-        let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
-        let window = match input.window {
-            TvfWindow::Sliced(window) => window,
-            TvfWindow::Session { gap } => {
-                if let Some(partition) = &input.partition_by {
-                    let grouped: Vec<String> = aggregate
-                        .group_expr
-                        .iter()
-                        .zip(&group_columns)
-                        .filter(|(_, g)| matches!(g, GroupColumn::Key(_)))
-                        .map(|(e, _)| match strip_alias(e) {
-                            Expr::Column(c) => c.name.clone(),
-                            other => other.to_string(),
-                        })
-                        .collect();
-                    let mut a = grouped.clone();
-                    let mut b = partition.clone();
-                    a.sort();
-                    b.sort();
-                    if a != b {
-                        return Err(Error::Plan(format!(
-                            "a SESSION window aggregation must group by exactly its PARTITION BY columns \
-                             ({}), got {}",
-                            partition.join(", "),
-                            grouped.join(", ")
-                        )));
-                    }
-                }
-                let exchange = if parallelism == input_parallelism && parallelism == 1 {
-                    Exchange::Forward
-                } else if keys.is_empty() {
-                    Exchange::Single
-                } else {
-                    Exchange::Hash(keys.clone())
-                };
-                let session = SessionAggregate {
-                    aggregate_input: stream_schema.clone(),
-                    gap,
-                    shift: input.shift.clone(),
-                    time_name: input.time_name.clone(),
-                    time_index: input.time_index,
-                    processing_time: input.processing_time,
-                    keys,
-                    key_schema,
-                    aggregates,
-                    filters,
-                    group_columns,
-                    output_schema: output.clone(),
-                };
-                return self.push(
-                    NodeKind::Operator(Arc::new(SessionAggregateFactory(Arc::new(session)))),
-                    vec![(input.stream, exchange)],
-                    parallelism,
-                    output,
-                );
-            }
+        Ok(grouping)
+    }
+
+    /// A SESSION window with PARTITION BY is grouped by exactly its
+    /// partition columns (and the window).
+    fn check_session_partition(
+        &self,
+        aggregate: &Aggregate,
+        input: &WindowedInput,
+        columns: &[GroupColumn],
+    ) -> Result<()> {
+        let Some(partition) = &input.partition_by else {
+            return Ok(());
         };
+        let grouped: Vec<String> = aggregate
+            .group_expr
+            .iter()
+            .zip(columns)
+            .filter(|(_, g)| matches!(g, GroupColumn::Key(_)))
+            .map(|(e, _)| match strip_alias(e) {
+                Expr::Column(c) => c.name.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        let (mut a, mut b) = (grouped.clone(), partition.clone());
+        a.sort();
+        b.sort();
+        if a != b {
+            return Err(Error::Plan(format!(
+                "a SESSION window aggregation must group by exactly its PARTITION BY columns \
+                 ({}), got {}",
+                partition.join(", "),
+                grouped.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// How an aggregation at `parallelism` reads `input`: forward when both
+    /// are one subtask, all to one without keys, else hashed by `keys`.
+    fn aggregate_exchange(
+        &self,
+        input: NodeId,
+        parallelism: usize,
+        keys: &[Arc<dyn PhysicalExpr>],
+    ) -> Exchange {
+        if parallelism == 1 && self.nodes[input].parallelism == 1 {
+            Exchange::Forward
+        } else if keys.is_empty() {
+            Exchange::Single
+        } else {
+            Exchange::Hash(keys.to_vec())
+        }
+    }
+
+    /// Adds a window aggregation of TUMBLE, HOP or CUMULATE windows
+    /// (`data`, its single phase): in one phase after the exchange, or in
+    /// a local phase before it (emitting `__slice`, the keys and each
+    /// aggregate's partial `states`) and a global phase after it.
+    fn push_window_aggregate(
+        &mut self,
+        input: &WindowedInput,
+        mut data: AggregationData,
+        grouping: &Grouping,
+        states: Vec<Field>,
+        output: SchemaRef,
+    ) -> Result<NodeId> {
+        let (keys, key_fields) = (&grouping.keys, &grouping.key_fields);
+        let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
+        let input_parallelism = self.nodes[input.stream].parallelism;
         // Processing-time windows fire by each operator's own clock, so partial
         // results could reach the global phase after its window fired: one phase.
-        let two_phase = !input.processing_time
-            && match self.config.agg_phase_strategy()? {
-                AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
-                AggPhaseStrategy::TwoPhase => true,
-                AggPhaseStrategy::OnePhase => false,
-            };
-        let spec = |phase, keys: Vec<Arc<dyn PhysicalExpr>>, filters, output_schema| WindowAggregate {
-            aggregate_input: stream_schema.clone(),
-            phase,
-            window,
-            processing_time: input.processing_time,
-            shift: input.shift.clone(),
-            time_name: input.time_name.clone(),
-            time_index: input.time_index,
-            keys,
-            key_schema: key_schema.clone(),
-            aggregates: aggregates.clone(),
-            filters,
-            group_columns: group_columns.clone(),
-            output_schema,
-        };
+        let two_phase = !input.processing_time && self.two_phase(parallelism, input_parallelism)?;
         if !two_phase {
-            let exchange = if parallelism == input_parallelism && parallelism == 1 {
-                Exchange::Forward
-            } else if keys.is_empty() {
-                Exchange::Single
-            } else {
-                Exchange::Hash(keys.clone())
-            };
-            let single = spec(Phase::Single, keys, filters, output.clone());
-            return self.push(
-                NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(single)))),
-                vec![(input.stream, exchange)],
-                parallelism,
-                output,
-            );
+            data.phase = Some(phase_name(Phase::Single));
+            let exchange = self.aggregate_exchange(input.stream, parallelism, keys);
+            let spec = NodeSpec::WindowAggregate(Box::new(data));
+            return self.push(spec, vec![(input.stream, exchange)], parallelism, output);
         }
-        // Local: [__slice, keys..., states...] before the exchange.
         let mut local_fields = vec![Field::new("__slice", DataType::Int64, false)];
         local_fields.extend(key_fields.iter().cloned());
-        for a in &aggregates {
-            local_fields.extend(a.state_fields()?.iter().map(|f| f.as_ref().clone()));
-        }
+        local_fields.extend(states);
         let local_schema = Arc::new(Schema::new(local_fields));
-        let local = spec(Phase::Local, keys.clone(), filters, local_schema.clone());
+        let mut local = data.clone();
+        local.phase = Some(phase_name(Phase::Local));
         let local_node = self.push(
-            NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(local)))),
+            NodeSpec::WindowAggregate(Box::new(local)),
             vec![(input.stream, Exchange::Forward)],
             input_parallelism,
             local_schema.clone(),
         )?;
-        let global_keys: Vec<Arc<dyn PhysicalExpr>> = key_fields
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i + 1)) as Arc<dyn PhysicalExpr>)
-            .collect();
-        let exchange = if global_keys.is_empty() {
-            Exchange::Single
-        } else {
-            Exchange::Hash(global_keys.clone())
+        // The global phase: keys are the local output's columns after `__slice`.
+        let global_keys = key_columns(key_fields, 1);
+        data.phase = Some(phase_name(Phase::Global));
+        data.keys = encode_exprs(&global_keys, &local_schema)?;
+        data.filters = vec![None; data.aggregates.len()];
+        let exchange = match global_keys.is_empty() {
+            true => Exchange::Single,
+            false => Exchange::Hash(global_keys),
         };
-        let global = spec(
-            Phase::Global,
-            global_keys,
-            vec![None; aggregates.len()],
-            output.clone(),
-        );
-        self.push(
-            NodeKind::Operator(Arc::new(WindowAggregateFactory(Arc::new(global)))),
-            vec![(local_node, exchange)],
-            parallelism,
-            output,
-        )
+        let spec = NodeSpec::WindowAggregate(Box::new(data));
+        self.push(spec, vec![(local_node, exchange)], parallelism, output)
     }
+
+    /// Whether an aggregation at `parallelism` over an input at
+    /// `input_parallelism` runs in two phases, by `table.optimizer.agg-phase-strategy`.
+    fn two_phase(&self, parallelism: usize, input_parallelism: usize) -> Result<bool> {
+        Ok(match self.config.agg_phase_strategy()? {
+            AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
+            AggPhaseStrategy::TwoPhase => true,
+            AggPhaseStrategy::OnePhase => false,
+        })
+    }
+}
+
+/// The GROUP BY of a window aggregation.
+#[derive(Default)]
+struct Grouping {
+    /// Each output grouping column, in GROUP BY order.
+    columns: Vec<GroupColumn>,
+    /// The keys (the columns that are not window columns).
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Their output fields.
+    key_fields: Vec<Field>,
+}
+
+/// Column references to `fields`, which start at column `first`.
+fn key_columns(fields: &[Field], first: usize) -> Vec<Arc<dyn PhysicalExpr>> {
+    (fields.iter().enumerate())
+        .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i + first)) as Arc<dyn PhysicalExpr>)
+        .collect()
 }
 
 impl Planner<'_> {
@@ -1960,37 +2062,32 @@ impl Planner<'_> {
         let output = arrow_schema(&aggregate.schema);
         let (keys, key_schema) = self.grouping_keys(aggregate, schema, &output)?;
         let stream_schema = arrow_schema(schema);
-        if self.nodes[input].mode().is_updating() {
+        if self.nodes[input].mode.is_updating() {
             return Err(Error::Plan(
                 "a row-count window aggregation takes insert-only rows, but its input updates".into(),
             ));
         }
         let (aggregates, filters) = self.aggregate_calls(aggregate, schema, &stream_schema)?;
         let parallelism = if keys.is_empty() { 1 } else { self.parallelism };
-        let exchange = if parallelism == 1 && self.nodes[input].parallelism == 1 {
-            Exchange::Forward
-        } else if keys.is_empty() {
-            Exchange::Single
-        } else {
-            Exchange::Hash(keys.clone())
-        };
-        let windows = CountWindowAggregate {
+        let exchange = self.aggregate_exchange(input, parallelism, &keys);
+        let group_columns: Vec<GroupColumn> = (0..keys.len()).map(GroupColumn::Key).collect();
+        let mut data = encode_aggregation(
+            &stream_schema,
+            &keys,
+            &key_schema,
+            &stream_schema,
+            &aggregates,
+            &filters,
+            &group_columns,
+            &TimeShift::Utc,
+        )?;
+        data.time_name = node.time_column.name.clone();
+        data.rows = Some(CountWindowData {
             size: node.size,
             slide: node.slide,
-            time_name: node.time_column.name.clone(),
-            keys,
-            key_schema,
-            aggregate_input: stream_schema,
-            aggregates,
-            filters,
-            output_schema: output.clone(),
-        };
-        self.push(
-            NodeKind::Operator(Arc::new(CountWindowAggregateFactory(Arc::new(windows)))),
-            vec![(input, exchange)],
-            parallelism,
-            output,
-        )
+        });
+        let spec = NodeSpec::CountWindowAggregate(Box::new(data));
+        self.push(spec, vec![(input, exchange)], parallelism, output)
     }
 
     /// The grouping keys of an aggregation over `schema` (physical, and
@@ -2022,15 +2119,12 @@ impl Planner<'_> {
         let (keys, key_schema) = self.grouping_keys(aggregate, schema, &output)?;
         let stream_schema = self.nodes[input].schema.clone();
         let (aggregates, filters) = self.aggregate_calls(aggregate, schema, &stream_schema)?;
-        let group = GroupAggregate {
-            phase: Phase::Single,
+        let group = GroupParts {
             keys,
             key_schema,
-            aggregate_input: stream_schema,
             aggregates,
             filters,
-            output_schema: crate::changelog::with_op(&output),
-            state_ttl: self.config.state_ttl()?,
+            output: crate::changelog::with_op(&output),
         };
         self.push_group_aggregate(input, group)
     }
@@ -2042,21 +2136,20 @@ impl Planner<'_> {
         for field in output.fields() {
             check_key_type(field.data_type())?;
         }
-        let keys = output
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
-            .collect();
-        let group = GroupAggregate {
-            phase: Phase::Single,
+        let keys = key_columns(
+            &output
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect::<Vec<_>>(),
+            0,
+        );
+        let group = GroupParts {
             keys,
             key_schema: output.clone(),
-            aggregate_input: self.nodes[node].schema.clone(),
             aggregates: vec![],
             filters: vec![],
-            output_schema: crate::changelog::with_op(&output),
-            state_ttl: self.config.state_ttl()?,
+            output: crate::changelog::with_op(&output),
         };
         self.push_group_aggregate(node, group)
     }
@@ -2064,81 +2157,98 @@ impl Planner<'_> {
     /// Adds a non-windowed aggregation after `input`: in two phases around
     /// the exchange when the strategy asks for it and every aggregate's
     /// partial states merge, else in one after it.
-    fn push_group_aggregate(&mut self, input: NodeId, group: GroupAggregate) -> Result<NodeId> {
+    fn push_group_aggregate(&mut self, input: NodeId, group: GroupParts) -> Result<NodeId> {
         let keyless = group.keys.is_empty();
         let parallelism = if keyless { 1 } else { self.parallelism };
         let input_parallelism = self.nodes[input].parallelism;
-        let mergeable = group.accumulators()?.iter().all(|a| a.mergeable());
-        let two_phase = mergeable
-            && match self.config.agg_phase_strategy()? {
-                AggPhaseStrategy::Auto => !(parallelism == 1 && input_parallelism == 1),
-                AggPhaseStrategy::TwoPhase => true,
-                AggPhaseStrategy::OnePhase => false,
-            };
-        let exchange = |keys: &[Arc<dyn PhysicalExpr>]| {
-            if parallelism == 1 && input_parallelism == 1 {
-                Exchange::Forward
-            } else if keyless {
-                Exchange::Single
-            } else {
-                Exchange::Hash(keys.to_vec())
-            }
-        };
+        let input_schema = self.nodes[input].schema.clone();
+        let retracting = crate::changelog::has_op(&input_schema);
+        // The accumulators tell which aggregates weir runs without a window
+        // (an error names one it does not) and whether partial states merge.
+        let accumulators = (group.aggregates.iter())
+            .map(|a| crate::frontend::accumulator::accumulator_for(a, &input_schema, retracting))
+            .collect::<Result<Vec<_>>>()?;
+        let two_phase =
+            accumulators.iter().all(|a| a.mergeable()) && self.two_phase(parallelism, input_parallelism)?;
+        let group_columns: Vec<GroupColumn> = (0..group.keys.len()).map(GroupColumn::Key).collect();
+        let mut data = encode_aggregation(
+            &input_schema,
+            &group.keys,
+            &group.key_schema,
+            &input_schema,
+            &group.aggregates,
+            &group.filters,
+            &group_columns,
+            &TimeShift::Utc,
+        )?;
+        let key_count = group.keys.len();
         if !two_phase {
-            let schema = group.output_schema.clone();
-            let edge = exchange(&group.keys);
-            let keys = group.keys.len();
+            data.phase = Some(phase_name(Phase::Single));
+            data.state_ttl_ms = self.config.state_ttl()?.map(|d| d.as_millis() as u64);
+            let edge = self.aggregate_exchange(input, parallelism, &group.keys);
             let id = self.push(
-                NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(group)))),
+                NodeSpec::GroupAggregate(Box::new(data)),
                 vec![(input, edge)],
                 parallelism,
-                schema,
+                group.output,
             )?;
-            self.upsert_keys.insert(id, (0..keys).collect());
+            self.upsert_keys.insert(id, (0..key_count).collect());
             return Ok(id);
         }
-        let partial = group.partial_schema()?;
-        let global_keys: Vec<Arc<dyn PhysicalExpr>> = group
+        // Local: keys, `_delta` (rows added minus rows taken away), then
+        // each aggregate's partial state columns.
+        let mut partial: Vec<Field> = group
             .key_schema
             .fields()
             .iter()
-            .enumerate()
-            .map(|(i, f)| Arc::new(ColumnExpr::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .map(|f| f.as_ref().clone())
             .collect();
-        let local = GroupAggregate {
-            phase: Phase::Local,
-            keys: group.keys,
-            key_schema: group.key_schema.clone(),
-            aggregate_input: group.aggregate_input.clone(),
-            aggregates: group.aggregates.clone(),
-            filters: group.filters,
-            output_schema: partial.clone(),
-            state_ttl: None,
-        };
+        partial.push(Field::new("_delta", DataType::Int64, false));
+        partial.extend(crate::frontend::accumulator::state_fields(&accumulators));
+        let partial = Arc::new(Schema::new(partial));
+        let mut local = data.clone();
+        local.phase = Some(phase_name(Phase::Local));
         let local = self.push(
-            NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(local)))),
+            NodeSpec::GroupAggregate(Box::new(local)),
             vec![(input, Exchange::Forward)],
             input_parallelism,
-            partial,
+            partial.clone(),
         )?;
-        let edge = exchange(&global_keys);
-        let global = GroupAggregate {
-            phase: Phase::Global,
-            keys: global_keys,
-            filters: vec![None; group.aggregates.len()],
-            ..group
-        };
-        let schema = global.output_schema.clone();
-        let keys = global.keys.len();
+        let key_fields: Vec<Field> = group
+            .key_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let global_keys = key_columns(&key_fields, 0);
+        let edge = self.aggregate_exchange(local, parallelism, &global_keys);
+        data.phase = Some(phase_name(Phase::Global));
+        data.keys = encode_exprs(&global_keys, &partial)?;
+        data.filters = vec![None; group.aggregates.len()];
+        data.state_ttl_ms = self.config.state_ttl()?.map(|d| d.as_millis() as u64);
         let id = self.push(
-            NodeKind::Operator(Arc::new(GroupAggregateFactory(Arc::new(global)))),
+            NodeSpec::GroupAggregate(Box::new(data)),
             vec![(local, edge)],
             parallelism,
-            schema,
+            group.output,
         )?;
-        self.upsert_keys.insert(id, (0..keys).collect());
+        self.upsert_keys.insert(id, (0..key_count).collect());
         Ok(id)
     }
+}
+
+/// A non-windowed aggregation as the planner makes it.
+struct GroupParts {
+    /// Grouping keys, over the input.
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Their columns (the first of the output).
+    key_schema: SchemaRef,
+    /// The aggregate calls.
+    aggregates: Vec<Arc<datafusion_physical_expr::aggregate::AggregateFunctionExpr>>,
+    /// Their filters.
+    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Keys, aggregates and the op column.
+    output: SchemaRef,
 }
 
 /// Where the columns `key` of a Calc's input are in its output: the same
