@@ -31,6 +31,7 @@ pub mod changelog;
 pub mod checkpoint;
 pub mod config;
 pub mod connectors;
+pub mod date_pattern;
 pub mod engine;
 pub mod error;
 pub mod frontend;

@@ -86,7 +86,7 @@ fn run_once(
     options: &BackpressureBenchOptions,
     unaligned: bool,
     dir: &std::path::Path,
-) -> Result<(f64, Vec<crate::runtime::job::CheckpointStats>, u64)> {
+) -> Result<(f64, Vec<crate::checkpoint::CheckpointStats>, u64)> {
     let engine = Engine::new();
     engine.register_udf(Slow::udf(options.slow_per_row));
     for (key, value) in [
@@ -145,7 +145,7 @@ fn run_once(
 fn summarize(
     mode: &str,
     rates: &mut [f64],
-    stats: &[crate::runtime::job::CheckpointStats],
+    stats: &[crate::checkpoint::CheckpointStats],
     failed: u64,
 ) -> ModeResult {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

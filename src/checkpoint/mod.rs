@@ -6,7 +6,6 @@
 //! acknowledge; when every task has acknowledged, `_metadata` is written and the
 //! checkpoint is complete, and tasks are told so (sinks then commit).
 
-pub mod config;
 pub mod coordinator;
 pub mod driver;
 pub mod inspect;
@@ -15,6 +14,6 @@ pub mod rescale;
 pub mod stats;
 pub mod storage;
 
-pub use config::{CheckpointConfig, CheckpointingMode, RestartStrategy};
+pub use crate::config::checkpoint::{CheckpointConfig, CheckpointingMode, RestartStrategy};
 pub use metadata::{ChannelSide, ChannelStateFile, CheckpointMetadata, OperatorState, StateFile, TaskState};
 pub use stats::CheckpointStats;

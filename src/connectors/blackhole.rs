@@ -6,7 +6,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::{OptionSpec, SinkFactory, SinkWriter};
 use crate::Result;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::TaskContext;
 
 const OPTIONS: OptionSpec = OptionSpec {

@@ -18,9 +18,9 @@ use arrow::datatypes::SchemaRef;
 
 use super::OptionSpec;
 use super::filesystem::{FileList, FileSourceFactory};
-use crate::checkpoint::config::path_option;
 use crate::checkpoint::inspect::{open, state_files};
-use crate::frontend::catalog::TableDef;
+use crate::config::checkpoint::path_option;
+use crate::plan::table::TableDef;
 use crate::runtime::SourceFactory;
 use crate::{Error, Result};
 

@@ -23,7 +23,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
 use super::OptionSpec;
 use crate::config::{SessionConfig, parse_duration};
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::source::CountedSplit;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
 use crate::{Error, Result};
@@ -660,11 +660,10 @@ mod tests {
 
     #[test]
     fn a_sequence_of_nearly_every_long_estimates_its_size_without_overflowing() {
-        use crate::frontend::catalog::{ColumnDef, TableOptions};
+        use crate::plan::table::{ColumnDef, TableOptions};
         let table = TableDef {
             name: "t".into(),
             columns: vec![ColumnDef::physical("id", DataType::Int64, false)],
-            watermark: None,
             primary_key: vec![],
             partition_keys: vec![],
             options: TableOptions::new(vec![
@@ -683,7 +682,7 @@ mod tests {
 
     #[test]
     fn random_times_replay_the_same_after_a_restore_in_a_later_run() {
-        use crate::frontend::catalog::{ColumnDef, TableOptions};
+        use crate::plan::table::{ColumnDef, TableOptions};
         let table = TableDef {
             name: "t".into(),
             columns: vec![ColumnDef::physical(
@@ -691,7 +690,6 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Millisecond, None),
                 true,
             )],
-            watermark: None,
             primary_key: vec![],
             partition_keys: vec![],
             options: TableOptions::new(vec![

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 
 use crate::config::SessionConfig;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::SourceFactory;
 use crate::{Error, Result};
 pub use build::BuiltinConnectors;

@@ -14,7 +14,7 @@ use arrow::record_batch::RecordBatch;
 use super::format::text::{TextStyle, format_column};
 use super::{OptionSpec, SinkFactory, SinkWriter};
 use crate::config::SessionConfig;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::TaskContext;
 use crate::{Error, Result};
 

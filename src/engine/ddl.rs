@@ -5,18 +5,19 @@ use arrow::datatypes::DataType;
 use datafusion_expr::ExprSchemable;
 
 use super::Session;
-use crate::frontend::catalog::{ColumnDef, MetadataColumn, TableDef, TableOptions, WatermarkDef};
+use crate::frontend::catalog::{CatalogColumn, CatalogTable, WatermarkDef};
 use crate::frontend::parser::{ColumnSpec, CreateTable};
+use crate::plan::table::{MetadataColumn, TableOptions};
 use crate::types::{flink_type_name, is_ltz};
 use crate::{Error, Result, connectors};
 
 impl Session {
     /// Builds a table from `CREATE TABLE`: types of computed columns come from
     /// binding them over the physical columns; the watermark is checked.
-    pub(super) fn table_from_ddl(&self, create: CreateTable) -> Result<TableDef> {
+    pub(super) fn table_from_ddl(&self, create: CreateTable) -> Result<CatalogTable> {
         let mut columns = Vec::new();
         for column in &create.columns {
-            if columns.iter().any(|c: &ColumnDef| c.name == column.name()) {
+            if columns.iter().any(|c: &CatalogColumn| c.name == column.name()) {
                 return Err(Error::sql(format!(
                     "column '{}' is declared twice in table '{}'",
                     column.name(),
@@ -29,14 +30,14 @@ impl Session {
                     data_type,
                     nullable,
                     metadata,
-                } => ColumnDef {
+                } => CatalogColumn {
                     metadata: metadata.as_ref().map(|(key, is_virtual)| MetadataColumn {
                         key: key.clone(),
                         is_virtual: *is_virtual,
                     }),
-                    ..ColumnDef::physical(name.clone(), data_type.clone(), *nullable)
+                    ..CatalogColumn::physical(name.clone(), data_type.clone(), *nullable)
                 },
-                ColumnSpec::Computed { name, expr } => ColumnDef {
+                ColumnSpec::Computed { name, expr } => CatalogColumn {
                     name: name.clone(),
                     data_type: DataType::Null,
                     nullable: true,
@@ -46,7 +47,7 @@ impl Session {
                 },
             });
         }
-        let mut table = TableDef {
+        let mut table = CatalogTable {
             name: create.name.clone(),
             columns,
             watermark: None,
@@ -152,7 +153,7 @@ impl Session {
                 Some(_) => {}
             }
         }
-        connectors::validate_table(&table, &self.config)?;
+        connectors::validate_table(&table.connector_table(), &self.config)?;
         Ok(table)
     }
 }

@@ -8,7 +8,6 @@ mod statements;
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
 use datafusion_expr::{LogicalPlan, ScalarUDF};
 
 use crate::checkpoint::storage::{RestorePoint, resolve_restore};
@@ -17,7 +16,7 @@ use crate::config::SessionConfig;
 use crate::connectors::BuiltinConnectors;
 use crate::connectors::build::ResultChannels;
 use crate::frontend::binder::Binder;
-use crate::frontend::catalog::{Catalog, TableDef, ViewBody, ViewDef};
+use crate::frontend::catalog::{Catalog, CatalogTable, ViewBody, ViewDef};
 use crate::frontend::functions::FunctionRegistry;
 use crate::frontend::parser::{Statement, parse_statements};
 use crate::plan::Planner;
@@ -25,7 +24,6 @@ use crate::plan::codec::DecodeContext;
 use crate::plan::graph::JobGraph;
 use crate::plan::spec::PlanSpec;
 use crate::runtime::job::{self, JobHandle, JobSettings, RestoredCheckpoint};
-use crate::table::Table;
 use crate::{Error, Result};
 use result::ResultBody;
 pub use result::{ResultStream, TableResult};
@@ -123,12 +121,11 @@ impl Engine {
         Planner::new(&binder, &session.config, &BuiltinConnectors)?.plan_insert(&logical)
     }
 
-    /// The plan of a [`Table`]'s query into a collect sink (operator tests
-    /// take their operators from it).
-    pub fn table_plan(&self, table: &Table) -> Result<PlanSpec> {
+    /// The plan of a bound query `plan` into a collect sink.
+    pub(crate) fn query_spec(&self, plan: LogicalPlan) -> Result<PlanSpec> {
         let session = self.session();
         let binder = session.binder()?;
-        let logical = binder.finish(table.logical_plan().clone())?;
+        let logical = binder.finish(plan)?;
         Planner::new(&binder, &session.config, &BuiltinConnectors)?.plan_query(&logical, RESULT_CHANNEL)
     }
 
@@ -151,38 +148,28 @@ impl Engine {
         f(&DecodeContext::new(&functions, zone))
     }
 
-    /// A catalog table or view as a [`Table`] (Flink's `from`): its
-    /// columns, computed ones included, as `SELECT * FROM name` has them.
-    pub fn from(&self, name: &str) -> Result<Table> {
-        if !self.session().catalog.contains(name) {
-            let session = self.session();
-            let names: Vec<String> = session
-                .catalog
-                .table_names()
-                .into_iter()
-                .chain(session.catalog.view_names())
-                .collect();
-            let hint = (names.iter())
-                .map(|n| {
-                    (
-                        datafusion_common::utils::datafusion_strsim::levenshtein(n, name),
-                        n,
-                    )
-                })
-                .filter(|(distance, _)| *distance <= 3)
-                .min()
-                .map(|(_, n)| format!("; did you mean '{n}'?"))
-                .unwrap_or_default();
-            return Err(Error::Plan(format!(
-                "from: no table or view named '{name}'{hint}"
-            )));
+    /// Whether the catalog has a table or view `name`; when not, the name
+    /// closest to it (for a hint).
+    pub(crate) fn find_relation(&self, name: &str) -> std::result::Result<(), Option<String>> {
+        let session = self.session();
+        if session.catalog.contains(name) {
+            return Ok(());
         }
-        self.sql_query(&format!("SELECT * FROM `{}`", name.replace('`', "``")))
+        let names = (session.catalog.table_names().into_iter()).chain(session.catalog.view_names());
+        Err(names
+            .map(|n| {
+                (
+                    datafusion_common::utils::datafusion_strsim::levenshtein(&n, name),
+                    n,
+                )
+            })
+            .filter(|(distance, _)| *distance <= 3)
+            .min()
+            .map(|(_, n)| n))
     }
 
-    /// A SQL query as a [`Table`] to go on with in code (Flink's
-    /// `sqlQuery`); its views and tables are this session's.
-    pub fn sql_query(&self, query: &str) -> Result<Table> {
+    /// The logical plan of one SQL query over this session's catalog.
+    pub(crate) fn query_plan(&self, query: &str) -> Result<LogicalPlan> {
         let mut statements = parse_statements(query)?;
         let (Some(statement), 1) = (statements.pop(), statements.len() + 1) else {
             return Err(Error::sql("sql_query takes one query"));
@@ -190,62 +177,19 @@ impl Engine {
         let Statement::Query(query) = statement.statement else {
             return Err(Error::sql_at("sql_query takes a query", Some(statement.position)));
         };
-        let plan = self.session().binder()?.plan_query(*query)?;
-        Ok(Table::new(self.clone(), plan))
+        self.session().binder()?.plan_query(*query)
     }
 
-    /// Rows given as record batches as a bounded [`Table`] (Flink's
-    /// `fromValues`); `schema` names and types its columns.
-    pub fn from_batches(&self, schema: SchemaRef, batches: &[RecordBatch]) -> Result<Table> {
-        let mut rows = Vec::new();
-        for batch in batches {
-            if batch.schema().fields() != schema.fields() {
-                return Err(Error::Plan(format!(
-                    "from_batches: a batch's columns ({}) are not the schema's ({})",
-                    batch.schema(),
-                    schema
-                )));
-            }
-            for row in 0..batch.num_rows() {
-                let values = (batch.columns().iter().zip(schema.fields()))
-                    .map(|(column, field)| {
-                        let value = datafusion_common::ScalarValue::try_from_array(column, row)?;
-                        Ok(datafusion_expr::lit(value).alias(field.name()))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                rows.push(values);
-            }
-        }
-        if rows.is_empty() {
-            return Err(Error::Plan(
-                "from_batches: no rows (a table needs at least one)".into(),
-            ));
-        }
-        let unnamed: Vec<Vec<datafusion_expr::Expr>> = (rows.iter())
-            .map(|r| r.iter().map(|e| e.clone().unalias()).collect())
-            .collect();
-        let plan = datafusion_expr::LogicalPlanBuilder::values(unnamed)
-            .and_then(|b| {
-                let names = (b.schema().columns().into_iter().zip(schema.fields()))
-                    .map(|(c, f)| datafusion_expr::Expr::Column(c).alias(f.name()));
-                b.project(names)
-            })
-            .and_then(|b| b.build())
-            .map_err(|e| Error::Plan(format!("from_batches: {}", e.strip_backtrace())))?;
-        Ok(Table::new(self.clone(), plan))
-    }
-
-    /// Registers `table` as a temporary view SQL (and [`Engine::from`]) can
-    /// read by `name` (Flink's `createTemporaryView`).
-    pub fn create_temporary_view(&self, name: &str, table: &Table) -> Result<()> {
+    /// Registers the query `plan` as a temporary view `name`.
+    pub(crate) fn add_plan_view(&self, name: &str, plan: &LogicalPlan) -> Result<()> {
         let mut session = self.session();
         let mut catalog = (*session.catalog).clone();
         catalog.add_view(
             name.to_string(),
             ViewDef {
-                body: ViewBody::Plan(table.logical_plan().clone()),
-                text: table.logical_plan().display_indent().to_string(),
-                schema: table.schema(),
+                body: ViewBody::Plan(plan.clone()),
+                text: plan.display_indent().to_string(),
+                schema: Arc::new(plan.schema().as_arrow().clone()),
             },
         )?;
         session.catalog = Arc::new(catalog);
@@ -425,9 +369,9 @@ impl Session {
             )));
         }
         let mut notes = Vec::new();
-        let restore = match self.config.get(checkpoint::config::SAVEPOINT_PATH) {
+        let restore = match self.config.get(crate::config::checkpoint::SAVEPOINT_PATH) {
             None => None,
-            Some(path) => match resolve_restore(&checkpoint::config::path_option(path), &name)? {
+            Some(path) => match resolve_restore(&crate::config::checkpoint::path_option(path), &name)? {
                 RestorePoint::Checkpoint {
                     dir,
                     metadata,
@@ -527,7 +471,7 @@ impl Session {
     }
 
     /// A binder whose catalog also holds `table` (for binding its own columns).
-    fn with_table(&self, table: &TableDef) -> Result<Binder> {
+    fn with_table(&self, table: &CatalogTable) -> Result<Binder> {
         let mut catalog = (*self.catalog).clone();
         let _ = catalog.drop_table(&table.name);
         catalog.add_table(table.clone())?;

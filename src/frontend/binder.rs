@@ -18,7 +18,7 @@ use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext, OptimizerRule
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use sqlparser::ast::{self, TimezoneInfo};
 
-use super::catalog::{Catalog, TableDef};
+use super::catalog::{Catalog, CatalogTable};
 use super::dialect::table_factor;
 use super::functions::FunctionRegistry;
 use super::group_window::rewrite_group_windows;
@@ -36,7 +36,7 @@ pub const PHYSICAL_SCHEMA: &str = "__weir_physical";
 #[derive(Debug)]
 pub struct CatalogTableSource {
     /// The table.
-    pub table: Arc<TableDef>,
+    pub table: Arc<CatalogTable>,
     /// The schema the binder exposes (physical only, or all columns).
     pub schema: SchemaRef,
     /// True when only the physical columns are exposed.
@@ -86,6 +86,8 @@ pub struct Binder {
     options: ConfigOptions,
     zone: String,
     relation_planners: Vec<Arc<dyn RelationPlanner>>,
+    /// Planners for syntax that maps to functions (`EXTRACT`, `a.b`, `x[1]`, ...).
+    expr_planners: Vec<Arc<dyn ExprPlanner>>,
     type_planner: Arc<dyn TypePlanner>,
     insert_target: Option<String>,
 }
@@ -101,6 +103,14 @@ impl Binder {
         options.sql_parser.collect_spans = true;
         Binder {
             relation_planners: vec![Arc::new(FlinkRelationPlanner::new(catalog.clone()))],
+            expr_planners: vec![
+                Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
+                Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
+                Arc::new(datafusion_functions_nested::planner::FieldAccessPlanner),
+                Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+                Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
+                Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
+            ],
             type_planner: Arc::new(FlinkTypePlanner {
                 zone: zone.to_string(),
             }),
@@ -179,6 +189,7 @@ impl Binder {
         let binder = Binder {
             insert_target: Some(target),
             relation_planners: self.relation_planners.clone(),
+            expr_planners: self.expr_planners.clone(),
             type_planner: self.type_planner.clone(),
             catalog: self.catalog.clone(),
             functions: self.functions.clone(),
@@ -208,7 +219,7 @@ impl Binder {
         let Some(table) = self.catalog.table(target) else {
             return Ok(());
         };
-        let physical = table.write_schema();
+        let physical = table.connector_table().write_schema();
         let targets: Vec<DataType> = if columns.is_empty() {
             physical.fields().iter().map(|f| f.data_type().clone()).collect()
         } else {
@@ -335,12 +346,12 @@ impl Binder {
 
     /// The table as the binder sees it: the columns a source reads (binding
     /// computed columns), the columns an `INSERT` writes, or all of them.
-    fn table_source(&self, table: &Arc<TableDef>, read: bool, written: bool) -> Arc<dyn TableSource> {
+    fn table_source(&self, table: &Arc<CatalogTable>, read: bool, written: bool) -> Arc<dyn TableSource> {
         let physical_only = read || written;
         let base = if written {
-            table.write_schema()
+            table.connector_table().write_schema()
         } else if read {
-            table.read_schema()
+            table.connector_table().read_schema()
         } else {
             table.full_schema()
         };
@@ -467,7 +478,7 @@ impl ContextProvider for Binder {
     }
 
     fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
-        &self.functions.expr_planners
+        &self.expr_planners
     }
 
     fn get_relation_planners(&self) -> &[Arc<dyn RelationPlanner>] {

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::parser::CreateView;
-use crate::config::SessionConfig;
+use crate::plan::table::{ColumnDef, MetadataColumn, TableDef, TableOptions};
 use crate::types::{PROCTIME, ROWTIME, TIME_ATTRIBUTE_KEY};
 use crate::{Error, Result};
 
-/// A column of a table.
+/// A column of a catalog table: physical, metadata or computed.
 #[derive(Debug, Clone)]
-pub struct ColumnDef {
+pub struct CatalogColumn {
     /// Name.
     pub name: String,
     /// Type (a `TIMESTAMP_LTZ` carries the catalog zone, see [`super::types`]).
@@ -29,20 +29,10 @@ pub struct ColumnDef {
     pub metadata: Option<MetadataColumn>,
 }
 
-/// A metadata column: a value the connector reads (or writes) beside the
-/// record's fields, such as a Kafka record's partition, offset or timestamp.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetadataColumn {
-    /// The connector's metadata key (`FROM 'key'`, or the column's name).
-    pub key: String,
-    /// `VIRTUAL`: read only, not written by an `INSERT`.
-    pub is_virtual: bool,
-}
-
-impl ColumnDef {
+impl CatalogColumn {
     /// A physical column.
     pub fn physical(name: impl Into<String>, data_type: DataType, nullable: bool) -> Self {
-        ColumnDef {
+        CatalogColumn {
             name: name.into(),
             data_type,
             nullable,
@@ -64,44 +54,14 @@ pub struct WatermarkDef {
     pub text: String,
 }
 
-/// Connector options, `WITH ('key' = 'value', ...)`, in declaration order.
-#[derive(Debug, Clone, Default)]
-pub struct TableOptions {
-    entries: Vec<(String, String)>,
-}
-
-impl TableOptions {
-    /// Options from key/value pairs; a key given twice is an error.
-    pub fn new(entries: Vec<(String, String)>) -> Result<Self> {
-        for (i, (key, _)) in entries.iter().enumerate() {
-            if entries[..i].iter().any(|(k, _)| k == key) {
-                return Err(Error::sql(format!("option '{key}' is given twice")));
-            }
-        }
-        Ok(TableOptions { entries })
-    }
-
-    /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// All options in declaration order.
-    pub fn entries(&self) -> &[(String, String)] {
-        &self.entries
-    }
-}
-
-/// A table: schema, watermark and connector options.
+/// A table of the catalog: its columns (computed ones too), watermark
+/// and connector options.
 #[derive(Debug, Clone)]
-pub struct TableDef {
+pub struct CatalogTable {
     /// Name.
     pub name: String,
     /// Columns in declaration order, physical and computed.
-    pub columns: Vec<ColumnDef>,
+    pub columns: Vec<CatalogColumn>,
     /// The watermark, if any.
     pub watermark: Option<WatermarkDef>,
     /// Primary key columns (not enforced, as in Flink).
@@ -113,39 +73,7 @@ pub struct TableDef {
     pub options: TableOptions,
 }
 
-impl TableDef {
-    /// The physical columns: the fields of the connector's records.
-    pub fn physical_schema(&self) -> SchemaRef {
-        self.schema_of(|c| c.computed.is_none() && c.metadata.is_none())
-    }
-
-    /// The columns a source reads: physical and metadata columns, in order.
-    pub fn read_schema(&self) -> SchemaRef {
-        self.schema_of(|c| c.computed.is_none())
-    }
-
-    /// The columns an `INSERT` writes: physical and non-virtual metadata columns.
-    pub fn write_schema(&self) -> SchemaRef {
-        self.schema_of(|c| c.computed.is_none() && !c.metadata.as_ref().is_some_and(|m| m.is_virtual))
-    }
-
-    /// The metadata columns, by name.
-    pub fn metadata_columns(&self) -> impl Iterator<Item = (&str, &MetadataColumn)> {
-        self.columns
-            .iter()
-            .filter_map(|c| c.metadata.as_ref().map(|m| (c.name.as_str(), m)))
-    }
-
-    fn schema_of(&self, keep: impl Fn(&ColumnDef) -> bool) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .filter(|c| keep(c))
-                .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
-                .collect::<Vec<_>>(),
-        ))
-    }
-
+impl CatalogTable {
     /// Every column, with time attributes marked in the field metadata.
     pub fn full_schema(&self) -> SchemaRef {
         Arc::new(Schema::new(
@@ -185,58 +113,24 @@ impl TableDef {
         self.options.get(key)
     }
 
-    /// Parses an option as a number, with a clear error.
-    pub fn parse_option<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>> {
-        match self.option(key) {
-            None => Ok(None),
-            Some(v) => v.trim().parse().map(Some).map_err(|_| {
-                Error::sql(format!(
-                    "table '{}': invalid value '{v}' for option '{key}'",
-                    self.name
-                ))
-            }),
+    /// The table as its connector sees it: its physical and metadata
+    /// columns (no computed columns, no watermark).
+    pub fn connector_table(&self) -> TableDef {
+        TableDef {
+            name: self.name.clone(),
+            columns: (self.columns.iter())
+                .filter(|c| c.computed.is_none())
+                .map(|c| ColumnDef {
+                    name: c.name.clone(),
+                    data_type: c.data_type.clone(),
+                    nullable: c.nullable,
+                    metadata: c.metadata.clone(),
+                })
+                .collect(),
+            primary_key: self.primary_key.clone(),
+            partition_keys: self.partition_keys.clone(),
+            options: self.options.clone(),
         }
-    }
-
-    /// Parses a boolean option (`true` / `false`).
-    pub fn parse_bool_option(&self, key: &str, default: bool) -> Result<bool> {
-        match self.option(key).map(str::to_ascii_lowercase).as_deref() {
-            None => Ok(default),
-            Some("true") => Ok(true),
-            Some("false") => Ok(false),
-            Some(v) => Err(Error::sql(format!(
-                "table '{}': invalid value '{v}' for option '{key}': expected true or false",
-                self.name
-            ))),
-        }
-    }
-
-    /// `scan.watermark.idle-timeout` of a table, else the session's
-    /// `table.exec.source.idle-timeout`: how long a source split (or subtask)
-    /// goes without data before it stops holding the watermark back.
-    pub fn idle_timeout(&self, config: &SessionConfig) -> Result<Option<std::time::Duration>> {
-        const KEY: &str = "scan.watermark.idle-timeout";
-        match self.option(KEY) {
-            None => config.source_idle_timeout(),
-            Some(v) => match crate::config::parse_duration(v) {
-                Some(d) if d.is_zero() => Ok(None),
-                Some(d) => Ok(Some(d)),
-                None => Err(Error::sql(format!(
-                    "table '{}': invalid value '{v}' for option '{KEY}': expected a duration such as '5 s'",
-                    self.name
-                ))),
-            },
-        }
-    }
-
-    /// The connector name (`'connector'` option).
-    pub fn connector(&self) -> Result<&str> {
-        self.option("connector").ok_or_else(|| {
-            Error::sql(format!(
-                "table '{}' has no 'connector' option; add WITH ('connector' = '...')",
-                self.name
-            ))
-        })
     }
 }
 
@@ -264,13 +158,13 @@ pub enum ViewBody {
 /// Tables and views by name.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    tables: BTreeMap<String, Arc<TableDef>>,
+    tables: BTreeMap<String, Arc<CatalogTable>>,
     views: BTreeMap<String, Arc<ViewDef>>,
 }
 
 impl Catalog {
     /// A table by name.
-    pub fn table(&self, name: &str) -> Option<&Arc<TableDef>> {
+    pub fn table(&self, name: &str) -> Option<&Arc<CatalogTable>> {
         self.tables.get(name)
     }
 
@@ -285,7 +179,7 @@ impl Catalog {
     }
 
     /// Adds a table; the name must be free.
-    pub fn add_table(&mut self, table: TableDef) -> Result<()> {
+    pub fn add_table(&mut self, table: CatalogTable) -> Result<()> {
         self.check_free(&table.name)?;
         self.tables.insert(table.name.clone(), Arc::new(table));
         Ok(())

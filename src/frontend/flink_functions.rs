@@ -22,7 +22,7 @@ use datafusion_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-use super::date_pattern::DatePattern;
+use crate::date_pattern::DatePattern;
 use crate::plan::window::TimeShift;
 use crate::time::to_epoch_millis;
 use crate::types::{PROCTIME, TIME_ATTRIBUTE_KEY};

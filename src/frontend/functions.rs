@@ -8,19 +8,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion_expr::planner::ExprPlanner;
 use datafusion_expr::{AggregateUDF, ScalarUDF};
 
 use super::{flink_aggregates, flink_functions, listagg};
 
-/// Scalar and aggregate functions by lower-case name, plus expression planners.
+/// Scalar, aggregate and window functions by lower-case name.
 #[derive(Debug, Clone)]
 pub struct FunctionRegistry {
     scalars: HashMap<String, Arc<ScalarUDF>>,
     aggregates: HashMap<String, Arc<AggregateUDF>>,
     windows: HashMap<String, Arc<datafusion_expr::WindowUDF>>,
-    /// Planners for syntax that maps to functions (`EXTRACT`, `a.b`, `x[1]`, ...).
-    pub expr_planners: Vec<Arc<dyn ExprPlanner>>,
 }
 
 impl FunctionRegistry {
@@ -30,14 +27,6 @@ impl FunctionRegistry {
             scalars: HashMap::new(),
             aggregates: HashMap::new(),
             windows: HashMap::new(),
-            expr_planners: vec![
-                Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
-                Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
-                Arc::new(datafusion_functions_nested::planner::FieldAccessPlanner),
-                Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
-                Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
-                Arc::new(datafusion_functions_aggregate::planner::AggregateFunctionPlanner),
-            ],
         };
         for f in datafusion_functions::all_default_functions()
             .into_iter()

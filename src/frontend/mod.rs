@@ -4,7 +4,6 @@ pub mod accumulator;
 pub mod binder;
 pub mod catalog;
 pub mod count_window;
-pub mod date_pattern;
 pub mod dialect;
 pub mod flink_aggregates;
 pub mod flink_functions;

@@ -7,7 +7,7 @@ use arrow::datatypes::SchemaRef;
 
 use crate::Result;
 use crate::config::SessionConfig;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 
 /// A source as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,6 +14,7 @@ pub mod join;
 pub mod planner;
 pub mod rank;
 pub mod spec;
+pub mod table;
 pub mod window;
 
 pub use planner::Planner;

@@ -28,8 +28,8 @@ use super::codec::{
     AggregateNode, BatchesData, DecodeContext, ExprNode, SchemaData, decode_aggregate, decode_expr,
     decode_exprs, decode_sort_keys, encode_aggregate, encode_expr, encode_exprs, encode_sort_keys,
 };
-use crate::frontend::catalog::{ColumnDef, MetadataColumn, TableDef, TableOptions};
 use crate::plan::join::{JoinKind, joined_schema};
+use crate::plan::table::{ColumnDef, MetadataColumn, TableDef, TableOptions};
 use crate::plan::window::{GroupColumn, Phase, WindowProperty};
 use crate::plan::window::{TimeShift, WindowKind, WindowSpec};
 use crate::{Error, Result};
@@ -508,8 +508,7 @@ impl TableData {
         })
     }
 
-    /// A table definition with these physical columns (no computed columns
-    /// or watermark: connectors read physical columns only).
+    /// The table definition it describes.
     pub fn build(&self) -> Result<TableDef> {
         let columns = self.columns.decode()?;
         Ok(TableDef {
@@ -527,7 +526,6 @@ impl TableData {
                     ..ColumnDef::physical(f.name().clone(), f.data_type().clone(), f.is_nullable())
                 })
                 .collect(),
-            watermark: None,
             primary_key: self.primary_key.clone(),
             partition_keys: self.partition_keys.clone(),
             options: TableOptions::new(self.options.clone())?,

@@ -8,8 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::job::{CheckpointStats, JobStatus};
 use super::message::{MIN_WATERMARK, Timestamp};
+use super::settings::JobStatus;
+use crate::checkpoint::CheckpointStats;
 
 /// Flink's backpressure levels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -10,6 +10,7 @@ pub mod job;
 pub mod message;
 pub mod metrics;
 pub mod operator;
+pub mod settings;
 pub mod source;
 pub mod task;
 

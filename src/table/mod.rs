@@ -71,6 +71,7 @@
 //! ```
 
 mod expr;
+mod source;
 mod window;
 
 use std::sync::Arc;

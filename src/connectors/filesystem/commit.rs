@@ -24,7 +24,7 @@ use std::sync::Mutex;
 
 use super::partition::{PartitionSpec, PartitionTimeExtractor, unescape_path_name};
 use crate::config::parse_duration;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::{Error, Result};
 
 /// When a partition may be committed (`sink.partition-commit.trigger`).
@@ -379,13 +379,12 @@ mod tests {
     }
 
     fn partition_time() -> CommitTrigger {
-        let table = crate::frontend::catalog::TableDef {
+        let table = crate::plan::table::TableDef {
             name: "t".into(),
             columns: vec![],
-            watermark: None,
             primary_key: vec![],
             partition_keys: vec!["dt".into()],
-            options: crate::frontend::catalog::TableOptions::new(vec![]).unwrap(),
+            options: crate::plan::table::TableOptions::new(vec![]).unwrap(),
         };
         CommitTrigger::PartitionTime(PartitionTimeExtractor::from_table(&table).unwrap())
     }

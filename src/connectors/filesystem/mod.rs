@@ -22,7 +22,7 @@ use super::OptionSpec;
 use super::format::csv::{CSV_KEYS, CsvOptions};
 use super::format::json::{JSON_KEYS, JsonOptions};
 use crate::config::SessionConfig;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::{Error, Result};
 
 const OPTIONS: OptionSpec = OptionSpec {

@@ -14,8 +14,8 @@ use arrow::record_batch::RecordBatch;
 use chrono::NaiveDateTime;
 
 use crate::connectors::format::text::{TextStyle, format_column};
-use crate::frontend::catalog::TableDef;
-use crate::frontend::date_pattern::DatePattern;
+use crate::date_pattern::DatePattern;
+use crate::plan::table::TableDef;
 use crate::plan::window::TimeShift;
 use crate::{Error, Result};
 

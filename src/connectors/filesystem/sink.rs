@@ -38,7 +38,7 @@ use crate::config::{SessionConfig, parse_duration};
 use crate::connectors::format::csv::CsvRowWriter;
 use crate::connectors::format::json::{write_debezium_json, write_json_lines};
 use crate::connectors::{SinkFactory, SinkWriter};
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::TaskContext;
 use crate::runtime::message::CheckpointId;
 use crate::time::wall_clock_millis;
@@ -589,7 +589,7 @@ mod tests {
     /// A table `(id BIGINT, dt STRING) PARTITIONED BY (dt)` at `path`
     /// committing partitions with a success file at once (process time).
     fn partitioned(path: &Path) -> TableDef {
-        use crate::frontend::catalog::{ColumnDef, TableOptions};
+        use crate::plan::table::{ColumnDef, TableOptions};
         let column = |name: &str, data_type| ColumnDef::physical(name, data_type, true);
         let options = [
             ("connector", "filesystem"),
@@ -603,7 +603,6 @@ mod tests {
                 column("id", arrow::datatypes::DataType::Int64),
                 column("dt", arrow::datatypes::DataType::Utf8),
             ],
-            watermark: None,
             primary_key: vec![],
             partition_keys: vec!["dt".into()],
             options: TableOptions::new(

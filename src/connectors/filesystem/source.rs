@@ -16,7 +16,7 @@ use super::{FileFormat, list_files, table_path};
 use crate::config::SessionConfig;
 use crate::connectors::format::csv::CsvBatchReader;
 use crate::connectors::format::json::JsonBatchReader;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::operator::TaskMetrics;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
 use crate::{Error, Result};
@@ -567,13 +567,12 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Int64Type};
 
     use super::*;
-    use crate::frontend::catalog::{ColumnDef, TableDef, TableOptions};
+    use crate::plan::table::{ColumnDef, TableDef, TableOptions};
 
     fn reader(dir: &Path, batch_size: usize) -> Box<dyn SourceReader> {
         let table = TableDef {
             name: "t".into(),
             columns: vec![ColumnDef::physical("v", DataType::Int64, true)],
-            watermark: None,
             primary_key: vec![],
             partition_keys: vec![],
             options: TableOptions::new(vec![

@@ -23,7 +23,7 @@ use arrow::util::display::FormatOptions;
 
 use super::text::{TextStyle, format_column};
 use super::unpanicked;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::types::flink_type_name;
 use crate::{Error, Result};
 

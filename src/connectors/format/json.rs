@@ -16,7 +16,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::text::{TextStyle, format_column};
 use super::unpanicked;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::{Error, Result};
 
 /// Keys of the json format.

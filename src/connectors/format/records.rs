@@ -9,7 +9,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
 use super::csv::{CsvOptions, bad_value_message, convert_fields};
 use super::json::{Decoded, JsonOptions, Locate, decode_json_records};
-use crate::frontend::catalog::{TableDef, TableOptions};
+use crate::plan::table::{TableDef, TableOptions};
 use crate::{Error, Result};
 
 /// A record format and its options.

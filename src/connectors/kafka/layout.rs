@@ -12,7 +12,7 @@ use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
 use crate::changelog::RowKind;
 use crate::connectors::format::records::{RecordDecoder, RecordFormat};
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::types::flink_type_name;
 use crate::{Error, Result};
 

@@ -16,7 +16,7 @@ pub mod wire;
 
 use super::OptionSpec;
 use crate::Result;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 
 /// The options of the `kafka` connector.
 const OPTIONS: OptionSpec = OptionSpec {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::{Error, Result};
 
 /// Where a source starts (`scan.startup.mode`) or stops
@@ -252,7 +252,7 @@ pub fn delivery(table: &TableDef) -> Result<(Delivery, Option<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontend::catalog::{ColumnDef, TableOptions};
+    use crate::plan::table::{ColumnDef, TableOptions};
 
     fn table(options: &[(&str, &str)]) -> TableDef {
         let mut entries = vec![
@@ -266,7 +266,6 @@ mod tests {
         TableDef {
             name: "t".into(),
             columns: vec![ColumnDef::physical("v", arrow::datatypes::DataType::Utf8, true)],
-            watermark: None,
             primary_key: vec![],
             partition_keys: vec![],
             options: TableOptions::new(entries).unwrap(),

@@ -44,7 +44,7 @@ use super::transactions::{Recorded, commit_recorded, describe};
 use crate::changelog::RowKind;
 use crate::connectors::format::records::RecordFormat;
 use crate::connectors::{SinkFactory, SinkWriter};
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::TaskContext;
 use crate::runtime::message::CheckpointId;
 use crate::{Error, Result};

@@ -22,7 +22,7 @@ use super::fetch::{self, Assigned, Chunk, FetchConfig, FetchThread};
 use super::layout::{Layout, Record};
 use super::options::{Offsets, SourceOptions, Topics};
 use crate::config::SessionConfig;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::message::CheckpointId;
 use crate::runtime::operator::TaskMetrics;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, SplitId, TaskContext};

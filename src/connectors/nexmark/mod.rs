@@ -29,7 +29,7 @@ use self::generator::{
 };
 use super::OptionSpec;
 use crate::config::SessionConfig;
-use crate::frontend::catalog::TableDef;
+use crate::plan::table::TableDef;
 use crate::runtime::source::CountedSplit;
 use crate::runtime::{SourceFactory, SourcePoll, SourceReader, TaskContext};
 use crate::types::flink_type_name;

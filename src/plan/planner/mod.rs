@@ -210,15 +210,18 @@ impl<'a> Planner<'a> {
         let input = self.plan(&dml.input)?;
         let schema = self.nodes[input].schema.clone();
         let rows = crate::changelog::without_op(&schema);
-        let facts = self.connectors.sink(&table, rows.clone(), self.config)?;
-        let parallelism = match table.parse_option::<usize>("sink.parallelism")? {
+        let connector_table = table.connector_table();
+        let facts = self
+            .connectors
+            .sink(&connector_table, rows.clone(), self.config)?;
+        let parallelism = match connector_table.parse_option::<usize>("sink.parallelism")? {
             Some(0) => return Err(Error::sql("'sink.parallelism' must be positive")),
             Some(p) => p,
             None => self.nodes[input].parallelism,
         };
         let (input, exchange) = self.sink_input(input, &table, &facts, parallelism)?;
         let sink = SinkSpec::Connector {
-            table: TableData::of(&table)?,
+            table: TableData::of(&connector_table)?,
             schema: SchemaData::encode(&rows)?,
         };
         self.push_named(
@@ -497,7 +500,7 @@ impl<'a> Planner<'a> {
     fn sink_input(
         &mut self,
         input: NodeId,
-        table: &crate::frontend::catalog::TableDef,
+        table: &crate::frontend::catalog::CatalogTable,
         sink: &super::connector::SinkFacts,
         parallelism: usize,
     ) -> Result<(NodeId, Exchange)> {
@@ -1472,12 +1475,13 @@ impl<'a> Planner<'a> {
             .downcast_ref::<CatalogTableSource>()
             .ok_or_else(|| Error::Internal(format!("unknown table source for {}", scan.table_name)))?;
         let table = source.table.clone();
+        let connector_table = table.connector_table();
         let full = source.schema.clone();
         let projection: Vec<usize> = scan
             .projection
             .clone()
             .unwrap_or_else(|| (0..full.fields().len()).collect());
-        let parallelism = match table.parse_option::<usize>("scan.parallelism")? {
+        let parallelism = match connector_table.parse_option::<usize>("scan.parallelism")? {
             Some(0) => return Err(Error::sql("'scan.parallelism' must be positive")),
             Some(p) => p,
             None => self.parallelism,
@@ -1485,7 +1489,7 @@ impl<'a> Planner<'a> {
 
         // Which full-schema columns must be computed: the projected ones, and the
         // rowtime column and watermark inputs (the watermark is always generated).
-        let computed: Vec<(usize, &crate::frontend::catalog::ColumnDef)> = table
+        let computed: Vec<(usize, &crate::frontend::catalog::CatalogColumn)> = table
             .columns
             .iter()
             .enumerate()
@@ -1511,7 +1515,7 @@ impl<'a> Planner<'a> {
         };
         let mut needed: BTreeSet<usize> = projection.iter().copied().collect();
         // An upsert source reads its key, whatever the query selects.
-        for name in self.connectors.always_read(&table) {
+        for name in self.connectors.always_read(&connector_table) {
             needed.insert(full.index_of(&name)?);
         }
         if let Some((w, expr, _)) = &watermark {
@@ -1521,18 +1525,21 @@ impl<'a> Planner<'a> {
             }
         }
         let (physical_projection, bound_physical) =
-            read_columns(&table, &full, &needed, &computed, &computed_exprs);
+            read_columns(&connector_table, &full, &needed, &computed, &computed_exprs);
         let source_schema = Arc::new(Schema::new(bound_physical.clone()));
-        let facts =
-            self.connectors
-                .source(&table, &physical_projection, source_schema.clone(), self.config)?;
+        let facts = self.connectors.source(
+            &connector_table,
+            &physical_projection,
+            source_schema.clone(),
+            self.config,
+        )?;
         let upsert_key = facts.upsert_key.clone();
         let node_schema = match upsert_key {
             Some(_) => crate::changelog::with_op(&source_schema),
             None => source_schema.clone(),
         };
         let spec = SourceSpec::Connector {
-            table: TableData::of(&table)?,
+            table: TableData::of(&connector_table)?,
             projection: physical_projection,
             schema: SchemaData::encode(&source_schema)?,
         };
@@ -1576,7 +1583,9 @@ impl<'a> Planner<'a> {
                 expr: encode_expr(&physical, &calc_schema)?,
                 text: w.text.clone(),
                 fixed_delay: fixed_watermark_delay(expr, &w.column),
-                idle_timeout: table.idle_timeout(self.config)?.map(|d| d.as_millis() as i64),
+                idle_timeout: connector_table
+                    .idle_timeout(self.config)?
+                    .map(|d| d.as_millis() as i64),
             };
             node = self.push(
                 assigner,
@@ -2259,10 +2268,10 @@ struct GroupParts {
 /// are read, and those the needed computed columns (`computed`, bound as
 /// `computed_exprs`) refer to.
 fn read_columns(
-    table: &crate::frontend::catalog::TableDef,
+    table: &crate::plan::table::TableDef,
     full: &SchemaRef,
     needed: &BTreeSet<usize>,
-    computed: &[(usize, &crate::frontend::catalog::ColumnDef)],
+    computed: &[(usize, &crate::frontend::catalog::CatalogColumn)],
     computed_exprs: &[Expr],
 ) -> (Vec<usize>, Vec<Field>) {
     let read_names: Vec<String> = table

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{SessionConfig, parse_duration};
+use super::session::{SessionConfig, parse_duration};
 use crate::{Error, Result};
 
 /// `execution.checkpointing.interval`: checkpoints are on when set.
