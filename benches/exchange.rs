@@ -5,7 +5,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use weir::key_group::hash_rows;
+use weir::common::key_group::hash_rows;
 use weir::runtime::exchange::partition_by_hash;
 
 const ROWS: usize = 8192;

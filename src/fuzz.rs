@@ -11,11 +11,11 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 
 use crate::Result;
-use crate::checkpoint::storage::{read_metadata, verify};
-use crate::connectors::format::csv::{CsvBatchReader, CsvOptions};
-use crate::connectors::format::json::{JsonBatchReader, JsonOptions};
-use crate::frontend::parser::parse_statements;
-use crate::state::snapshot::{read_batches, read_state_file};
+use weir_connectors::format::csv::{CsvBatchReader, CsvOptions};
+use weir_connectors::format::json::{JsonBatchReader, JsonOptions};
+use weir_sql::parser::parse_statements;
+use weir_state::checkpoint::storage::{read_metadata, verify};
+use weir_state::snapshot::{read_batches, read_state_file};
 
 /// Parses, binds and plans every statement of `text` in a fresh engine:
 /// DDL and `SET` are executed (they only change the session), queries and

@@ -25,30 +25,26 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod alloc;
 pub mod bench;
-pub mod changelog;
-pub mod checkpoint;
-pub mod config;
-pub mod connectors;
-pub mod date_pattern;
 pub mod engine;
-pub mod error;
-pub mod frontend;
 #[doc(hidden)]
 pub mod fuzz;
-pub mod ids;
-pub mod key_group;
-pub mod operators;
-pub mod plan;
 pub mod repl;
-pub mod runtime;
-pub mod state;
 pub mod table;
-pub mod time;
-pub mod types;
 
 pub use engine::{Engine, ResultStream, TableResult};
-pub use error::{Error, Result};
-pub use runtime::{BackpressureLevel, JobHandle, JobMetrics, JobStatus, TaskMetricsSnapshot};
 pub use table::Table;
+pub use weir_common::{Error, Result};
+pub use weir_job::{BackpressureLevel, JobHandle, JobMetrics, JobStatus, TaskMetricsSnapshot};
+
+// The layers of weir, each a crate of its own (docs/architecture.md), as
+// modules of this one: what a program embedding weir reaches beyond `Engine`.
+pub use weir_common as common;
+pub use weir_connectors as connectors;
+pub use weir_functions as functions;
+pub use weir_job as job;
+pub use weir_operators as operators;
+pub use weir_plan as plan;
+pub use weir_runtime as runtime;
+pub use weir_sql as sql;
+pub use weir_state as state;

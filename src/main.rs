@@ -266,7 +266,7 @@ struct NexmarkArgs {
 }
 
 /// How many milliseconds freed memory stays committed before it goes back
-/// to the kernel (mimalloc's purge delay, [`weir::alloc::MI_OPTION_PURGE_DELAY`]). At 10 ms (the header's default) a job that
+/// to the kernel (mimalloc's purge delay, [`weir::common::alloc::MI_OPTION_PURGE_DELAY`]). At 10 ms (the header's default) a job that
 /// allocates and frees output batches at a high rate spends a quarter of
 /// its time faulting in and zeroing pages it had just given back: the
 /// interval join of benches/interval_join_seq.sql ran in 12.7-13.2 s at
@@ -287,7 +287,7 @@ fn main() -> ExitCode {
         // at any time.
         #[expect(unsafe_code, reason = "mimalloc's options have only a C API")]
         unsafe {
-            libmimalloc_sys::mi_option_set(weir::alloc::MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS)
+            libmimalloc_sys::mi_option_set(weir::common::alloc::MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS)
         };
     }
     let cli = Cli::parse();
@@ -328,7 +328,7 @@ fn main() -> ExitCode {
         } => bench_kafka(args),
         Command::Checkpoint {
             command: CheckpointCommand::Inspect { path },
-        } => weir::checkpoint::inspect::report(&path)
+        } => weir::state::checkpoint::inspect::report(&path)
             .map(|report| print!("{report}"))
             .map_err(anyhow::Error::from),
     };
@@ -351,7 +351,7 @@ fn read_script(file: &Path, defines: &[String]) -> anyhow::Result<String> {
             .with_context(|| format!("--define takes NAME=VALUE, got '{define}'"))?;
         values.insert(name.trim().to_string(), value.to_string());
     }
-    weir::frontend::placeholders::substitute(&sql, |name| {
+    weir::sql::placeholders::substitute(&sql, |name| {
         values.get(name).cloned().or_else(|| std::env::var(name).ok())
     })
     .map_err(|(name, offset)| {
@@ -384,8 +384,7 @@ fn run(
     let mut scripts = Vec::new();
     for file in files {
         let sql = read_script(file, defines)?;
-        let statements =
-            weir::frontend::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
+        let statements = weir::sql::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
         scripts.push((file, sql, statements));
     }
     let started = Instant::now();
@@ -564,7 +563,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
         spill_budget: match &args.spilling {
             None => None,
             Some(text) => Some(
-                weir::config::parse_memory_size(text)
+                weir::common::config::parse_memory_size(text)
                     .filter(|n| *n > 0)
                     .with_context(|| format!("--spilling: '{text}' is not a memory size such as 1gb"))?,
             ),
@@ -629,7 +628,7 @@ fn bench_checkpoint(args: CheckpointArgs) -> anyhow::Result<()> {
 }
 
 fn duration_arg(name: &str, text: &str) -> anyhow::Result<std::time::Duration> {
-    weir::config::parse_duration(text)
+    weir::common::config::parse_duration(text)
         .filter(|d| !d.is_zero())
         .with_context(|| format!("--{name}: '{text}' is not a duration such as 1s"))
 }
@@ -922,7 +921,7 @@ fn print_result(result: weir::TableResult) -> anyhow::Result<()> {
     for batch in result.stream() {
         let batch = batch?;
         rows += batch.num_rows();
-        let batch = weir::changelog::with_kind_column(&batch)?;
+        let batch = weir::common::changelog::with_kind_column(&batch)?;
         println!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
     }
     if rows > 0 {
@@ -932,7 +931,7 @@ fn print_result(result: weir::TableResult) -> anyhow::Result<()> {
 }
 
 /// Moves a statement-relative SQL position to file coordinates.
-fn shift_position(e: Error, start: weir::error::Position) -> Error {
+fn shift_position(e: Error, start: weir::common::error::Position) -> Error {
     match e {
         Error::Sql {
             message,
@@ -945,7 +944,7 @@ fn shift_position(e: Error, start: weir::error::Position) -> Error {
             };
             Error::sql_at(
                 message,
-                Some(weir::error::Position {
+                Some(weir::common::error::Position {
                     line: p.line + start.line - 1,
                     column,
                 }),

@@ -53,7 +53,7 @@ impl sqllogictest::DB for WeirDb {
             (true, Some("changelog" | "tableau")) => result
                 .collect()?
                 .iter()
-                .map(weir::changelog::with_kind_column)
+                .map(weir::common::changelog::with_kind_column)
                 .collect::<weir::Result<Vec<_>>>()?,
             (true, _) => vec![result.materialize()?],
             (false, _) => result.collect()?,

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ScratchDir;
-use super::slow::Slow;
+use crate::bench::ScratchDir;
+use crate::bench::slow::Slow;
 use crate::{Engine, Error, JobStatus, Result};
 
 /// What to measure.
@@ -86,7 +86,7 @@ fn run_once(
     options: &BackpressureBenchOptions,
     unaligned: bool,
     dir: &std::path::Path,
-) -> Result<(f64, Vec<crate::checkpoint::CheckpointStats>, u64)> {
+) -> Result<(f64, Vec<weir_job::stats::CheckpointStats>, u64)> {
     let engine = Engine::new();
     engine.register_udf(Slow::udf(options.slow_per_row));
     for (key, value) in [
@@ -145,7 +145,7 @@ fn run_once(
 fn summarize(
     mode: &str,
     rates: &mut [f64],
-    stats: &[crate::checkpoint::CheckpointStats],
+    stats: &[weir_job::stats::CheckpointStats],
     failed: u64,
 ) -> ModeResult {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

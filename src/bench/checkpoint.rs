@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ScratchDir;
-use crate::checkpoint::storage::{checkpoints_under, read_metadata};
+use crate::bench::ScratchDir;
 use crate::{Engine, Error, JobStatus, Result};
+use weir_state::checkpoint::storage::{checkpoints_under, read_metadata};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -225,7 +225,7 @@ fn run_in_process(
     options: &CheckpointBenchOptions,
     checkpoint_dir: Option<&Path>,
     spill_dir: &Path,
-) -> Result<(f64, Vec<crate::checkpoint::CheckpointStats>, u64)> {
+) -> Result<(f64, Vec<weir_job::stats::CheckpointStats>, u64)> {
     let engine = Engine::new();
     engine.set("parallelism.default", &options.parallelism.to_string())?;
     engine.set("table.local-time-zone", "UTC")?;
@@ -385,7 +385,7 @@ pub fn run(options: &CheckpointBenchOptions, weir: &Path) -> Result<CheckpointBe
             (rows, Some(ms))
         }
     };
-    let median_bytes = |bytes: &dyn Fn(&crate::checkpoint::CheckpointStats) -> u64| {
+    let median_bytes = |bytes: &dyn Fn(&weir_job::stats::CheckpointStats) -> u64| {
         let mut all: Vec<f64> = stats.iter().map(|c| bytes(c) as f64).collect();
         all.sort_by(f64::total_cmp);
         percentile(&all, 0.5) as u64

@@ -16,8 +16,8 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use crate::connectors::kafka::wire::call;
 use crate::{Engine, Error, JobStatus, Result};
+use weir_connectors::kafka::wire::call;
 
 /// What to measure.
 #[derive(Debug, Clone)]

@@ -9,14 +9,14 @@ pub mod slow;
 
 use std::path::{Path, PathBuf};
 
-/// Nexmark's q14 UDF, a port of its Java class (see [`crate::frontend::ported_udfs`]).
-pub use crate::frontend::ported_udfs::CountChar;
 pub use nexmark::{
     NexmarkOptions, Progress, QUERIES, QueryResult, query, query_script, run, run_script, write_side_input,
 };
+/// Nexmark's q14 UDF, a port of its Java class (see [`weir_functions::ported_udfs`]).
+pub use weir_functions::ported_udfs::CountChar;
 
-use crate::connectors::filesystem::random_uuid;
 use crate::{Error, Result};
+use weir_connectors::filesystem::random_uuid;
 
 /// Seconds of CPU this process has used (user + system), from `/proc/self/stat`.
 pub(crate) fn cpu_seconds() -> f64 {
@@ -36,7 +36,7 @@ pub(crate) fn reset_peak_rss() {
     // The allocator keeps freed memory for a while (see `PURGE_DELAY_MS` in
     // main.rs): give it back first, or the previous query's memory would
     // count as this one's.
-    crate::alloc::give_back_freed_memory();
+    weir_common::alloc::give_back_freed_memory();
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{ScratchDir, cpu_seconds, peak_rss_bytes, reset_peak_rss};
+use crate::bench::{ScratchDir, cpu_seconds, peak_rss_bytes, reset_peak_rss};
 use crate::{Engine, Error, JobStatus, Result};
 
 /// The standard queries with their SQL (from `sql/nexmark/`). Whether weir

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ScratchDir;
-use super::checkpoint::windowed_job_sql;
+use crate::bench::ScratchDir;
+use crate::bench::checkpoint::windowed_job_sql;
 use crate::{Engine, Error, JobStatus, Result};
 
 /// What to measure.

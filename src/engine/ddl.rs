@@ -4,12 +4,12 @@
 use arrow::datatypes::DataType;
 use datafusion_expr::ExprSchemable;
 
-use super::Session;
-use crate::frontend::catalog::{CatalogColumn, CatalogTable, WatermarkDef};
-use crate::frontend::parser::{ColumnSpec, CreateTable};
-use crate::plan::table::{MetadataColumn, TableOptions};
-use crate::types::{flink_type_name, is_ltz};
-use crate::{Error, Result, connectors};
+use crate::engine::Session;
+use crate::{Error, Result};
+use weir_common::types::{flink_type_name, is_ltz};
+use weir_plan::table::{MetadataColumn, TableOptions};
+use weir_sql::catalog::{CatalogColumn, CatalogTable, WatermarkDef};
+use weir_sql::parser::{ColumnSpec, CreateTable};
 
 impl Session {
     /// Builds a table from `CREATE TABLE`: types of computed columns come from
@@ -53,7 +53,7 @@ impl Session {
             watermark: None,
             primary_key: create.primary_key.clone(),
             partition_keys: create.partition_keys.clone(),
-            options: TableOptions::new(crate::frontend::legacy_options::translate(
+            options: TableOptions::new(weir_sql::legacy_options::translate(
                 &create.name,
                 create.options.clone(),
             )?)?,
@@ -75,7 +75,7 @@ impl Session {
                 let (data_type, nullable) = (field.data_type().clone(), field.is_nullable());
                 // The catalog keeps TIMESTAMP_LTZ in its own zone; binding gives it the session's.
                 let data_type = if is_ltz(&data_type) {
-                    crate::types::with_zone(&data_type, crate::types::LTZ_CATALOG_ZONE)
+                    weir_common::types::with_zone(&data_type, weir_common::types::LTZ_CATALOG_ZONE)
                 } else {
                     data_type
                 };
@@ -153,7 +153,7 @@ impl Session {
                 Some(_) => {}
             }
         }
-        connectors::validate_table(&table.connector_table(), &self.config)?;
+        weir_connectors::validate_table(&table.connector_table(), &self.config)?;
         Ok(table)
     }
 }

@@ -10,24 +10,26 @@ use std::sync::{Arc, Mutex};
 use arrow::datatypes::SchemaRef;
 use datafusion_expr::{LogicalPlan, ScalarUDF};
 
-use crate::checkpoint::storage::{RestorePoint, resolve_restore};
-use crate::checkpoint::{self, CheckpointConfig, RestartStrategy};
-use crate::config::SessionConfig;
-use crate::connectors::BuiltinConnectors;
-use crate::connectors::build::ResultChannels;
-use crate::frontend::binder::Binder;
-use crate::frontend::catalog::{Catalog, CatalogTable, ViewBody, ViewDef};
-use crate::frontend::functions::FunctionRegistry;
-use crate::frontend::parser::{Statement, parse_statements};
-use crate::plan::Planner;
-use crate::plan::codec::DecodeContext;
-use crate::plan::graph::JobGraph;
-use crate::plan::spec::PlanSpec;
-use crate::runtime::job::{self, JobHandle, JobSettings, RestoredCheckpoint};
 use crate::{Error, Result};
 use result::ResultBody;
 pub use result::{ResultStream, TableResult};
 pub use statements::human_bytes;
+use weir_common::config::SessionConfig;
+use weir_common::config::checkpoint::{CheckpointConfig, RestartStrategy};
+use weir_connectors::BuiltinConnectors;
+use weir_connectors::build::ResultChannels;
+use weir_functions::registry::FunctionRegistry;
+use weir_job::settings::{JobSettings, RestoredCheckpoint};
+use weir_job::supervisor::{self, JobHandle};
+use weir_plan::codec::DecodeContext;
+use weir_plan::graph::JobGraph;
+use weir_plan::spec::PlanSpec;
+use weir_runtime::transport::{Local, Transport};
+use weir_sql::binder::Binder;
+use weir_sql::catalog::{Catalog, CatalogTable, ViewBody, ViewDef};
+use weir_sql::parser::{Statement, parse_statements};
+use weir_sql::planner::Planner;
+use weir_state::checkpoint::storage::{RestorePoint, resolve_restore};
 
 /// The id of a query's result channel in its plan (a plan has at most one
 /// collect sink; each job gets its own channels).
@@ -60,6 +62,7 @@ struct Session {
     config: SessionConfig,
     user_functions: Vec<Arc<ScalarUDF>>,
     jobs: Vec<JobHandle>,
+    transport: Arc<dyn Transport>,
 }
 
 impl Engine {
@@ -71,8 +74,16 @@ impl Engine {
                 config: SessionConfig::default(),
                 user_functions: Vec::new(),
                 jobs: Vec::new(),
+                transport: Arc::new(Local),
             })),
         }
+    }
+
+    /// Makes the channels between the subtasks of the jobs started from now
+    /// on with `transport` (in-process crossbeam channels, [`Local`], by
+    /// default).
+    pub fn set_transport(&self, transport: Arc<dyn Transport>) {
+        self.session().transport = transport;
     }
 
     fn session(&self) -> std::sync::MutexGuard<'_, Session> {
@@ -103,8 +114,8 @@ impl Engine {
     /// The plan of an `INSERT INTO` as data, without running it: a value
     /// that serializes (serde, e.g. JSON) and holds everything needed to
     /// run the job, the tables' definitions included (see
-    /// [`crate::plan::spec`] and [`Engine::submit`]).
-    pub fn plan(&self, insert: &str) -> Result<crate::plan::spec::PlanSpec> {
+    /// [`weir_plan::spec`] and [`Engine::submit`]).
+    pub fn plan(&self, insert: &str) -> Result<weir_plan::spec::PlanSpec> {
         let mut statements = parse_statements(insert)?;
         let (Some(statement), 1) = (statements.pop(), statements.len() + 1) else {
             return Err(Error::sql("Engine::plan takes one INSERT statement"));
@@ -369,44 +380,46 @@ impl Session {
             )));
         }
         let mut notes = Vec::new();
-        let restore = match self.config.get(crate::config::checkpoint::SAVEPOINT_PATH) {
+        let restore = match self.config.get(weir_common::config::checkpoint::SAVEPOINT_PATH) {
             None => None,
-            Some(path) => match resolve_restore(&crate::config::checkpoint::path_option(path), &name)? {
-                RestorePoint::Checkpoint {
-                    dir,
-                    metadata,
-                    chosen,
-                    skipped,
-                } => {
-                    notes.extend(
-                        skipped
-                            .into_iter()
-                            .map(|s| format!("skipped a damaged checkpoint: {s}")),
-                    );
-                    if metadata.max_parallelism != max_parallelism {
-                        return Err(Error::State(format!(
-                            "checkpoint {} has {} key groups ('pipeline.max-parallelism'), this job {max_parallelism}; \
-                             the max parallelism cannot change across a restore",
-                            dir.display(),
-                            metadata.max_parallelism
-                        )));
-                    }
-                    notes.push(format!("restoring {chosen}"));
-                    Some(RestoredCheckpoint {
+            Some(path) => {
+                match resolve_restore(&weir_common::config::checkpoint::path_option(path), &name)? {
+                    RestorePoint::Checkpoint {
                         dir,
-                        metadata: *metadata,
-                    })
+                        metadata,
+                        chosen,
+                        skipped,
+                    } => {
+                        notes.extend(
+                            skipped
+                                .into_iter()
+                                .map(|s| format!("skipped a damaged checkpoint: {s}")),
+                        );
+                        if metadata.max_parallelism != max_parallelism {
+                            return Err(Error::State(format!(
+                                "checkpoint {} has {} key groups ('pipeline.max-parallelism'), this job {max_parallelism}; \
+                             the max parallelism cannot change across a restore",
+                                dir.display(),
+                                metadata.max_parallelism
+                            )));
+                        }
+                        notes.push(format!("restoring {chosen}"));
+                        Some(RestoredCheckpoint {
+                            dir,
+                            metadata: *metadata,
+                        })
+                    }
+                    RestorePoint::Nothing { skipped } => {
+                        notes.extend(
+                            skipped
+                                .into_iter()
+                                .map(|s| format!("skipped a damaged checkpoint: {s}")),
+                        );
+                        notes.push(format!("no complete checkpoint in {path}: the job starts afresh"));
+                        None
+                    }
                 }
-                RestorePoint::Nothing { skipped } => {
-                    notes.extend(
-                        skipped
-                            .into_iter()
-                            .map(|s| format!("skipped a damaged checkpoint: {s}")),
-                    );
-                    notes.push(format!("no complete checkpoint in {path}: the job starts afresh"));
-                    None
-                }
-            },
+            }
         };
         let graph = JobGraph::of(plan);
         if let Some(restored) = &restore {
@@ -417,7 +430,7 @@ impl Session {
                 .enumerate()
                 .zip(&uids)
                 .filter_map(|((index, vertex), (source, operators))| {
-                    let holds = |t: &&crate::checkpoint::TaskState| {
+                    let holds = |t: &&weir_state::checkpoint::metadata::TaskState| {
                         t.source_id.as_ref().is_some_and(|s| Some(s) == source.as_ref())
                             || t.operators.iter().any(|o| operators.contains(&o.operator_id))
                     };
@@ -437,11 +450,11 @@ impl Session {
             }
         }
         let checkpoint = CheckpointConfig::from_session(&self.config)?;
-        let job_id = crate::ids::JobId::new();
+        let job_id = weir_common::ids::JobId::new();
         if let Some(config) = &checkpoint {
             notes.push(format!(
                 "job id {job_id}: checkpoints go to {}",
-                checkpoint::storage::run_dir(&config.dir, &name, &job_id).display()
+                weir_state::checkpoint::storage::run_dir(&config.dir, &name, &job_id).display()
             ));
         }
         let settings = JobSettings {
@@ -459,13 +472,13 @@ impl Session {
             restore,
             notes,
             state_backend: self.config.state_backend()?,
+            transport: self.transport.clone(),
         };
         // The plan's expressions are of the zone it was planned in.
         let zone = &graph.plan.time_zone;
         let functions = self.functions(zone);
-        let built =
-            crate::runtime::execution::build(&graph, &DecodeContext::new(&functions, zone), &results)?;
-        let job = job::start(built, settings)?;
+        let built = weir_job::execution::build(&graph, &DecodeContext::new(&functions, zone), &results)?;
+        let job = supervisor::start(built, settings)?;
         self.jobs.push(job.clone());
         Ok(job)
     }

@@ -8,14 +8,15 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Receiver;
 
-use crate::runtime::job::{JobHandle, JobStatus};
 use crate::{Error, Result};
+use weir_job::settings::JobStatus;
+use weir_job::supervisor::JobHandle;
 
 /// What a statement returns.
 pub struct TableResult {
     pub(crate) schema: SchemaRef,
     pub(crate) body: ResultBody,
-    /// The rows are a changelog: batches carry row kinds (see [`crate::changelog`]).
+    /// The rows are a changelog: batches carry row kinds (see [`weir_common::changelog`]).
     pub(crate) updating: bool,
 }
 
@@ -92,7 +93,7 @@ impl TableResult {
     }
 
     /// Whether the rows are a changelog: each batch then ends with the op
-    /// column, read by [`crate::changelog::row_kinds`].
+    /// column, read by [`weir_common::changelog::row_kinds`].
     pub fn is_updating(&self) -> bool {
         self.updating
     }
@@ -100,7 +101,7 @@ impl TableResult {
     /// All rows of a bounded query as a table: its changelog applied to an
     /// empty table (for an insert-only query, every row).
     pub fn materialize(self) -> Result<RecordBatch> {
-        let mut table = crate::changelog::Materialized::new(&self.schema)?;
+        let mut table = weir_common::changelog::Materialized::new(&self.schema)?;
         for batch in self.collect()? {
             table.apply(&batch)?;
         }

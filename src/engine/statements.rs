@@ -8,20 +8,20 @@ use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema};
 
-use super::result::{ResultBody, TableResult};
-use super::{Engine, RESULT_CHANNEL, Session};
-use crate::connectors::BuiltinConnectors;
-use crate::connectors::build::ResultChannels;
-use crate::error::Position;
-use crate::frontend::binder::Binder;
-use crate::frontend::catalog::{Catalog, ViewBody, ViewDef};
-use crate::frontend::functions::FunctionRegistry;
-use crate::frontend::parser::{CreateView, Drop, ParsedStatement, ShowWhat, Statement};
-use crate::plan::Planner;
-use crate::plan::spec::{NodeSpec, PlanSpec, SinkSpec};
-use crate::runtime::job::JobHandle;
-use crate::types::flink_type_name;
+use crate::engine::result::{ResultBody, TableResult};
+use crate::engine::{Engine, RESULT_CHANNEL, Session};
 use crate::{Error, Result};
+use weir_common::error::Position;
+use weir_common::types::flink_type_name;
+use weir_connectors::BuiltinConnectors;
+use weir_connectors::build::ResultChannels;
+use weir_functions::registry::FunctionRegistry;
+use weir_job::supervisor::JobHandle;
+use weir_plan::spec::{NodeSpec, PlanSpec, SinkSpec};
+use weir_sql::binder::Binder;
+use weir_sql::catalog::{Catalog, ViewBody, ViewDef};
+use weir_sql::parser::{CreateView, Drop, ParsedStatement, ShowWhat, Statement};
+use weir_sql::planner::Planner;
 
 impl Engine {
     /// Runs one parsed statement.
@@ -109,7 +109,7 @@ impl Session {
     /// `CREATE TABLE`.
     fn create_table(
         &mut self,
-        create: crate::frontend::parser::CreateTable,
+        create: weir_sql::parser::CreateTable,
         position: Position,
     ) -> Result<TableResult> {
         if self.catalog.contains(&create.name) {
@@ -534,7 +534,7 @@ fn create_function(
     if registered {
         return Ok(TableResult::done());
     }
-    match crate::frontend::ported_udfs::port(implementation, name) {
+    match weir_functions::ported_udfs::port(implementation, name) {
         Some(port) => {
             session.user_functions.push(Arc::new(port));
             Ok(TableResult::done())
@@ -544,7 +544,7 @@ fn create_function(
                 "function '{name}' ({implementation}) is not registered: weir runs no Java; \
                  it has Rust ports of {}, and a Rust implementation of any other can be \
                  registered with Engine::register_udf before this statement",
-                crate::frontend::ported_udfs::PORTED_CLASSES.join(", ")
+                weir_functions::ported_udfs::PORTED_CLASSES.join(", ")
             ),
             position,
         )),

@@ -22,8 +22,8 @@ use rustyline::error::ReadlineError;
 use rustyline::history::FileHistory;
 use rustyline::{Config, Editor};
 
-use self::complete::ShellHelper;
-use self::splitter::StatementBuffer;
+use crate::repl::complete::ShellHelper;
+use crate::repl::splitter::StatementBuffer;
 use crate::{Engine, Error, Result, TableResult};
 
 /// `sql-client.execution.max-table-result.rows`: rows a bounded result keeps.
@@ -255,7 +255,7 @@ impl Shell {
                 .get(RESULT_MODE)
                 .is_some_and(|m| m.eq_ignore_ascii_case("table"));
         let mut table = match table_mode {
-            true => Some(crate::changelog::Materialized::new(&schema)?),
+            true => Some(weir_common::changelog::Materialized::new(&schema)?),
             false => None,
         };
         let mut stream = result.stream();
@@ -333,8 +333,8 @@ impl Tableau {
     }
 
     fn batch(&mut self, batch: &RecordBatch, limit: usize) {
-        let kinds = crate::changelog::row_kinds(batch).unwrap_or_default();
-        let values: Vec<Vec<String>> = display_rows(&crate::changelog::data(batch))
+        let kinds = weir_common::changelog::row_kinds(batch).unwrap_or_default();
+        let values: Vec<Vec<String>> = display_rows(&weir_common::changelog::data(batch))
             .into_iter()
             .enumerate()
             .map(|(i, row)| {

@@ -13,8 +13,8 @@ use datafusion_common::{Column, DFSchema};
 use datafusion_expr::expr::{AggregateFunction, ScalarFunction, WindowFunctionDefinition};
 use datafusion_expr::{Expr, LogicalPlan};
 
-use crate::frontend::functions::FunctionRegistry;
 use crate::{Error, Result};
+use weir_functions::registry::FunctionRegistry;
 
 /// A call of the session function `name` (scalar or aggregate, looked up
 /// when the expression is used: `call("DATE_FORMAT", ...)`, `call("SUM",

@@ -88,8 +88,8 @@ pub use window::{
 };
 
 use crate::engine::{Engine, TableResult};
-use crate::runtime::JobHandle;
 use crate::{Error, Result};
+use weir_job::supervisor::JobHandle;
 
 /// A relational query built from code, over the engine's catalog (Flink's
 /// `Table`). Cheap to clone; every operation returns a new one.

@@ -7,10 +7,10 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion_expr::{Expr, LogicalPlanBuilder};
 
-use super::Table;
 use crate::engine::Engine;
-use crate::plan::spec::PlanSpec;
+use crate::table::Table;
 use crate::{Error, Result};
+use weir_plan::spec::PlanSpec;
 
 impl Engine {
     /// A catalog table or view as a [`Table`] (Flink's `from`): its

@@ -6,8 +6,8 @@ use arrow::util::pretty::pretty_format_batches;
 use datafusion_expr::{col, lit};
 use datafusion_functions_aggregate::expr_fn::{max, sum};
 
-use super::*;
 use crate::Engine;
+use crate::table::*;
 
 /// 1000 rows, one every 100 ms of event time, over 7 auctions.
 const SEQ: &str = "CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 100, 3),

@@ -14,13 +14,13 @@ use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_expr::logical_plan::Extension;
 use datafusion_expr::{Expr, LogicalPlan};
 
-use super::Table;
-use super::expr::name_items;
-use crate::frontend::count_window::CountWindowNode;
-use crate::frontend::window_tvf::{WindowColumns, WindowTvfNode, time_attribute};
-use crate::plan::window::{TvfWindow, WindowSpec};
-use crate::types::{PROCTIME, TIME_ATTRIBUTE_KEY};
+use crate::table::Table;
+use crate::table::expr::name_items;
 use crate::{Error, Result};
+use weir_common::types::{PROCTIME, TIME_ATTRIBUTE_KEY};
+use weir_plan::window::{TvfWindow, WindowSpec};
+use weir_sql::count_window::CountWindowNode;
+use weir_sql::window_tvf::{WindowColumns, WindowTvfNode, time_attribute};
 
 /// A table grouped by keys ([`Table::group_by`]).
 #[derive(Debug, Clone)]

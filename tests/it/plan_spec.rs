@@ -63,14 +63,14 @@ fn an_insert_planned_in_one_engine_runs_from_its_json_in_another_that_has_no_tab
 /// name is what its spec, decoded, describes.
 fn builds_and_names_its_nodes(
     plan: &PlanSpec,
-    functions: &weir::frontend::functions::FunctionRegistry,
+    functions: &weir::functions::registry::FunctionRegistry,
     what: &str,
 ) {
     let ctx = weir::plan::codec::DecodeContext::new(functions, "UTC");
     let (sender, _receiver) = crossbeam_channel::bounded(1);
     let results = weir::connectors::build::ResultChannels::from([(0, sender)]);
     let graph = weir::plan::graph::JobGraph::of(plan.clone());
-    weir::runtime::execution::build(&graph, &ctx, &results).unwrap_or_else(|e| panic!("{what}: {e}"));
+    weir::job::execution::build(&graph, &ctx, &results).unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut described = 0;
     for node in &plan.nodes {
         let inputs: Vec<_> = (node.inputs.iter())
@@ -150,7 +150,7 @@ fn every_nexmark_query_that_plans_builds_back_into_the_same_plan() {
         let engine = crate::engine(2);
         // Queries weir cannot parse or plan yet (joins, TopN, ...) are not
         // this test's.
-        let Ok(statements) = weir::frontend::parser::parse_statements(&script) else {
+        let Ok(statements) = weir::sql::parser::parse_statements(&script) else {
             continue;
         };
         let (insert, ddl) = statements.split_last().unwrap();
@@ -166,7 +166,7 @@ fn every_nexmark_query_that_plans_builds_back_into_the_same_plan() {
         assert_eq!(back, spec, "{name}: JSON round trip");
         // The functions of the session that planned it: built-ins, and q14's
         // CREATE FUNCTION (a Rust port of Nexmark's CountChar).
-        let mut functions = weir::frontend::functions::FunctionRegistry::new("UTC");
+        let mut functions = weir::functions::registry::FunctionRegistry::new("UTC");
         functions.register_scalar(std::sync::Arc::new(datafusion_expr::ScalarUDF::from(
             weir::bench::CountChar::new(),
         )));
@@ -199,7 +199,7 @@ fn an_updating_plan_builds_back_into_the_same_plan() {
             && json.contains("sink_materializer"),
         "{json}"
     );
-    let functions = weir::frontend::functions::FunctionRegistry::new("UTC");
+    let functions = weir::functions::registry::FunctionRegistry::new("UTC");
     builds_and_names_its_nodes(&plan, &functions, "an updating plan");
 }
 

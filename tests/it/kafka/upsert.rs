@@ -7,7 +7,7 @@ use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use weir::changelog::row_kinds;
+use weir::common::changelog::row_kinds;
 
 use super::{Rec, broker, create_topic, produce};
 use crate::sorted_rows;
@@ -177,7 +177,7 @@ fn changelog_of(engine: &weir::Engine, table: &str) -> Vec<String> {
     for batch in &batches {
         let kinds = row_kinds(batch).unwrap();
         for (row, kind) in kinds.iter().enumerate() {
-            let one = sorted_rows(&[weir::changelog::data(&batch.slice(row, 1))]);
+            let one = sorted_rows(&[weir::common::changelog::data(&batch.slice(row, 1))]);
             changes.push(format!("{} {}", kind.short(), one[0]));
         }
     }

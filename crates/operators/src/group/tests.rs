@@ -1,0 +1,583 @@
+//! GroupAggregate through the operator harness: rows and kinds in, changes out.
+
+use crate::harness::Harness;
+
+const TABLE: &str = "CREATE TABLE t (k STRING, v BIGINT) WITH ('connector' = 'datagen')";
+const SINK: &str = "CREATE TABLE out (a STRING, b BIGINT, c BIGINT) WITH ('connector' = 'blackhole')";
+const SINK2: &str = "CREATE TABLE out2 (a STRING, b BIGINT) WITH ('connector' = 'blackhole')";
+const SINK_NUMBERS: &str = "CREATE TABLE nums (a BIGINT, b BIGINT) WITH ('connector' = 'blackhole')";
+const SINK_ONE: &str = "CREATE TABLE one (a STRING) WITH ('connector' = 'blackhole')";
+
+fn harness(insert: &str, nth: usize) -> Harness {
+    Harness::of(
+        &[TABLE, SINK, SINK2, SINK_NUMBERS, SINK_ONE],
+        insert,
+        "GroupAggregate",
+        nth,
+    )
+    .unwrap()
+}
+
+fn lines(expected: &[&str]) -> Vec<String> {
+    expected.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_new_group_is_inserted_and_a_changed_group_is_retracted_and_updated() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0);
+    assert_eq!(h.push("a 1\nb 2").unwrap(), lines(&["+I a 1 1", "+I b 1 2"]));
+    assert_eq!(h.push("a 3").unwrap(), lines(&["-U a 1 1", "+U a 2 4"]));
+}
+
+#[test]
+fn one_batch_emits_one_change_per_group_it_touched() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0);
+    assert_eq!(h.push("a 1\na 2\na 3").unwrap(), lines(&["+I a 3 6"]));
+    assert_eq!(
+        h.push("a 1\nb 1\na 1").unwrap(),
+        lines(&["-U a 3 6", "+U a 5 8", "+I b 1 1"])
+    );
+}
+
+#[test]
+fn a_group_whose_result_did_not_change_emits_nothing() {
+    let mut h = harness("INSERT INTO out2 SELECT k, MAX(v) FROM t GROUP BY k", 0);
+    assert_eq!(h.push("a 5").unwrap(), lines(&["+I a 5"]));
+    assert_eq!(h.push("a 3").unwrap(), Vec::<String>::new());
+    h.restart().unwrap();
+    assert_eq!(h.push("a 4").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("a 7").unwrap(), lines(&["-U a 5", "+U a 7"]));
+}
+
+/// The outer aggregate of `c, COUNT(*)` over `k, COUNT(*) AS c` sees the
+/// inner one's changes: its input rows are `c` with a kind.
+fn counts_of_counts() -> Harness {
+    harness(
+        "INSERT INTO nums SELECT c, COUNT(*) FROM (SELECT k, COUNT(*) AS c FROM t GROUP BY k) GROUP BY c",
+        1,
+    )
+}
+
+#[test]
+fn retracted_rows_leave_their_group_and_the_last_one_deletes_it() {
+    let mut h = counts_of_counts();
+    assert_eq!(h.push("+I 1\n+I 1").unwrap(), lines(&["+I 1 2"]));
+    assert_eq!(
+        h.push("-U 1\n+U 2").unwrap(),
+        lines(&["-U 1 2", "+U 1 1", "+I 2 1"])
+    );
+    assert_eq!(h.push("-D 1").unwrap(), lines(&["-D 1 1"]));
+    // The group starts again from nothing.
+    assert_eq!(h.push("+I 1").unwrap(), lines(&["+I 1 1"]));
+}
+
+#[test]
+fn a_retraction_of_a_group_without_rows_is_ignored() {
+    let mut h = counts_of_counts();
+    assert_eq!(h.push("-D 7").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("+I 7\n-U 3").unwrap(), lines(&["+I 7 1"]));
+}
+
+#[test]
+fn min_and_max_under_retraction_fall_back_to_the_next_value() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, MAX(v), MIN(v) FROM (SELECT DISTINCT k, v FROM t) GROUP BY k",
+        1,
+    );
+    assert_eq!(h.push("+I a 1\n+I a 5\n+I a 3").unwrap(), lines(&["+I a 5 1"]));
+    assert_eq!(h.push("-D a 5").unwrap(), lines(&["-U a 5 1", "+U a 3 1"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("-D a 1").unwrap(), lines(&["-U a 3 1", "+U a 3 3"]));
+    assert_eq!(h.push("-D a 3").unwrap(), lines(&["-D a 3 3"]));
+}
+
+#[test]
+fn distinct_aggregates_count_each_value_once_until_its_last_copy_goes() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, COUNT(DISTINCT v), SUM(DISTINCT v) FROM \
+         (SELECT k, v, COUNT(*) AS c FROM t GROUP BY k, v) GROUP BY k",
+        1,
+    );
+    assert_eq!(h.push("+I a 1\n+I a 2\n+I a 2").unwrap(), lines(&["+I a 2 3"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("-U a 2").unwrap(), Vec::<String>::new());
+    assert_eq!(h.push("-U a 2").unwrap(), lines(&["-U a 2 3", "+U a 1 1"]));
+}
+
+#[test]
+fn filtered_counts_and_integer_averages_follow_flink() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, COUNT(*) FILTER (WHERE v > 1), AVG(v) FROM t GROUP BY k",
+        0,
+    );
+    // AVG of a BIGINT is a BIGINT, divided toward zero.
+    assert_eq!(h.push("a 1\na 4").unwrap(), lines(&["+I a 1 2"]));
+    assert_eq!(h.push("a 0").unwrap(), lines(&["-U a 1 2", "+U a 1 1"]));
+}
+
+#[test]
+fn a_global_aggregate_is_one_group() {
+    let mut h = harness("INSERT INTO nums SELECT COUNT(v), SUM(v) FROM t", 0);
+    assert_eq!(h.push("1\n2").unwrap(), lines(&["+I 2 3"]));
+    assert_eq!(h.push("4\nnull").unwrap(), lines(&["-U 2 3", "+U 3 7"]));
+}
+
+#[test]
+fn first_and_last_value_keep_arrival_order() {
+    let mut h = harness(
+        "INSERT INTO out SELECT k, FIRST_VALUE(v), LAST_VALUE(v) FROM t GROUP BY k",
+        0,
+    );
+    assert_eq!(h.push("a 1\na 2").unwrap(), lines(&["+I a 1 2"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("a 3").unwrap(), lines(&["-U a 1 2", "+U a 1 3"]));
+}
+
+#[test]
+fn listagg_joins_in_arrival_order_and_takes_out_a_retracted_value() {
+    let mut h = harness(
+        "INSERT INTO out2 SELECT k, LISTAGG(CAST(c AS STRING), ';') FROM \
+         (SELECT k, v, COUNT(*) AS c FROM t GROUP BY k, v) GROUP BY k",
+        1,
+    );
+    // The inner aggregate's rows are (k, c): c is the second column in.
+    assert_eq!(h.push("+I a 1\n+I a 2\n+I a 1").unwrap(), lines(&["+I a 1;2;1"]));
+    h.restart().unwrap();
+    assert_eq!(h.push("-U a 1").unwrap(), lines(&["-U a 1;2;1", "+U a 2;1"]));
+    assert_eq!(h.push("-U a 2\n-U a 1").unwrap(), lines(&["-D a 2;1"]));
+}
+
+#[test]
+fn select_distinct_inserts_each_row_once() {
+    let mut h = harness("INSERT INTO one SELECT DISTINCT k FROM t", 0);
+    assert_eq!(h.push("a\na\nb").unwrap(), lines(&["+I a", "+I b"]));
+    assert_eq!(h.push("a").unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn state_survives_a_snapshot_and_restore() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0);
+    h.push("a 1\nb 2\na 3").unwrap();
+    let snapshot = h.restart().unwrap().expect("keyed state");
+    let rows = snapshot.rows.expect("rows");
+    assert_eq!(rows.num_rows(), 2);
+    assert_eq!(rows.schema().field(0).name(), "_key_group");
+    assert_eq!(
+        h.push("a 10\nc 1").unwrap(),
+        lines(&["-U a 2 4", "+U a 3 14", "+I c 1 1"])
+    );
+}
+
+#[test]
+fn a_group_idle_for_longer_than_the_state_ttl_is_forgotten_and_starts_afresh() {
+    let mut h = Harness::of(
+        &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 s'"],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        "GroupAggregate",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push("a 1\nb 1").unwrap(), lines(&["+I a 1 1", "+I b 1 1"]));
+    assert_eq!(h.push("a 2").unwrap(), lines(&["-U a 1 1", "+U a 2 3"]));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Expired: counted from nothing again, as Flink does (no retraction of
+    // what was emitted before).
+    assert_eq!(h.push("a 5").unwrap(), lines(&["+I a 1 5"]));
+    let snapshot = h.restart().unwrap().unwrap();
+    let rows = snapshot.rows.unwrap();
+    assert_eq!(rows.num_rows(), 1, "the expired group b is not in the snapshot");
+}
+
+#[test]
+fn the_state_ttl_goes_on_counting_across_a_restore() {
+    let mut h = Harness::of(
+        &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 s'"],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        "GroupAggregate",
+        0,
+    )
+    .unwrap();
+    assert_eq!(h.push("a 1").unwrap(), lines(&["+I a 1 1"]));
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let rows = h.restart().unwrap().unwrap().rows.unwrap();
+    assert!(rows.schema().column_with_name("_written").is_some());
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    // Written 1.2 s ago, though restored 0.6 s ago: expired.
+    assert_eq!(h.push("a 2").unwrap(), lines(&["+I a 1 2"]));
+}
+
+/// The phases of `SELECT k, COUNT(*), SUM(v) ... GROUP BY k` when two run.
+fn phase(node: &str) -> Harness {
+    Harness::of(
+        &[
+            TABLE,
+            SINK,
+            "SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'",
+        ],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        node,
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_local_phase_folds_each_batch_into_one_partial_row_per_group() {
+    let mut local = phase("LocalGroupAggregate");
+    // keys, _delta, COUNT's count, SUM's sum and count.
+    assert_eq!(
+        local.push("a 1\na 2\nb 5").unwrap(),
+        lines(&["+I a 2 2 3 2", "+I b 1 1 5 1"])
+    );
+    // Nothing is kept from one batch to the next.
+    assert_eq!(local.push("a 4").unwrap(), lines(&["+I a 1 1 4 1"]));
+    assert!(local.restart().unwrap().is_none());
+}
+
+#[test]
+fn a_global_phase_merges_partial_rows_and_emits_the_changes() {
+    let mut global = phase("GlobalGroupAggregate");
+    assert_eq!(global.push("a 2 2 3 2").unwrap(), lines(&["+I a 2 3"]));
+    assert_eq!(
+        global.push("a 1 1 4 1").unwrap(),
+        lines(&["-U a 2 3", "+U a 3 7"])
+    );
+    global.restart().unwrap();
+    // Partial rows of taken-away rows count down; the last one deletes.
+    assert_eq!(
+        global.push("a -1 -1 -2 -1").unwrap(),
+        lines(&["-U a 3 7", "+U a 2 5"])
+    );
+    assert_eq!(global.push("a -2 -2 -5 -2").unwrap(), lines(&["-D a 2 5"]));
+}
+
+#[test]
+fn groups_of_several_keys_survive_a_snapshot_and_a_local_phase_batch_after_batch() {
+    let query = "INSERT INTO out SELECT k, v, COUNT(*) FROM t GROUP BY k, v";
+    let mut single = harness(query, 0);
+    assert_eq!(
+        single.push("a 1\nb 2\na 1").unwrap(),
+        lines(&["+I a 1 2", "+I b 2 1"])
+    );
+    single.restart().unwrap();
+    assert_eq!(
+        single.push("b 2\nc 3").unwrap(),
+        lines(&["-U b 2 1", "+U b 2 2", "+I c 3 1"])
+    );
+    single.restart().unwrap();
+    assert_eq!(single.push("a 1").unwrap(), lines(&["-U a 1 2", "+U a 1 3"]));
+
+    let mut local = Harness::of(
+        &[
+            TABLE,
+            SINK,
+            "SET 'table.optimizer.agg-phase-strategy' = 'TWO_PHASE'",
+        ],
+        query,
+        "LocalGroupAggregate",
+        0,
+    )
+    .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            local.push("a 1\nb 2\na 1").unwrap(),
+            lines(&["+I a 1 2 2", "+I b 2 1 1"])
+        );
+    }
+}
+
+/// The state key (first column after the key group) and whether the row
+/// deletes it, of each row of an upsert delta.
+fn upserts(delta: &arrow::record_batch::RecordBatch) -> Vec<(String, bool)> {
+    use arrow::array::AsArray;
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let keys = ArrayFormatter::try_new(delta.column(1).as_ref(), &FormatOptions::default()).unwrap();
+    let deleted = delta
+        .column_by_name(weir_state::incremental::DELETED_COLUMN)
+        .expect("a delta")
+        .as_boolean();
+    let mut rows: Vec<(String, bool)> = (0..delta.num_rows())
+        .map(|i| (keys.value(i).to_string(), deleted.value(i)))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn an_incremental_snapshot_holds_the_groups_changed_since_the_last_one_and_deletes_emptied_ones() {
+    let mut h = counts_of_counts().incremental().unwrap();
+    h.push("+I 1\n+I 1\n+I 2").unwrap();
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 2);
+    h.push("+I 3").unwrap();
+    h.push("-D 2").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta), vec![("2".into(), true), ("3".into(), false)]);
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "nothing changed since"
+    );
+    h.push("+I 1").unwrap();
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta), vec![("1".into(), false)]);
+
+    let restored = h.restart_from_chain().unwrap().expect("rows");
+    assert_eq!(restored.num_rows(), 2, "groups 1 and 3; 2 was deleted");
+    assert_eq!(h.push("-U 1").unwrap(), lines(&["-U 1 3", "+U 1 2"]));
+    assert_eq!(h.push("+I 2").unwrap(), lines(&["+I 2 1"]));
+    assert_eq!(h.push("+I 3").unwrap(), lines(&["-U 3 1", "+U 3 2"]));
+}
+
+#[test]
+fn a_full_snapshot_restarts_the_count_of_changes_and_a_savepoint_leaves_it_alone() {
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0)
+        .incremental()
+        .unwrap();
+    h.push("a 1\nb 2").unwrap();
+    h.snapshot_delta(true).unwrap();
+    h.push("a 3").unwrap();
+    // A savepoint (a plain snapshot) holds everything, and the next delta
+    // still holds what changed before it.
+    let savepoint = h.snapshot_only().unwrap().and_then(|s| s.rows).expect("rows");
+    assert_eq!(savepoint.num_rows(), 2);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta), vec![("a".into(), false)]);
+    h.push("b 5").unwrap();
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 2);
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "the base holds every change"
+    );
+    h.restart_from_chain().unwrap();
+    assert_eq!(
+        h.push("a 1\nb 1").unwrap(),
+        lines(&["-U a 2 4", "+U a 3 5", "-U b 2 7", "+U b 3 8"])
+    );
+}
+
+/// Batches of `rows` rows each over `keys` keys (`k0`, `k1`, ...), the
+/// keys of a batch far apart so that every batch touches new groups.
+fn many_rows(batches: usize, rows: usize, keys: usize) -> Vec<String> {
+    (0..batches)
+        .map(|b| {
+            (0..rows)
+                .map(|r| {
+                    let i = b * rows + r;
+                    format!("k{} {}", (i * 7919) % keys, i % 100)
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect()
+}
+
+/// Everything `h` emits for `batches`, in order.
+fn emitted(h: &mut Harness, batches: &[String]) -> Vec<String> {
+    batches.iter().flat_map(|b| h.push(b).unwrap()).collect()
+}
+
+fn entries_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+const COUNT_SUM_MAX: &str = "INSERT INTO out SELECT k, COUNT(*), MAX(v) + SUM(v) FROM t GROUP BY k";
+
+#[test]
+fn spilled_groups_emit_the_changes_the_heap_emits() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(60, 100, 2000);
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
+    assert!(expected.len() > 6000, "{} changes", expected.len());
+
+    let mut spilling = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
+    let mut got = Vec::new();
+    let mut store_seen = false;
+    for batch in &batches {
+        got.extend(spilling.push(batch).unwrap());
+        store_seen |= entries_in(dir.path()) > 0;
+    }
+    assert!(store_seen, "groups went to the store");
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn spilled_retractions_leave_their_groups_and_emptied_groups_leave_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    // Counts of counts: every batch retracts what an earlier one added.
+    let adds: Vec<String> = (0..40)
+        .map(|b| {
+            (0..50)
+                .map(|r| format!("+I {}", b * 50 + r))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let takes: Vec<String> = (0..40)
+        .map(|b| {
+            (0..50)
+                .map(|r| format!("-D {}", b * 50 + r))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let all: Vec<String> = adds.iter().chain(&takes).cloned().collect();
+    let expected = emitted(&mut counts_of_counts(), &all);
+    let mut h = counts_of_counts().spilling(16 * 1024, dir.path()).unwrap();
+    assert_eq!(emitted(&mut h, &all), expected);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(
+        snapshot.runs.is_empty() && snapshot.rows.is_none(),
+        "every group was emptied: the store holds none"
+    );
+}
+
+#[test]
+fn spilled_groups_restore_from_a_snapshot_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(40, 100, 1500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, before);
+    let expected = emitted(&mut heap, after);
+
+    let mut h = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(snapshot.runs[0].info.rows, 1500);
+    assert_eq!(emitted(&mut h, after), expected);
+}
+
+#[test]
+fn a_spilled_snapshot_holds_the_groups_of_its_barrier_while_the_operator_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(40, 100, 1500);
+    let (before, after) = batches.split_at(batches.len() / 2);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, before);
+    let expected = emitted(&mut heap, after);
+
+    let mut h = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
+    emitted(&mut h, before);
+    let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    assert_eq!(
+        snapshot.deferred.len(),
+        1,
+        "the store, read by the snapshot's writer"
+    );
+    emitted(&mut h, after);
+    h.restart_from(snapshot).unwrap();
+    assert_eq!(
+        emitted(&mut h, after),
+        expected,
+        "the groups as they were at the barrier"
+    );
+}
+
+#[test]
+fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = many_rows(30, 100, 1500);
+    // Then 300 keys only, changed again and again (spilled in between).
+    let second = many_rows(30, 100, 300);
+    let third = many_rows(10, 100, 1500);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, &first);
+    emitted(&mut heap, &second);
+    let expected = emitted(&mut heap, &third);
+
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &first);
+    let base = h.snapshot_delta(true).unwrap().expect("a base");
+    assert_eq!(base.num_rows(), 1500);
+    emitted(&mut h, &second);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    let keys = upserts(&delta);
+    assert_eq!(keys.len(), 300, "each changed key once");
+    assert!(keys.iter().all(|(_, deleted)| !deleted));
+    h.restart_from_chain().unwrap();
+    assert_eq!(emitted(&mut h, &third), expected);
+}
+
+#[test]
+fn a_delta_of_spilled_groups_reads_the_store_of_its_barrier_while_the_operator_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = many_rows(30, 100, 1500);
+    let second = many_rows(30, 100, 300);
+    let third = many_rows(10, 100, 1500);
+    let mut heap = harness(COUNT_SUM_MAX, 0);
+    emitted(&mut heap, &first);
+    emitted(&mut heap, &second);
+    let expected = emitted(&mut heap, &third);
+
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &first);
+    h.snapshot_delta(true).unwrap();
+    emitted(&mut h, &second);
+    // The third part changes the store before the delta is read.
+    let delta = h
+        .snapshot_delta_while(false, |h| {
+            emitted(h, &third);
+            Ok(())
+        })
+        .unwrap()
+        .expect("changes");
+    assert_eq!(upserts(&delta).len(), 300, "the keys changed before the barrier");
+    h.restart_from_chain().unwrap();
+    assert_eq!(emitted(&mut h, &third), expected);
+}
+
+#[test]
+fn spilled_groups_past_the_state_ttl_are_swept_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::of(
+        &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 h'"],
+        "INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k",
+        "GroupAggregate",
+        0,
+    )
+    .unwrap()
+    .spilling(16 * 1024, dir.path())
+    .unwrap();
+    emitted(&mut h, &many_rows(20, 100, 1000));
+    // A restart puts every group in the store.
+    h.restart().unwrap();
+    let later = weir_common::time::wall_clock_millis() + 2 * 3_600_000;
+    for _ in 0..3 {
+        h.processing_time(later).unwrap();
+    }
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    assert!(snapshot.runs.is_empty(), "every group expired");
+    assert_eq!(h.push("k0 5").unwrap(), lines(&["+I k0 1 5"]));
+}
+
+#[test]
+fn a_delta_after_a_savepoint_of_spilled_groups_holds_what_changed_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    emitted(&mut h, &many_rows(30, 100, 1500));
+    h.snapshot_delta(true).unwrap();
+    emitted(&mut h, &many_rows(3, 100, 300));
+    // The savepoint writes every group to the store: memory holds none.
+    let savepoint = h.snapshot_only().unwrap().expect("a savepoint");
+    assert_eq!(savepoint.runs[0].info.rows, 1500);
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    assert_eq!(upserts(&delta).len(), 300);
+    assert!(
+        h.snapshot_delta(false).unwrap().is_none(),
+        "nothing changed since"
+    );
+}

@@ -1,0 +1,884 @@
+//! Window aggregation: GROUP BY keys within TUMBLE, HOP and CUMULATE windows.
+//!
+//! Rows are aggregated into *slices* (see [`weir_plan::window`]): each row updates the
+//! DataFusion accumulators of exactly one slice, whatever the number of windows
+//! it belongs to. A window fires when the watermark reaches its end - 1 ms: a
+//! window of one slice is evaluated directly; otherwise the states of its slices
+//! are merged (`GroupsAccumulator::state` / `merge_batch`), so a row is never
+//! copied into size/slide windows.
+//!
+//! ```text
+//!            Single                     Local ═══ HASH(keys) ═══► Global
+//!  rows ──► slices ──► fire      rows ──► slices ──► partial states ──► slices ──► fire
+//!                                  (emitted when a slice is complete)
+//! ```
+//!
+//! A row whose last window has fired is late: it is dropped and counted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, TimestampMillisecondArray, UInt32Array};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion_expr::{EmitTo, GroupsAccumulator};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use crate::groups::Groups;
+use crate::{Error, Result};
+use weir_common::ids::CheckpointId;
+use weir_common::time::Timestamp;
+use weir_common::time::to_epoch_millis;
+use weir_common::time::wall_clock_millis;
+use weir_common::time::{MAX_WATERMARK, MIN_WATERMARK};
+use weir_plan::window::{GroupColumn, Phase, TimeShift, WindowProperty, WindowSpec};
+use weir_runtime::operator::{OperatorSnapshot, TaskMetrics};
+use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
+use weir_state::incremental::DeltaKind;
+use weir_state::snapshot::{
+    concat_by_key_group, key_groups, schema_signature, state_rows, window_state_schema,
+};
+
+mod spill;
+use spill::Spill;
+
+/// The plan of a window aggregation; creates one operator per subtask.
+#[derive(Debug)]
+pub struct WindowAggregate {
+    /// Phase.
+    pub phase: Phase,
+    /// Windows.
+    pub window: WindowSpec,
+    /// Local time for `TIMESTAMP_LTZ` windows.
+    pub shift: TimeShift,
+    /// Name of the time attribute, for EXPLAIN.
+    pub time_name: String,
+    /// Input column of the time attribute (Single and Local).
+    pub time_index: usize,
+    /// Windows over a processing-time attribute: rows go to the window of the
+    /// operator's wall clock, and windows fire by it (never two-phase).
+    pub processing_time: bool,
+    /// Grouping keys, evaluated on the input (for Global: the key columns).
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// Schema of the key columns.
+    pub key_schema: SchemaRef,
+    /// What the aggregates' arguments are over: the raw rows (the global
+    /// phase's input is the partial states).
+    pub aggregate_input: SchemaRef,
+    /// Aggregate functions.
+    pub aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// `FILTER (WHERE ...)` of each aggregate (Single and Local).
+    pub filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// Grouping columns of the output (Single and Global).
+    pub group_columns: Vec<GroupColumn>,
+    /// Output schema.
+    pub output_schema: SchemaRef,
+    /// Its name in the plan (EXPLAIN's), for errors and logs.
+    pub name: String,
+}
+
+impl WindowAggregate {
+    fn new_accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+        self.aggregates
+            .iter()
+            .map(|a| -> Result<Box<dyn GroupsAccumulator>> {
+                if a.groups_accumulator_supported() {
+                    Ok(a.create_groups_accumulator()?)
+                } else {
+                    let a = a.clone();
+                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
+                        a.create_accumulator()
+                    })))
+                }
+            })
+            .collect()
+    }
+
+    fn new_state(&self) -> Result<LiveState> {
+        Ok(LiveState {
+            groups: Groups::new(&self.key_schema)?,
+            accumulators: self.new_accumulators()?,
+        })
+    }
+
+    /// Number of state columns of each aggregate.
+    pub fn state_widths(&self) -> Result<Vec<usize>> {
+        self.aggregates
+            .iter()
+            .map(|a| Ok(a.state_fields()?.len()))
+            .collect()
+    }
+}
+
+/// The operator factory of a window aggregation.
+#[derive(Debug, Clone)]
+pub struct WindowAggregateFactory(pub Arc<WindowAggregate>);
+
+impl WindowAggregate {}
+
+impl OperatorFactory for WindowAggregateFactory {
+    fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
+        let spec = self.0.clone();
+        let state_widths = spec.state_widths()?;
+        Ok(Box::new(WindowAggregateOperator {
+            spec,
+            state_widths,
+            slices: BTreeMap::new(),
+            pending_ends: BTreeSet::new(),
+            watermark: MIN_WATERMARK,
+            metrics: ctx.metrics.clone(),
+            batch_size: ctx.batch_size,
+            max_parallelism: ctx.max_parallelism,
+            group_indices: Vec::new(),
+            // The spilling backend takes full snapshots: they link its
+            // runs, and write only what is in memory.
+            incremental: ctx.incremental && self.0.phase != Phase::Local && ctx.spill.is_none(),
+            unsaved: Vec::new(),
+            spill: ctx.spill.clone().map(Spill::new),
+        }))
+    }
+
+    fn can_spill(&self) -> bool {
+        true
+    }
+}
+
+/// Groups and accumulators being updated.
+struct LiveState {
+    groups: Groups,
+    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+}
+
+impl LiveState {
+    /// Its groups as `[keys..., states...]`, the tables dropped.
+    fn into_chunk(mut self) -> Result<Vec<ArrayRef>> {
+        let mut chunk = self.groups.emit()?;
+        for acc in &mut self.accumulators {
+            chunk.extend(acc.state(EmitTo::All)?);
+        }
+        Ok(chunk)
+    }
+
+    /// Bytes it takes in memory.
+    fn size(&self) -> usize {
+        self.groups.size() + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    }
+
+    /// Merges `chunk` (`[keys..., states...]`) into the state.
+    fn merge(&mut self, chunk: &[ArrayRef], widths: &[usize], group_indices: &mut Vec<usize>) -> Result<()> {
+        let rows = chunk.first().map_or(0, |c| c.len());
+        let key_count = chunk.len() - widths.iter().sum::<usize>();
+        self.groups.intern(&chunk[..key_count], rows, group_indices)?;
+        let total = self.groups.len();
+        let mut offset = key_count;
+        for (acc, width) in self.accumulators.iter_mut().zip(widths) {
+            acc.merge_batch(&chunk[offset..offset + width], group_indices, total)?;
+            offset += width;
+        }
+        Ok(())
+    }
+}
+
+/// The state of one slice: live accumulators, and states frozen when an earlier
+/// window over the slice fired (each `[keys..., states...]`). With
+/// incremental checkpoints, rows go to `recent` first, which is folded into
+/// `live` at each snapshot (its partial states are the delta) and before
+/// the slice is read.
+#[derive(Default)]
+struct Slice {
+    live: Option<LiveState>,
+    frozen: Vec<Vec<ArrayRef>>,
+    recent: Option<LiveState>,
+}
+
+impl Slice {
+    /// Moves the live state into the frozen list.
+    fn freeze(&mut self) -> Result<()> {
+        let Some(live) = self.live.take() else {
+            return Ok(());
+        };
+        if live.groups.is_empty() {
+            return Ok(());
+        }
+        self.frozen.push(live.into_chunk()?);
+        Ok(())
+    }
+}
+
+struct WindowAggregateOperator {
+    spec: Arc<WindowAggregate>,
+    state_widths: Vec<usize>,
+    slices: BTreeMap<i64, Slice>,
+    /// Ends (on the window axis) of windows that hold data and have not fired.
+    pending_ends: BTreeSet<i64>,
+    watermark: Timestamp,
+    metrics: Arc<TaskMetrics>,
+    batch_size: usize,
+    max_parallelism: usize,
+    group_indices: Vec<usize>,
+    /// Incremental checkpoints: rows go to each slice's `recent` state.
+    incremental: bool,
+    /// Incremental checkpoints: partial states folded since the last
+    /// snapshot (by slice), not yet in a delta.
+    unsaved: Vec<(i64, Vec<ArrayRef>)>,
+    /// The spilling state backend: runs of slices, and a firing in progress.
+    spill: Option<Spill>,
+}
+
+/// Row indices of a batch grouped by slice; `None` when every row is in one slice.
+fn rows_by_slice(slices: &[i64]) -> Vec<(i64, Option<UInt32Array>)> {
+    let Some(&first) = slices.first() else {
+        return vec![];
+    };
+    if slices.iter().all(|s| *s == first) {
+        return vec![(first, None)];
+    }
+    let mut groups: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for (row, slice) in slices.iter().enumerate() {
+        groups.entry(*slice).or_default().push(row as u32);
+    }
+    groups
+        .into_iter()
+        .map(|(slice, rows)| (slice, Some(UInt32Array::from(rows))))
+        .collect()
+}
+
+fn take_all(columns: &[ArrayRef], indices: &Option<UInt32Array>) -> Result<Vec<ArrayRef>> {
+    match indices {
+        None => Ok(columns.to_vec()),
+        Some(indices) => columns
+            .iter()
+            .map(|c| Ok(take(c.as_ref(), indices, None)?))
+            .collect(),
+    }
+}
+
+impl WindowAggregateOperator {
+    fn is_late(&self, slice: i64) -> bool {
+        let last_end = self.spec.window.last_window_end(slice);
+        self.spec.shift.to_utc(last_end) - 1 <= self.watermark
+    }
+
+    fn fires(&self) -> bool {
+        self.spec.phase != Phase::Local
+    }
+
+    /// The slice's state, created (and its windows registered) when new.
+    fn slice_state(&mut self, slice: i64) -> Result<&mut LiveState> {
+        if !self.slices.contains_key(&slice) && self.fires() {
+            for end in self.spec.window.window_ends(slice) {
+                if self.spec.shift.to_utc(end) - 1 > self.watermark {
+                    self.pending_ends.insert(end);
+                }
+            }
+        }
+        let spec = self.spec.clone();
+        let entry = self.slices.entry(slice).or_default();
+        let state = if self.incremental {
+            &mut entry.recent
+        } else {
+            &mut entry.live
+        };
+        if state.is_none() {
+            *state = Some(spec.new_state()?);
+        }
+        Ok(state.as_mut().expect("created above"))
+    }
+
+    /// Merges `[keys..., states...]` into the slice's live state.
+    fn merge_into_live(&mut self, slice: i64, chunk: &[ArrayRef]) -> Result<()> {
+        let rows = chunk.first().map_or(0, |c| c.len());
+        if rows == 0 {
+            return Ok(());
+        }
+        let spec = self.spec.clone();
+        let entry = self.slices.entry(slice).or_default();
+        if entry.live.is_none() {
+            entry.live = Some(spec.new_state()?);
+        }
+        let live = entry.live.as_mut().expect("created above");
+        let mut group_indices = std::mem::take(&mut self.group_indices);
+        live.merge(chunk, &self.state_widths, &mut group_indices)?;
+        self.group_indices = group_indices;
+        Ok(())
+    }
+
+    /// Incremental checkpoints: folds the recent state of `slices` into
+    /// their live state, keeping the partial states for the next delta.
+    fn fold_recent(&mut self, slices: &[i64]) -> Result<()> {
+        for &slice in slices {
+            let Some(recent) = self.slices.get_mut(&slice).and_then(|s| s.recent.take()) else {
+                continue;
+            };
+            if recent.groups.is_empty() {
+                continue;
+            }
+            let entry = self.slices.get_mut(&slice).expect("taken from it above");
+            if entry.live.as_ref().is_none_or(|l| l.groups.is_empty()) {
+                // New since the last snapshot: the recent table becomes the
+                // live one (read for the delta and put back, never rebuilt).
+                entry.recent = Some(recent);
+                let chunk = self.recent_chunk(slice)?;
+                let entry = self.slices.get_mut(&slice).expect("taken from it above");
+                entry.live = entry.recent.take();
+                self.unsaved.push((slice, chunk));
+                continue;
+            }
+            let chunk = recent.into_chunk()?;
+            self.merge_into_live(slice, &chunk)?;
+            self.unsaved.push((slice, chunk));
+        }
+        Ok(())
+    }
+
+    /// The recent state of `slice` as `[keys..., states...]`, left in place.
+    fn recent_chunk(&mut self, slice: i64) -> Result<Vec<ArrayRef>> {
+        let key_count = self.spec.key_schema.fields().len();
+        let entry = self.slices.get_mut(&slice).expect("listed by the caller");
+        let recent = entry.recent.as_mut().expect("listed by the caller");
+        let rows = recent.groups.len();
+        let keys = recent.groups.emit()?;
+        let mut chunk = keys.clone();
+        for acc in &mut recent.accumulators {
+            chunk.extend(acc.state(EmitTo::All)?);
+        }
+        let mut group_indices = std::mem::take(&mut self.group_indices);
+        recent.groups.intern(&keys, rows, &mut group_indices)?;
+        let mut offset = key_count;
+        for (acc, width) in recent.accumulators.iter_mut().zip(&self.state_widths) {
+            acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
+            offset += width;
+        }
+        self.group_indices = group_indices;
+        Ok(chunk)
+    }
+
+    /// The whole state of a slice that goes away as its last window fires:
+    /// its live state with the recent one merged in (nothing to save: the
+    /// slice is gone).
+    fn final_state(&mut self, slice: i64) -> Result<Option<LiveState>> {
+        let Some(entry) = self.slices.remove(&slice) else {
+            return Ok(None);
+        };
+        match (entry.live, entry.recent) {
+            (live, None) => Ok(live),
+            (None, recent) => Ok(recent),
+            (Some(live), Some(recent)) => {
+                let chunk = recent.into_chunk()?;
+                let merging = Slice {
+                    live: Some(live),
+                    ..Slice::default()
+                };
+                self.slices.insert(slice, merging);
+                self.merge_into_live(slice, &chunk)?;
+                Ok(self.slices.remove(&slice).and_then(|s| s.live))
+            }
+        }
+    }
+
+    fn process_rows(&mut self, batch: &RecordBatch) -> Result<()> {
+        let rows = batch.num_rows();
+        let time = batch.column(self.spec.time_index);
+        if time.null_count() > 0 {
+            return Err(Error::Execution(format!(
+                "the window time attribute '{}' is NULL in {} row(s)",
+                self.spec.time_name,
+                time.null_count()
+            )));
+        }
+        let millis = to_epoch_millis(time.as_ref())?;
+        let window = self.spec.window;
+        let slices: Vec<i64> = if self.spec.processing_time {
+            // Never a window the clock has already fired: a row processed in the
+            // millisecond of a firing goes to the next window.
+            let now = wall_clock_millis().max(self.watermark.saturating_add(1));
+            vec![window.slice_start(self.spec.shift.to_local(now)); rows]
+        } else if self.spec.shift.is_utc() {
+            millis.values().iter().map(|t| window.slice_start(*t)).collect()
+        } else {
+            millis
+                .values()
+                .iter()
+                .map(|t| window.slice_start(self.spec.shift.to_local(*t)))
+                .collect()
+        };
+        let keys = self
+            .spec
+            .keys
+            .iter()
+            .map(|k| k.evaluate(batch)?.into_array(rows))
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let args = self
+            .spec
+            .aggregates
+            .iter()
+            .map(|a| {
+                a.expressions()
+                    .iter()
+                    .map(|e| e.evaluate(batch)?.into_array(rows))
+                    .collect::<datafusion_common::Result<Vec<_>>>()
+            })
+            .collect::<datafusion_common::Result<Vec<_>>>()?;
+        let filters = self
+            .spec
+            .filters
+            .iter()
+            .map(|f| match f {
+                None => Ok(None),
+                Some(f) => Ok(Some(f.evaluate(batch)?.into_array(rows)?)),
+            })
+            .collect::<Result<Vec<Option<ArrayRef>>>>()?;
+        for (slice, indices) in rows_by_slice(&slices) {
+            let count = indices.as_ref().map_or(rows, |i| i.len());
+            if self.is_late(slice) {
+                TaskMetrics::add(&self.metrics.late_records_dropped, count as u64);
+                continue;
+            }
+            let keys = take_all(&keys, &indices)?;
+            let args = args
+                .iter()
+                .map(|a| take_all(a, &indices))
+                .collect::<Result<Vec<_>>>()?;
+            let filters = filters
+                .iter()
+                .map(|f| match f {
+                    None => Ok(None),
+                    Some(f) => Ok(Some(take_all(std::slice::from_ref(f), &indices)?.remove(0))),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            let state = self.slice_state(slice)?;
+            state.groups.intern(&keys, count, &mut group_indices)?;
+            let total = state.groups.len();
+            for ((acc, values), filter) in state.accumulators.iter_mut().zip(&args).zip(&filters) {
+                let filter = filter.as_ref().map(|f| f.as_boolean().clone());
+                acc.update_batch(values, &group_indices, filter.as_ref(), total)?;
+            }
+            self.group_indices = group_indices;
+        }
+        Ok(())
+    }
+
+    fn process_partials(&mut self, batch: &RecordBatch) -> Result<()> {
+        let key_count = self.spec.key_schema.fields().len();
+        let slices = batch.column(0).as_primitive::<Int64Type>().values().to_vec();
+        let columns = batch.columns().to_vec();
+        for (slice, indices) in rows_by_slice(&slices) {
+            let count = indices.as_ref().map_or(batch.num_rows(), |i| i.len());
+            if self.is_late(slice) {
+                TaskMetrics::add(&self.metrics.late_records_dropped, count as u64);
+                continue;
+            }
+            let columns = take_all(&columns, &indices)?;
+            let widths = self.state_widths.clone();
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            let state = self.slice_state(slice)?;
+            state
+                .groups
+                .intern(&columns[1..1 + key_count], count, &mut group_indices)?;
+            let total = state.groups.len();
+            let mut offset = 1 + key_count;
+            for (acc, width) in state.accumulators.iter_mut().zip(widths) {
+                acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
+                offset += width;
+            }
+            self.group_indices = group_indices;
+        }
+        Ok(())
+    }
+
+    /// Local phase: emits the partial state of every slice the watermark completed.
+    fn emit_complete_slices(&mut self, out: &mut Output) -> Result<()> {
+        let size = self.spec.window.slice_size();
+        let complete: Vec<i64> = self
+            .slices
+            .keys()
+            .copied()
+            .take_while(|s| self.spec.shift.to_utc(s + size) - 1 <= self.watermark)
+            .collect();
+        self.emit_slices(complete, out)
+    }
+
+    /// Local phase: emits the partial states of `slices` and forgets them.
+    fn emit_slices(&mut self, slices: Vec<i64>, out: &mut Output) -> Result<()> {
+        for slice in slices {
+            let mut state = self.slices.remove(&slice).expect("listed by the caller");
+            let Some(mut live) = state.live.take() else {
+                continue;
+            };
+            let rows = live.groups.len();
+            if rows == 0 {
+                continue;
+            }
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from_value(slice, rows))];
+            columns.extend(live.groups.emit()?);
+            for acc in &mut live.accumulators {
+                columns.extend(acc.state(EmitTo::All)?);
+            }
+            out.batch(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?);
+        }
+        Ok(())
+    }
+
+    /// Single and Global phases: the state of one slice as `[keys...,
+    /// states...]` chunks (what earlier firings froze, and the live state),
+    /// leaving the slice as it was. The live state is read out and put back
+    /// into the same tables, which keep their capacity: a snapshot costs one
+    /// pass over the state, never a rebuild of the hash tables.
+    fn slice_chunks(&mut self, slice: i64) -> Result<Vec<Vec<ArrayRef>>> {
+        let key_count = self.spec.key_schema.fields().len();
+        let entry = self.slices.get_mut(&slice).expect("listed by the caller");
+        let mut chunks = entry.frozen.clone();
+        for live in [entry.live.as_mut(), entry.recent.as_mut()].into_iter().flatten() {
+            let rows = live.groups.len();
+            if rows == 0 {
+                continue;
+            }
+            let keys = live.groups.emit()?;
+            let mut chunk = keys.clone();
+            for acc in &mut live.accumulators {
+                chunk.extend(acc.state(EmitTo::All)?);
+            }
+            // Put it back: the keys get indices 0..rows again, in order.
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            live.groups.intern(&keys, rows, &mut group_indices)?;
+            let mut offset = key_count;
+            for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
+                acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
+                offset += width;
+            }
+            self.group_indices = group_indices;
+            chunks.push(chunk);
+        }
+        Ok(chunks)
+    }
+
+    /// The schema of this operator's state rows.
+    fn state_schema(&self) -> Result<SchemaRef> {
+        window_state_schema(&["_slice"], &self.spec.key_schema, &self.spec.aggregates)
+    }
+
+    /// Every slice's state as rows `[_key_group, _slice, keys..., states...]`
+    /// sorted by key group.
+    fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+        let slices: Vec<i64> = self.slices.keys().copied().collect();
+        let mut chunks = Vec::new();
+        for slice in slices {
+            chunks.extend(self.slice_chunks(slice)?.into_iter().map(|c| (slice, c)));
+        }
+        self.chunks_to_rows(chunks)
+    }
+
+    /// State rows `[_key_group, _slice, keys..., states...]` of chunks of
+    /// slices, sorted by key group.
+    fn chunks_to_rows(&self, chunks: Vec<(i64, Vec<ArrayRef>)>) -> Result<Option<RecordBatch>> {
+        let schema = self.state_schema()?;
+        let key_count = self.spec.key_schema.fields().len();
+        let mut batches = Vec::new();
+        for (slice, chunk) in chunks {
+            let rows = chunk.first().map_or(0, |c| c.len());
+            if rows == 0 {
+                continue;
+            }
+            let groups = key_groups(&chunk[..key_count], rows, self.max_parallelism)?;
+            let mut columns: Vec<ArrayRef> =
+                vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
+            columns.extend(chunk);
+            batches.push(state_rows(&schema, columns)?);
+        }
+        concat_by_key_group(batches)
+    }
+
+    /// Incremental checkpoints: the partial states added since the last
+    /// snapshot (of slices with a window still to fire), or every slice's
+    /// state when `full`. Either way the recent states are folded in.
+    fn delta_rows(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+        let slices: Vec<i64> = self.slices.keys().copied().collect();
+        self.fold_recent(&slices)?;
+        let unsaved = std::mem::take(&mut self.unsaved);
+        if full {
+            return self.state_rows();
+        }
+        let kept = unsaved
+            .into_iter()
+            .filter(|(slice, _)| self.slices.contains_key(slice))
+            .collect();
+        self.chunks_to_rows(kept)
+    }
+
+    /// Restores slices from state rows (this subtask's key groups only).
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+        let slices = rows.column(1).as_primitive::<Int64Type>().values().to_vec();
+        let columns = rows.columns()[2..].to_vec();
+        for (slice, indices) in rows_by_slice(&slices) {
+            if self.is_late(slice) {
+                // Every window over it fired before the snapshot: a delta
+                // written before that still carries it.
+                continue;
+            }
+            let chunk = take_all(&columns, &indices)?;
+            if self.fires() {
+                for end in self.spec.window.window_ends(slice) {
+                    if self.spec.shift.to_utc(end) - 1 > self.watermark {
+                        self.pending_ends.insert(end);
+                    }
+                }
+            }
+            // Merged as it is read: several rows of one key (partial states
+            // of a base and its deltas) become one.
+            self.merge_into_live(slice, &chunk)?;
+            self.spill_if_over_budget()?;
+        }
+        Ok(())
+    }
+
+    /// Single and Global phases: fires every window the watermark completed.
+    /// A window over spilled slices starts a firing that
+    /// [`Operator::emit_more`] goes on with, one key-group range at a time;
+    /// later windows wait for it.
+    fn fire_windows(&mut self, out: &mut Output) -> Result<()> {
+        while let Some(&end) = self.pending_ends.first() {
+            if self.spec.shift.to_utc(end) - 1 > self.watermark || self.is_firing() {
+                break;
+            }
+            self.pending_ends.pop_first();
+            if self.has_runs(self.spec.window.window_start(end), end) {
+                return self.start_spilled_firing(end);
+            }
+            if let Some(batch) = self.evaluate_window(end)? {
+                self.emit_sized(batch, out);
+            }
+            self.drop_fired_slices(end);
+        }
+        Ok(())
+    }
+
+    /// Emits `batch` in batches of at most the batch size.
+    fn emit_sized(&self, batch: RecordBatch, out: &mut Output) {
+        let rows = batch.num_rows();
+        let mut offset = 0;
+        while offset < rows {
+            let len = self.batch_size.min(rows - offset);
+            out.batch(batch.slice(offset, len));
+            offset += len;
+        }
+    }
+
+    /// Forgets the slices whose last window ends by `end` (and their runs).
+    fn drop_fired_slices(&mut self, end: i64) {
+        while let Some((&slice, _)) = self.slices.first_key_value() {
+            if self.spec.window.last_window_end(slice) > end {
+                break;
+            }
+            self.slices.remove(&slice);
+            if let Some(spill) = &mut self.spill {
+                spill.runs.remove(&slice);
+            }
+        }
+    }
+
+    fn evaluate_window(&mut self, end: i64) -> Result<Option<RecordBatch>> {
+        let window = self.spec.window;
+        let start = window.window_start(end);
+        let members: Vec<i64> = self.slices.range(start..end).map(|(s, _)| *s).collect();
+        if members.is_empty() {
+            return Ok(None);
+        }
+        let only = members[0];
+        let direct =
+            members.len() == 1 && window.last_window_end(only) == end && self.slices[&only].frozen.is_empty();
+        if !direct {
+            self.fold_recent(&members)?;
+        }
+        let state = if direct {
+            match self.final_state(only)? {
+                Some(live) => live,
+                None => return Ok(None),
+            }
+        } else {
+            let mut merged = self.spec.new_state()?;
+            let mut group_indices = std::mem::take(&mut self.group_indices);
+            for member in members {
+                let slice = self.slices.get_mut(&member).expect("listed above");
+                slice.freeze()?;
+                for columns in &slice.frozen {
+                    merged.merge(columns, &self.state_widths, &mut group_indices)?;
+                }
+            }
+            self.group_indices = group_indices;
+            merged
+        };
+        self.window_output(state, start, end)
+    }
+
+    /// The output rows of window `[start, end)` from its merged state.
+    fn window_output(&self, mut state: LiveState, start: i64, end: i64) -> Result<Option<RecordBatch>> {
+        let rows = state.groups.len();
+        if rows == 0 {
+            return Ok(None);
+        }
+        let keys = state.groups.emit()?;
+        let mut columns = Vec::with_capacity(self.spec.output_schema.fields().len());
+        for (column, field) in self
+            .spec
+            .group_columns
+            .iter()
+            .zip(self.spec.output_schema.fields())
+        {
+            let array: ArrayRef = match column {
+                GroupColumn::Key(i) => keys[*i].clone(),
+                GroupColumn::Window(property) => {
+                    let value = match property {
+                        WindowProperty::Start => start,
+                        WindowProperty::End => end,
+                        WindowProperty::Time => match field.data_type() {
+                            DataType::Timestamp(_, Some(_)) => self.spec.shift.to_utc(end) - 1,
+                            _ => end - 1,
+                        },
+                    };
+                    let zone = match field.data_type() {
+                        DataType::Timestamp(_, zone) => zone.clone(),
+                        _ => None,
+                    };
+                    Arc::new(TimestampMillisecondArray::from_value(value, rows).with_timezone_opt(zone))
+                }
+            };
+            columns.push(array);
+        }
+        for acc in &mut state.accumulators {
+            columns.push(acc.evaluate(EmitTo::All)?);
+        }
+        // Aggregates may produce a different (but compatible) type than planned.
+        let columns = columns
+            .into_iter()
+            .zip(self.spec.output_schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    Ok(arrow::compute::cast(&c, f.data_type())?)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(RecordBatch::try_new(
+            self.spec.output_schema.clone(),
+            columns,
+        )?))
+    }
+}
+
+impl WindowAggregateOperator {
+    /// Moves the operator's time (watermark, or wall clock) to `time`.
+    fn advance(&mut self, time: Timestamp, out: &mut Output) -> Result<()> {
+        self.watermark = time;
+        match self.spec.phase {
+            Phase::Local => self.emit_complete_slices(out),
+            Phase::Single | Phase::Global => self.fire_windows(out),
+        }
+    }
+}
+
+impl Operator for WindowAggregateOperator {
+    fn name(&self) -> String {
+        self.spec.name.clone()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        match self.spec.phase {
+            Phase::Single | Phase::Local => self.process_rows(&batch)?,
+            Phase::Global => self.process_partials(&batch)?,
+        }
+        self.check_budget(out)
+    }
+
+    fn emit_more(&mut self, out: &mut Output) -> Result<bool> {
+        self.go_on_firing(out)
+    }
+
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        if self.spec.processing_time && watermark != MAX_WATERMARK {
+            // Event time passes through; the wall clock fires the windows.
+            out.watermark(watermark);
+            return Ok(());
+        }
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.advance(watermark, out)?;
+        self.watermark_after_firing(watermark, out);
+        Ok(())
+    }
+
+    fn uses_processing_time(&self) -> bool {
+        self.spec.processing_time
+    }
+
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        if now > self.watermark {
+            self.advance(now, out)?;
+        }
+        Ok(())
+    }
+
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        // A local pre-aggregation sends what it holds ahead of the barrier, as
+        // Flink's does: the global phase merges partial states, so early ones
+        // are fine, and the local phase has nothing to save.
+        if self.spec.phase == Phase::Local {
+            let all: Vec<i64> = self.slices.keys().copied().collect();
+            self.emit_slices(all, out)?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        if self.spec.phase == Phase::Local {
+            return Ok(None);
+        }
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, self.state_rows()?);
+        snapshot.runs = self.all_runs();
+        Ok(Some(snapshot))
+    }
+
+    fn delta_kind(&self) -> Option<DeltaKind> {
+        self.incremental.then_some(DeltaKind::Merge)
+    }
+
+    fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        Ok(Some(OperatorSnapshot::with_watermark(
+            self.watermark,
+            self.delta_rows(full)?,
+        )))
+    }
+
+    fn state_signature(&self) -> Result<Option<String>> {
+        if self.spec.phase == Phase::Local {
+            return Ok(None);
+        }
+        Ok(Some(schema_signature(self.state_schema()?.as_ref())))
+    }
+
+    fn is_keyed(&self) -> bool {
+        self.spec.phase != Phase::Local
+    }
+
+    fn restore_rescaled(&mut self, snapshots: Vec<OperatorSnapshot>) -> Result<()> {
+        match OperatorSnapshot::merge_by_watermark(snapshots, &self.spec.name)? {
+            Some(merged) => self.restore(merged),
+            None => Ok(()),
+        }
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        let name = self.spec.name.clone();
+        self.watermark = snapshot.watermark(&name)?;
+        if let Some(rows) = &snapshot.rows {
+            OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &name)?;
+            self.restore_rows(rows)?;
+        }
+        Ok(())
+    }
+}
