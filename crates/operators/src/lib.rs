@@ -1,6 +1,9 @@
 //! Operators: one file per operator.
 #![warn(missing_docs)]
 
+#[macro_use]
+mod spilling;
+
 pub mod build;
 pub mod calc;
 pub mod group;

@@ -23,7 +23,8 @@ use crate::flushed::FlushedKeys;
 use crate::incremental::{ReplacedPart, deleted_part, replacement_rows};
 use crate::runs::{Run, RunWriter};
 use crate::snapshot::{concat_by_key_group, sorted_by_key_group};
-use crate::store::{Entry, Frozen, Store, WRITE_CHUNK};
+use crate::spilled::SpillCore;
+use crate::store::{Entry, Frozen, WRITE_CHUNK};
 use crate::{Error, Result};
 
 /// Reads the frozen state, or finds there is nothing in it; told whether
@@ -78,13 +79,17 @@ where
     }))
 }
 
-/// A full snapshot of `store` as its `n`th run: the store frozen now, read
-/// by the snapshot's writer ([`store_run`], a run's row group of entries
-/// at a time); nothing when the store is empty.
-pub fn whole_store<D>(store: &Store, n: u64, decode: D) -> Result<Vec<Deferred>>
+/// A full snapshot of a spilled store as the next of its snapshot runs
+/// (counted up): the store frozen now, read by the snapshot's writer
+/// ([`store_run`], a run's row group of entries at a time); nothing when
+/// the store is empty.
+pub fn whole_store<D>(core: &mut SpillCore, decode: D) -> Result<Vec<Deferred>>
 where
     D: FnMut(&[Entry]) -> Result<Option<RecordBatch>> + Send + 'static,
 {
+    core.runs += 1;
+    let n = core.runs;
+    let store = core.open_store()?;
     if store.is_empty()? {
         return Ok(Vec::new());
     }
@@ -112,24 +117,20 @@ pub struct DeltaOf<P, M> {
 
 impl<P, M> DeltaOf<P, M> {
     /// The delta of a spilled operator at a barrier: memory's `parts` and
-    /// the keys flushed to `store` since the last snapshot (taken, leaving
-    /// none), with `store` frozen now and the next of its snapshot runs
-    /// (`runs`, counted up) as the path; `None` when neither has anything.
-    pub fn take(
-        store: &Store,
-        runs: &mut u64,
-        flushed: &mut Option<FlushedKeys>,
-        parts: Vec<P>,
-        in_memory: M,
-    ) -> Result<Option<Self>> {
-        let flushed = std::mem::take(flushed.get_or_insert_with(FlushedKeys::default));
+    /// the keys flushed to its store since the last snapshot (taken, leaving
+    /// none), with the store frozen now and the next of its snapshot runs
+    /// (counted up) as the path; `None` when neither has anything.
+    pub fn take(core: &mut SpillCore, parts: Vec<P>, in_memory: M) -> Result<Option<Self>> {
+        let flushed = std::mem::take(core.flushed.get_or_insert_with(FlushedKeys::default));
         if parts.is_empty() && flushed.is_empty() {
             return Ok(None);
         }
-        *runs += 1;
+        core.runs += 1;
+        let runs = core.runs;
+        let store = core.open_store()?;
         Ok(Some(DeltaOf {
             frozen: store.frozen(),
-            path: store.snapshot_run_path(*runs)?,
+            path: store.snapshot_run_path(runs)?,
             chunk: WRITE_CHUNK,
             memory: parts,
             in_memory,
@@ -204,9 +205,7 @@ where
 /// frozen now by the snapshot's writer and made parts by `decode`; a key
 /// the store no longer has is deleted. `None`: nothing changed.
 pub fn keyed_delta<M, D>(
-    store: &Store,
-    runs: &mut u64,
-    flushed: &mut Option<FlushedKeys>,
+    core: &mut SpillCore,
     memory: (Vec<ReplacedPart>, M),
     schema: SchemaRef,
     mut decode: D,
@@ -217,7 +216,7 @@ where
 {
     let (parts, in_memory) = memory;
     let in_memory = move |k: &[u8]| k.get(4..).is_some_and(&in_memory);
-    let Some(of) = DeltaOf::take(store, runs, flushed, parts, in_memory)? else {
+    let Some(of) = DeltaOf::take(core, parts, in_memory)? else {
         return Ok(None);
     };
     let finish_schema = schema.clone();
@@ -248,9 +247,7 @@ where
 /// without entries deletes the state key `gone` gives for it (with its key
 /// group). `None`: nothing changed.
 pub fn prefixed_delta<G, D>(
-    store: &Store,
-    runs: &mut u64,
-    flushed: &mut Option<FlushedKeys>,
+    core: &mut SpillCore,
     schema: SchemaRef,
     gone: G,
     mut decode: D,
@@ -259,7 +256,7 @@ where
     G: Fn(&[u8]) -> Result<(u32, Vec<u8>)> + Send + 'static,
     D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
 {
-    let Some(of) = DeltaOf::take(store, runs, flushed, Vec::new(), |_: &[u8]| false)? else {
+    let Some(of) = DeltaOf::take(core, Vec::new(), |_: &[u8]| false)? else {
         return Ok(None);
     };
     let finish_schema = schema.clone();
@@ -288,23 +285,15 @@ where
 }
 
 /// A full snapshot of a spilled store (its operator's memory written to
-/// it) as the base of a replacing chain: [`whole_store`] as the next of its
-/// snapshot runs (`runs`, counted up), each chunk of entries made parts
-/// (rows with their state keys) by `decode`. The keys noted for the next
-/// delta (`flushed`) are forgotten: the base holds them.
-pub fn keyed_base<D>(
-    store: &Store,
-    runs: &mut u64,
-    flushed: &mut Option<FlushedKeys>,
-    schema: SchemaRef,
-    mut decode: D,
-) -> Result<Vec<Deferred>>
+/// it) as the base of a replacing chain: [`whole_store`], each chunk of
+/// entries made parts (rows with their state keys) by `decode`. The keys
+/// noted for the next delta are forgotten: the base holds them.
+pub fn keyed_base<D>(core: &mut SpillCore, schema: SchemaRef, mut decode: D) -> Result<Vec<Deferred>>
 where
     D: FnMut(&[Entry]) -> Result<Vec<ReplacedPart>> + Send + 'static,
 {
-    flushed.as_mut().map(FlushedKeys::clear);
-    *runs += 1;
-    whole_store(store, *runs, move |entries| {
+    core.flushed.as_mut().map(FlushedKeys::clear);
+    whole_store(core, move |entries| {
         replacement_rows(&schema, decode(entries)?, true)
     })
 }

@@ -28,12 +28,12 @@ use arrow::row::{RowConverter, SortField};
 use crate::Result;
 use crate::deferred::{Deferred, keyed_base, keyed_delta, whole_store};
 use crate::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
-use crate::flushed::FlushedKeys;
 use crate::incremental::{ReplacedPart, deleted_part, replacement_rows};
-use crate::memory_guess::{MemoryGuess, SpillsWhenFull};
+use crate::memory_guess::SpillsWhenFull;
 use crate::operator::SpillSettings;
 use crate::snapshot::{key_groups, key_groups_of_bytes, state_rows};
-use crate::store::{Entry, Store, WRITE_CHUNK, open_once};
+use crate::spilled::{SpillCore, SpillSlot, Spilled};
+use crate::store::{Entry, WRITE_CHUNK};
 
 /// A key's rows (row bytes), oldest first.
 pub type Rows = Vec<Box<[u8]>>;
@@ -44,21 +44,13 @@ pub struct KeyedRows {
     /// Key bytes to key columns (for their key groups).
     keys_of: RowConverter,
     max_parallelism: usize,
-    spill: Option<RowsSpill>,
+    /// Incremental checkpoints note the entries of the keys changed in
+    /// memory and written to (or removed from) the store since the last
+    /// snapshot.
+    spill: Option<Spilled<()>>,
     /// Incremental checkpoints: the keys changed since the last snapshot
     /// (spilled: since the last spill).
     changed: Option<HashSet<Box<[u8]>>>,
-}
-
-struct RowsSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    store: Option<Store>,
-    guess: MemoryGuess,
-    /// Incremental checkpoints: the entries of the keys changed in memory
-    /// and written to (or removed from) the store since the last snapshot.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 fn decode_rows(bytes: &[u8]) -> Result<Vec<&[u8]>> {
@@ -182,14 +174,8 @@ impl KeyedRows {
             memory: HashMap::default(),
             keys_of: RowConverter::new(fields)?,
             max_parallelism,
-            spill: spill.map(|settings| RowsSpill {
-                settings,
-                store: None,
-                // At least a key and a row.
-                guess: MemoryGuess::new(64),
-                flushed: incremental.then(FlushedKeys::default),
-                runs: 0,
-            }),
+            // At least a key and a row.
+            spill: spill.map(|settings| Spilled::new(SpillCore::new(settings, incremental, 64), ())),
             changed: incremental.then(HashSet::new),
         })
     }
@@ -299,34 +285,20 @@ impl KeyedRows {
     {
         if full {
             self.spill_all()?;
-            let spill = self.spill.as_mut().expect("has spilled");
-            let store = spill.store.as_ref().expect("has spilled");
-            return keyed_base(store, &mut spill.runs, &mut spill.flushed, schema.clone(), decode);
+            let core = self.spill.core_mut().expect("has spilled");
+            return keyed_base(core, schema.clone(), decode);
         }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let parts = self.key_parts(changed.iter().map(|k| &k[..]).collect(), schema, state_rows)?;
         let in_memory = move |key: &[u8]| changed.contains(key);
-        let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
-        let memory = (parts, in_memory);
-        let delta = keyed_delta(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
-            memory,
-            schema.clone(),
-            decode,
-        )?;
+        let core = self.spill.core_mut().expect("has spilled");
+        let delta = keyed_delta(core, (parts, in_memory), schema.clone(), decode)?;
         Ok(delta.into_iter().collect())
     }
 
     /// Whether rows went to the store (snapshots then read it from there).
     pub fn has_spilled(&self) -> bool {
-        self.store().is_some()
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
+        self.spill.has_spilled()
     }
 
     /// A key's rows (`None`: it has none).
@@ -366,7 +338,7 @@ impl KeyedRows {
     /// Reads the rows of those of `keys` memory lacks from the store: before
     /// they change.
     pub fn load(&mut self, keys: &[&[u8]]) -> Result<()> {
-        let Some(store) = self.store() else {
+        let Some(store) = self.spill.store() else {
             return Ok(());
         };
         let in_memory = |k: &[u8]| self.memory.contains_key(k);
@@ -397,10 +369,10 @@ impl KeyedRows {
     /// Writes every key's rows to the store (a key without rows is removed
     /// from it) and empties memory.
     fn spill_all(&mut self) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
+        let Some(core) = self.spill.core_mut() else {
             return Ok(());
         };
-        open_once(&mut spill.store, &spill.settings)?;
+        core.open_store()?;
         let keys: Vec<(Box<[u8]>, Rows)> = self.memory.drain().collect();
         for chunk in keys.chunks(WRITE_CHUNK) {
             let bytes: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
@@ -411,7 +383,7 @@ impl KeyedRows {
             let values: Vec<Vec<u8>> = chunk.iter().map(|(_, rows)| encode_rows(rows)).collect();
             // Incremental checkpoints: the changed keys' entries, for the
             // next delta to read back.
-            if let (Some(changed), Some(flushed)) = (&self.changed, spill.flushed.as_mut()) {
+            if let (Some(changed), Some(flushed)) = (&self.changed, core.flushed.as_mut()) {
                 (bytes.iter().zip(&entries))
                     .filter(|(k, _)| changed.contains(**k))
                     .for_each(|(_, entry)| flushed.push(entry));
@@ -421,12 +393,12 @@ impl KeyedRows {
                 .filter(live)
                 .map(|i| (&entries[i][..], &values[i][..]));
             let removes = (0..chunk.len()).filter(|i| !live(i)).map(|i| &entries[i][..]);
-            spill.store.as_ref().expect("opened above").write(puts, removes)?;
+            core.store.as_ref().expect("opened above").write(puts, removes)?;
         }
         drop(keys);
         self.changed.as_mut().map(HashSet::clear);
         self.memory.shrink_to_fit();
-        spill.guess.emptied();
+        core.emptied();
         weir_common::alloc::give_back_freed_memory();
         Ok(())
     }
@@ -439,16 +411,13 @@ impl KeyedRows {
         D: FnMut(&[Entry]) -> Result<Option<RecordBatch>> + Send + 'static,
     {
         self.spill_all()?;
-        let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
-        whole_store(store, spill.runs, decode)
+        whole_store(self.spill.core_mut().expect("has spilled"), decode)
     }
 }
 
 impl SpillsWhenFull for KeyedRows {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
+    fn spill_core(&mut self) -> Option<&mut SpillCore> {
+        self.spill.core_mut()
     }
 
     fn measure(&self) -> usize {

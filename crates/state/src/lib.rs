@@ -14,6 +14,7 @@ pub mod memory_guess;
 pub mod operator;
 pub mod runs;
 pub mod snapshot;
+pub mod spilled;
 pub mod store;
 
 pub use weir_common::{Error, Result};

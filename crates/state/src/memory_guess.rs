@@ -60,7 +60,7 @@ impl MemoryGuess {
 /// writes it to its store: a quarter. Its hash tables grow their slots
 /// twofold at once, holding old and new slots while they move, so a state
 /// just under a quarter may take three quarters for a moment; the store
-/// has the last quarter ([`crate::store::open_once`]).
+/// has the last quarter ([`crate::spilled::SpillCore::open_store`]).
 pub fn spill_threshold(budget: usize) -> usize {
     budget / 4
 }
@@ -68,8 +68,8 @@ pub fn spill_threshold(budget: usize) -> usize {
 /// An operator that writes its state to its store when memory passes
 /// [`spill_threshold`]: when to measure and when to spill, decided here once.
 pub trait SpillsWhenFull {
-    /// Its guess and its budget (bytes); `None` without the spilling backend.
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)>;
+    /// Its spilled state's core; `None` without the spilling backend.
+    fn spill_core(&mut self) -> Option<&mut crate::spilled::SpillCore>;
 
     /// Bytes its state takes in memory (a measurement, which may walk it).
     fn measure(&self) -> usize;
@@ -80,9 +80,8 @@ pub trait SpillsWhenFull {
     /// After a batch of `rows` rows: spills when memory holds more than
     /// [`spill_threshold`], measured only when the guess says it may.
     fn spill_if_full(&mut self, rows: usize) -> crate::Result<()> {
-        match self
-            .guess()
-            .is_some_and(|(guess, budget)| guess.may_pass(rows, spill_threshold(budget)))
+        match (self.spill_core())
+            .is_some_and(|core| core.guess.may_pass(rows, spill_threshold(core.settings.budget)))
         {
             true => self.spill_if_over(),
             false => Ok(()),
@@ -91,15 +90,15 @@ pub trait SpillsWhenFull {
 
     /// Measures memory, and spills when it holds more than [`spill_threshold`].
     fn spill_if_over(&mut self) -> crate::Result<()> {
-        if self.guess().is_none() {
+        if self.spill_core().is_none() {
             return Ok(());
         }
         let size = self.measure();
-        let Some((guess, budget)) = self.guess() else {
+        let Some(core) = self.spill_core() else {
             return Ok(());
         };
-        guess.measured(size);
-        match size > spill_threshold(budget) {
+        core.guess.measured(size);
+        match size > spill_threshold(core.settings.budget) {
             true => self.spill(),
             false => Ok(()),
         }
@@ -139,15 +138,15 @@ mod tests {
 
     /// State of a given size that counts its measurements and spills.
     struct Growing {
-        guess: MemoryGuess,
+        core: crate::spilled::SpillCore,
         size: usize,
         measurements: std::cell::Cell<usize>,
         spills: usize,
     }
 
     impl SpillsWhenFull for Growing {
-        fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-            Some((&mut self.guess, 100_000))
+        fn spill_core(&mut self) -> Option<&mut crate::spilled::SpillCore> {
+            Some(&mut self.core)
         }
 
         fn measure(&self) -> usize {
@@ -158,7 +157,7 @@ mod tests {
         fn spill(&mut self) -> crate::Result<()> {
             self.spills += 1;
             self.size = 0;
-            self.guess.emptied();
+            self.core.emptied();
             Ok(())
         }
     }
@@ -166,8 +165,12 @@ mod tests {
     #[test]
     fn state_spills_when_a_measurement_finds_it_past_a_quarter_of_the_budget_and_is_measured_only_when_it_may_be()
      {
+        let settings = crate::operator::SpillSettings {
+            budget: 100_000,
+            dir: Default::default(),
+        };
         let mut state = Growing {
-            guess: MemoryGuess::new(10),
+            core: crate::spilled::SpillCore::new(settings, false, 10),
             size: 0,
             measurements: Default::default(),
             spills: 0,

@@ -51,29 +51,6 @@ pub fn time_of(bytes: &[u8]) -> Option<i64> {
 /// Store entries a TTL sweep reads at a time.
 pub const SWEEP: usize = 4096;
 
-/// Opens a store for an operator subtask with the spilling backend's
-/// `settings` in `slot`, unless one is open: a quarter of its share.
-pub fn open_once(slot: &mut Option<Store>, settings: &crate::operator::SpillSettings) -> Result<()> {
-    if slot.is_none() {
-        *slot = Some(Store::open(&settings.dir, settings.budget / 4)?);
-    }
-    Ok(())
-}
-
-/// [`open_once`] for an operator that reads its store by ranges of keys
-/// and only looks up keys it knows are there: without bloom filters,
-/// which serve lookups of missing keys only, and took 23 MB of an
-/// interval join's store under a 32 MB budget (8M entries).
-pub fn open_once_for_ranges(
-    slot: &mut Option<Store>,
-    settings: &crate::operator::SpillSettings,
-) -> Result<()> {
-    if slot.is_none() {
-        *slot = Some(Store::open_with(&settings.dir, settings.budget / 4, false)?);
-    }
-    Ok(())
-}
-
 /// A key and its value, as the store gives them.
 pub type Entry = (fjall::Slice, fjall::Slice);
 

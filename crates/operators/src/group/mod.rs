@@ -53,6 +53,7 @@ use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::incremental::{DeltaKind, upsert_delta};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use weir_state::spilled::SpillSlot;
 
 /// The plan of a non-windowed aggregation.
 #[derive(Debug)]
@@ -182,7 +183,7 @@ struct GroupAggregateOperator {
     /// Incremental checkpoints: the groups changed since the last snapshot.
     changed: Option<Changed>,
     /// The spilling state backend: groups beyond the budget in its store.
-    spill: Option<spill::Spill>,
+    spill: Option<weir_state::spilled::Spilled<spill::Spill>>,
 }
 
 /// The groups changed since the last snapshot, and every group's keys (to
@@ -718,7 +719,7 @@ impl Operator for GroupAggregateOperator {
         if self.spec.phase == Phase::Local {
             return Ok(None);
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: self.spilled_snapshot()?,
@@ -741,7 +742,7 @@ impl Operator for GroupAggregateOperator {
     }
 
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
-        if !full && self.has_spilled() {
+        if !full && self.spill.has_spilled() {
             return Ok(Some(OperatorSnapshot {
                 deferred: self.spilled_delta()?.into_iter().collect(),
                 ..OperatorSnapshot::default()
@@ -759,7 +760,7 @@ impl Operator for GroupAggregateOperator {
         if let Some(changed) = &mut self.changed {
             changed.take();
         }
-        self.forget_spilled_changes();
+        self.spill.forget_spilled_changes();
         Ok(snapshot)
     }
 

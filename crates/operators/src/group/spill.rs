@@ -32,31 +32,22 @@ use crate::groups::Groups;
 use crate::{Error, Result};
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, DeltaOf, store_delta, whole_store};
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::upsert_delta;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::{concat_by_key_group, key_groups};
-use weir_state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, open_once};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, Frozen, SWEEP, WRITE_CHUNK};
 
 /// The least a row is guessed to add to memory: a new group's key slot,
 /// count, stamps and a state or two.
 const LEAST_PER_ROW: usize = 64;
 
-/// A non-windowed aggregation subtask's spilled state.
+/// A non-windowed aggregation subtask's own spilled state (beside its
+/// [`SpillCore`], whose flushed keys are the store keys of groups).
 pub(super) struct Spill {
-    settings: SpillSettings,
-    /// Opened at the first spill (or restore).
-    store: Option<Store>,
     /// State rows to store entries and back.
     codec: Codec,
-    /// Incremental checkpoints: store keys of groups written to the store
-    /// since the last snapshot that changed since it.
-    flushed: Option<FlushedKeys>,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
-    /// When memory is measured (accumulators of values walk every group).
-    guess: MemoryGuess,
-    runs: u64,
 }
 
 impl Spill {
@@ -67,21 +58,15 @@ impl Spill {
         state_schema: &SchemaRef,
         key_count: usize,
         incremental: bool,
-    ) -> Result<Self> {
-        Ok(Spill {
-            settings,
-            store: None,
+    ) -> Result<Spilled<Self>> {
+        let own = Spill {
             codec: Codec::new(state_schema, key_count)?,
-            flushed: incremental.then(FlushedKeys::default),
             sweep_from: Vec::new(),
-            guess: MemoryGuess::new(LEAST_PER_ROW),
-            runs: 0,
-        })
-    }
-
-    /// Opens the store, if not open yet.
-    fn open_store(&mut self) -> Result<()> {
-        open_once(&mut self.store, &self.settings)
+        };
+        Ok(Spilled::new(
+            SpillCore::new(settings, incremental, LEAST_PER_ROW),
+            own,
+        ))
     }
 
     /// The store key of each of `rows` groups with these keys: key group
@@ -209,19 +194,7 @@ impl Codec {
     }
 }
 
-impl SpillsWhenFull for GroupAggregateOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(GroupAggregateOperator);
 
 impl GroupAggregateOperator {
     /// Bytes the groups' state takes in memory.
@@ -238,7 +211,7 @@ impl GroupAggregateOperator {
     /// Reads the state of the groups the last intern made (from
     /// `first_new`) from the store, where it has them.
     pub(super) fn load_spilled(&mut self, first_new: usize, keys: &[ArrayRef]) -> Result<()> {
-        let Some(spill) = self.spill.as_ref().filter(|s| s.store.is_some()) else {
+        let Some(spill) = self.spill.as_ref().filter(|s| s.core.store.is_some()) else {
             return Ok(());
         };
         let total = self.groups.len();
@@ -256,8 +229,10 @@ impl GroupAggregateOperator {
             .iter()
             .map(|k| Ok(take(k, &rows, None)?))
             .collect::<Result<Vec<_>>>()?;
-        let store_keys = spill.store_keys(&new_keys, rows.len(), self.max_parallelism)?;
-        let store = spill.store.as_ref().expect("filtered above");
+        let store_keys = spill
+            .own
+            .store_keys(&new_keys, rows.len(), self.max_parallelism)?;
+        let store = spill.core.store.as_ref().expect("filtered above");
         let (mut groups, mut values) = (Vec::new(), Vec::new());
         for (i, key) in store_keys.iter().enumerate() {
             if let Some(value) = store.get(key)? {
@@ -269,7 +244,7 @@ impl GroupAggregateOperator {
             return Ok(());
         }
         let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
-        let states = spill.codec.decode_values(&values)?;
+        let states = spill.own.codec.decode_values(&values)?;
         self.restore_groups(&states, &groups)
     }
 
@@ -285,21 +260,28 @@ impl GroupAggregateOperator {
         let keys = std::mem::replace(&mut self.groups, Groups::new(&self.spec.key_schema)?).emit()?;
         let changed = self.changed.take();
         let spill = self.spill.as_mut().expect("checked above");
-        spill.open_store()?;
-        let mut flushed = spill.flushed.take();
+        spill.core.open_store()?;
+        let mut flushed = spill.core.flushed.take();
         let spill = self.spill.as_ref().expect("checked above");
         for start in (0..total).step_by(WRITE_CHUNK) {
             let end = (start + WRITE_CHUNK).min(total);
             let chunk: Vec<ArrayRef> = keys.iter().map(|k| k.slice(start, end - start)).collect();
-            let store_keys = spill.store_keys(&chunk, end - start, self.max_parallelism)?;
+            let store_keys = spill.own.store_keys(&chunk, end - start, self.max_parallelism)?;
             let (live, gone): (Vec<usize>, Vec<usize>) = (start..end).partition(|g| self.counts[*g] > 0);
-            let values = spill.encode_values(&self.state_columns(&live)?, &schema, key_count)?;
+            let values = spill
+                .own
+                .encode_values(&self.state_columns(&live)?, &schema, key_count)?;
             let puts = live
                 .iter()
                 .enumerate()
                 .map(|(i, g)| (&store_keys[g - start][..], values.row(i).data()));
             let removes = gone.iter().map(|g| &store_keys[g - start][..]);
-            spill.store.as_ref().expect("opened above").write(puts, removes)?;
+            spill
+                .core
+                .store
+                .as_ref()
+                .expect("opened above")
+                .write(puts, removes)?;
             if let (Some(changed), Some(flushed)) = (&changed, &mut flushed) {
                 let was_changed = |g: &usize| changed.flags.get(*g).copied().unwrap_or(false);
                 (start..end)
@@ -308,7 +290,7 @@ impl GroupAggregateOperator {
             }
         }
         if let Some(spill) = self.spill.as_mut() {
-            spill.flushed = flushed;
+            spill.core.flushed = flushed;
         }
         self.changed = changed.map(|_| super::Changed::default());
         self.accumulators = self.spec.accumulators()?;
@@ -317,24 +299,11 @@ impl GroupAggregateOperator {
         self.written = Vec::new();
         self.group_indices = Vec::new();
         self.sweep = 0;
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
-    }
-
-    /// A new base of the chain holds every change so far: none is left for
-    /// the next delta.
-    pub(super) fn forget_spilled_changes(&mut self) {
-        if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
-            flushed.clear();
-        }
-    }
-
-    /// Whether state went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.spill.as_ref().is_some_and(|s| s.store.is_some())
     }
 
     /// A full snapshot of spilled state: every group to the store, then the
@@ -345,10 +314,8 @@ impl GroupAggregateOperator {
         let schema = self.spec.state_schema(&self.accumulators);
         let codec = Codec::new(&schema, self.spec.key_schema.fields().len())?;
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let decode = move |entries: &[Entry]| codec.decode(entries, &schema).map(Some);
-        whole_store(store, spill.runs, decode)
+        whole_store(&mut spill.core, decode)
     }
 
     /// An incremental snapshot of spilled state: the upsert delta of the
@@ -365,15 +332,14 @@ impl GroupAggregateOperator {
             let groups = changed.groups.clone();
             let keys = changed.keys.keys(&groups)?;
             let spill = self.spill.as_ref().expect("has spilled");
-            in_memory_keys = spill.store_keys(&keys, groups.len(), self.max_parallelism)?;
+            in_memory_keys = spill.own.store_keys(&keys, groups.len(), self.max_parallelism)?;
             in_memory_keys.sort_unstable();
         }
         let parts: Vec<RecordBatch> = self.changed_rows()?.into_iter().collect();
         let codec = Codec::new(&schema, key_count)?;
         let in_memory = move |k: &[u8]| in_memory_keys.binary_search_by(|m| m[..].cmp(k)).is_ok();
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
-        let Some(of) = DeltaOf::take(store, &mut spill.runs, &mut spill.flushed, parts, in_memory)? else {
+        let Some(of) = DeltaOf::take(&mut spill.core, parts, in_memory)? else {
             return Ok(None);
         };
         let read_back = move |frozen: &Frozen, keys: &[&[u8]]| {
@@ -390,14 +356,16 @@ impl GroupAggregateOperator {
         let schema = self.spec.state_schema(&self.accumulators);
         let key_count = self.spec.key_schema.fields().len();
         let spill = self.spill.as_mut().expect("spilling");
-        spill.open_store()?;
+        spill.core.open_store()?;
         let spill = self.spill.as_ref().expect("spilling");
         for chunk in weir_state::store::in_chunks(rows) {
             let key_groups = chunk.column(0).as_primitive::<arrow::datatypes::UInt32Type>();
-            let store_keys = spill.keyed(key_groups, &chunk.columns()[1..1 + key_count])?;
-            let values = spill.encode_values(&chunk.columns()[1 + key_count..], &schema, key_count)?;
+            let store_keys = spill.own.keyed(key_groups, &chunk.columns()[1..1 + key_count])?;
+            let values = spill
+                .own
+                .encode_values(&chunk.columns()[1 + key_count..], &schema, key_count)?;
             let puts = (0..chunk.num_rows()).map(|i| (&store_keys[i][..], values.row(i).data()));
-            spill.store.as_ref().expect("opened above").write(puts, [])?;
+            spill.core.store.as_ref().expect("opened above").write(puts, [])?;
         }
         Ok(())
     }
@@ -408,15 +376,15 @@ impl GroupAggregateOperator {
         let (Some(ttl), Some(spill)) = (self.spec.state_ttl, self.spill.as_mut()) else {
             return Ok(());
         };
-        let Some(store) = &spill.store else {
+        let Some(store) = &spill.core.store else {
             return Ok(());
         };
-        let entries = store.scan_on(&mut spill.sweep_from, SWEEP)?;
+        let entries = store.scan_on(&mut spill.own.sweep_from, SWEEP)?;
         if entries.is_empty() {
             return Ok(());
         }
         let values: Vec<&[u8]> = entries.iter().map(|(_, v)| &v[..]).collect();
-        let states = spill.codec.decode_values(&values)?;
+        let states = spill.own.codec.decode_values(&values)?;
         // `_count`, then `_written`.
         let written = states[1].as_primitive::<Int64Type>();
         let ttl = ttl.as_millis() as i64;
@@ -427,7 +395,7 @@ impl GroupAggregateOperator {
             .map(|(_, (k, _))| &k[..])
             .collect();
         store.write([], expired.iter().copied())?;
-        if let Some(flushed) = &mut spill.flushed {
+        if let Some(flushed) = &mut spill.core.flushed {
             expired.iter().for_each(|k| flushed.push(k));
         }
         Ok(())
@@ -453,9 +421,9 @@ mod tests {
         };
         let spill = Spill::new(settings, &schema, 1, false).unwrap();
         let keys: Vec<ArrayRef> = vec![Arc::new(arrow::array::StringArray::from(vec![Some("a"), None]))];
-        let store_keys = spill.store_keys(&keys, 2, 128).unwrap();
+        let store_keys = spill.own.store_keys(&keys, 2, 128).unwrap();
         let refs: Vec<&[u8]> = store_keys.iter().map(|k| &k[..]).collect();
-        let decoded = spill.codec.decode_keys(&refs).unwrap();
+        let decoded = spill.own.codec.decode_keys(&refs).unwrap();
         let expected_groups = key_groups(&keys, 2, 128).unwrap();
         assert_eq!(
             decoded[0].as_primitive::<arrow::datatypes::UInt32Type>(),

@@ -36,6 +36,7 @@ use weir_runtime::operator::OperatorSnapshot;
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{key_groups, schema_signature, sorted_state_rows};
+use weir_state::spilled::SpillSlot;
 use weir_state::store::{Entry, in_chunks};
 
 mod delta;
@@ -326,7 +327,7 @@ struct IntervalJoinOperator {
     watermark: Timestamp,
     max_parallelism: usize,
     /// The spilling backend: rows beyond the budget in a store.
-    spill: Option<spill::IntervalSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::IntervalSpill>>,
 }
 
 /// Where a candidate row of the other side is kept: in memory (by its
@@ -678,7 +679,7 @@ impl Operator for IntervalJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
         let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
@@ -697,7 +698,7 @@ impl Operator for IntervalJoinOperator {
         if self.sides[0].changed.is_none() {
             return self.snapshot(checkpoint);
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;

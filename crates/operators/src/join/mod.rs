@@ -46,6 +46,7 @@ use weir_state::incremental::{DeltaKind, deleted_part, replacement_rows};
 use weir_state::keyed_map::sweep_slice;
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use weir_state::spilled::SpillSlot;
 use weir_state::store::SWEEP;
 
 /// A regular join of two inputs.
@@ -211,7 +212,7 @@ struct JoinOperator {
     /// Where each side's next sweep starts (a bucket).
     sweeps: [usize; 2],
     /// The spilling state backend: keys beyond the budget in its store.
-    spill: Option<spill::JoinSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::JoinSpill>>,
 }
 
 /// A regular join's rows and keys as bytes and back, and its state rows
@@ -803,7 +804,7 @@ impl Operator for JoinOperator {
             let now = weir_common::time::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: self.spilled_snapshot(false)?,
@@ -846,13 +847,13 @@ impl Operator for JoinOperator {
             let now = weir_common::time::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             let deferred = match full {
                 true => self.spilled_snapshot(true)?,
                 false => self.spilled_delta()?.into_iter().collect(),
             };
             if full {
-                self.forget_spilled_changes();
+                self.spill.forget_spilled_changes();
             }
             return Ok(Some(OperatorSnapshot {
                 deferred,

@@ -28,47 +28,27 @@ use crate::join::{JoinOperator, Part, replacement_rows};
 use crate::{Error, Result};
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, DeltaOf, store_delta, store_run};
-use weir_state::flushed::FlushedKeys;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
+use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
-use weir_state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK, in_chunks, open_once};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, Frozen, SWEEP, WRITE_CHUNK, in_chunks};
 
-/// A join subtask's spilled state.
+/// A join subtask's own spilled state (beside its [`SpillCore`]).
+#[derive(Default)]
 pub(super) struct JoinSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill (or restore).
-    store: Option<Store>,
     /// The keys whose rows memory holds for both sides since the last spill,
     /// each with the sides the store had rows of then (bit `1 << side`).
     resident: ByKey<u8>,
-    /// Incremental checkpoints: store keys written to the store since the
-    /// last snapshot that changed since it.
-    flushed: Option<FlushedKeys>,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
-    /// When memory is measured (a measurement walks every key).
-    guess: MemoryGuess,
-    runs: u64,
 }
 
 impl JoinSpill {
     /// The spill of a join subtask with these settings.
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
-        JoinSpill {
-            settings,
-            store: None,
-            resident: ByKey::default(),
-            flushed: incremental.then(FlushedKeys::default),
-            sweep_from: Vec::new(),
-            // At least a new key's slots on both sides.
-            guess: MemoryGuess::new(2 * (std::mem::size_of::<Key>() + std::mem::size_of::<Bucket>() + 8)),
-            runs: 0,
-        }
-    }
-
-    /// Opens the store, if not open yet.
-    fn open_store(&mut self) -> Result<()> {
-        open_once(&mut self.store, &self.settings)
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
+        // At least a new key's slots on both sides.
+        let least = 2 * (std::mem::size_of::<Key>() + std::mem::size_of::<Bucket>() + 8);
+        Spilled::new(SpillCore::new(settings, incremental, least), JoinSpill::default())
     }
 }
 
@@ -97,26 +77,9 @@ fn cut_short() -> Error {
     Error::State("a spilled join state value is cut short".into())
 }
 
-impl SpillsWhenFull for JoinOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(JoinOperator);
 
 impl JoinOperator {
-    /// Whether state went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.spill.as_ref().is_some_and(|s| s.store.is_some())
-    }
-
     /// The key group of each of `keys` (join keys' bytes).
     fn key_groups_of(&self, keys: &[&[u8]]) -> Result<UInt32Array> {
         weir_state::snapshot::key_groups_of_bytes(&self.codec.keys_of, keys, self.max_parallelism)
@@ -129,7 +92,7 @@ impl JoinOperator {
         keys: &Rows,
         null_keys: Option<&arrow::buffer::NullBuffer>,
     ) -> Result<()> {
-        let Some(spill) = self.spill.as_ref().filter(|s| s.store.is_some()) else {
+        let Some(spill) = self.spill.as_ref().filter(|s| s.core.store.is_some()) else {
             return Ok(());
         };
         let mut new: Vec<&[u8]> = Vec::new();
@@ -137,7 +100,7 @@ impl JoinOperator {
         for i in 0..keys.num_rows() {
             let key = keys.row(i).data();
             if !null_keys.is_some_and(|n| n.is_null(i))
-                && !spill.resident.contains_key(key)
+                && !spill.own.resident.contains_key(key)
                 && seen.insert(key)
             {
                 new.push(key);
@@ -148,7 +111,7 @@ impl JoinOperator {
         }
         let groups = self.key_groups_of(&new)?;
         let spill = self.spill.as_mut().expect("filtered above");
-        let store = spill.store.as_ref().expect("filtered above");
+        let store = spill.core.store.as_ref().expect("filtered above");
         for (i, key) in new.iter().enumerate() {
             let mut found = 0;
             for (side, state) in self.sides.iter_mut().enumerate() {
@@ -158,17 +121,16 @@ impl JoinOperator {
                     found |= 1 << side;
                 }
             }
-            spill.resident.insert(Key::from_slice(key), found);
+            spill.own.resident.insert(Key::from_slice(key), found);
         }
         Ok(())
     }
 
     /// Bytes both sides' rows and keys take in memory.
     fn memory_size(&self) -> usize {
-        let resident = self
-            .spill
-            .as_ref()
-            .map_or(0, |s| s.resident.capacity() * (std::mem::size_of::<Key>() + 9));
+        let resident = self.spill.as_ref().map_or(0, |s| {
+            s.own.resident.capacity() * (std::mem::size_of::<Key>() + 9)
+        });
         self.sides.iter().map(|s| s.memory_size()).sum::<usize>() + resident
     }
 
@@ -179,8 +141,8 @@ impl JoinOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        spill.open_store()?;
-        let mut keys = std::mem::take(&mut spill.resident);
+        spill.core.open_store()?;
+        let mut keys = std::mem::take(&mut spill.own.resident);
         for side in &self.sides {
             for key in side.buckets.keys() {
                 if !keys.contains_key(key) {
@@ -207,11 +169,7 @@ impl JoinOperator {
                     }
                 }
             }
-            let store = self
-                .spill
-                .as_ref()
-                .and_then(|s| s.store.as_ref())
-                .expect("opened above");
+            let store = self.spill.store().expect("opened above");
             store.write(
                 puts.iter().map(|(k, v)| (&k[..], &v[..])),
                 removes.iter().map(|k| &k[..]),
@@ -222,7 +180,7 @@ impl JoinOperator {
             for chunk in changed.chunks(WRITE_CHUNK) {
                 let refs: Vec<&[u8]> = chunk.iter().map(|k| k.as_ref()).collect();
                 let groups = self.key_groups_of(&refs)?;
-                if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
+                if let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) {
                     refs.iter()
                         .enumerate()
                         .for_each(|(i, k)| flushed.push(&store_key(groups.value(i), side, k)));
@@ -230,8 +188,8 @@ impl JoinOperator {
             }
             self.sides[side].buckets = Default::default();
         }
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -244,13 +202,9 @@ impl JoinOperator {
     pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
         self.spill_all()?;
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let runs = spill.runs;
-        let store = self
-            .spill
-            .as_ref()
-            .and_then(|s| s.store.as_ref())
-            .expect("has spilled");
+        spill.core.runs += 1;
+        let runs = spill.core.runs;
+        let store = self.spill.store().expect("has spilled");
         if store.is_empty()? {
             return Ok(Vec::new());
         }
@@ -285,8 +239,7 @@ impl JoinOperator {
         let schema = self.join.state_schema();
         let in_memory = move |k: &[u8]| in_memory.contains(&k[4..]);
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
-        let Some(of) = DeltaOf::take(store, &mut spill.runs, &mut spill.flushed, parts, in_memory)? else {
+        let Some(of) = DeltaOf::take(&mut spill.core, parts, in_memory)? else {
             return Ok(None);
         };
         Ok(Some(store_delta(
@@ -296,19 +249,11 @@ impl JoinOperator {
         )))
     }
 
-    /// A new base of the chain holds every change so far: none is left for
-    /// the next delta.
-    pub(super) fn forget_spilled_changes(&mut self) {
-        if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
-            flushed.clear();
-        }
-    }
-
     /// Restores state rows a chunk at a time: each chunk's keys read from
     /// the store, its rows added, memory written to the store when it holds
     /// more than its share ([`SpillsWhenFull`]).
     pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
-        self.spill.as_mut().expect("spilling").open_store()?;
+        self.spill.core_mut().expect("spilling").open_store()?;
         for chunk in in_chunks(rows) {
             self.restore_side(0, &chunk)?;
             self.restore_side(1, &chunk)?;
@@ -324,17 +269,17 @@ impl JoinOperator {
         let (Some(ttl), Some(spill)) = (self.join.ttl_ms(), self.spill.as_mut()) else {
             return Ok(());
         };
-        let Some(store) = &spill.store else {
+        let Some(store) = &spill.core.store else {
             return Ok(());
         };
-        let entries = store.scan_on(&mut spill.sweep_from, SWEEP)?;
+        let entries = store.scan_on(&mut spill.own.sweep_from, SWEEP)?;
         if entries.is_empty() {
             return Ok(());
         }
         let (mut puts, mut removes) = (Vec::new(), Vec::new());
         for (key, value) in &entries {
             let (side, join_key) = split_store_key(key)?;
-            if spill.resident.contains_key(join_key) {
+            if spill.own.resident.contains_key(join_key) {
                 continue;
             }
             let mut bucket = Bucket::decode(value, self.sides[side].width).ok_or_else(cut_short)?;
@@ -350,7 +295,7 @@ impl JoinOperator {
             }
         }
         store.write(puts.iter().map(|(k, v)| (*k, &v[..])), removes.iter().copied())?;
-        if let Some(flushed) = &mut spill.flushed {
+        if let Some(flushed) = &mut spill.core.flushed {
             puts.iter().for_each(|(k, _)| flushed.push(k));
             removes.iter().for_each(|k| flushed.push(k));
         }

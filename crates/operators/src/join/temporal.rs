@@ -38,6 +38,7 @@ use weir_runtime::operator::OperatorSnapshot;
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{schema_signature, sorted_state_rows};
+use weir_state::spilled::SpillSlot;
 use weir_state::store::in_chunks;
 
 mod delta;
@@ -183,7 +184,7 @@ struct TemporalJoinOperator {
     changed: Option<delta::Changed>,
     max_parallelism: usize,
     /// The spilling backend: rows and versions beyond the budget in a store.
-    spill: Option<spill::TemporalSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::TemporalSpill>>,
 }
 
 /// Drops the versions of a key no row can join once the watermark is `w`:
@@ -397,7 +398,7 @@ impl TemporalJoinOperator {
     /// the keys [`next_change`] named up to `w`, not of every key; a key
     /// left without any is forgotten, unless the store may hold it.
     fn compact(&mut self, w: Timestamp) {
-        let keep_empty = self.has_spilled();
+        let keep_empty = self.spill.has_spilled();
         let later = self.changes.split_off(&w.saturating_add(1));
         for key in std::mem::replace(&mut self.changes, later)
             .into_values()
@@ -593,7 +594,7 @@ impl Operator for TemporalJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
         let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
@@ -611,7 +612,7 @@ impl Operator for TemporalJoinOperator {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;

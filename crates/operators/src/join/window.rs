@@ -31,6 +31,7 @@ use weir_runtime::operator::OperatorSnapshot;
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{schema_signature, sorted_state_rows};
+use weir_state::spilled::SpillSlot;
 use weir_state::store::in_chunks;
 
 mod delta;
@@ -102,7 +103,7 @@ struct WindowJoinOperator {
     watermark: Timestamp,
     max_parallelism: usize,
     /// The spilling backend: rows beyond the budget in a store.
-    spill: Option<spill::WindowSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::WindowSpill>>,
 }
 
 /// The values of a timestamp column in ms (NULL: `i64::MIN`).
@@ -324,7 +325,7 @@ impl Operator for WindowJoinOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
         let columns = super::concat_sides([self.side_state(0)?, self.side_state(1)?])?;
@@ -344,7 +345,7 @@ impl Operator for WindowJoinOperator {
         if self.saved.is_none() {
             return self.snapshot(checkpoint);
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;

@@ -47,6 +47,7 @@ use weir_plan::frame::Frame;
 use weir_runtime::operator::{OperatorSnapshot, TaskMetrics};
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::memory_guess::SpillsWhenFull;
+use weir_state::spilled::SpillSlot;
 
 /// An OVER aggregation: partition, order, frame, aggregates.
 #[derive(Debug, Clone)]
@@ -174,7 +175,7 @@ struct OverOperator {
     max_parallelism: usize,
     metrics: Arc<TaskMetrics>,
     /// The spilling backend: partitions beyond the budget in a store.
-    spill: Option<spill::OverSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::OverSpill>>,
     /// Incremental checkpoints: the groups changed since the last snapshot
     /// (spilled: since the last spill).
     changed: Option<HashSet<usize>>,
@@ -199,7 +200,7 @@ impl OverOperator {
         let keys = self
             .keys_of
             .convert_columns(&evaluate(&self.spec.partition, data)?)?;
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             let list: Vec<&[u8]> = (0..data.num_rows()).map(|i| keys.row(i).data()).collect();
             self.load_stored(&list)?;
         }
@@ -386,12 +387,12 @@ impl Operator for OverOperator {
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
-        if !self.has_spilled() {
+        if !self.spill.has_spilled() {
             self.release(self.watermark, out)?;
         }
         // The store's partitions due a chunk at a time, each chunk's rows
         // with memory's up to its last time.
-        while self.has_spilled() {
+        while self.spill.has_spilled() {
             let (loaded, last) = self.load_due()?;
             self.release(last.unwrap_or(self.watermark), out)?;
             self.spill_if_full(loaded)?;
@@ -404,7 +405,7 @@ impl Operator for OverOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
         Ok(Some(OperatorSnapshot::with_watermark(
@@ -420,7 +421,7 @@ impl Operator for OverOperator {
     /// Every partition's state (`full`), or that of the partitions changed
     /// since the last snapshot (partitions never go); and the watermark.
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
-        if self.changed.is_some() && self.has_spilled() {
+        if self.changed.is_some() && self.spill.has_spilled() {
             return self.spilled_delta(full).map(Some);
         }
         let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
@@ -527,11 +528,11 @@ impl OverOperator {
         let rows = state::in_restore_order(rows)?;
         let k = self.spec.partition.len();
         for chunk in weir_state::store::in_chunks(&rows) {
-            if self.has_spilled() && k > 0 {
+            if self.spill.has_spilled() && k > 0 {
                 let keys = self.keys_of.convert_columns(&chunk.columns()[4..4 + k])?;
                 let list: Vec<&[u8]> = (0..chunk.num_rows()).map(|i| keys.row(i).data()).collect();
                 self.load_stored(&list)?;
-            } else if self.has_spilled() && self.keys.is_empty() {
+            } else if self.spill.has_spilled() && self.keys.is_empty() {
                 self.load_stored(&[&[]])?;
             }
             state::restore(self, &chunk)?;

@@ -35,6 +35,7 @@ use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
 use weir_runtime::{Operator, Output};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
+use weir_state::spilled::SpillSlot;
 
 /// A row's place in its partition: time, its bytes, which copy.
 type Place = (Timestamp, Arc<[u8]>, u32);
@@ -66,7 +67,7 @@ pub(super) struct RetractOverOperator {
     pub(super) partitions: HashMap<Box<[u8]>, BTreeMap<Place, ()>, foldhash::fast::FixedState>,
     pub(super) max_parallelism: usize,
     /// The spilling backend: partitions beyond the budget in a store.
-    spill: Option<spill::RetractSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::RetractSpill>>,
     /// Incremental checkpoints: the partitions changed since the last
     /// snapshot (spilled: since the last spill).
     changed: Option<std::collections::HashSet<Box<[u8]>>>,
@@ -102,7 +103,7 @@ impl RetractOverOperator {
     /// Reads the partitions of `keys` (a row's each) from the store, where
     /// it has them and memory does not.
     fn load_partitions(&mut self, keys: Option<&arrow::row::Rows>, rows: usize) -> Result<()> {
-        if !self.has_spilled() {
+        if !self.spill.has_spilled() {
             return Ok(());
         }
         let list: Vec<&[u8]> = match keys {
@@ -374,7 +375,7 @@ impl Operator for RetractOverOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
         let kept: Vec<&Arc<[u8]>> = self
@@ -401,7 +402,7 @@ impl Operator for RetractOverOperator {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_delta(full).map(Some);
         }
         Ok(Some(OperatorSnapshot {

@@ -48,30 +48,22 @@ use weir_state::entry::{
     ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
     split_index_key,
 };
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::ReplacedPart;
 use weir_state::keyed_rows::columns_of;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::key_groups_of_bytes;
-use weir_state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, SWEEP, WRITE_CHUNK};
 
-/// An OVER aggregation subtask's spilled state.
+/// An OVER aggregation subtask's own spilled state (beside its
+/// [`SpillCore`], whose flushed keys are the entries of the partitions
+/// changed in memory and written to the store since the last snapshot).
 pub(super) struct OverSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    store: Option<Store>,
     codec: Codec,
     /// The time the next scan of the index starts at: every stored row
     /// before it was released (a partition stored later with an earlier
     /// waiting row moves it back). Without it each scan would walk the
     /// removed index entries of every partition read back so far.
     scan_from: i64,
-    /// When memory is measured.
-    guess: MemoryGuess,
-    /// Incremental checkpoints: the entries of the partitions changed in
-    /// memory and written to the store since the last snapshot.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 impl OverSpill {
@@ -82,17 +74,13 @@ impl OverSpill {
         spec: &Arc<OverAggregate>,
         max_parallelism: usize,
         incremental: bool,
-    ) -> Result<Self> {
-        Ok(OverSpill {
-            settings,
-            store: None,
+    ) -> Result<Spilled<Self>> {
+        let own = OverSpill {
             codec: Codec::new(spec, max_parallelism)?,
             scan_from: i64::MIN,
-            flushed: incremental.then(FlushedKeys::default),
-            // At least a row waiting: its bytes and the map's slot.
-            guess: MemoryGuess::new(64),
-            runs: 0,
-        })
+        };
+        // At least a row waiting: its bytes and the map's slot.
+        Ok(Spilled::new(SpillCore::new(settings, incremental, 64), own))
     }
 }
 
@@ -281,30 +269,9 @@ fn stored_of(entries: &[Entry]) -> Result<Vec<Stored<'_>>> {
         .collect()
 }
 
-impl SpillsWhenFull for OverOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(OverOperator);
 
 impl OverOperator {
-    /// Whether partitions went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.store().is_some()
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
-    }
-
     /// Bytes its partitions take in memory, about.
     fn memory_size(&self) -> usize {
         let keys: usize = self.keys.iter().map(|k| 2 * k.len() + 72).sum();
@@ -319,11 +286,11 @@ impl OverOperator {
     /// Reads the store's partitions of those of `keys` memory lacks into
     /// memory: before rows enter them.
     pub(super) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
+        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
             return Ok(());
         };
         let in_memory = |k: &[u8]| self.groups.contains_key(k);
-        let found = read_back(store, keys, in_memory, |chunk| spill.codec.key_groups(chunk))?;
+        let found = read_back(store, keys, in_memory, |chunk| spill.own.codec.key_groups(chunk))?;
         let entries: Vec<Entry> = found.into_iter().map(|(_, k, v)| (k.into(), v)).collect();
         self.take_entries(&entries)
     }
@@ -341,7 +308,7 @@ impl OverOperator {
         if stored.is_empty() {
             return Ok(());
         }
-        let states = columns_of(&spill.codec.states, stored.iter().map(|s| s.states))?;
+        let states = columns_of(&spill.own.codec.states, stored.iter().map(|s| s.states))?;
         let mut removes: Vec<Vec<u8>> = Vec::new();
         let groups: Vec<usize> = stored.iter().map(|s| self.add_group(s.key)).collect();
         let (total, mut offset) = (self.keys.len(), 0);
@@ -361,7 +328,7 @@ impl OverOperator {
                 removes.push(index_key(*first, &entry_key(s.group, s.key)));
             }
         }
-        let store = self.store().expect("read above");
+        let store = self.spill.store().expect("read above");
         store.write([], removes.iter().map(|k| &k[..]))
     }
 
@@ -369,10 +336,10 @@ impl OverOperator {
     /// index up to the watermark. Gives how many it read and, when the
     /// chunk is full, its last time (more may follow).
     pub(super) fn load_due(&mut self) -> Result<(usize, Option<i64>)> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
+        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
             return Ok((0, None));
         };
-        let (from, to) = index_range(spill.scan_from, self.watermark);
+        let (from, to) = index_range(spill.own.scan_from, self.watermark);
         let index = store.range(&from, &to, SWEEP)?;
         let full = index.len() == SWEEP;
         let (mut last, mut wanted) = (None, Vec::with_capacity(index.len()));
@@ -394,7 +361,7 @@ impl OverOperator {
             true => last.expect("a full chunk"),
             false => self.watermark,
         };
-        self.spill.as_mut().expect("spilling").scan_from = scan_from;
+        self.spill.as_mut().expect("spilling").own.scan_from = scan_from;
         self.take_entries(&found)?;
         Ok((found.len(), last.filter(|_| full)))
     }
@@ -405,7 +372,7 @@ impl OverOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        open_once(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         // Incremental checkpoints: the changed groups' entries, for the
         // next delta to read back (groups are numbered afresh after).
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
@@ -419,24 +386,24 @@ impl OverOperator {
             for acc in &self.accumulators {
                 states.extend(acc.state(&ids)?);
             }
-            let states = spill.codec.state_rows(states)?;
+            let states = spill.own.codec.state_rows(states)?;
             let keys: Vec<&[u8]> = ids.iter().map(|g| &self.keys[*g][..]).collect();
-            let key_groups = spill.codec.key_groups(&keys)?;
+            let key_groups = spill.own.codec.key_groups(&keys)?;
             let mut puts = Vec::with_capacity(2 * ids.len());
             for (i, g) in ids.iter().enumerate() {
                 let entry = entry_key(key_groups[i], keys[i]);
-                if let (true, Some(flushed)) = (changed.contains(g), spill.flushed.as_mut()) {
+                if let (true, Some(flushed)) = (changed.contains(g), spill.core.flushed.as_mut()) {
                     flushed.push(&entry);
                 }
                 if let Some((first, _)) = waiting[*g].first() {
-                    spill.scan_from = spill.scan_from.min(*first);
+                    spill.own.scan_from = spill.own.scan_from.min(*first);
                     puts.push((index_key(*first, &entry), Vec::new()));
                 }
                 let frame = self.frames[*g].iter().map(|(t, r)| (*t, &r[..]));
                 let value = encode_partition(self.last[*g], states.row(i).data(), frame, &waiting[*g]);
                 puts.push((entry, value));
             }
-            let store = spill.store.as_ref().expect("opened above");
+            let store = spill.core.store.as_ref().expect("opened above");
             store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
         }
         drop(waiting);
@@ -446,8 +413,8 @@ impl OverOperator {
         self.last.clear();
         self.pending.clear();
         self.accumulators = self.spec.accumulators()?;
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -461,10 +428,8 @@ impl OverOperator {
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let codec = Codec::new(&self.spec, self.max_parallelism)?;
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let decode = move |entries: &[Entry]| codec.decode(entries);
-        snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        snapshot.deferred = whole_store(&mut spill.core, decode)?;
         Ok(snapshot)
     }
 
@@ -483,8 +448,7 @@ impl OverOperator {
         if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            let store = spill.store.as_ref().expect("has spilled");
-            snapshot.deferred = keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?;
+            snapshot.deferred = keyed_base(&mut spill.core, schema, decode)?;
             return Ok(snapshot);
         }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
@@ -492,15 +456,7 @@ impl OverOperator {
         let keys: HashSet<Box<[u8]>> = changed.iter().map(|g| self.keys[*g].clone()).collect();
         let in_memory = move |key: &[u8]| keys.contains(key);
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
-        let delta = keyed_delta(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
-            (parts, in_memory),
-            schema,
-            decode,
-        )?;
+        let delta = keyed_delta(&mut spill.core, (parts, in_memory), schema, decode)?;
         snapshot.deferred = delta.into_iter().collect();
         Ok(snapshot)
     }

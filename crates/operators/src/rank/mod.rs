@@ -49,6 +49,7 @@ use weir_state::incremental::{DeltaKind, ReplacedPart, deleted_part, replacement
 use weir_state::keyed_map::{KeyedMap, sweep_slice};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
+use weir_state::spilled::SpillSlot;
 use weir_state::store::SWEEP;
 
 /// A TopN: which rows, by what order, which ranks.
@@ -198,7 +199,7 @@ struct TopNOperator {
     max_parallelism: usize,
     metrics: Arc<TaskMetrics>,
     /// The spilling state backend: partitions beyond the budget in its store.
-    spill: Option<spill::TopNSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::TopNSpill>>,
     /// Incremental checkpoints: the partitions changed since the last snapshot.
     changed: Option<HashSet<Box<[u8]>>>,
 }
@@ -583,7 +584,7 @@ impl Operator for TopNOperator {
         let ends = self.window_ends(&data)?;
         let orders = self.order_keys(&data)?;
         let rows = self.rows_of.convert_columns(data.columns())?;
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             let keys: Vec<&[u8]> = (0..data.num_rows())
                 .map(|i| partitions.as_ref().map_or(&[][..], |p| p.row(i).data()))
                 .collect();
@@ -674,7 +675,7 @@ impl Operator for TopNOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             let deferred = self.spilled_snapshot(false)?;
             let meta = match self.spec.window_end {
                 Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
@@ -718,7 +719,7 @@ impl Operator for TopNOperator {
             Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
             None => serde_json::Value::Null,
         };
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             let deferred = match full {
                 true => self.spilled_snapshot(true)?,
                 false => self.spilled_delta()?.into_iter().collect(),
@@ -753,7 +754,7 @@ impl Operator for TopNOperator {
         if self
             .spill
             .as_ref()
-            .is_some_and(|s| s.holds_more_than_memory(rows))
+            .is_some_and(|s| spill::holds_more_than_memory(&s.core, rows))
         {
             return self.restore_spilled(rows);
         }

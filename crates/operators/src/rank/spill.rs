@@ -30,57 +30,43 @@ use crate::rank::{Partition, TopNOperator};
 use crate::{Error, Result};
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, keyed_delta, store_run};
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::{ReplacedPart, replacement_rows};
-use weir_state::memory_guess::{self, MemoryGuess, SpillsWhenFull};
+use weir_state::memory_guess;
 use weir_state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
-use weir_state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, SWEEP, WRITE_CHUNK};
 
 /// The least a row is guessed to add to memory: a kept row's place and
 /// bytes (a row that does not rank adds nothing, but the guess only decides
 /// when memory is measured).
 const LEAST_PER_ROW: usize = 48;
 
-/// A TopN subtask's spilled state.
+/// A TopN subtask's own spilled state (beside its [`SpillCore`]).
+#[derive(Default)]
 pub(super) struct TopNSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill (or restore).
-    store: Option<Store>,
     /// The partitions read from the store (or first looked for there) since
     /// the last spill, whose rows memory now holds; `true` where the store
     /// has an entry for them.
     resident: HashMap<Box<[u8]>, bool, foldhash::fast::FixedState>,
-    /// When memory is measured (a measurement walks every kept row).
-    guess: MemoryGuess,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
-    /// Incremental checkpoints: store keys written to the store since the
-    /// last snapshot that changed since it.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 impl TopNSpill {
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
-        TopNSpill {
-            settings,
-            store: None,
-            resident: HashMap::default(),
-            guess: MemoryGuess::new(LEAST_PER_ROW),
-            sweep_from: Vec::new(),
-            flushed: incremental.then(FlushedKeys::default),
-            runs: 0,
-        }
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
+        Spilled::new(
+            SpillCore::new(settings, incremental, LEAST_PER_ROW),
+            TopNSpill::default(),
+        )
     }
+}
 
-    /// Whether restored state `rows` may not fit the memory the state is
-    /// given (half of it: the rows and the partitions built from them are
-    /// in memory at once): they are restored into the store then, else into
-    /// memory.
-    pub(super) fn holds_more_than_memory(&self, rows: &RecordBatch) -> bool {
-        self.store.is_some()
-            || rows.get_array_memory_size() > memory_guess::spill_threshold(self.settings.budget) / 2
-    }
+/// Whether restored state `rows` may not fit the memory the state is
+/// given (half of it: the rows and the partitions built from them are in
+/// memory at once): they are restored into the store then, else into memory.
+pub(super) fn holds_more_than_memory(core: &SpillCore, rows: &RecordBatch) -> bool {
+    core.store.is_some()
+        || rows.get_array_memory_size() > memory_guess::spill_threshold(core.settings.budget) / 2
 }
 
 /// A store key: the key group (big-endian, so the store is in key-group
@@ -139,26 +125,9 @@ fn stored_parts(
         .collect())
 }
 
-impl SpillsWhenFull for TopNOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(TopNOperator);
 
 impl TopNOperator {
-    /// Whether state went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.spill.as_ref().is_some_and(|s| s.store.is_some())
-    }
-
     /// The key group of each partition key.
     pub(super) fn key_groups_of(&self, partitions: &[&[u8]]) -> Result<UInt32Array> {
         if self.spec.partition.is_empty() || partitions.is_empty() {
@@ -180,13 +149,13 @@ impl TopNOperator {
     /// Reads the partitions of `partitions` that memory does not hold from
     /// the store, where it has them.
     pub(super) fn load_spilled(&mut self, partitions: &[&[u8]]) -> Result<()> {
-        let Some(spill) = self.spill.as_ref().filter(|s| s.store.is_some()) else {
+        let Some(spill) = self.spill.as_ref().filter(|s| s.core.store.is_some()) else {
             return Ok(());
         };
         let mut new: Vec<&[u8]> = partitions
             .iter()
             .copied()
-            .filter(|p| !self.partitions.contains_key(p) && !spill.resident.contains_key(*p))
+            .filter(|p| !self.partitions.contains_key(p) && !spill.own.resident.contains_key(*p))
             .collect();
         new.sort_unstable();
         new.dedup();
@@ -196,14 +165,14 @@ impl TopNOperator {
         let groups = self.key_groups_of(&new)?;
         let no_tie = self.shared_tie().cloned();
         let spill = self.spill.as_mut().expect("filtered above");
-        let store = spill.store.as_ref().expect("filtered above");
+        let store = spill.core.store.as_ref().expect("filtered above");
         for (i, partition) in new.iter().enumerate() {
             let found = store.get(&store_key(groups.value(i), partition))?;
             if let Some(value) = &found {
                 self.partitions
                     .insert((*partition).into(), decode(value, no_tie.as_ref())?);
             }
-            spill.resident.insert((*partition).into(), found.is_some());
+            spill.own.resident.insert((*partition).into(), found.is_some());
         }
         Ok(())
     }
@@ -218,7 +187,7 @@ impl TopNOperator {
                 .map(|(k, p)| k.len() + p.rows.memory_size())
                 .sum::<usize>();
         let resident = self.spill.as_ref().map_or(0, |s| {
-            s.resident.capacity() * (slot + 2) + s.resident.keys().map(|k| k.len()).sum::<usize>()
+            s.own.resident.capacity() * (slot + 2) + s.own.resident.keys().map(|k| k.len()).sum::<usize>()
         });
         let windows: usize = self
             .windows
@@ -234,8 +203,8 @@ impl TopNOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        open_once(&mut spill.store, &spill.settings)?;
-        let mut keys: Vec<(Box<[u8]>, bool)> = std::mem::take(&mut spill.resident).into_iter().collect();
+        spill.core.open_store()?;
+        let mut keys: Vec<(Box<[u8]>, bool)> = std::mem::take(&mut spill.own.resident).into_iter().collect();
         let resident: std::collections::HashSet<&[u8]> = keys.iter().map(|(k, _)| &k[..]).collect();
         let others: Vec<Box<[u8]>> = (self.partitions.keys())
             .filter(|k| !resident.contains(&k[..]))
@@ -254,11 +223,7 @@ impl TopNOperator {
                     _ => {}
                 }
             }
-            let store = self
-                .spill
-                .as_ref()
-                .and_then(|s| s.store.as_ref())
-                .expect("opened above");
+            let store = self.spill.store().expect("opened above");
             store.write(
                 puts.iter().map(|(k, v)| (&k[..], &v[..])),
                 removes.iter().map(|k| &k[..]),
@@ -266,8 +231,8 @@ impl TopNOperator {
         }
         self.partitions = Default::default();
         self.note_flushed()?;
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -283,7 +248,7 @@ impl TopNOperator {
         for chunk in changed.chunks(WRITE_CHUNK) {
             let refs: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
             let groups = self.key_groups_of(&refs)?;
-            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
+            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) {
                 (refs.iter().enumerate()).for_each(|(i, k)| flushed.push(&store_key(groups.value(i), k)));
             }
         }
@@ -298,13 +263,13 @@ impl TopNOperator {
     pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
         self.spill_all()?;
         let no_tie = self.shared_tie().cloned();
-        let spill = self.spill.as_mut().expect("has spilled");
-        if let (true, Some(flushed)) = (base, spill.flushed.as_mut()) {
-            flushed.clear();
+        if base {
+            self.spill.forget_spilled_changes();
         }
-        spill.runs += 1;
-        let runs = spill.runs;
-        let store = spill.store.as_ref().expect("has spilled");
+        let spill = self.spill.as_mut().expect("has spilled");
+        spill.core.runs += 1;
+        let runs = spill.core.runs;
+        let store = spill.core.store.as_ref().expect("has spilled");
         if store.is_empty()? {
             return Ok(Vec::new());
         }
@@ -339,11 +304,8 @@ impl TopNOperator {
         let max_parallelism = self.max_parallelism;
         let schema = self.spec.state_schema();
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
         keyed_delta(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
+            &mut spill.core,
             (parts, in_memory),
             schema,
             move |live: &[Entry]| stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), live),
@@ -355,7 +317,7 @@ impl TopNOperator {
     /// numbers them.
     pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
         let spill = self.spill.as_mut().expect("spilling");
-        open_once(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         let restored = self.restored(rows)?;
         let groups = rows.column(0).as_primitive::<UInt32Type>();
         let partition = |i: usize| restored.partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
@@ -398,30 +360,26 @@ impl TopNOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        let Some(store) = &spill.store else {
+        let Some(store) = &spill.core.store else {
             return Ok(());
         };
-        let entries = store.scan_on(&mut spill.sweep_from, SWEEP)?;
+        let entries = store.scan_on(&mut spill.own.sweep_from, SWEEP)?;
         let mut removes = Vec::new();
         for (key, value) in &entries {
             let written = value.get(..8).ok_or_else(cut_short)?;
             let written = i64::from_le_bytes(written.try_into().expect("8 bytes"));
-            if now - written >= ttl && !spill.resident.contains_key(&key[4..]) {
+            if now - written >= ttl && !spill.own.resident.contains_key(&key[4..]) {
                 removes.push(&key[..]);
             }
         }
-        if let Some(flushed) = &mut spill.flushed {
+        if let Some(flushed) = &mut spill.core.flushed {
             removes.iter().for_each(|k| flushed.push(k));
         }
         store.write(std::iter::empty(), removes)
     }
 
     fn write_restored(&self, puts: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
-        let store = self
-            .spill
-            .as_ref()
-            .and_then(|s| s.store.as_ref())
-            .expect("opened");
+        let store = self.spill.store().expect("opened");
         store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
     }
 }

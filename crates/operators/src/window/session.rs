@@ -37,6 +37,7 @@ use weir_runtime::operator::{OperatorSnapshot, TaskMetrics};
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{key_groups, schema_signature, sorted_state_rows, window_state_schema};
+use weir_state::spilled::SpillSlot;
 use weir_state::store::in_chunks;
 
 mod delta;
@@ -144,7 +145,7 @@ struct SessionOperator {
     batch_size: usize,
     max_parallelism: usize,
     /// The spilling backend: sessions beyond the budget in a store.
-    spill: Option<spill::SessionSpill>,
+    spill: Option<weir_state::spilled::Spilled<spill::SessionSpill>>,
     /// Incremental checkpoints: the keys whose sessions changed since the
     /// last snapshot (spilled: since the last spill).
     changed: Option<HashSet<Box<[u8]>>>,
@@ -296,7 +297,7 @@ impl SessionOperator {
         } else {
             Some(self.converter.convert_columns(&keys)?)
         };
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             self.load_stored(&row_keys(key_rows.as_ref(), rows))?;
         }
         let mut merged_into = HashMap::new();
@@ -522,7 +523,7 @@ impl SessionOperator {
         OperatorSnapshot::check_columns(rows, self.state_schema()?.as_ref(), &self.spec.name)?;
         let key_count = self.spec.key_schema.fields().len();
         for chunk in in_chunks(rows) {
-            if self.has_spilled() {
+            if self.spill.has_spilled() {
                 let key_rows = (key_count > 0)
                     .then(|| self.converter.convert_columns(&chunk.columns()[3..3 + key_count]))
                     .transpose()?;
@@ -541,7 +542,7 @@ impl Operator for SessionOperator {
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_snapshot().map(Some);
         }
         Ok(Some(OperatorSnapshot::with_watermark(
@@ -569,7 +570,7 @@ impl Operator for SessionOperator {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
         }
-        if self.has_spilled() {
+        if self.spill.has_spilled() {
             return self.spilled_delta(full).map(Some);
         }
         let rows = self.delta(full)?;

@@ -36,54 +36,44 @@ use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
 
 use crate::{Error, Result};
 use weir_state::deferred::{prefixed_delta, whole_store};
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::ReplacedPart;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::{concat_by_key_group, state_rows};
-use weir_state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, SWEEP, WRITE_CHUNK, ordered};
 
 /// The first four bytes of an index entry's key, after every key group.
 const INDEX: [u8; 4] = [0xFF; 4];
 
-/// An interval join subtask's spilled state.
+/// An interval join subtask's own spilled state (beside its [`SpillCore`],
+/// whose flushed keys are the prefixes ([`key_prefix`]) of the keys whose
+/// stored rows changed since the last snapshot).
 pub(super) struct IntervalSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    store: Option<Store>,
     /// Each side's latest time whose rows left the store: the next expiry
     /// scans the index from there (every row kept since is later; what is
     /// before is removed entries, which a scan from the start would walk).
     expired_through: [i64; 2],
-    /// When memory is measured.
-    guess: MemoryGuess,
-    /// Incremental checkpoints: the prefixes ([`key_prefix`]) of the keys
-    /// whose stored rows changed since the last snapshot.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 impl IntervalSpill {
     /// The spill of an interval join subtask with these settings, noting
     /// what its `incremental` snapshots read back.
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
-        IntervalSpill {
-            settings,
-            store: None,
-            expired_through: [i64::MIN; 2],
-            guess: MemoryGuess::new(super::ROW_OVERHEAD),
-            flushed: incremental.then(FlushedKeys::default),
-            runs: 0,
-        }
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
+        // Read by ranges of keys.
+        let core = SpillCore::new(settings, incremental, super::ROW_OVERHEAD).for_ranges();
+        Spilled::new(
+            core,
+            IntervalSpill {
+                expired_through: [i64::MIN; 2],
+            },
+        )
     }
+}
 
-    /// Notes that the rows of the key of a row entry `row_key` changed.
-    fn note(&mut self, row_key: &[u8]) -> Result<()> {
-        if let Some(flushed) = self.flushed.as_mut() {
-            let prefix = row_key.len().checked_sub(16).ok_or_else(cut_short)?;
-            flushed.push(&row_key[..prefix]);
-        }
-        Ok(())
-    }
+/// Notes that the rows of the key of a row entry `row_key` changed.
+fn note(core: &mut SpillCore, row_key: &[u8]) -> Result<()> {
+    let prefix = row_key.len().checked_sub(16).ok_or_else(cut_short)?;
+    core.note(&row_key[..prefix]);
+    Ok(())
 }
 
 fn cut_short() -> Error {
@@ -163,30 +153,16 @@ pub(super) fn row_bytes(value: &[u8]) -> Result<&[u8]> {
     value.get(1..).ok_or_else(cut_short)
 }
 
-impl SpillsWhenFull for IntervalJoinOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
+spills_when_full!(IntervalJoinOperator);
 
-    fn measure(&self) -> usize {
+impl IntervalJoinOperator {
+    /// Bytes both sides' rows take in memory.
+    fn memory_size(&self) -> usize {
         self.sides.iter().map(|s| s.bytes).sum()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
     }
 }
 
 impl IntervalJoinOperator {
-    /// Whether rows went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.spill.as_ref().is_some_and(|s| s.store.is_some())
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
-    }
-
     /// The store's rows of the other side each input row of `side` may
     /// join (its key's, within its window), by input row; none for rows
     /// `skip` says join nothing, and none at all (an empty list) before
@@ -198,7 +174,7 @@ impl IntervalJoinOperator {
         times: &[i64],
         skip: &[bool],
     ) -> Result<Vec<Vec<Entry>>> {
-        let Some(store) = self.store() else {
+        let Some(store) = self.spill.store() else {
             return Ok(Vec::new());
         };
         let mut stored = vec![Vec::new(); times.len()];
@@ -218,17 +194,17 @@ impl IntervalJoinOperator {
     /// Marks stored rows as joined (an outer side's rows are padded at
     /// expiry only if they never joined).
     pub(super) fn mark_stored_joined(&mut self, entries: &[&Entry]) -> Result<()> {
-        let Some(spill) = self.spill.as_mut().filter(|s| s.store.is_some()) else {
+        let Some(spill) = self.spill.as_mut().filter(|s| s.core.store.is_some()) else {
             return Ok(());
         };
         let mut puts = Vec::new();
         for (key, value) in entries {
             if value.first() == Some(&0) {
-                spill.note(key)?;
+                note(&mut spill.core, key)?;
                 puts.push((key, row_value(true, row_bytes(value)?)));
             }
         }
-        let store = spill.store.as_ref().expect("filtered above");
+        let store = spill.core.store.as_ref().expect("filtered above");
         store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
     }
 
@@ -238,7 +214,7 @@ impl IntervalJoinOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(None);
         };
-        let (Some(store), through) = (&spill.store, &mut spill.expired_through[side]) else {
+        let (Some(store), through) = (&spill.core.store, &mut spill.own.expired_through[side]) else {
             return Ok(None);
         };
         if *through >= time {
@@ -255,7 +231,7 @@ impl IntervalJoinOperator {
             false => row_time(last)?.0,
         };
         let (mut unjoined, mut removes) = (Vec::new(), Vec::new());
-        if let Some(flushed) = spill.flushed.as_mut() {
+        if let Some(flushed) = spill.core.flushed.as_mut() {
             for (_, row_key) in &entries {
                 let prefix = row_key.len().checked_sub(16).ok_or_else(cut_short)?;
                 flushed.push(&row_key[..prefix]);
@@ -281,7 +257,7 @@ impl IntervalJoinOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        open_once_for_ranges(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         for side in 0..2 {
             let memory = std::mem::take(&mut self.sides[side]);
             self.sides[side].seq = memory.seq;
@@ -301,12 +277,12 @@ impl IntervalJoinOperator {
                         puts.push((row_key, row_value(kept.joined, &kept.row)));
                     }
                 }
-                let store = self.store().expect("opened above");
+                let store = self.spill.store().expect("opened above");
                 store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
             }
         }
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -315,7 +291,8 @@ impl IntervalJoinOperator {
     /// Notes the keys of `side` changed in memory (written to the store
     /// now, or gone from it) for the next incremental snapshot.
     fn note_changed(&mut self, side: usize, changed: Option<&super::ChangedKeys>) -> Result<()> {
-        let (Some(changed), Some(flushed)) = (changed, self.spill.as_mut().and_then(|s| s.flushed.as_mut()))
+        let (Some(changed), Some(flushed)) =
+            (changed, self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()))
         else {
             return Ok(());
         };
@@ -341,21 +318,12 @@ impl IntervalJoinOperator {
         let converters = crate::join::row_converters(&spec.inputs)?;
         let schema = spec.state_schema();
         let decode = move |entries: &[Entry]| stored_parts(&spec, &converters, entries);
-        let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
+        let core = self.spill.core_mut().expect("has spilled");
         if full {
-            let (runs, flushed) = (&mut spill.runs, &mut spill.flushed);
-            snapshot.deferred = weir_state::deferred::keyed_base(store, runs, flushed, schema, decode)?;
+            snapshot.deferred = weir_state::deferred::keyed_base(core, schema, decode)?;
             return Ok(snapshot);
         }
-        let delta = prefixed_delta(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
-            schema,
-            |prefix: &[u8]| state_key_of(prefix),
-            decode,
-        )?;
+        let delta = prefixed_delta(core, schema, |prefix: &[u8]| state_key_of(prefix), decode)?;
         snapshot.deferred = delta.into_iter().collect();
         Ok(snapshot)
     }
@@ -367,12 +335,10 @@ impl IntervalJoinOperator {
         self.spill_all()?;
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let spec = self.spec.clone();
         let converters = crate::join::row_converters(&spec.inputs)?;
         let decode = move |entries: &[Entry]| stored_rows(&spec, &converters, entries);
-        snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        snapshot.deferred = whole_store(&mut spill.core, decode)?;
         Ok(snapshot)
     }
 }

@@ -47,11 +47,10 @@ use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
 
 use crate::{Error, Result};
 use weir_state::deferred::whole_store;
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::ReplacedPart;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::{concat_by_key_group, state_rows};
-use weir_state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once, ordered};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, SWEEP, WRITE_CHUNK, ordered};
 
 /// The first four bytes of an index entry's key, after every key group.
 const INDEX: [u8; 4] = [0xFF; 4];
@@ -60,38 +59,27 @@ const INDEX: [u8; 4] = [0xFF; 4];
 /// group, `0`, time.
 pub(super) const STREAM_PREFIX: usize = 13;
 
-/// A temporal join subtask's spilled state.
+/// A temporal join subtask's own spilled state (beside its [`SpillCore`],
+/// whose flushed keys say what changed in the store since the last
+/// snapshot: [`super::spilled_delta`]).
 pub(super) struct TemporalSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    pub(super) store: Option<Store>,
     /// The time the next scan of the index starts at: rows before it have
     /// fired (a late row spilled later moves it back).
     scan_from: i64,
     /// Stream rows written to the store, to order those of one time.
     seq: u64,
-    /// When memory is measured.
-    guess: MemoryGuess,
-    /// Incremental checkpoints: what changed in the store since the last
-    /// snapshot ([`super::spilled_delta`]).
-    pub(super) flushed: Option<FlushedKeys>,
-    pub(super) runs: u64,
 }
 
 impl TemporalSpill {
     /// The spill of a temporal join subtask with these settings, noting
     /// what its `incremental` snapshots read back.
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
-        TemporalSpill {
-            flushed: incremental.then(FlushedKeys::default),
-            settings,
-            store: None,
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
+        let own = TemporalSpill {
             scan_from: i64::MIN,
             seq: 0,
-            // At least a stream row's entry and its share of a time's.
-            guess: MemoryGuess::new(64),
-            runs: 0,
-        }
+        };
+        // At least a stream row's entry and its share of a time's.
+        Spilled::new(SpillCore::new(settings, incremental, 64), own)
     }
 }
 
@@ -167,30 +155,9 @@ pub(super) fn split_stream_value(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
     Ok((bytes.get(4..end).ok_or_else(cut_short)?, &bytes[end..]))
 }
 
-impl SpillsWhenFull for TemporalJoinOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(TemporalJoinOperator);
 
 impl TemporalJoinOperator {
-    /// Whether state went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.store().is_some()
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
-    }
-
     /// The store's versions of those of `keys` that memory does not hold,
     /// dropped as at the last watermark; nothing before anything spilled.
     pub(super) fn stored_versions<'k>(
@@ -198,7 +165,7 @@ impl TemporalJoinOperator {
         keys: impl Iterator<Item = &'k [u8]>,
     ) -> Result<ByKey<Versions>> {
         let mut found = ByKey::default();
-        let Some(store) = self.store() else {
+        let Some(store) = self.spill.store() else {
             return Ok(found);
         };
         let mut seen = HashSet::new();
@@ -241,10 +208,10 @@ impl TemporalJoinOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok((Vec::new(), None));
         };
-        let Some(store) = &spill.store else {
+        let Some(store) = &spill.core.store else {
             return Ok((Vec::new(), None));
         };
-        let from = stream_key(INDEX, spill.scan_from, 0);
+        let from = stream_key(INDEX, spill.own.scan_from, 0);
         let entries = store.range(&from, &stream_key(INDEX, w, u64::MAX), SWEEP)?;
         let (mut due, mut removes) = (Vec::with_capacity(entries.len()), Vec::new());
         for (index, row_key) in &entries {
@@ -262,7 +229,7 @@ impl TemporalJoinOperator {
             (true, Some((time, _))) => Some(*time),
             _ => None,
         };
-        spill.scan_from = more.unwrap_or(w);
+        spill.own.scan_from = more.unwrap_or(w);
         Ok((due, more))
     }
 
@@ -272,7 +239,7 @@ impl TemporalJoinOperator {
             return Ok(());
         };
         // Bloom filters: a stream row's key may have no versions.
-        open_once(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         self.note_changed()?;
         let versions = std::mem::take(&mut self.versions);
         let keys: Vec<(&Key, &Versions)> = versions.iter().collect();
@@ -287,7 +254,7 @@ impl TemporalJoinOperator {
                     false => puts.push((versions_key(*group, key), encode_versions(versions))),
                 }
             }
-            let store = self.store().expect("opened above");
+            let store = self.spill.store().expect("opened above");
             store.write(
                 puts.iter().map(|(k, v)| (&k[..], &v[..])),
                 removes.iter().map(|k| &k[..]),
@@ -303,8 +270,8 @@ impl TemporalJoinOperator {
         for chunk in rows.chunks(WRITE_CHUNK) {
             self.spill_stream_rows(chunk)?;
         }
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -319,16 +286,16 @@ impl TemporalJoinOperator {
         let spill = self.spill.as_mut().expect("spilling");
         let mut puts = Vec::with_capacity(2 * rows.len());
         for ((time, (key, row)), group) in rows.iter().zip(groups.values()) {
-            spill.seq += 1;
-            spill.scan_from = spill.scan_from.min(*time);
-            let row_key = stream_key(group.to_be_bytes(), *time, spill.seq);
-            if let Some(flushed) = spill.flushed.as_mut() {
+            spill.own.seq += 1;
+            spill.own.scan_from = spill.own.scan_from.min(*time);
+            let row_key = stream_key(group.to_be_bytes(), *time, spill.own.seq);
+            if let Some(flushed) = spill.core.flushed.as_mut() {
                 flushed.push(&row_key[..STREAM_PREFIX]);
             }
-            puts.push((stream_key(INDEX, *time, spill.seq), row_key.clone()));
+            puts.push((stream_key(INDEX, *time, spill.own.seq), row_key.clone()));
             puts.push((row_key, stream_value(key, row)));
         }
-        let store = spill.store.as_ref().expect("opened");
+        let store = spill.core.store.as_ref().expect("opened");
         store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
     }
 
@@ -340,13 +307,11 @@ impl TemporalJoinOperator {
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let (compacted, max_parallelism) = (self.compacted, self.max_parallelism);
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let spec = self.spec.clone();
         let converters = crate::join::row_converters(&spec.inputs)?;
         let decode =
             move |entries: &[Entry]| stored_rows(&spec, &converters, max_parallelism, compacted, entries);
-        snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        snapshot.deferred = whole_store(&mut spill.core, decode)?;
         Ok(snapshot)
     }
 }

@@ -43,7 +43,7 @@ impl TemporalJoinOperator {
         };
         let keys: Vec<&[u8]> = changed.keys.iter().map(|k| &k[..]).collect();
         let groups = weir_state::snapshot::key_groups_of_bytes(&self.keys_of, &keys, self.max_parallelism)?;
-        let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) else {
+        let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) else {
             return Ok(());
         };
         for (key, group) in keys.iter().zip(groups.values()) {
@@ -68,21 +68,13 @@ impl TemporalJoinOperator {
         let converters = crate::join::row_converters(&spec.inputs)?;
         let schema = spec.state_schema();
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
         if full {
             let decode =
                 move |entries: &[Entry]| stored_parts(&spec, &converters, max_parallelism, w, entries);
-            snapshot.deferred = keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?;
+            snapshot.deferred = keyed_base(&mut spill.core, schema, decode)?;
             return Ok(snapshot);
         }
-        let Some(of) = DeltaOf::take(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
-            Vec::new(),
-            |_: &[u8]| false,
-        )?
-        else {
+        let Some(of) = DeltaOf::take(&mut spill.core, Vec::new(), |_: &[u8]| false)? else {
             return Ok(snapshot);
         };
         let deleting = schema.clone();

@@ -33,42 +33,28 @@ use crate::join::window::{Waiting, WindowJoin, WindowJoinOperator, side_columns}
 use crate::{Error, Result};
 use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
 use weir_state::deferred::{DeltaOf, store_delta, whole_store};
-use weir_state::flushed::FlushedKeys;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::{concat_by_key_group, state_rows};
-use weir_state::store::{Entry, Frozen, Store, WRITE_CHUNK, open_once_for_ranges, ordered};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, Frozen, WRITE_CHUNK, ordered};
 
-/// A window join subtask's spilled state.
+/// A window join subtask's own spilled state (beside its [`SpillCore`],
+/// whose flushed keys are the store keys of the rows written since the
+/// last snapshot that no snapshot holds yet).
+#[derive(Default)]
 pub(super) struct WindowSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    store: Option<Store>,
     /// The key groups with rows in the store, by window end.
     stored: BTreeMap<i64, BTreeSet<u32>>,
     /// Rows written to the store (a row's entry is unique by it).
     seq: u64,
-    /// When memory is measured.
-    guess: MemoryGuess,
-    /// Incremental checkpoints: the store keys of the rows written since
-    /// the last snapshot that no snapshot holds yet.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 impl WindowSpill {
     /// The spill of a window join subtask with these settings, noting the
     /// rows its `incremental` snapshots read back.
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Self {
-        WindowSpill {
-            flushed: incremental.then(FlushedKeys::default),
-            settings,
-            store: None,
-            stored: BTreeMap::new(),
-            seq: 0,
-            // At least a row's entry in its window.
-            guess: MemoryGuess::new(64),
-            runs: 0,
-        }
+    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
+        // At least a row's entry in its window; read by ranges of keys.
+        let core = SpillCore::new(settings, incremental, 64).for_ranges();
+        Spilled::new(core, WindowSpill::default())
     }
 }
 
@@ -109,45 +95,28 @@ fn window_last(mut prefix: Vec<u8>) -> Vec<u8> {
     prefix
 }
 
-impl SpillsWhenFull for WindowJoinOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(WindowJoinOperator);
 
 impl WindowJoinOperator {
-    /// Whether rows went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.store().is_some()
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
-    }
-
     /// Whether the store has rows of the window ending at `end`.
     pub(super) fn has_stored(&self, end: i64) -> bool {
-        self.spill.as_ref().is_some_and(|s| s.stored.contains_key(&end))
+        self.spill
+            .as_ref()
+            .is_some_and(|s| s.own.stored.contains_key(&end))
     }
 
     /// The end of the first window with rows in the store.
     pub(super) fn first_stored(&self) -> Option<i64> {
-        self.spill.as_ref().and_then(|s| s.stored.keys().next().copied())
+        self.spill
+            .as_ref()
+            .and_then(|s| s.own.stored.keys().next().copied())
     }
 
     /// The key groups with rows of the window ending at `end` in the store,
     /// forgotten here (the window fires).
     pub(super) fn take_stored_groups(&mut self, end: i64) -> BTreeSet<u32> {
         (self.spill.as_mut())
-            .and_then(|s| s.stored.remove(&end))
+            .and_then(|s| s.own.stored.remove(&end))
             .unwrap_or_default()
     }
 
@@ -155,7 +124,7 @@ impl WindowJoinOperator {
     /// store, each side's in key order.
     pub(super) fn take_stored(&self, group: u32, end: i64) -> Result<[Vec<Waiting>; 2]> {
         let mut rows: [Vec<Waiting>; 2] = Default::default();
-        let Some(store) = self.store() else {
+        let Some(store) = self.spill.store() else {
             return Ok(rows);
         };
         let prefix = window_prefix(group, end);
@@ -176,8 +145,8 @@ impl WindowJoinOperator {
         for (end, rows) in std::mem::take(&mut self.windows) {
             self.spill_window(end, rows)?;
         }
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -188,7 +157,7 @@ impl WindowJoinOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        open_once_for_ranges(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         // Incremental checkpoints: the rows no snapshot holds yet, from
         // where the last one stopped; memory's rows of the window after
         // this are all new.
@@ -208,15 +177,15 @@ impl WindowJoinOperator {
                 let spill = self.spill.as_mut().expect("spilling");
                 let mut puts = Vec::with_capacity(chunk.len());
                 for ((key, row), group) in chunk.iter().zip(groups.values()) {
-                    spill.seq += 1;
-                    spill.stored.entry(end).or_default().insert(*group);
-                    puts.push((row_key(window_prefix(*group, end), key, side, spill.seq), row));
+                    spill.own.seq += 1;
+                    spill.own.stored.entry(end).or_default().insert(*group);
+                    puts.push((row_key(window_prefix(*group, end), key, side, spill.own.seq), row));
                 }
-                if let Some(flushed) = spill.flushed.as_mut() {
+                if let Some(flushed) = spill.core.flushed.as_mut() {
                     let first_new = saved[side].saturating_sub(n * WRITE_CHUNK);
                     puts.iter().skip(first_new).for_each(|(key, _)| flushed.push(key));
                 }
-                let store = spill.store.as_ref().expect("opened above");
+                let store = spill.core.store.as_ref().expect("opened above");
                 store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
             }
         }
@@ -231,12 +200,10 @@ impl WindowJoinOperator {
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let max_parallelism = self.max_parallelism;
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let spec = self.spec.clone();
         let converters = crate::join::row_converters(&spec.inputs)?;
         let decode = move |entries: &[Entry]| stored_rows(&spec, &converters, max_parallelism, entries);
-        snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        snapshot.deferred = whole_store(&mut spill.core, decode)?;
         Ok(snapshot)
     }
 }
@@ -253,8 +220,7 @@ impl WindowJoinOperator {
             let snapshot = self.spilled_snapshot()?;
             // Memory is empty: whatever comes next is new.
             self.saved = Some(Default::default());
-            let spill = self.spill.as_mut().expect("has spilled");
-            spill.flushed.as_mut().map(FlushedKeys::clear);
+            self.spill.forget_spilled_changes();
             return Ok(snapshot);
         }
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
@@ -263,15 +229,7 @@ impl WindowJoinOperator {
         let spec = self.spec.clone();
         let converters = crate::join::row_converters(&spec.inputs)?;
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
-        let Some(of) = DeltaOf::take(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
-            memory,
-            |_: &[u8]| false,
-        )?
-        else {
+        let Some(of) = DeltaOf::take(&mut spill.core, memory, |_: &[u8]| false)? else {
             return Ok(snapshot);
         };
         let read_back = move |frozen: &Frozen, keys: &[&[u8]]| {

@@ -24,37 +24,28 @@ use crate::over::retract::{Place, RetractOverOperator};
 use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
 use weir_state::deferred::{keyed_base, keyed_delta, whole_store};
 use weir_state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::ReplacedPart;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::{key_groups_of_bytes, state_rows};
-use weir_state::store::{Entry, Store, WRITE_CHUNK, open_once};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, WRITE_CHUNK};
 
-/// A retracting OVER subtask's spilled state.
+/// A retracting OVER subtask's own spilled state (beside its
+/// [`SpillCore`], whose flushed keys are the entries of the partitions
+/// changed in memory and written to the store since the last snapshot).
 pub(in crate::over) struct RetractSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    store: Option<Store>,
     codec: Codec,
-    /// When memory is measured.
-    guess: MemoryGuess,
-    /// Incremental checkpoints: the entries of the partitions changed in
-    /// memory and written to the store since the last snapshot.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 impl RetractSpill {
-    pub(in crate::over) fn new(settings: SpillSettings, op: &RetractOverOperator) -> Result<Self> {
-        Ok(RetractSpill {
-            settings,
-            store: None,
-            codec: Codec::new(op)?,
-            // At least a kept row: its bytes and the tree's slot.
-            guess: MemoryGuess::new(64),
-            flushed: op.changed.is_some().then(FlushedKeys::default),
-            runs: 0,
-        })
+    pub(in crate::over) fn new(settings: SpillSettings, op: &RetractOverOperator) -> Result<Spilled<Self>> {
+        // At least a kept row: its bytes and the tree's slot.
+        let core = SpillCore::new(settings, op.changed.is_some(), 64);
+        Ok(Spilled::new(
+            core,
+            RetractSpill {
+                codec: Codec::new(op)?,
+            },
+        ))
     }
 }
 
@@ -143,30 +134,9 @@ impl Codec {
     }
 }
 
-impl SpillsWhenFull for RetractOverOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(RetractOverOperator);
 
 impl RetractOverOperator {
-    /// Whether partitions went to the store (snapshots then read it from there).
-    pub(in crate::over) fn has_spilled(&self) -> bool {
-        self.store().is_some()
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
-    }
-
     /// Bytes its kept rows take in memory, about.
     fn memory_size(&self) -> usize {
         let rows: usize = (self.partitions.iter())
@@ -178,11 +148,11 @@ impl RetractOverOperator {
     /// Reads the store's rows of the partitions of `keys` memory lacks into
     /// memory, removing them from the store: before rows change them.
     pub(in crate::over) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
+        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
             return Ok(());
         };
         let in_memory = |k: &[u8]| self.partitions.contains_key(k);
-        let found = read_back(store, keys, in_memory, |chunk| spill.codec.key_groups(chunk))?;
+        let found = read_back(store, keys, in_memory, |chunk| spill.own.codec.key_groups(chunk))?;
         let (mut removes, mut loaded) = (Vec::new(), Vec::new());
         for (key, entry, value) in found {
             let rows: BTreeMap<Place, ()> = (decode_rows(&value)?.into_iter())
@@ -205,30 +175,30 @@ impl RetractOverOperator {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        open_once(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         // Incremental checkpoints: the changed partitions' entries (written
         // now, or gone with their rows) for the next delta to read back.
-        if let (Some(changed), Some(flushed)) = (self.changed.as_mut(), spill.flushed.as_mut()) {
+        if let (Some(changed), Some(flushed)) = (self.changed.as_mut(), spill.core.flushed.as_mut()) {
             let changed: Vec<Box<[u8]>> = std::mem::take(changed).into_iter().collect();
             for chunk in changed.chunks(WRITE_CHUNK) {
                 let keys: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
-                let groups = spill.codec.key_groups(&keys)?;
+                let groups = spill.own.codec.key_groups(&keys)?;
                 (keys.iter().zip(groups)).for_each(|(key, group)| flushed.push(&entry_key(group, key)));
             }
         }
         let partitions: Vec<_> = self.partitions.drain().collect();
         for chunk in partitions.chunks(WRITE_CHUNK) {
             let keys: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
-            let groups = spill.codec.key_groups(&keys)?;
+            let groups = spill.own.codec.key_groups(&keys)?;
             let puts: Vec<(Vec<u8>, Vec<u8>)> = (chunk.iter().zip(groups))
                 .map(|((key, rows), group)| (entry_key(group, key), encode_rows(rows.keys())))
                 .collect();
-            let store = spill.store.as_ref().expect("opened above");
+            let store = spill.core.store.as_ref().expect("opened above");
             store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
         }
         drop(partitions);
         self.partitions.shrink_to_fit();
-        spill.guess.emptied();
+        spill.core.emptied();
         weir_common::alloc::give_back_freed_memory();
         Ok(())
     }
@@ -240,10 +210,8 @@ impl RetractOverOperator {
         self.spill_all()?;
         let codec = Codec::new(self)?;
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let decode = move |entries: &[Entry]| codec.decode(entries);
-        let deferred = whole_store(store, spill.runs, decode)?;
+        let deferred = whole_store(&mut spill.core, decode)?;
         Ok(OperatorSnapshot {
             runs: Vec::new(),
             deferred,
@@ -265,16 +233,14 @@ impl RetractOverOperator {
         let deferred = if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            let store = spill.store.as_ref().expect("has spilled");
-            keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?
+            keyed_base(&mut spill.core, schema, decode)?
         } else {
             let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
             let parts = self.partition_parts(changed.iter().cloned().collect())?;
             let in_memory = move |key: &[u8]| changed.contains(key);
             let spill = self.spill.as_mut().expect("has spilled");
-            let store = spill.store.as_ref().expect("has spilled");
             let memory = (parts, in_memory);
-            let delta = keyed_delta(store, &mut spill.runs, &mut spill.flushed, memory, schema, decode)?;
+            let delta = keyed_delta(&mut spill.core, memory, schema, decode)?;
             delta.into_iter().collect()
         };
         Ok(OperatorSnapshot {

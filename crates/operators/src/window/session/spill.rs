@@ -42,20 +42,18 @@ use weir_state::entry::{
     ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
     split_index_key,
 };
-use weir_state::flushed::FlushedKeys;
 use weir_state::incremental::ReplacedPart;
-use weir_state::memory_guess::{MemoryGuess, SpillsWhenFull};
 use weir_state::snapshot::{key_groups_of_bytes, state_rows};
-use weir_state::store::{Entry, SWEEP, Store, WRITE_CHUNK, open_once};
+use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
+use weir_state::store::{Entry, SWEEP, WRITE_CHUNK};
 
 /// More than any zone's offset from UTC changes by, in milliseconds.
 const DAY: i64 = 86_400_000;
 
-/// A session window subtask's spilled state.
+/// A session window subtask's own spilled state (beside its
+/// [`SpillCore`], whose flushed keys are the entries of the keys changed in
+/// memory and written to the store since the last snapshot).
 pub(super) struct SessionSpill {
-    settings: SpillSettings,
-    /// Opened at the first spill.
-    store: Option<Store>,
     /// Its entries to state rows and back.
     codec: Codec,
     /// The end the next scan of the index starts at: every session ending
@@ -63,29 +61,23 @@ pub(super) struct SessionSpill {
     /// back). Without it each scan would walk the removed index entries of
     /// every session read back so far.
     scan_from: i64,
-    /// When memory is measured.
-    guess: MemoryGuess,
-    /// Incremental checkpoints: the entries of the keys changed in memory
-    /// and written to the store since the last snapshot.
-    flushed: Option<FlushedKeys>,
-    runs: u64,
 }
 
 impl SessionSpill {
     /// The spill of a session window subtask of `spec` with these settings
     /// (an error if its states have no row format), noting what its
     /// `incremental` snapshots read back.
-    pub(super) fn new(settings: SpillSettings, spec: &SessionAggregate, incremental: bool) -> Result<Self> {
-        Ok(SessionSpill {
-            settings,
-            store: None,
+    pub(super) fn new(
+        settings: SpillSettings,
+        spec: &SessionAggregate,
+        incremental: bool,
+    ) -> Result<Spilled<Self>> {
+        let own = SessionSpill {
             codec: Codec::new(spec)?,
             scan_from: i64::MIN,
-            // At least a new key's session: its key, bounds and a state.
-            guess: MemoryGuess::new(96),
-            flushed: incremental.then(FlushedKeys::default),
-            runs: 0,
-        })
+        };
+        // At least a new key's session: its key, bounds and a state.
+        Ok(Spilled::new(SpillCore::new(settings, incremental, 96), own))
     }
 }
 
@@ -194,30 +186,9 @@ impl Codec {
     }
 }
 
-impl SpillsWhenFull for SessionOperator {
-    fn guess(&mut self) -> Option<(&mut MemoryGuess, usize)> {
-        self.spill.as_mut().map(|s| (&mut s.guess, s.settings.budget))
-    }
-
-    fn measure(&self) -> usize {
-        self.memory_size()
-    }
-
-    fn spill(&mut self) -> Result<()> {
-        self.spill_all()
-    }
-}
+spills_when_full!(SessionOperator);
 
 impl SessionOperator {
-    /// Whether sessions went to the store (snapshots then read it from there).
-    pub(super) fn has_spilled(&self) -> bool {
-        self.store().is_some()
-    }
-
-    fn store(&self) -> Option<&Store> {
-        self.spill.as_ref().and_then(|s| s.store.as_ref())
-    }
-
     /// Bytes its sessions take in memory, about.
     fn memory_size(&self) -> usize {
         let sessions: usize = (self.sessions.iter().flatten())
@@ -233,7 +204,7 @@ impl SessionOperator {
     /// Reads the store's sessions of those of `keys` memory lacks into
     /// memory, removing them from the store: before rows are added to them.
     pub(super) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
-        let Some(store) = self.store() else {
+        let Some(store) = self.spill.store() else {
             return Ok(());
         };
         let in_memory = |k: &[u8]| self.by_key.contains_key(k);
@@ -253,7 +224,7 @@ impl SessionOperator {
         let Some(spill) = &self.spill else {
             return Ok(());
         };
-        let Some(rows) = spill.codec.decode(entries)? else {
+        let Some(rows) = spill.own.codec.decode(entries)? else {
             return Ok(());
         };
         let ids = self.open_sessions(&rows)?;
@@ -267,7 +238,7 @@ impl SessionOperator {
             let session = self.sessions[*id].as_ref().expect("opened above");
             removes.push(index_key(session.end, &entry_key(*group, &session.key)));
         }
-        let store = self.store().expect("read above");
+        let store = self.spill.store().expect("read above");
         store.write([], removes.iter().map(|k| &k[..]))
     }
 
@@ -285,11 +256,11 @@ impl SessionOperator {
     /// watermark closes, in order of end. Gives how many sessions it read
     /// and, when the chunk is full, its last end (more may follow).
     pub(super) fn load_due(&mut self) -> Result<(usize, Option<i64>)> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.store()) else {
+        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
             return Ok((0, None));
         };
         let latest = self.latest_closed_end();
-        let (from, to) = index_range(spill.scan_from, latest);
+        let (from, to) = index_range(spill.own.scan_from, latest);
         let index = store.range(&from, &to, SWEEP)?;
         let (mut last, mut open) = (None, None);
         let mut wanted = Vec::new();
@@ -319,7 +290,7 @@ impl SessionOperator {
             })?;
             found.push((entry.into(), value));
         }
-        self.spill.as_mut().expect("spilling").scan_from = scan_from;
+        self.spill.as_mut().expect("spilling").own.scan_from = scan_from;
         let before = self.by_end.len();
         self.take_entries(&found)?;
         Ok((self.by_end.len() - before, last.filter(|_| full)))
@@ -332,7 +303,7 @@ impl SessionOperator {
             return Ok(());
         };
         // Bloom filters: most keys of a batch are often in neither.
-        open_once(&mut spill.store, &spill.settings)?;
+        spill.core.open_store()?;
         self.note_flushed()?;
         let by_key: Vec<(Box<[u8]>, Vec<usize>)> = self.by_key.drain().collect();
         let mut start = 0;
@@ -348,8 +319,8 @@ impl SessionOperator {
         self.sessions.clear();
         self.free.clear();
         self.by_end.clear();
-        if let Some(spill) = self.spill.as_mut() {
-            spill.guess.emptied();
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
         }
         weir_common::alloc::give_back_freed_memory();
         Ok(())
@@ -366,7 +337,7 @@ impl SessionOperator {
         for chunk in changed.chunks(WRITE_CHUNK) {
             let keys: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
             let groups = self.key_groups_of(&keys)?;
-            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.flushed.as_mut()) {
+            if let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) {
                 (keys.iter().zip(groups.values())).for_each(|(k, g)| flushed.push(&entry_key(*g, k)));
             }
         }
@@ -379,21 +350,21 @@ impl SessionOperator {
         let ids: Vec<usize> = keys.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
         let columns = self.state_columns(&ids, false)?;
         let spill = self.spill.as_mut().expect("spilling");
-        let rows = spill.codec.session_rows(&columns)?;
+        let rows = spill.own.codec.session_rows(&columns)?;
         let groups = columns[0].as_primitive::<UInt32Type>();
         let (mut puts, mut row) = (Vec::with_capacity(2 * ids.len()), 0);
         for (key, key_ids) in keys {
             let entry = entry_key(groups.value(row), key);
             for id in key_ids {
                 let end = self.sessions[*id].as_ref().expect("open session").end;
-                spill.scan_from = spill.scan_from.min(end);
+                spill.own.scan_from = spill.own.scan_from.min(end);
                 puts.push((index_key(end, &entry), Vec::new()));
             }
             let value = encode_sessions((row..row + key_ids.len()).map(|r| rows.row(r).data()));
             puts.push((entry, value));
             row += key_ids.len();
         }
-        let store = spill.store.as_ref().expect("opened");
+        let store = spill.core.store.as_ref().expect("opened");
         store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
     }
 
@@ -405,10 +376,8 @@ impl SessionOperator {
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let codec = Codec::new(&self.spec)?;
         let spill = self.spill.as_mut().expect("has spilled");
-        spill.runs += 1;
-        let store = spill.store.as_ref().expect("has spilled");
         let decode = move |entries: &[Entry]| codec.decode(entries);
-        snapshot.deferred = whole_store(store, spill.runs, decode)?;
+        snapshot.deferred = whole_store(&mut spill.core, decode)?;
         Ok(snapshot)
     }
 
@@ -425,8 +394,7 @@ impl SessionOperator {
         if full {
             self.spill_all()?;
             let spill = self.spill.as_mut().expect("has spilled");
-            let store = spill.store.as_ref().expect("has spilled");
-            snapshot.deferred = keyed_base(store, &mut spill.runs, &mut spill.flushed, schema, decode)?;
+            snapshot.deferred = keyed_base(&mut spill.core, schema, decode)?;
             return Ok(snapshot);
         }
         let changed: Vec<Box<[u8]>> = (self.changed.as_mut())
@@ -438,15 +406,7 @@ impl SessionOperator {
         let changed: HashSet<Box<[u8]>> = changed.into_iter().collect();
         let in_memory = move |key: &[u8]| changed.contains(key);
         let spill = self.spill.as_mut().expect("has spilled");
-        let store = spill.store.as_ref().expect("has spilled");
-        let delta = keyed_delta(
-            store,
-            &mut spill.runs,
-            &mut spill.flushed,
-            (parts, in_memory),
-            schema,
-            decode,
-        )?;
+        let delta = keyed_delta(&mut spill.core, (parts, in_memory), schema, decode)?;
         snapshot.deferred = delta.into_iter().collect();
         Ok(snapshot)
     }
