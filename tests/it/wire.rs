@@ -1,6 +1,7 @@
 //! Jobs whose every channel goes through the wire encoding (Arrow IPC
-//! batches, barriers and watermarks as metadata frames), as channels between
-//! processes will: the rows equal those of in-process channels.
+//! batches, barriers and watermarks as metadata frames), in memory and over
+//! Arrow Flight streams on loopback TCP, as channels between processes do:
+//! the rows equal those of in-process channels.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,6 +9,8 @@ use std::time::Duration;
 
 use weir::JobStatus;
 use weir::runtime::transport::{Local, Transport, WireLoopback};
+use weir_flight::FlightNode;
+use weir_flight::loopback::FlightLoopback;
 
 /// 200k rows at 200k rows/s: about 1 s.
 const SOURCE: &str = "CREATE TABLE seq (id BIGINT, name AS CAST(id % 13 AS STRING),
@@ -45,7 +48,8 @@ fn run(
 }
 
 #[test]
-fn a_windowed_aggregation_over_wire_channels_with_unaligned_checkpoints_writes_the_rows_of_local_channels() {
+fn a_windowed_aggregation_over_wire_and_flight_channels_with_unaligned_checkpoints_writes_the_rows_of_local_channels()
+ {
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("checkpoints").display().to_string();
     let columns = "k STRING, ws TIMESTAMP(3), c BIGINT, s BIGINT";
@@ -58,23 +62,24 @@ fn a_windowed_aggregation_over_wire_channels_with_unaligned_checkpoints_writes_t
         ("execution.checkpointing.unaligned.enabled", "true"),
     ];
     let (_, local) = run(Arc::new(Local), &dir.path().join("local"), columns, query, &[]);
-    let (job, wire) = run(
-        Arc::new(WireLoopback),
-        &dir.path().join("wire"),
-        columns,
-        query,
-        &settings,
-    );
+    let node = FlightNode::start("127.0.0.1:0").unwrap();
+    let transports: [(&str, Arc<dyn Transport>); 2] = [
+        ("wire", Arc::new(WireLoopback)),
+        ("flight", Arc::new(FlightLoopback::new(node))),
+    ];
     assert!(!local.is_empty());
-    assert_eq!(wire, local);
-    assert!(
-        !job.completed_checkpoints().is_empty(),
-        "barriers crossed the wire channels and checkpoints completed"
-    );
+    for (name, transport) in transports {
+        let (job, rows) = run(transport, &dir.path().join(name), columns, query, &settings);
+        assert_eq!(rows, local, "over {name}");
+        assert!(
+            !job.completed_checkpoints().is_empty(),
+            "barriers crossed the {name} channels and checkpoints completed"
+        );
+    }
 }
 
 #[test]
-fn an_updating_aggregation_over_wire_channels_ends_with_the_table_of_local_channels() {
+fn an_updating_aggregation_over_wire_and_flight_channels_ends_with_the_table_of_local_channels() {
     // Counts per name, then how many names have each count: the second
     // aggregation reads retractions (row kinds) from the wire.
     let query = "SELECT c, COUNT(*) AS names FROM
@@ -89,6 +94,9 @@ fn an_updating_aggregation_over_wire_channels_ends_with_the_table_of_local_chann
     };
     let local = final_table(Arc::new(Local));
     let wire = final_table(Arc::new(WireLoopback));
+    let node = FlightNode::start("127.0.0.1:0").unwrap();
+    let flight = final_table(Arc::new(FlightLoopback::new(node)));
     assert!(!local.is_empty());
     assert_eq!(wire, local);
+    assert_eq!(flight, local, "over Flight streams");
 }

@@ -82,7 +82,10 @@ impl Transport for Local {
     }
 }
 
-fn local(capacity: usize, lane: bool) -> (SendEnd, ReceiveEnd) {
+/// The two ends of one channel within this process: `capacity` messages of
+/// data, and an unbounded lane when `lane`. Transports that leave the
+/// process bridge such ends to the network.
+pub fn local(capacity: usize, lane: bool) -> (SendEnd, ReceiveEnd) {
     let (data_tx, data_rx) = bounded(capacity);
     let (lane_tx, lane_rx) = match lane {
         true => {
