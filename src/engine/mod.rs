@@ -19,6 +19,7 @@ use weir_common::config::checkpoint::{CheckpointConfig, RestartStrategy};
 use weir_connectors::BuiltinConnectors;
 use weir_connectors::build::ResultChannels;
 use weir_functions::registry::FunctionRegistry;
+use weir_job::ExecutionGraph;
 use weir_job::settings::{JobSettings, RestoredCheckpoint};
 use weir_job::supervisor::{self, JobHandle};
 use weir_plan::codec::DecodeContext;
@@ -146,6 +147,15 @@ impl Engine {
     pub fn submit(&self, plan: &PlanSpec, name: &str) -> Result<JobHandle> {
         self.session()
             .start(plan.clone(), name.to_string(), ResultChannels::new())
+    }
+
+    /// What a job of `plan` named `name` would run, not started: its
+    /// operators built and its settings from this session. A process that
+    /// runs part of a job deploys its subtasks from these
+    /// ([`weir_job::deploy::build_attempt_part`]).
+    pub fn prepare(&self, plan: &PlanSpec, name: &str) -> Result<(ExecutionGraph, JobSettings)> {
+        self.session()
+            .prepare(plan.clone(), name.to_string(), &ResultChannels::new())
     }
 
     /// This session's functions in time zone `zone` (a plan's), as a
@@ -364,9 +374,24 @@ impl Session {
     }
 
     /// Starts `plan` as a job named `name`, its collect sinks sending to
-    /// `results`. The plan goes through its JSON first, so a job always runs
-    /// what a plan shipped to another process would.
+    /// `results`.
     fn start(&mut self, plan: PlanSpec, name: String, results: ResultChannels) -> Result<JobHandle> {
+        let (built, settings) = self.prepare(plan, name, &results)?;
+        let job = supervisor::start(built, settings)?;
+        self.jobs.push(job.clone());
+        Ok(job)
+    }
+
+    /// What a job of `plan` named `name` runs: its operators built (collect
+    /// sinks sending to `results`) and its settings from this session. The
+    /// plan goes through its JSON first, so a job always runs what a plan
+    /// shipped to another process would.
+    fn prepare(
+        &self,
+        plan: PlanSpec,
+        name: String,
+        results: &ResultChannels,
+    ) -> Result<(ExecutionGraph, JobSettings)> {
         let json = serde_json::to_string(&plan)
             .map_err(|e| Error::Internal(format!("the plan could not be written out: {e}")))?;
         let plan: PlanSpec = serde_json::from_str(&json)
@@ -477,10 +502,8 @@ impl Session {
         // The plan's expressions are of the zone it was planned in.
         let zone = &graph.plan.time_zone;
         let functions = self.functions(zone);
-        let built = weir_job::execution::build(&graph, &DecodeContext::new(&functions, zone), &results)?;
-        let job = supervisor::start(built, settings)?;
-        self.jobs.push(job.clone());
-        Ok(job)
+        let built = weir_job::execution::build(&graph, &DecodeContext::new(&functions, zone), results)?;
+        Ok((built, settings))
     }
 
     /// A binder whose catalog also holds `table` (for binding its own columns).

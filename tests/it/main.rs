@@ -23,6 +23,7 @@ mod repl;
 mod repl_pty;
 mod savepoint;
 mod spilling;
+mod split;
 mod wire;
 
 use std::path::{Path, PathBuf};

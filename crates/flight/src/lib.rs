@@ -26,6 +26,7 @@ mod data;
 mod key;
 pub mod loopback;
 mod node;
+pub mod transport;
 
 pub use key::{ChannelKey, Lane};
 pub use node::{FlightNode, STREAM_WINDOW};

@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::driver::DriverTask;
 use crate::execution::{ExecutionGraph, ExecutionVertex};
+use crate::placement::Placement;
 use crate::rescale::{assign_splits, keyed_sources, overlaps, round_robin_sources};
 use crate::settings::{JobSettings, RestoredCheckpoint, TaskInfo};
 use crate::{Error, Result};
@@ -29,7 +30,7 @@ use weir_runtime::operator::{
 };
 use weir_runtime::source::SourceReader;
 use weir_runtime::task::{Replay, Task, TaskInput};
-use weir_runtime::transport::ChannelId;
+use weir_runtime::transport::{ChannelId, SendEnd};
 use weir_state::checkpoint::metadata::{ChannelSide, OperatorState, TaskState};
 use weir_state::checkpoint::storage::run_dir;
 use weir_state::incremental::combine;
@@ -434,8 +435,10 @@ fn channel_pairs(exchange: &Exchange, up: usize, down: usize) -> Result<Vec<(usi
     })
 }
 
-/// Every channel of `graph`, made by `settings.transport`.
-fn connect(graph: &ExecutionGraph, settings: &JobSettings) -> Result<Channels> {
+/// The ends of every channel of `graph` that a subtask placed here holds,
+/// made by `settings.transport`: both ends of a channel within this
+/// process, one end of a channel to or from another.
+fn connect(graph: &ExecutionGraph, settings: &JobSettings, placement: &Placement) -> Result<Channels> {
     let unaligned = settings.checkpoint.as_ref().is_some_and(|c| c.unaligned);
     let per_subtask = |v: &ExecutionVertex| v.parallelism;
     let mut channels = Channels {
@@ -459,27 +462,48 @@ fn connect(graph: &ExecutionGraph, settings: &JobSettings) -> Result<Channels> {
                 from: i,
                 to: j,
             };
-            let (send, receive) = settings
-                .transport
-                .channel(id, settings.channel_capacity, unaligned)?;
-            let slot = &mut channels.senders[edge.from][i];
-            let index = match slot.iter().position(|(e, _, _)| *e == edge_index) {
-                Some(index) => index,
-                None => {
-                    slot.push((edge_index, Vec::new(), Vec::new()));
-                    slot.len() - 1
+            let (capacity, transport) = (settings.channel_capacity, &settings.transport);
+            let (send, receive) = match (placement.is_here(edge.from, i), placement.is_here(edge.to, j)) {
+                (true, true) => {
+                    let (send, receive) = transport.channel(id, capacity, unaligned)?;
+                    (Some(send), Some(receive))
                 }
+                (true, false) => (Some(transport.send_end(id, capacity, unaligned)?), None),
+                (false, true) => {
+                    let upstream = placement.host(edge.from, i);
+                    (
+                        None,
+                        Some(transport.receive_end(id, upstream, capacity, unaligned)?),
+                    )
+                }
+                (false, false) => (None, None),
             };
-            slot[index].1.push(send.data);
-            slot[index].2.extend(send.lane);
-            let mut channel = InputChannel::new(receive.data, edge.to_input);
-            if let Some(lane) = receive.lane {
-                channel = channel.with_priority_lane(lane);
+            if let Some(send) = send {
+                add_sender(&mut channels.senders[edge.from][i], edge_index, send);
             }
-            channels.receivers[edge.to][j].push(channel);
+            if let Some(receive) = receive {
+                let mut channel = InputChannel::new(receive.data, edge.to_input);
+                if let Some(lane) = receive.lane {
+                    channel = channel.with_priority_lane(lane);
+                }
+                channels.receivers[edge.to][j].push(channel);
+            }
         }
     }
     Ok(channels)
+}
+
+/// Adds a channel's sending end to a subtask's senders of edge `edge_index`.
+fn add_sender(slot: &mut EdgeSenders, edge_index: usize, send: SendEnd) {
+    let index = match slot.iter().position(|(e, _, _)| *e == edge_index) {
+        Some(index) => index,
+        None => {
+            slot.push((edge_index, Vec::new(), Vec::new()));
+            slot.len() - 1
+        }
+    };
+    slot[index].1.push(send.data);
+    slot[index].2.extend(send.lane);
 }
 
 /// What every subtask of one attempt shares.
@@ -506,8 +530,30 @@ pub fn build_attempt(
     metrics: &[Arc<TaskMetrics>],
     attempt: u32,
 ) -> Result<Attempt> {
+    let parallelisms: Vec<usize> = graph.vertices.iter().map(|v| v.parallelism).collect();
+    let placement = Placement::local(&parallelisms);
+    build_attempt_part(graph, settings, restore, metrics, attempt, &placement)
+}
+
+/// Builds the subtasks of attempt `attempt` of `graph` that `placement`
+/// puts here; channels to and from subtasks elsewhere come from the
+/// transport's remote ends. Checkpoints need every subtask here until the
+/// coordinator reaches other processes.
+pub fn build_attempt_part(
+    graph: &ExecutionGraph,
+    settings: &JobSettings,
+    restore: Option<&RestoredCheckpoint>,
+    metrics: &[Arc<TaskMetrics>],
+    attempt: u32,
+    placement: &Placement,
+) -> Result<Attempt> {
+    if settings.checkpoint.is_some() && !placement.is_all_here() {
+        return Err(Error::Plan(
+            "checkpoints of a job whose subtasks run in several processes are not supported yet".into(),
+        ));
+    }
     let cancel = Arc::new(AtomicBool::new(false));
-    let mut channels = connect(graph, settings)?;
+    let mut channels = connect(graph, settings, placement)?;
     let uids: Vec<(Option<String>, Vec<String>)> = graph.vertices.iter().map(|v| v.uids.clone()).collect();
     if let Some(restored) = restore {
         check_every_state_is_claimed(restored, &uids)?;
@@ -543,7 +589,7 @@ pub fn build_attempt(
                 vertex.nodes[0]
             )));
         }
-        for subtask in 0..vertex.parallelism {
+        for subtask in (0..vertex.parallelism).filter(|s| placement.is_here(vertex_index, *s)) {
             let metrics = metrics
                 .get(tasks.len())
                 .cloned()

@@ -13,6 +13,7 @@ pub mod deploy;
 pub mod driver;
 pub mod execution;
 pub mod metrics;
+pub mod placement;
 pub mod rescale;
 pub mod settings;
 pub mod stats;

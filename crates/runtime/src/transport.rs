@@ -57,8 +57,28 @@ pub trait Transport: Send + Sync {
     /// a priority lane when `lane` (unaligned checkpoints).
     fn channel(&self, id: ChannelId, capacity: usize, lane: bool) -> Result<(SendEnd, ReceiveEnd)>;
 
+    /// The sending end of channel `id` whose receiver runs in another
+    /// process, which fetches the other end from this one.
+    fn send_end(&self, id: ChannelId, capacity: usize, lane: bool) -> Result<SendEnd> {
+        let _ = (capacity, lane);
+        Err(one_process(self.name(), id))
+    }
+
+    /// The receiving end of channel `id` whose sender runs in the process at
+    /// `upstream` (its data-plane address).
+    fn receive_end(&self, id: ChannelId, upstream: &str, capacity: usize, lane: bool) -> Result<ReceiveEnd> {
+        let _ = (upstream, capacity, lane);
+        Err(one_process(self.name(), id))
+    }
+
     /// A name for logs and `Debug`.
     fn name(&self) -> &'static str;
+}
+
+fn one_process(transport: &str, id: ChannelId) -> Error {
+    Error::Execution(format!(
+        "channel {id:?} joins two processes, but the {transport} transport keeps channels in one"
+    ))
 }
 
 impl fmt::Debug for dyn Transport {
