@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod cluster;
 pub mod engine;
 #[doc(hidden)]
 pub mod fuzz;

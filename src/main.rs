@@ -61,6 +61,39 @@ enum Command {
         /// (e.g. 1s): records, backpressure, watermark, the last checkpoint.
         #[arg(long, value_name = "DURATION")]
         metrics_interval: Option<String>,
+        /// Submit the jobs to the JobManager at HOST:PORT instead of running
+        /// them in this process.
+        #[arg(long, value_name = "HOST:PORT")]
+        jobmanager: Option<String>,
+    },
+    /// Run a JobManager: TaskManagers register their slots with it, and
+    /// `weir run --jobmanager` submits jobs to it.
+    Jobmanager {
+        /// The port to listen on (0: any free one; the address is printed).
+        #[arg(long, default_value_t = 6123)]
+        port: u16,
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Between two heartbeats of a TaskManager (Flink's heartbeat.interval).
+        #[arg(long, default_value = "10 s", value_name = "DURATION")]
+        heartbeat_interval: String,
+        /// Silence after which a TaskManager is lost (Flink's heartbeat.timeout).
+        #[arg(long, default_value = "50 s", value_name = "DURATION")]
+        heartbeat_timeout: String,
+    },
+    /// Run a TaskManager that offers slots to a JobManager and runs the
+    /// subtasks placed on them.
+    Taskmanager {
+        /// The JobManager's HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        jobmanager: String,
+        /// Slots offered (a job needs as many as its highest parallelism).
+        #[arg(long, default_value_t = 1)]
+        slots: usize,
+        /// The address this TaskManager listens on and is reached at.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
     },
     /// Run benchmarks.
     Bench {
@@ -305,11 +338,55 @@ fn main() -> ExitCode {
             settings,
             restore,
             metrics_interval,
+            jobmanager: Some(jobmanager),
+        } => {
+            if restore.is_some() || metrics_interval.is_some() {
+                Err(anyhow::anyhow!(
+                    "--restore and --metrics-interval are for jobs run in this process, not with --jobmanager yet"
+                ))
+            } else {
+                run_remote(&jobmanager, &files, &defines, &settings)
+            }
+        }
+        Command::Run {
+            files,
+            defines,
+            settings,
+            restore,
+            metrics_interval,
+            jobmanager: None,
         } => {
             let interval = metrics_interval
                 .map(|text| duration_arg("metrics-interval", &text))
                 .transpose();
             interval.and_then(|interval| run(&files, &defines, &settings, restore.as_deref(), interval))
+        }
+        Command::Jobmanager {
+            port,
+            host,
+            heartbeat_interval,
+            heartbeat_timeout,
+        } => (|| {
+            let heartbeats = weir::cluster::jobmanager::Heartbeats {
+                interval: duration_arg("heartbeat-interval", &heartbeat_interval)?,
+                timeout: duration_arg("heartbeat-timeout", &heartbeat_timeout)?,
+            };
+            Ok(weir::cluster::jobmanager::run(
+                &format!("{host}:{port}"),
+                heartbeats,
+            )?)
+        })(),
+        Command::Taskmanager {
+            jobmanager,
+            slots,
+            host,
+        } => {
+            let options = weir::cluster::taskmanager::TaskManagerOptions {
+                jobmanager,
+                slots,
+                host,
+            };
+            weir::cluster::taskmanager::run(options).map_err(anyhow::Error::from)
         }
         Command::Bench {
             benchmark: Benchmark::Nexmark(args),
@@ -450,6 +527,69 @@ fn run(
         return Err(anyhow::Error::new(e).context("a job failed"));
     }
     stop.finish()?;
+    eprintln!("[INFO] Done in {:.3} s.", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `weir run --jobmanager`: statements run here (DDL, SET), each INSERT is
+/// planned here and submitted to the JobManager as its plan with this
+/// session's settings; waits for the jobs.
+fn run_remote(
+    jobmanager: &str,
+    files: &[PathBuf],
+    defines: &[String],
+    settings: &[String],
+) -> anyhow::Result<()> {
+    let engine = Engine::new();
+    for setting in settings {
+        let (key, value) = setting
+            .split_once('=')
+            .with_context(|| format!("--set takes KEY=VALUE, got '{setting}'"))?;
+        engine.set(key.trim(), value.trim())?;
+    }
+    let mut client = weir::cluster::client::Client::connect(jobmanager)?;
+    let started = Instant::now();
+    let mut jobs = Vec::new();
+    for file in files {
+        let sql = read_script(file, defines)?;
+        let statements = weir::sql::parser::parse_statements(&sql).map_err(|e| located(e, file, &sql))?;
+        for statement in statements {
+            let is_insert = matches!(statement.statement, weir::sql::parser::Statement::Insert(_));
+            if !is_insert {
+                let result = engine
+                    .sql(&statement.text)
+                    .map_err(|e| located(shift_position(e, statement.position), file, &sql))?;
+                if result.job().is_some() {
+                    anyhow::bail!(
+                        "{}: only INSERT INTO jobs run on a JobManager yet",
+                        file.display()
+                    );
+                }
+                continue;
+            }
+            let plan = engine
+                .plan(&statement.text)
+                .map_err(|e| located(shift_position(e, statement.position), file, &sql))?;
+            let name = weir::cluster::client::job_name(&plan, &engine.config());
+            let job_id = client.submit(&name, &plan, &engine.config())?;
+            eprintln!("[INFO] Job {job_id} ({name}) submitted to the JobManager at {jobmanager}.");
+            jobs.push((job_id, name));
+        }
+    }
+    let mut failed = None;
+    for (job_id, name) in jobs {
+        let report = client.wait(&job_id)?;
+        match report.error {
+            None => eprintln!("[INFO] Job {job_id} ({name}) ended: {:?}.", report.state),
+            Some(error) => {
+                eprintln!("[ERROR] Job {job_id} ({name}) failed: {error}");
+                failed.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = failed {
+        anyhow::bail!("a job failed: {error}");
+    }
     eprintln!("[INFO] Done in {:.3} s.", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 mod api;
 mod cli;
+mod cluster;
 mod count_windows;
 mod differential;
 mod errors;

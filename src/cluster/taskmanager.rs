@@ -1,0 +1,270 @@
+//! A TaskManager: offers its slots to the JobManager, sends heartbeats, and runs the parts of jobs placed on it, their channels to other TaskManagers over its Flight node.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tonic::transport::{Channel, Server};
+use tonic::{Request, Response, Status};
+use weir_common::ids::JobId;
+use weir_flight::FlightNode;
+use weir_flight::transport::FlightTransport;
+use weir_job::deploy::build_attempt_part;
+use weir_job::placement::Placement;
+use weir_plan::spec::PlanSpec;
+
+use super::protocol::*;
+use super::rpc::job_manager_client::JobManagerClient;
+use super::rpc::task_manager_server::{TaskManager, TaskManagerServer};
+use super::{call_failed, status};
+use crate::{Engine, Error, Result};
+
+/// How a TaskManager is started.
+#[derive(Debug, Clone)]
+pub struct TaskManagerOptions {
+    /// The JobManager's `host:port`.
+    pub jobmanager: String,
+    /// Slots offered.
+    pub slots: usize,
+    /// The host this TaskManager is reached at (it listens there).
+    pub host: String,
+}
+
+/// A job's part running here: its cancel flag.
+type Parts = Arc<Mutex<HashMap<(String, u32), Arc<AtomicBool>>>>;
+
+#[derive(Clone)]
+struct TaskManagerService {
+    id: String,
+    node: Arc<FlightNode>,
+    jobmanager: JobManagerClient<Channel>,
+    parts: Parts,
+    runtime: tokio::runtime::Handle,
+}
+
+#[tonic::async_trait]
+impl TaskManager for TaskManagerService {
+    async fn deploy(&self, request: Request<DeployPart>) -> std::result::Result<Response<Done>, Status> {
+        let deploy = request.into_inner();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let key = (deploy.job_id.clone(), deploy.attempt);
+        self.parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), cancel.clone());
+        let service = self.clone();
+        std::thread::Builder::new()
+            .name(format!("weir-part-{}", deploy.job_id))
+            .spawn(move || {
+                let (job_id, attempt) = (deploy.job_id.clone(), deploy.attempt);
+                let result = run_part(&service.node, deploy, &cancel);
+                if let Err(e) = &result {
+                    eprintln!("[ERROR] Part of job {job_id} failed: {e}");
+                }
+                service
+                    .parts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key);
+                let ended = PartEnded {
+                    job_id,
+                    attempt,
+                    task_manager: service.id.clone(),
+                    error: result.err().map(|e| e.to_string()),
+                };
+                let mut jobmanager = service.jobmanager.clone();
+                if let Err(e) = service.runtime.block_on(jobmanager.part_ended(ended)) {
+                    eprintln!(
+                        "[WARN] Could not tell the JobManager that a part ended: {}",
+                        e.message()
+                    );
+                }
+            })
+            .map_err(status)?;
+        Ok(Response::new(Done {}))
+    }
+
+    async fn cancel(&self, request: Request<CancelPart>) -> std::result::Result<Response<Done>, Status> {
+        let cancel = request.into_inner();
+        if let Some(flag) = self
+            .parts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(cancel.job_id, cancel.attempt))
+        {
+            flag.store(true, Ordering::SeqCst);
+        }
+        Ok(Response::new(Done {}))
+    }
+}
+
+/// Builds this TaskManager's subtasks of a job and runs them to their end.
+fn run_part(node: &Arc<FlightNode>, deploy: DeployPart, cancel: &Arc<AtomicBool>) -> Result<()> {
+    let engine = Engine::new();
+    for (key, value) in &deploy.config {
+        engine.set(key, value)?;
+    }
+    let plan: PlanSpec =
+        serde_json::from_str(&deploy.plan).map_err(|e| Error::Plan(format!("not a weir plan: {e}")))?;
+    let (graph, mut settings) = engine.prepare(&plan, &deploy.name)?;
+    settings.job_id = JobId::parse(&deploy.job_id)
+        .ok_or_else(|| Error::Execution(format!("not a job id: {}", deploy.job_id)))?;
+    settings.transport = Arc::new(FlightTransport::new(node.clone(), &deploy.job_id, deploy.attempt));
+    let placement = Placement {
+        here: node.address().to_string(),
+        hosts: deploy.hosts,
+    };
+    let part = build_attempt_part(&graph, &settings, None, &[], deploy.attempt, &placement)?;
+    eprintln!(
+        "[INFO] Running {} subtask(s) of job {} ({}).",
+        part.tasks.len(),
+        deploy.job_id,
+        deploy.name
+    );
+    let tasks_cancel = part.cancel.clone();
+    let threads: Vec<_> = (part.tasks.into_iter())
+        .map(|task| std::thread::spawn(move || task.run()))
+        .collect();
+    // The JobManager's cancel reaches the tasks through the attempt's flag.
+    let watcher_cancel = cancel.clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher_done = done.clone();
+    let watcher = std::thread::spawn(move || {
+        while !watcher_done.load(Ordering::SeqCst) {
+            if watcher_cancel.load(Ordering::SeqCst) {
+                tasks_cancel.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let mut first_error = None;
+    for thread in threads {
+        let result = thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::Execution("a task panicked".into())));
+        if let Err(e) = result {
+            // The first failure cancels the others.
+            part.cancel.store(true, Ordering::SeqCst);
+            first_error.get_or_insert(e);
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
+    match (first_error, cancel.load(Ordering::SeqCst)) {
+        (Some(e), _) => Err(e),
+        (None, true) => Err(Error::Execution("cancelled".into())),
+        (None, false) => Ok(()),
+    }
+}
+
+/// Registers with the JobManager, retrying for up to a minute.
+async fn register(
+    jobmanager: &mut JobManagerClient<Channel>,
+    offer: &RegisterTaskManager,
+) -> Result<Registered> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match jobmanager.register(offer.clone()).await {
+            Ok(registered) => return Ok(registered.into_inner()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(call_failed("registering with the JobManager", e));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// Cancels every part running here.
+fn cancel_all(parts: &Parts) {
+    for flag in parts.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        flag.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Runs a TaskManager until the process ends.
+pub fn run(options: TaskManagerOptions) -> Result<()> {
+    let node = FlightNode::start(&format!("{}:0", options.host))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("weir-taskmanager")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Execution(format!("cannot start the TaskManager's runtime: {e}")))?;
+    let handle = runtime.handle().clone();
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(format!("{}:0", options.host))
+            .await
+            .map_err(|e| Error::Execution(format!("cannot listen on {}: {e}", options.host)))?;
+        let control = listener
+            .local_addr()
+            .map_err(|e| Error::Execution(e.to_string()))?;
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", options.jobmanager))
+            .map_err(|e| Error::Execution(format!("not an address: {}: {e}", options.jobmanager)))?;
+        let mut jobmanager = JobManagerClient::new(endpoint.connect_lazy());
+        let id = format!("tm-{}-{}", std::process::id(), JobId::new());
+        let parts: Parts = Arc::default();
+        let service = TaskManagerService {
+            id: id.clone(),
+            node: node.clone(),
+            jobmanager: jobmanager.clone(),
+            parts: parts.clone(),
+            runtime: handle,
+        };
+        tokio::spawn(
+            Server::builder()
+                .add_service(TaskManagerServer::new(service))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let offer = RegisterTaskManager {
+            id: id.clone(),
+            control: control.to_string(),
+            data: node.address().to_string(),
+            slots: options.slots,
+        };
+        let registered = register(&mut jobmanager, &offer).await?;
+        eprintln!(
+            "[INFO] TaskManager {id} registered with the JobManager at {}: {} slot(s), data {}.",
+            options.jobmanager,
+            options.slots,
+            node.address()
+        );
+        heartbeat(&mut jobmanager, &offer, registered, &parts).await
+    })
+}
+
+/// Sends heartbeats forever. The JobManager not knowing this TaskManager
+/// (it restarted, or declared it lost) or silent past the timeout stops
+/// every part here, then registers again.
+async fn heartbeat(
+    jobmanager: &mut JobManagerClient<Channel>,
+    offer: &RegisterTaskManager,
+    mut registered: Registered,
+    parts: &Parts,
+) -> Result<()> {
+    let mut last_ack = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(registered.heartbeat_interval_ms)).await;
+        let timeout = Duration::from_millis(registered.heartbeat_timeout_ms);
+        match jobmanager.heartbeat(Heartbeat { id: offer.id.clone() }).await {
+            Ok(ack) if ack.get_ref().known => last_ack = Instant::now(),
+            Ok(_) => {
+                eprintln!(
+                    "[WARN] The JobManager does not know this TaskManager: stopping its tasks and registering again."
+                );
+                cancel_all(parts);
+                registered = register(jobmanager, offer).await?;
+                last_ack = Instant::now();
+            }
+            Err(_) if last_ack.elapsed() > timeout => {
+                eprintln!(
+                    "[WARN] No answer from the JobManager for {timeout:?}: stopping this TaskManager's tasks."
+                );
+                cancel_all(parts);
+                last_ack = Instant::now();
+            }
+            Err(_) => {}
+        }
+    }
+}
