@@ -26,12 +26,15 @@ fn main() {
         .method(method("submit", "Submit", "SubmitJob", "Submitted"))
         .method(method("job", "Job", "JobQuery", "JobReport"))
         .method(method("part_ended", "PartEnded", "PartEnded", "Done"))
+        .method(method("report", "Report", "Report", "Done"))
         .build();
     let task_manager = Service::builder()
         .name("TaskManager")
         .package("weir.cluster")
         .method(method("deploy", "Deploy", "DeployPart", "Done"))
         .method(method("cancel", "Cancel", "CancelPart", "Done"))
+        .method(method("control", "Control", "Control", "Done"))
+        .method(method("abort", "Abort", "AbortCheckpoint", "Done"))
         .build();
     Builder::new().compile(&[job_manager, task_manager]);
 }

@@ -4,17 +4,32 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tonic::transport::Server;
-use tonic::{Request, Response, Status};
-use weir_common::ids::JobId;
-use weir_job::placement::share_slots;
-use weir_plan::graph::JobGraph;
-use weir_plan::spec::PlanSpec;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::call_failed;
+use crossbeam_channel::{Receiver, Sender};
+use std::path::PathBuf;
+use std::pin::Pin;
+use tokio::runtime::Handle;
+use tonic::transport::Server;
+use weir_common::config::SessionConfig;
+
+use tonic::{Request, Response, Status};
+use weir_common::config::checkpoint::{CheckpointConfig, RestartStrategy, SAVEPOINT_PATH};
+use weir_common::ids::JobId;
+use weir_job::driver::{CoordinatorDriver, CoordinatorEvents, CoordinatorRequest, DriverTask};
+use weir_job::placement::share_slots;
+use weir_job::stats::CheckpointStats;
+use weir_plan::graph::JobGraph;
+use weir_plan::spec::NodeSpec;
+use weir_plan::spec::PlanSpec;
+use weir_runtime::control::{SnapshotFence, TaskControl, TaskReport};
+use weir_state::checkpoint::storage::run_dir;
+use weir_state::checkpoint::storage::{RestorePoint, resolve_restore};
+
 use super::protocol::*;
 use super::rpc::job_manager_server::{JobManager, JobManagerServer};
 use super::rpc::task_manager_client::TaskManagerClient;
+use super::{call_failed, status};
 use crate::{Error, Result};
 
 /// Heartbeat settings (Flink's `heartbeat.interval` and `heartbeat.timeout`).
@@ -52,6 +67,10 @@ struct TaskManagerEntry {
 /// A job and where its current attempt runs.
 #[derive(Debug)]
 struct JobEntry {
+    /// What was submitted, and what a restart needs of it.
+    spec: Arc<JobSpec>,
+    /// Restarts so far.
+    restarts: u32,
     name: String,
     state: JobState,
     error: Option<String>,
@@ -60,6 +79,51 @@ struct JobEntry {
     parts: HashMap<String, usize>,
     /// TaskManagers whose part has not ended.
     running: BTreeSet<String>,
+    /// With checkpoints: the line to the attempt's coordinator.
+    coordinator: Option<CoordinatorLink>,
+}
+
+/// A submitted job, as every attempt of it runs.
+#[derive(Debug)]
+struct JobSpec {
+    submit: SubmitJob,
+    /// By vertex.
+    parallelisms: Vec<usize>,
+    /// By vertex: whether it starts with a source.
+    sources: Vec<bool>,
+    /// What happens when an attempt fails.
+    restart: RestartStrategy,
+    /// With checkpoints: the run's directory, where restarts restore from.
+    run_dir: Option<PathBuf>,
+}
+
+/// What follows an attempt's failure: the parts to cancel, and the delay
+/// before the next attempt (`None`: the job has failed).
+#[derive(Debug, Default, PartialEq)]
+struct Failure {
+    cancel: Vec<(String, u32)>,
+    restart: Option<Duration>,
+}
+
+/// Whether a job whose attempt failed after `restarts` restarts starts
+/// again, and after how long (Flink's fixed-delay strategy).
+fn after_failure(strategy: &RestartStrategy, restarts: u32) -> Option<Duration> {
+    match strategy {
+        RestartStrategy::FixedDelay { attempts, delay } if restarts < *attempts => Some(*delay),
+        _ => None,
+    }
+}
+
+/// The JobManager's side of a running checkpoint coordinator.
+#[derive(Debug)]
+struct CoordinatorLink {
+    /// Task reports from the TaskManagers; dropped when the attempt ends,
+    /// which ends the coordinator.
+    reports: Sender<TaskReport>,
+    /// Kept for savepoints (not offered yet on a cluster).
+    _requests: Sender<CoordinatorRequest>,
+    /// Set when the attempt fails: the coordinator stops.
+    attempt_over: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -76,25 +140,45 @@ impl State {
             .collect()
     }
 
-    /// Ends the job's attempt as failed (unless it is over) and frees its
-    /// slots; the TaskManagers still running a part of it, to cancel.
-    fn fail(&mut self, job_id: &str, error: String) -> Vec<(String, u32)> {
+    /// Ends the job's current attempt as failed (unless the job is over),
+    /// frees its slots and decides what follows: the parts to cancel, and
+    /// a restart when the strategy allows one (the attempt number moves on,
+    /// so the old attempt's reports are ignored).
+    fn fail(&mut self, job_id: &str, error: String) -> Failure {
         let Some(job) = self.jobs.get_mut(job_id) else {
-            return Vec::new();
+            return Failure::default();
         };
-        if job.state.is_terminal() {
-            return Vec::new();
+        if job.state.is_terminal() || job.state == JobState::Restarting {
+            return Failure::default();
         }
-        eprintln!("[ERROR] Job {job_id} ({}) failed: {error}", job.name);
-        job.state = JobState::Failed;
-        job.error = Some(error);
+        if let Some(link) = job.coordinator.take() {
+            link.attempt_over.store(true, Ordering::SeqCst);
+        }
+        let restart = after_failure(&job.spec.restart, job.restarts);
+        match restart {
+            Some(delay) => {
+                job.restarts += 1;
+                eprintln!(
+                    "[WARN] Job {job_id} ({}) failed: {error}; restarting in {delay:?} (restart {}).",
+                    job.name, job.restarts
+                );
+                job.state = JobState::Restarting;
+            }
+            None => {
+                eprintln!("[ERROR] Job {job_id} ({}) failed: {error}", job.name);
+                job.state = JobState::Failed;
+                job.error = Some(error);
+            }
+        }
         let running: Vec<String> = std::mem::take(&mut job.running).into_iter().collect();
         let attempt = job.attempt;
+        job.attempt += u32::from(restart.is_some());
         self.release(job_id);
-        (running.iter())
+        let cancel = (running.iter())
             .filter_map(|id| self.task_managers.iter().find(|t| t.id == *id))
             .map(|t| (t.control.clone(), attempt))
-            .collect()
+            .collect();
+        Failure { cancel, restart }
     }
 
     /// Gives the slots of a job's parts back to their TaskManagers.
@@ -117,6 +201,7 @@ impl State {
 pub struct JobManagerService {
     state: Arc<Mutex<State>>,
     heartbeats: Heartbeats,
+    runtime: Handle,
 }
 
 impl JobManagerService {
@@ -178,42 +263,77 @@ impl JobManagerService {
         Some(taken.into_iter().map(|(id, control, _)| (id, control)).collect())
     }
 
-    /// Places job `job_id` and deploys its parts.
-    async fn schedule(self, job_id: String, submit: SubmitJob, parallelisms: Vec<usize>) {
-        let result = async {
-            let (hosts, slots) = self.place(&parallelisms).await?;
-            let parts = self
-                .take_slots(&job_id, &slots)
-                .ok_or_else(|| Error::Execution("a TaskManager went away while the job was placed".into()))?;
-            let attempt = self.state().jobs.get(&job_id).map_or(0, |j| j.attempt);
-            for (_, control) in &parts {
-                let deploy = DeployPart {
-                    job_id: job_id.clone(),
-                    name: submit.name.clone(),
-                    attempt,
-                    plan: submit.plan.clone(),
-                    config: submit.config.clone(),
-                    hosts: hosts.clone(),
-                };
-                let mut client = TaskManagerClient::connect(format!("http://{control}"))
-                    .await
-                    .map_err(|e| Error::Execution(format!("cannot reach TaskManager {control}: {e}")))?;
-                client
-                    .deploy(deploy)
-                    .await
-                    .map_err(|s| call_failed(&format!("deploying on TaskManager {control}"), s))?;
+    /// Places the current attempt of job `job_id` and deploys its parts;
+    /// a restart restores the latest complete checkpoint.
+    fn schedule(self, job_id: String) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        // Boxed: a failed deployment schedules the next attempt, which may fail too.
+        Box::pin(async move {
+            let result = self.deploy(&job_id).await;
+            if let Err(e) = result {
+                let failure = self.state().fail(&job_id, e.to_string());
+                self.failed(job_id, failure).await;
             }
+        })
+    }
+
+    async fn deploy(&self, job_id: &str) -> Result<()> {
+        let Some((spec, attempt)) = self.state().jobs.get(job_id).map(|j| (j.spec.clone(), j.attempt)) else {
+            return Ok(());
+        };
+        let (mut config, mut next_id) = (spec.submit.config.clone(), 1);
+        if let Some(dir) = spec.run_dir.as_ref().filter(|d| attempt > 0 && d.exists())
+            && let RestorePoint::Checkpoint { dir, metadata, .. } = resolve_restore(dir, &spec.submit.name)?
+        {
             eprintln!(
-                "[INFO] Job {job_id} ({}) deployed on {} TaskManager(s).",
-                submit.name,
-                parts.len()
+                "[INFO] Job {job_id}: attempt {attempt} restores {}.",
+                dir.display()
             );
-            Ok::<(), Error>(())
+            config.push((SAVEPOINT_PATH.to_string(), dir.display().to_string()));
+            next_id = metadata.checkpoint_id + 1;
         }
-        .await;
-        if let Err(e) = result {
-            let cancel = self.state().fail(&job_id, e.to_string());
-            cancel_parts(&job_id, cancel).await;
+        let (hosts, slots) = self.place(&spec.parallelisms).await?;
+        let parts = self
+            .take_slots(job_id, &slots)
+            .ok_or_else(|| Error::Execution("a TaskManager went away while the job was placed".into()))?;
+        let link = self.start_coordinator(job_id, &spec, &hosts, attempt, next_id)?;
+        if let Some(job) = self.state().jobs.get_mut(job_id) {
+            job.coordinator = link;
+        }
+        for (_, control) in &parts {
+            let deploy = DeployPart {
+                job_id: job_id.to_string(),
+                name: spec.submit.name.clone(),
+                attempt,
+                plan: spec.submit.plan.clone(),
+                config: config.clone(),
+                hosts: hosts.clone(),
+            };
+            let mut client = TaskManagerClient::connect(format!("http://{control}"))
+                .await
+                .map_err(|e| Error::Execution(format!("cannot reach TaskManager {control}: {e}")))?;
+            client
+                .deploy(deploy)
+                .await
+                .map_err(|s| call_failed(&format!("deploying on TaskManager {control}"), s))?;
+        }
+        eprintln!(
+            "[INFO] Job {job_id} ({}) attempt {attempt} deployed on {} TaskManager(s).",
+            spec.submit.name,
+            parts.len()
+        );
+        Ok(())
+    }
+
+    /// After an attempt failed: cancels its parts, and starts the next
+    /// attempt after the restart delay when there is one.
+    async fn failed(&self, job_id: String, failure: Failure) {
+        cancel_parts(&job_id, failure.cancel).await;
+        if let Some(delay) = failure.restart {
+            let service = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                service.schedule(job_id).await;
+            });
         }
     }
 
@@ -251,8 +371,8 @@ impl JobManagerService {
                         cancels.push((job_id.clone(), state.fail(&job_id, why)));
                     }
                 }
-                for (job_id, parts) in cancels {
-                    cancel_parts(&job_id, parts).await;
+                for (job_id, failure) in cancels {
+                    self.failed(job_id, failure).await;
                 }
             }
         }
@@ -266,6 +386,184 @@ fn lost_task_managers(task_managers: &[TaskManagerEntry], now: Instant, timeout:
         .filter(|t| now.saturating_duration_since(t.last_seen) > timeout)
         .map(|t| t.id.clone())
         .collect()
+}
+
+impl JobManagerService {
+    /// Starts the checkpoint coordinator of attempt `attempt` of a job
+    /// placed on `hosts` (data addresses), when its settings turn
+    /// checkpoints on. It runs here; its messages to each task go to the
+    /// TaskManager that runs it, and the tasks' reports come back through
+    /// [`JobManager::report`].
+    fn start_coordinator(
+        &self,
+        job_id: &str,
+        spec: &JobSpec,
+        hosts: &[Vec<String>],
+        attempt: u32,
+        next_id: u64,
+    ) -> Result<Option<CoordinatorLink>> {
+        let (submit, sources) = (&spec.submit, &spec.sources);
+        let mut session = SessionConfig::default();
+        submit
+            .config
+            .iter()
+            .for_each(|(k, v)| session.set_unchecked(k, v));
+        let Some(config) = CheckpointConfig::from_session(&session)? else {
+            return Ok(None);
+        };
+        let id = JobId::parse(job_id).ok_or_else(|| Error::Internal(format!("not a job id: {job_id}")))?;
+        let dir = run_dir(&config.dir, &submit.name, &id);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let controls: HashMap<String, String> = (self.state().task_managers.iter())
+            .map(|t| (t.data.clone(), t.control.clone()))
+            .collect();
+        let control_of = |host: &String| {
+            (controls.get(host).cloned())
+                .ok_or_else(|| Error::Execution(format!("TaskManager {host} went away")))
+        };
+        let mut tasks = Vec::new();
+        for (vertex, subtasks) in hosts.iter().enumerate() {
+            for host in subtasks {
+                let (control, line) = crossbeam_channel::unbounded();
+                let task = tasks.len();
+                self.forward_controls(control_of(host)?, job_id, attempt, task, line);
+                tasks.push(DriverTask {
+                    control,
+                    is_source: sources[vertex],
+                });
+            }
+        }
+        let attempt_over = Arc::new(AtomicBool::new(false));
+        let mut every: Vec<String> = hosts.iter().flatten().map(control_of).collect::<Result<_>>()?;
+        every.sort();
+        every.dedup();
+        let fence = self.fence(attempt_over.clone(), job_id, attempt, every);
+        let (reports, report_lines) = crossbeam_channel::unbounded();
+        let (requests, request_lines) = crossbeam_channel::unbounded();
+        let driver = CoordinatorDriver {
+            requests: request_lines,
+            config,
+            run_dir: dir,
+            job_name: submit.name.clone(),
+            job_id: id,
+            events: Arc::new(JobEvents {
+                service: self.clone(),
+                job_id: job_id.to_string(),
+            }),
+            fence: Arc::new(fence),
+            max_parallelism: session.max_parallelism()?,
+            tasks,
+            reports: report_lines,
+            next_id,
+            attempt,
+        };
+        std::thread::Builder::new()
+            .name(format!("weir-coordinator-{job_id}"))
+            .spawn(move || driver.run())
+            .map_err(|e| Error::Execution(format!("cannot start the checkpoint coordinator: {e}")))?;
+        Ok(Some(CoordinatorLink {
+            reports,
+            _requests: requests,
+            attempt_over,
+        }))
+    }
+
+    /// Sends what the coordinator says to task `task` to the TaskManager at
+    /// `control`, until the coordinator ends.
+    fn forward_controls(
+        &self,
+        control: String,
+        job_id: &str,
+        attempt: u32,
+        task: usize,
+        line: Receiver<TaskControl>,
+    ) {
+        let (runtime, job_id) = (self.runtime.clone(), job_id.to_string());
+        std::thread::spawn(move || {
+            let mut client = None;
+            for message in line.iter() {
+                if client.is_none() {
+                    client = runtime
+                        .block_on(TaskManagerClient::connect(format!("http://{control}")))
+                        .ok();
+                }
+                let Some(client) = client.as_mut() else {
+                    eprintln!("[WARN] Cannot reach TaskManager {control} for task {task} of job {job_id}");
+                    continue;
+                };
+                let message = Control {
+                    job_id: job_id.clone(),
+                    attempt,
+                    task,
+                    control: message,
+                };
+                if let Err(e) = runtime.block_on(client.control(message)) {
+                    eprintln!(
+                        "[WARN] Task {task} of job {job_id} missed a message: {}",
+                        e.message()
+                    );
+                }
+            }
+        });
+    }
+
+    /// The coordinator's fence: its aborts also reach the snapshot
+    /// writers on the TaskManagers at `controls`.
+    fn fence(
+        &self,
+        attempt_over: Arc<AtomicBool>,
+        job_id: &str,
+        attempt: u32,
+        controls: Vec<String>,
+    ) -> SnapshotFence {
+        let (runtime, job_id) = (self.runtime.clone(), job_id.to_string());
+        SnapshotFence::new(attempt_over).with_on_abort(move |checkpoint| {
+            for control in &controls {
+                let control = control.clone();
+                let abort = AbortCheckpoint {
+                    job_id: job_id.clone(),
+                    attempt,
+                    checkpoint,
+                };
+                runtime.spawn(async move {
+                    if let Ok(mut client) = TaskManagerClient::connect(format!("http://{control}")).await {
+                        let _ = client.abort(abort).await;
+                    }
+                });
+            }
+        })
+    }
+}
+
+/// What the coordinator of a job on the cluster tells the JobManager.
+struct JobEvents {
+    service: JobManagerService,
+    job_id: String,
+}
+
+impl CoordinatorEvents for JobEvents {
+    fn triggered(&self, _id: u64) {}
+
+    fn completed(&self, stats: CheckpointStats) {
+        eprintln!(
+            "[INFO] Checkpoint {} of job {} complete: {}.",
+            stats.id,
+            self.job_id,
+            stats.dir.display()
+        );
+    }
+
+    fn checkpoint_failed(&self) {
+        eprintln!("[WARN] A checkpoint of job {} failed.", self.job_id);
+    }
+
+    fn fail_attempt(&self, error: Error) {
+        let failure = self.service.state().fail(&self.job_id, error.to_string());
+        let (service, job_id) = (self.service.clone(), self.job_id.clone());
+        self.service
+            .runtime
+            .spawn(async move { service.failed(job_id, failure).await });
+    }
 }
 
 /// Tells TaskManagers (control addresses) to cancel their parts of a job.
@@ -333,21 +631,43 @@ impl JobManager for JobManagerService {
         let submit = request.into_inner();
         let plan: PlanSpec = serde_json::from_str(&submit.plan)
             .map_err(|e| Status::invalid_argument(format!("not a weir plan: {e}")))?;
-        let parallelisms: Vec<usize> = JobGraph::of(plan)
-            .vertices
-            .iter()
-            .map(|v| v.parallelism)
+        let graph = JobGraph::of(plan);
+        let parallelisms: Vec<usize> = graph.vertices.iter().map(|v| v.parallelism).collect();
+        let sources: Vec<bool> = (graph.vertices.iter())
+            .map(|v| matches!(graph.plan.nodes[v.nodes[0]].kind, NodeSpec::Source(_)))
             .collect();
-        let job_id = JobId::new().to_string();
+        let id = JobId::new();
+        let job_id = id.to_string();
+        let mut session = SessionConfig::default();
+        submit
+            .config
+            .iter()
+            .for_each(|(k, v)| session.set_unchecked(k, v));
+        let checkpoints = CheckpointConfig::from_session(&session).map_err(status)?;
+        let restart = RestartStrategy::from_session(
+            &session,
+            checkpoints.as_ref().is_some_and(|c| c.interval.is_some()),
+        )
+        .map_err(status)?;
+        let spec = JobSpec {
+            run_dir: checkpoints.map(|c| run_dir(&c.dir, &submit.name, &id)),
+            submit: submit.clone(),
+            parallelisms: parallelisms.clone(),
+            sources,
+            restart,
+        };
         self.state().jobs.insert(
             job_id.clone(),
             JobEntry {
+                spec: Arc::new(spec),
+                restarts: 0,
                 name: submit.name.clone(),
                 state: JobState::Created,
                 error: None,
                 attempt: 0,
                 parts: HashMap::new(),
                 running: BTreeSet::new(),
+                coordinator: None,
             },
         );
         eprintln!(
@@ -355,7 +675,7 @@ impl JobManager for JobManagerService {
             submit.name,
             parallelisms.len()
         );
-        tokio::spawn(self.clone().schedule(job_id.clone(), submit, parallelisms));
+        tokio::spawn(self.clone().schedule(job_id.clone()));
         Ok(Response::new(Submitted { job_id }))
     }
 
@@ -374,9 +694,26 @@ impl JobManager for JobManagerService {
         }))
     }
 
+    async fn report(&self, request: Request<Report>) -> std::result::Result<Response<Done>, Status> {
+        let Report {
+            job_id,
+            attempt,
+            report,
+        } = request.into_inner();
+        let state = self.state();
+        let link = (state.jobs.get(&job_id))
+            .filter(|j| j.attempt == attempt)
+            .and_then(|j| j.coordinator.as_ref());
+        if let Some(link) = link {
+            // A coordinator that has ended takes no more reports.
+            let _ = link.reports.send(report);
+        }
+        Ok(Response::new(Done {}))
+    }
+
     async fn part_ended(&self, request: Request<PartEnded>) -> std::result::Result<Response<Done>, Status> {
         let ended = request.into_inner();
-        let cancel = {
+        let failure = {
             let mut state = self.state();
             let Some(job) = state
                 .jobs
@@ -393,14 +730,15 @@ impl JobManager for JobManagerService {
                 ),
                 None if job.running.is_empty() && !job.state.is_terminal() => {
                     job.state = JobState::Finished;
+                    job.coordinator = None;
                     eprintln!("[INFO] Job {} ({}) finished.", ended.job_id, job.name);
                     state.release(&ended.job_id);
-                    Vec::new()
+                    Failure::default()
                 }
-                None => Vec::new(),
+                None => Failure::default(),
             }
         };
-        cancel_parts(&ended.job_id, cancel).await;
+        self.failed(ended.job_id, failure).await;
         Ok(Response::new(Done {}))
     }
 }
@@ -424,6 +762,7 @@ pub fn run(bind: &str, heartbeats: Heartbeats) -> Result<()> {
         let service = JobManagerService {
             state: Arc::default(),
             heartbeats,
+            runtime: Handle::current(),
         };
         tokio::spawn(service.clone().watch_heartbeats());
         Server::builder()
@@ -464,26 +803,72 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_failed_job_gives_its_slots_back_and_names_the_parts_to_cancel() {
+    fn job(restart: RestartStrategy) -> JobEntry {
+        let submit = SubmitJob {
+            name: "n".into(),
+            plan: String::new(),
+            config: Vec::new(),
+        };
+        JobEntry {
+            spec: Arc::new(JobSpec {
+                submit,
+                parallelisms: vec![2],
+                sources: vec![true],
+                restart,
+                run_dir: None,
+            }),
+            restarts: 0,
+            name: "n".into(),
+            state: JobState::Running,
+            error: None,
+            attempt: 3,
+            parts: HashMap::from([("a".to_string(), 2)]),
+            running: BTreeSet::from(["a".to_string()]),
+            coordinator: None,
+        }
+    }
+
+    fn state_with(job: JobEntry) -> State {
         let mut state = State::default();
         let mut a = entry("a", Instant::now());
         (a.control, a.slots, a.used) = ("ctl-a".into(), 2, 2);
         state.task_managers.push(a);
-        state.jobs.insert(
-            "j".into(),
-            JobEntry {
-                name: "n".into(),
-                state: JobState::Running,
-                error: None,
-                attempt: 3,
-                parts: HashMap::from([("a".to_string(), 2)]),
-                running: BTreeSet::from(["a".to_string()]),
-            },
-        );
-        assert_eq!(state.fail("j", "boom".into()), [("ctl-a".to_string(), 3)]);
+        state.jobs.insert("j".into(), job);
+        state
+    }
+
+    #[test]
+    fn a_failed_attempt_gives_its_slots_back_and_names_the_parts_to_cancel() {
+        let mut state = state_with(job(RestartStrategy::None));
+        let failure = state.fail("j", "boom".into());
+        assert_eq!(failure.cancel, [("ctl-a".to_string(), 3)]);
+        assert_eq!(failure.restart, None);
         assert_eq!(state.task_managers[0].used, 0);
         assert_eq!(state.jobs["j"].state, JobState::Failed);
-        assert!(state.fail("j", "again".into()).is_empty(), "a job fails once");
+        assert_eq!(
+            state.fail("j", "again".into()),
+            Failure::default(),
+            "a job fails once"
+        );
+    }
+
+    #[test]
+    fn a_fixed_delay_strategy_restarts_as_the_next_attempt_until_its_restarts_are_used_up() {
+        let delay = Duration::from_millis(300);
+        let mut state = state_with(job(RestartStrategy::FixedDelay { attempts: 1, delay }));
+        assert_eq!(state.fail("j", "boom".into()).restart, Some(delay));
+        let job = &state.jobs["j"];
+        assert_eq!(
+            (job.state, job.attempt, job.restarts),
+            (JobState::Restarting, 4, 1)
+        );
+        assert_eq!(state.fail("j", "while restarting".into()), Failure::default());
+        state.jobs.get_mut("j").unwrap().state = JobState::Running;
+        assert_eq!(
+            state.fail("j", "again".into()).restart,
+            None,
+            "one restart allowed"
+        );
+        assert_eq!(state.jobs["j"].state, JobState::Failed);
     }
 }

@@ -1,6 +1,7 @@
 //! The control plane's messages: what TaskManagers, clients and the JobManager say to each other.
 
 use serde::{Deserialize, Serialize};
+use weir_runtime::control::{TaskControl, TaskReport};
 
 /// A TaskManager offers its slots (TaskManager to JobManager).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,6 +72,8 @@ pub enum JobState {
     Created,
     /// Its parts run.
     Running,
+    /// An attempt failed; the next starts after the restart delay.
+    Restarting,
     /// Every part finished.
     Finished,
     /// A part failed, or a TaskManager running one was lost.
@@ -140,4 +143,39 @@ pub struct CancelPart {
     pub job_id: String,
     /// The attempt.
     pub attempt: u32,
+}
+
+/// A task's report to the checkpoint coordinator (TaskManager to JobManager).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// The job's id.
+    pub job_id: String,
+    /// The attempt.
+    pub attempt: u32,
+    /// The report (its task index is job-wide).
+    pub report: TaskReport,
+}
+
+/// The checkpoint coordinator's message to one task (JobManager to TaskManager).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Control {
+    /// The job's id.
+    pub job_id: String,
+    /// The attempt.
+    pub attempt: u32,
+    /// The job-wide task index.
+    pub task: usize,
+    /// The message.
+    pub control: TaskControl,
+}
+
+/// The coordinator gave up a checkpoint: its writers stop (JobManager to TaskManager).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AbortCheckpoint {
+    /// The job's id.
+    pub job_id: String,
+    /// The attempt.
+    pub attempt: u32,
+    /// The checkpoint.
+    pub checkpoint: u64,
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 use weir_common::ids::JobId;
@@ -13,6 +14,7 @@ use weir_flight::transport::FlightTransport;
 use weir_job::deploy::build_attempt_part;
 use weir_job::placement::Placement;
 use weir_plan::spec::PlanSpec;
+use weir_runtime::control::{SnapshotFence, TaskControl, TaskReport};
 
 use super::protocol::*;
 use super::rpc::job_manager_client::JobManagerClient;
@@ -31,8 +33,23 @@ pub struct TaskManagerOptions {
     pub host: String,
 }
 
-/// A job's part running here: its cancel flag.
-type Parts = Arc<Mutex<HashMap<(String, u32), Arc<AtomicBool>>>>;
+/// A job's part running here.
+#[derive(Default)]
+struct PartHandle {
+    /// Set to stop it.
+    cancel: Arc<AtomicBool>,
+    /// With checkpoints: each task's line from the coordinator, by job-wide task index.
+    controls: HashMap<usize, Sender<TaskControl>>,
+    /// With checkpoints: its snapshot writers' fence.
+    fence: Option<Arc<SnapshotFence>>,
+}
+
+/// The parts running here, by job id and attempt.
+type Parts = Arc<Mutex<HashMap<(String, u32), PartHandle>>>;
+
+fn lock(parts: &Parts) -> std::sync::MutexGuard<'_, HashMap<(String, u32), PartHandle>> {
+    parts.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 #[derive(Clone)]
 struct TaskManagerService {
@@ -49,24 +66,21 @@ impl TaskManager for TaskManagerService {
         let deploy = request.into_inner();
         let cancel = Arc::new(AtomicBool::new(false));
         let key = (deploy.job_id.clone(), deploy.attempt);
-        self.parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), cancel.clone());
+        let handle = PartHandle {
+            cancel: cancel.clone(),
+            ..PartHandle::default()
+        };
+        lock(&self.parts).insert(key.clone(), handle);
         let service = self.clone();
         std::thread::Builder::new()
             .name(format!("weir-part-{}", deploy.job_id))
             .spawn(move || {
                 let (job_id, attempt) = (deploy.job_id.clone(), deploy.attempt);
-                let result = run_part(&service.node, deploy, &cancel);
+                let result = run_part(&service, deploy, &cancel);
                 if let Err(e) = &result {
                     eprintln!("[ERROR] Part of job {job_id} failed: {e}");
                 }
-                service
-                    .parts
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
+                lock(&service.parts).remove(&key);
                 let ended = PartEnded {
                     job_id,
                     attempt,
@@ -87,20 +101,49 @@ impl TaskManager for TaskManagerService {
 
     async fn cancel(&self, request: Request<CancelPart>) -> std::result::Result<Response<Done>, Status> {
         let cancel = request.into_inner();
-        if let Some(flag) = self
-            .parts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(cancel.job_id, cancel.attempt))
-        {
-            flag.store(true, Ordering::SeqCst);
+        if let Some(part) = lock(&self.parts).get(&(cancel.job_id, cancel.attempt)) {
+            part.cancel.store(true, Ordering::SeqCst);
+        }
+        Ok(Response::new(Done {}))
+    }
+
+    async fn control(&self, request: Request<Control>) -> std::result::Result<Response<Done>, Status> {
+        let Control {
+            job_id,
+            attempt,
+            task,
+            control,
+        } = request.into_inner();
+        let parts = lock(&self.parts);
+        let line = (parts.get(&(job_id.clone(), attempt)))
+            .and_then(|p| p.controls.get(&task))
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "no task {task} of attempt {attempt} of job {job_id} here"
+                ))
+            })?;
+        // A task that ended no longer listens; the coordinator learns of it from its report.
+        let _ = line.send(control);
+        Ok(Response::new(Done {}))
+    }
+
+    async fn abort(&self, request: Request<AbortCheckpoint>) -> std::result::Result<Response<Done>, Status> {
+        let abort = request.into_inner();
+        let fence = lock(&self.parts)
+            .get(&(abort.job_id, abort.attempt))
+            .and_then(|p| p.fence.clone());
+        if let Some(fence) = fence {
+            fence.abort(abort.checkpoint);
         }
         Ok(Response::new(Done {}))
     }
 }
 
-/// Builds this TaskManager's subtasks of a job and runs them to their end.
-fn run_part(node: &Arc<FlightNode>, deploy: DeployPart, cancel: &Arc<AtomicBool>) -> Result<()> {
+/// Builds this TaskManager's subtasks of a job and runs them to their end;
+/// with checkpoints, their reports go to the coordinator on the JobManager
+/// and its messages come back through [`TaskManager::control`].
+fn run_part(service: &TaskManagerService, deploy: DeployPart, cancel: &Arc<AtomicBool>) -> Result<()> {
+    let node = &service.node;
     let engine = Engine::new();
     for (key, value) in &deploy.config {
         engine.set(key, value)?;
@@ -115,7 +158,22 @@ fn run_part(node: &Arc<FlightNode>, deploy: DeployPart, cancel: &Arc<AtomicBool>
         here: node.address().to_string(),
         hosts: deploy.hosts,
     };
-    let part = build_attempt_part(&graph, &settings, None, &[], deploy.attempt, &placement)?;
+    let mut part = build_attempt_part(
+        &graph,
+        &settings,
+        settings.restore.as_ref(),
+        &[],
+        deploy.attempt,
+        &placement,
+    )?;
+    let reports = part.driver.take().map(|driver| {
+        if let Some(handle) = lock(&service.parts).get_mut(&(deploy.job_id.clone(), deploy.attempt)) {
+            let lines = driver.tasks.into_iter().map(|t| t.control);
+            handle.controls = driver.task_indexes.into_iter().zip(lines).collect();
+            handle.fence = Some(driver.fence);
+        }
+        forward_reports(service, &deploy.job_id, deploy.attempt, driver.reports)
+    });
     eprintln!(
         "[INFO] Running {} subtask(s) of job {} ({}).",
         part.tasks.len(),
@@ -152,11 +210,42 @@ fn run_part(node: &Arc<FlightNode>, deploy: DeployPart, cancel: &Arc<AtomicBool>
     }
     done.store(true, Ordering::SeqCst);
     let _ = watcher.join();
+    if let Some(reports) = reports {
+        // Every report is with the coordinator before the part is said to end.
+        let _ = reports.join();
+    }
     match (first_error, cancel.load(Ordering::SeqCst)) {
         (Some(e), _) => Err(e),
         (None, true) => Err(Error::Execution("cancelled".into())),
         (None, false) => Ok(()),
     }
+}
+
+/// Sends the reports of a part's tasks and snapshot writers to the
+/// JobManager until the last of them is gone.
+fn forward_reports(
+    service: &TaskManagerService,
+    job_id: &str,
+    attempt: u32,
+    reports: Receiver<TaskReport>,
+) -> std::thread::JoinHandle<()> {
+    let (mut jobmanager, runtime) = (service.jobmanager.clone(), service.runtime.clone());
+    let job_id = job_id.to_string();
+    std::thread::spawn(move || {
+        for report in reports.iter() {
+            let report = Report {
+                job_id: job_id.clone(),
+                attempt,
+                report,
+            };
+            if let Err(e) = runtime.block_on(jobmanager.report(report)) {
+                eprintln!(
+                    "[WARN] A checkpoint report did not reach the JobManager: {}",
+                    e.message()
+                );
+            }
+        }
+    })
 }
 
 /// Registers with the JobManager, retrying for up to a minute.
@@ -178,8 +267,8 @@ async fn register(
 
 /// Cancels every part running here.
 fn cancel_all(parts: &Parts) {
-    for flag in parts.lock().unwrap_or_else(|e| e.into_inner()).values() {
-        flag.store(true, Ordering::SeqCst);
+    for part in lock(parts).values() {
+        part.cancel.store(true, Ordering::SeqCst);
     }
 }
 

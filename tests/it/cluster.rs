@@ -56,6 +56,12 @@ impl Drop for Process {
 /// A JobManager (heartbeats every second, lost after 3 s) and two
 /// TaskManagers of one slot each, registered.
 fn cluster() -> (Process, String, Vec<Process>) {
+    cluster_of(2)
+}
+
+/// A JobManager and `n` TaskManagers of one slot each, registered one
+/// after the other (so the first two registered take a job of parallelism 2).
+fn cluster_of(n: usize) -> (Process, String, Vec<Process>) {
     let jobmanager = Process::start(&[
         "jobmanager",
         "--port",
@@ -67,21 +73,28 @@ fn cluster() -> (Process, String, Vec<Process>) {
     ]);
     let line = jobmanager.wait_for("JobManager listening on");
     let address = line.rsplit(' ').next().unwrap().trim_end_matches('.').to_string();
-    let task_managers: Vec<Process> = (0..2)
-        .map(|_| Process::start(&["taskmanager", "--jobmanager", &address, "--slots", "1"]))
+    let task_managers: Vec<Process> = (0..n)
+        .map(|_| {
+            let task_manager = Process::start(&["taskmanager", "--jobmanager", &address, "--slots", "1"]);
+            jobmanager.wait_for(&format!("TaskManager tm-{}-", task_manager.child.id()));
+            task_manager
+        })
         .collect();
-    for _ in 0..2 {
-        jobmanager.wait_for("registered");
-    }
     (jobmanager, address, task_managers)
 }
 
 /// A tumbling aggregation at parallelism 2 of `rows` sequence rows at
-/// `rate` rows/s into CSV files under `out`.
+/// `rate` rows/s into CSV files under `<dir>/<name>`.
 fn script(dir: &Path, name: &str, rows: u64, rate: u64) -> std::path::PathBuf {
+    script_with(dir, name, rows, rate, "")
+}
+
+/// [`script`] after the statements `head`.
+fn script_with(dir: &Path, name: &str, rows: u64, rate: u64, head: &str) -> std::path::PathBuf {
     let out = dir.join(name);
     let sql = format!(
-        "SET 'parallelism.default' = '2';
+        "{head}
+         SET 'parallelism.default' = '2';
          CREATE TABLE seq (id BIGINT, name AS CAST(id % 13 AS STRING),
              ts AS TO_TIMESTAMP_LTZ(id * 10, 3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
            WITH ('connector' = 'datagen', 'rows-per-second' = '{rate}',
@@ -143,4 +156,47 @@ fn a_task_manager_killed_mid_job_fails_the_job_instead_of_hanging_it() {
     let failed = client.wait_for("failed");
     assert!(failed.contains("Job"), "{failed}");
     jobmanager.wait_for("lost: no heartbeat for 3s");
+}
+
+#[test]
+fn a_checkpointed_job_whose_task_manager_is_killed_restarts_on_a_spare_one_from_its_last_checkpoint_and_writes_each_row_once()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (jobmanager, address, mut task_managers) = cluster_of(3);
+    let checkpoints = format!(
+        "SET 'execution.checkpointing.interval' = '300 ms';
+         SET 'execution.checkpointing.dir' = '{}';",
+        dir.path().join("checkpoints").display()
+    );
+    // 800k rows at 100k rows/s: about 8 s.
+    let job = script_with(dir.path(), "remote", 800_000, 100_000, &checkpoints);
+    let client = Process::start(&["run", "--jobmanager", &address, job.to_str().unwrap()]);
+    jobmanager.wait_for("attempt 0 deployed on 2 TaskManager(s)");
+    jobmanager.wait_for("Checkpoint 3 of job");
+    // The first TaskManager registered runs a part; the third is spare.
+    let mut victim = task_managers.remove(0);
+    victim.child.kill().unwrap(); // SIGKILL
+    let restored = jobmanager.wait_for("restores");
+    assert!(restored.contains("chk-"), "{restored}");
+    jobmanager.wait_for("deployed on 2 TaskManager(s)");
+    let ended = client.wait_for("ended:");
+    assert!(ended.contains("Finished"), "{ended}");
+
+    let local = script_with(dir.path(), "local", 800_000, 1_000_000, &checkpoints);
+    let output = weir(&["run", local.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows = crate::part_file_lines(&dir.path().join("remote"));
+    assert_eq!(
+        rows.len(),
+        crate::part_file_lines(&dir.path().join("local")).len()
+    );
+    assert_eq!(
+        rows,
+        crate::part_file_lines(&dir.path().join("local")),
+        "each row once"
+    );
 }

@@ -85,24 +85,3 @@ fn a_job_split_over_two_flight_nodes_writes_the_rows_of_the_job_run_whole() {
     assert!(!rows.is_empty());
     assert_eq!(rows, crate::part_file_lines(&dir.path().join("whole")));
 }
-
-#[test]
-fn checkpoints_of_a_job_split_over_processes_are_refused_until_the_coordinator_reaches_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = crate::engine(2);
-    let checkpoints = dir.path().join("checkpoints").display().to_string();
-    engine.set("execution.checkpointing.interval", "1 s").unwrap();
-    engine.set("execution.checkpointing.dir", &checkpoints).unwrap();
-    engine.sql(SOURCE).unwrap();
-    sink(&engine, "split", &dir.path().join("split"));
-    let (graph, settings) = engine
-        .prepare(&engine.plan(&insert("split")).unwrap(), "split")
-        .unwrap();
-    let parallelisms: Vec<usize> = graph.vertices.iter().map(|v| v.parallelism).collect();
-    let placement = share_slots(&parallelisms, &[("a".into(), 1), ("b".into(), 1)]).unwrap();
-    let error = build_attempt_part(&graph, &settings, None, &[], 0, &placement.seen_from("a"))
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(error.contains("several processes"), "{error}");
-}

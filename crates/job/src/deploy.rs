@@ -44,8 +44,11 @@ pub struct DriverParts {
     pub run_dir: PathBuf,
     /// Shared with the attempt's snapshot writers.
     pub fence: Arc<SnapshotFence>,
-    /// One line per task.
+    /// One line per task built here, in task index order.
     pub tasks: Vec<DriverTask>,
+    /// The job-wide task index of each of `tasks` (all of them, `0..n`,
+    /// when every subtask runs here).
+    pub task_indexes: Vec<usize>,
     /// Reports from the tasks.
     pub reports: Receiver<TaskReport>,
 }
@@ -547,11 +550,6 @@ pub fn build_attempt_part(
     attempt: u32,
     placement: &Placement,
 ) -> Result<Attempt> {
-    if settings.checkpoint.is_some() && !placement.is_all_here() {
-        return Err(Error::Plan(
-            "checkpoints of a job whose subtasks run in several processes are not supported yet".into(),
-        ));
-    }
     let cancel = Arc::new(AtomicBool::new(false));
     let mut channels = connect(graph, settings, placement)?;
     let uids: Vec<(Option<String>, Vec<String>)> = graph.vertices.iter().map(|v| v.uids.clone()).collect();
@@ -579,7 +577,9 @@ pub fn build_attempt_part(
         attempt,
     };
     let mut driver_tasks = Vec::new();
+    let mut task_indexes = Vec::new();
     let mut tasks = Vec::new();
+    let mut first_task = 0;
     let mut infos = Vec::new();
     for (vertex_index, vertex) in graph.vertices.iter().enumerate() {
         if settings.checkpoint.is_some() && vertex.source.as_ref().is_some_and(|s| !s.supports_checkpoints())
@@ -596,14 +596,16 @@ pub fn build_attempt_part(
                 .unwrap_or_else(|| Arc::new(TaskMetrics::default()));
             let (task, info) = build_subtask(
                 &parts,
-                (vertex_index, subtask, tasks.len()),
+                (vertex_index, subtask, first_task + subtask),
                 metrics,
                 &mut channels,
                 &mut driver_tasks,
             )?;
             tasks.push(task);
             infos.push(info);
+            task_indexes.push(first_task + subtask);
         }
+        first_task += vertex.parallelism;
     }
     let AttemptParts { job_dir, fence, .. } = parts;
     let driver = match (&settings.checkpoint, job_dir) {
@@ -612,6 +614,7 @@ pub fn build_attempt_part(
             run_dir,
             fence,
             tasks: driver_tasks,
+            task_indexes,
             reports: report_receiver,
         }),
         _ => None,

@@ -17,7 +17,7 @@ use weir_state::checkpoint::metadata::TaskState;
 use weir_state::checkpoint::storage::{checkpoint_dir, savepoint_dir};
 
 /// From the coordinator to a task.
-#[derive(Debug, Clone)]
+#[derive(Debug, serde::Serialize, serde::Deserialize, Clone)]
 pub enum TaskControl {
     /// Running sources and finished tasks (which get no barriers any more):
     /// snapshot now; a source injects the barrier.
@@ -38,7 +38,7 @@ pub enum TaskControl {
 }
 
 /// From a task to the coordinator.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub enum TaskReport {
     /// The task saved its state for a checkpoint.
     Acknowledge {
@@ -119,10 +119,21 @@ impl TaskCheckpointing {
 /// Whether snapshot writers may still write: not once their attempt has
 /// ended (the next attempt may be restoring already), nor for a checkpoint
 /// the coordinator aborted (it deleted, or is deleting, the directory).
-#[derive(Debug)]
 pub struct SnapshotFence {
     attempt_over: Arc<AtomicBool>,
     aborted: Mutex<BTreeSet<CheckpointId>>,
+    /// Told of every abort: the writers of a job whose tasks run in other
+    /// processes are fenced there.
+    on_abort: Option<Box<dyn Fn(CheckpointId) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for SnapshotFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotFence")
+            .field("attempt_over", &self.attempt_over)
+            .field("aborted", &self.aborted)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SnapshotFence {
@@ -131,12 +142,22 @@ impl SnapshotFence {
         SnapshotFence {
             attempt_over,
             aborted: Mutex::new(BTreeSet::new()),
+            on_abort: None,
         }
+    }
+
+    /// The same fence, telling `on_abort` of every checkpoint aborted.
+    pub fn with_on_abort(mut self, on_abort: impl Fn(CheckpointId) + Send + Sync + 'static) -> Self {
+        self.on_abort = Some(Box::new(on_abort));
+        self
     }
 
     /// The coordinator gave up checkpoint `id`.
     pub fn abort(&self, id: CheckpointId) {
-        self.aborted.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        let new = self.aborted.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        if let (true, Some(on_abort)) = (new, &self.on_abort) {
+            on_abort(id);
+        }
     }
 
     /// Whether the attempt has ended (failed or cancelled).

@@ -5,7 +5,7 @@ use weir_common::ids::{BarrierKind, CheckpointId};
 use weir_common::time::Timestamp;
 
 /// A checkpoint barrier: separates the records before checkpoint `id` from those after.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CheckpointBarrier {
     /// The checkpoint this barrier belongs to.
     pub id: CheckpointId,
