@@ -31,6 +31,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod repl;
+pub mod rest;
 pub mod table;
 
 pub use engine::{Engine, ResultStream, TableResult};

@@ -65,6 +65,10 @@ enum Command {
         /// them in this process.
         #[arg(long, value_name = "HOST:PORT")]
         jobmanager: Option<String>,
+        /// Serve Flink's REST API and Prometheus `/metrics` for the jobs on
+        /// this port of 127.0.0.1 (0: any free one; the address is printed).
+        #[arg(long, value_name = "PORT")]
+        rest_port: Option<u16>,
     },
     /// Run a JobManager: TaskManagers register their slots with it, and
     /// `weir run --jobmanager` submits jobs to it.
@@ -339,10 +343,11 @@ fn main() -> ExitCode {
             restore,
             metrics_interval,
             jobmanager: Some(jobmanager),
+            rest_port,
         } => {
-            if restore.is_some() || metrics_interval.is_some() {
+            if restore.is_some() || metrics_interval.is_some() || rest_port.is_some() {
                 Err(anyhow::anyhow!(
-                    "--restore and --metrics-interval are for jobs run in this process, not with --jobmanager yet"
+                    "--restore, --metrics-interval and --rest-port are for jobs run in this process, not with --jobmanager yet"
                 ))
             } else {
                 run_remote(&jobmanager, &files, &defines, &settings)
@@ -355,11 +360,19 @@ fn main() -> ExitCode {
             restore,
             metrics_interval,
             jobmanager: None,
+            rest_port,
         } => {
             let interval = metrics_interval
                 .map(|text| duration_arg("metrics-interval", &text))
                 .transpose();
-            interval.and_then(|interval| run(&files, &defines, &settings, restore.as_deref(), interval))
+            interval.and_then(|interval| {
+                let options = RunOptions {
+                    restore: restore.as_deref(),
+                    metrics_interval: interval,
+                    rest_port,
+                };
+                run(&files, &defines, &settings, options)
+            })
         }
         Command::Jobmanager {
             port,
@@ -441,13 +454,24 @@ fn read_script(file: &Path, defines: &[String]) -> anyhow::Result<String> {
     })
 }
 
+/// How `weir run` runs, beyond its files and settings.
+struct RunOptions<'a> {
+    restore: Option<&'a Path>,
+    metrics_interval: Option<std::time::Duration>,
+    rest_port: Option<u16>,
+}
+
 fn run(
     files: &[PathBuf],
     defines: &[String],
     settings: &[String],
-    restore: Option<&Path>,
-    metrics_interval: Option<std::time::Duration>,
+    options: RunOptions,
 ) -> anyhow::Result<()> {
+    let RunOptions {
+        restore,
+        metrics_interval,
+        rest_port,
+    } = options;
     let engine = Engine::new();
     if let Some(path) = restore {
         engine.set("execution.savepoint.path", &path.display().to_string())?;
@@ -466,6 +490,10 @@ fn run(
     }
     let started = Instant::now();
     let stop = StopOnSignal::install()?;
+    if let Some(port) = rest_port {
+        let address = weir::rest::serve(&format!("127.0.0.1:{port}"), stop.jobs.clone())?;
+        eprintln!("[INFO] REST API on http://{address}");
+    }
     if let Some(interval) = metrics_interval {
         let jobs = stop.jobs.clone();
         std::thread::Builder::new()

@@ -22,6 +22,7 @@ mod rank_differential;
 mod recovery;
 mod repl;
 mod repl_pty;
+mod rest;
 mod savepoint;
 mod spilling;
 mod split;

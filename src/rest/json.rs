@@ -1,0 +1,181 @@
+//! The JSON bodies of the REST API, shaped as Flink's.
+
+use serde_json::{Value, json};
+use weir_job::metrics::{BackpressureLevel, JobMetrics, TaskMetricsSnapshot};
+use weir_job::stats::CheckpointStats;
+
+use crate::{JobHandle, JobStatus};
+
+/// Flink's name of a job state.
+pub(super) fn state(status: JobStatus) -> &'static str {
+    match status {
+        JobStatus::Running => "RUNNING",
+        JobStatus::Finished => "FINISHED",
+        JobStatus::Cancelled => "CANCELED",
+        JobStatus::Failed => "FAILED",
+    }
+}
+
+fn now_ms() -> i64 {
+    weir_common::time::wall_clock_millis()
+}
+
+pub(super) fn overview(jobs: &[JobHandle]) -> Value {
+    let count = |status: JobStatus| jobs.iter().filter(|j| j.status() == status).count();
+    let slots = (jobs.iter())
+        .filter(|j| j.status() == JobStatus::Running)
+        .map(|j| {
+            vertices(&j.metrics())
+                .iter()
+                .map(|(_, t)| t.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .sum::<usize>();
+    json!({
+        "taskmanagers": 1,
+        "slots-total": slots,
+        "slots-available": 0,
+        "jobs-running": count(JobStatus::Running),
+        "jobs-finished": count(JobStatus::Finished),
+        "jobs-cancelled": count(JobStatus::Cancelled),
+        "jobs-failed": count(JobStatus::Failed),
+        "weir-version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// A job's subtasks grouped by vertex, in the order they come: a
+/// subtask's name is `vertex (i/p)`.
+fn vertices(metrics: &JobMetrics) -> Vec<(String, Vec<&TaskMetricsSnapshot>)> {
+    let mut vertices: Vec<(String, Vec<&TaskMetricsSnapshot>)> = Vec::new();
+    for task in &metrics.tasks {
+        let vertex = task.name.rsplit_once(" (").map_or(task.name.as_str(), |(v, _)| v);
+        match vertices.iter_mut().find(|(name, _)| name == vertex) {
+            Some((_, tasks)) => tasks.push(task),
+            None => vertices.push((vertex.to_string(), vec![task])),
+        }
+    }
+    vertices
+}
+
+pub(super) fn job(job: &JobHandle) -> Value {
+    let metrics = job.metrics();
+    let now = now_ms();
+    let duration = job.elapsed().as_millis() as i64;
+    let status = state(job.status());
+    let vertices: Vec<Value> = (vertices(&metrics).iter().enumerate())
+        .map(|(id, (name, tasks))| {
+            json!({
+                "id": id.to_string(),
+                "name": name,
+                "parallelism": tasks.len(),
+                "status": status,
+                "metrics": {
+                    "read-records": tasks.iter().map(|t| t.records_in).sum::<u64>(),
+                    "write-records": tasks.iter().map(|t| t.records_out).sum::<u64>(),
+                },
+                "watermark": tasks.iter().filter_map(|t| t.watermark).min(),
+                "backpressure-level": level(tasks.iter().map(|t| t.backpressure_level).max().unwrap_or(BackpressureLevel::Ok)),
+            })
+        })
+        .collect();
+    json!({
+        "jid": job.job_id().as_str(),
+        "name": job.name(),
+        "state": status,
+        "start-time": now - duration,
+        "duration": duration,
+        "now": now,
+        "restarts": metrics.restarts,
+        "vertices": vertices,
+    })
+}
+
+fn level(level: BackpressureLevel) -> &'static str {
+    match level {
+        BackpressureLevel::Ok => "ok",
+        BackpressureLevel::Low => "low",
+        BackpressureLevel::High => "high",
+    }
+}
+
+fn checkpoint(stats: &CheckpointStats) -> Value {
+    json!({
+        "id": stats.id,
+        "status": "COMPLETED",
+        "is_savepoint": matches!(stats.kind, weir_common::ids::BarrierKind::Savepoint),
+        "trigger_timestamp": stats.trigger_time,
+        "latest_ack_timestamp": stats.trigger_time + stats.duration.as_millis() as i64,
+        "end_to_end_duration": stats.duration.as_millis() as u64,
+        "state_size": stats.full_state_bytes,
+        "checkpointed_size": stats.state_bytes,
+        "alignment_buffered": stats.channel_state_bytes,
+        "external_path": stats.dir.display().to_string(),
+        "attempt": stats.attempt,
+    })
+}
+
+pub(super) fn checkpoints(job: &JobHandle) -> Value {
+    let completed = job.completed_checkpoints();
+    let failed = job.failed_checkpoints();
+    let summary = |f: fn(&CheckpointStats) -> u64| {
+        let values: Vec<u64> = completed.iter().map(f).collect();
+        json!({
+            "min": values.iter().min(),
+            "max": values.iter().max(),
+            "avg": (!values.is_empty()).then(|| values.iter().sum::<u64>() / values.len() as u64),
+        })
+    };
+    let latest = |savepoint: bool| {
+        (completed.iter())
+            .rev()
+            .find(|c| matches!(c.kind, weir_common::ids::BarrierKind::Savepoint) == savepoint)
+            .map(checkpoint)
+    };
+    json!({
+        "counts": {
+            "restored": 0,
+            "total": completed.len() as u64 + failed,
+            "in_progress": 0,
+            "completed": completed.len(),
+            "failed": failed,
+        },
+        "summary": {
+            "state_size": summary(|c| c.full_state_bytes),
+            "checkpointed_size": summary(|c| c.state_bytes),
+            "end_to_end_duration": summary(|c| c.duration.as_millis() as u64),
+        },
+        "latest": { "completed": latest(false), "savepoint": latest(true), "failed": null, "restored": null },
+        "history": completed.iter().rev().map(checkpoint).collect::<Vec<_>>(),
+    })
+}
+
+pub(super) fn backpressure(job: &JobHandle, vertex: usize) -> Option<Value> {
+    let metrics = job.metrics();
+    let vertices = vertices(&metrics);
+    let (_, tasks) = vertices.get(vertex)?;
+    let worst = tasks
+        .iter()
+        .map(|t| t.backpressure_level)
+        .max()
+        .unwrap_or(BackpressureLevel::Ok);
+    Some(json!({
+        "status": "ok",
+        "backpressure-level": level(worst),
+        "end-timestamp": now_ms(),
+        "subtasks": tasks.iter().enumerate().map(|(i, t)| json!({
+            "subtask": i,
+            "backpressure-level": level(t.backpressure_level),
+            "ratio": t.backpressure,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+pub(super) fn task_managers() -> Value {
+    json!({ "taskmanagers": [{
+        "id": "local",
+        "path": format!("process {}", std::process::id()),
+        "timeSinceLastHeartbeat": 0,
+        "hardware": { "cpuCores": std::thread::available_parallelism().map_or(1, |n| n.get()) },
+    }] })
+}
