@@ -745,12 +745,7 @@ impl JobManager for JobManagerService {
 
 /// Runs a JobManager on `bind` (`host:port`) until the process ends.
 pub fn run(bind: &str, heartbeats: Heartbeats) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("weir-jobmanager")
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Execution(format!("cannot start the JobManager's runtime: {e}")))?;
+    let runtime = weir_flight::runtime("weir-jobmanager")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(bind)
             .await

@@ -275,12 +275,7 @@ fn cancel_all(parts: &Parts) {
 /// Runs a TaskManager until the process ends.
 pub fn run(options: TaskManagerOptions) -> Result<()> {
     let node = FlightNode::start(&format!("{}:0", options.host))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("weir-taskmanager")
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Execution(format!("cannot start the TaskManager's runtime: {e}")))?;
+    let runtime = weir_flight::runtime("weir-taskmanager")?;
     let handle = runtime.handle().clone();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(format!("{}:0", options.host))

@@ -29,7 +29,7 @@ mod node;
 pub mod transport;
 
 pub use key::{ChannelKey, Lane};
-pub use node::{FlightNode, STREAM_WINDOW};
+pub use node::{FlightNode, STREAM_WINDOW, runtime};
 pub use weir_common::{Error, Result};
 
 #[cfg(test)]

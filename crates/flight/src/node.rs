@@ -187,6 +187,17 @@ impl FlightService for ChannelService {
     }
 }
 
+/// A runtime of two worker threads named `name`, for a server and its
+/// clients (the Flight node's, the JobManager's, a TaskManager's).
+pub fn runtime(name: &str) -> Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Execution(format!("cannot start the {name} runtime: {e}")))
+}
+
 /// One process's Flight server and clients, on a runtime of their own.
 pub struct FlightNode {
     runtime: Option<Runtime>,
@@ -204,12 +215,7 @@ impl std::fmt::Debug for FlightNode {
 impl FlightNode {
     /// Starts a node serving on `bind` (`host:port`; port 0 picks a free one).
     pub fn start(bind: &str) -> Result<Arc<FlightNode>> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("weir-flight")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Execution(format!("cannot start the Flight runtime: {e}")))?;
+        let runtime = runtime("weir-flight")?;
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind(bind))
             .map_err(|e| Error::Execution(format!("cannot listen on {bind}: {e}")))?;
