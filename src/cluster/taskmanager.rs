@@ -64,19 +64,14 @@ struct TaskManagerService {
 impl TaskManager for TaskManagerService {
     async fn deploy(&self, request: Request<DeployPart>) -> std::result::Result<Response<Done>, Status> {
         let deploy = request.into_inner();
-        let cancel = Arc::new(AtomicBool::new(false));
         let key = (deploy.job_id.clone(), deploy.attempt);
-        let handle = PartHandle {
-            cancel: cancel.clone(),
-            ..PartHandle::default()
-        };
-        lock(&self.parts).insert(key.clone(), handle);
+        lock(&self.parts).insert(key.clone(), PartHandle::default());
         let service = self.clone();
         std::thread::Builder::new()
             .name(format!("weir-part-{}", deploy.job_id))
             .spawn(move || {
                 let (job_id, attempt) = (deploy.job_id.clone(), deploy.attempt);
-                let result = run_part(&service, deploy, &cancel);
+                let result = run_part(&service, deploy);
                 if let Err(e) = &result {
                     eprintln!("[ERROR] Part of job {job_id} failed: {e}");
                 }
@@ -142,7 +137,7 @@ impl TaskManager for TaskManagerService {
 /// Builds this TaskManager's subtasks of a job and runs them to their end;
 /// with checkpoints, their reports go to the coordinator on the JobManager
 /// and its messages come back through [`TaskManager::control`].
-fn run_part(service: &TaskManagerService, deploy: DeployPart, cancel: &Arc<AtomicBool>) -> Result<()> {
+fn run_part(service: &TaskManagerService, deploy: DeployPart) -> Result<()> {
     let node = &service.node;
     let engine = Engine::new();
     for (key, value) in &deploy.config {
@@ -166,37 +161,30 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart, cancel: &Arc<Atomi
         deploy.attempt,
         &placement,
     )?;
-    let reports = part.driver.take().map(|driver| {
-        if let Some(handle) = lock(&service.parts).get_mut(&(deploy.job_id.clone(), deploy.attempt)) {
-            let lines = driver.tasks.into_iter().map(|t| t.control);
-            handle.controls = driver.task_indexes.into_iter().zip(lines).collect();
-            handle.fence = Some(driver.fence);
+    let driver = part.driver.take();
+    if let Some(handle) = lock(&service.parts).get_mut(&(deploy.job_id.clone(), deploy.attempt)) {
+        // From now on the JobManager's cancel sets the attempt's own flag,
+        // which the tasks watch; one set while building carries over.
+        if handle.cancel.load(Ordering::SeqCst) {
+            part.cancel.store(true, Ordering::SeqCst);
         }
-        forward_reports(service, &deploy.job_id, deploy.attempt, driver.reports)
-    });
+        handle.cancel = part.cancel.clone();
+        if let Some(driver) = &driver {
+            let lines = driver.tasks.iter().map(|t| t.control.clone());
+            handle.controls = driver.task_indexes.iter().copied().zip(lines).collect();
+            handle.fence = Some(driver.fence.clone());
+        }
+    }
+    let reports = driver.map(|d| forward_reports(service, &deploy.job_id, deploy.attempt, d.reports));
     eprintln!(
         "[INFO] Running {} subtask(s) of job {} ({}).",
         part.tasks.len(),
         deploy.job_id,
         deploy.name
     );
-    let tasks_cancel = part.cancel.clone();
     let threads: Vec<_> = (part.tasks.into_iter())
         .map(|task| std::thread::spawn(move || task.run()))
         .collect();
-    // The JobManager's cancel reaches the tasks through the attempt's flag.
-    let watcher_cancel = cancel.clone();
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher_done = done.clone();
-    let watcher = std::thread::spawn(move || {
-        while !watcher_done.load(Ordering::SeqCst) {
-            if watcher_cancel.load(Ordering::SeqCst) {
-                tasks_cancel.store(true, Ordering::SeqCst);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
     let mut first_error = None;
     for thread in threads {
         let result = thread
@@ -208,13 +196,11 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart, cancel: &Arc<Atomi
             first_error.get_or_insert(e);
         }
     }
-    done.store(true, Ordering::SeqCst);
-    let _ = watcher.join();
     if let Some(reports) = reports {
         // Every report is with the coordinator before the part is said to end.
         let _ = reports.join();
     }
-    match (first_error, cancel.load(Ordering::SeqCst)) {
+    match (first_error, part.cancel.load(Ordering::SeqCst)) {
         (Some(e), _) => Err(e),
         (None, true) => Err(Error::Execution("cancelled".into())),
         (None, false) => Ok(()),
