@@ -27,6 +27,14 @@ fn main() {
         .method(method("job", "Job", "JobQuery", "JobReport"))
         .method(method("part_ended", "PartEnded", "PartEnded", "Done"))
         .method(method("report", "Report", "Report", "Done"))
+        .method(method("jobs", "Jobs", "JobsQuery", "JobList"))
+        .method(method(
+            "savepoint",
+            "Savepoint",
+            "SavepointRequest",
+            "SavepointDone",
+        ))
+        .method(method("cancel", "Cancel", "JobQuery", "Done"))
         .build();
     let task_manager = Service::builder()
         .name("TaskManager")
@@ -35,6 +43,7 @@ fn main() {
         .method(method("cancel", "Cancel", "CancelPart", "Done"))
         .method(method("control", "Control", "Control", "Done"))
         .method(method("abort", "Abort", "AbortCheckpoint", "Done"))
+        .method(method("metrics", "Metrics", "MetricsQuery", "TaskFigures"))
         .build();
     Builder::new().compile(&[job_manager, task_manager]);
 }

@@ -28,6 +28,10 @@ struct Cli {
     /// Run these statements (separated by ';') and exit.
     #[arg(short = 'e', long = "execute", value_name = "SQL")]
     execute: Option<String>,
+    /// The shell submits its jobs to the JobManager at HOST:PORT (and
+    /// SHOW JOBS / STOP JOB reach the jobs there).
+    #[arg(long, value_name = "HOST:PORT")]
+    jobmanager: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -85,6 +89,10 @@ enum Command {
         /// Silence after which a TaskManager is lost (Flink's heartbeat.timeout).
         #[arg(long, default_value = "50 s", value_name = "DURATION")]
         heartbeat_timeout: String,
+        /// Serve Flink's REST API and Prometheus `/metrics` on this port of
+        /// the listening address (Flink's rest.port; 0: any free one).
+        #[arg(long, default_value_t = 8081)]
+        rest_port: u16,
     },
     /// Run a TaskManager that offers slots to a JobManager and runs the
     /// subtasks placed on them.
@@ -98,6 +106,18 @@ enum Command {
         /// The address this TaskManager listens on and is reached at.
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
+        /// The port of its control service (Flink's taskmanager.rpc.port;
+        /// 0: any free one).
+        #[arg(long, default_value_t = 0)]
+        rpc_port: u16,
+        /// The port of its Flight node, where other TaskManagers fetch its
+        /// channels (Flink's taskmanager.data.port; 0: any free one).
+        #[arg(long, default_value_t = 0)]
+        data_port: u16,
+        /// Serve Prometheus `/metrics` of its subtasks on this port (Flink's
+        /// metrics.reporter.prom.port).
+        #[arg(long, value_name = "PORT")]
+        metrics_port: Option<u16>,
     },
     /// Run benchmarks.
     Bench {
@@ -329,7 +349,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let Some(command) = cli.command else {
-        return match shell(cli.execute) {
+        return match shell(cli.execute, cli.jobmanager) {
             Ok(()) => ExitCode::SUCCESS,
             // The shell has printed the error already.
             Err(_) => ExitCode::FAILURE,
@@ -379,6 +399,7 @@ fn main() -> ExitCode {
             host,
             heartbeat_interval,
             heartbeat_timeout,
+            rest_port,
         } => (|| {
             let heartbeats = weir::cluster::jobmanager::Heartbeats {
                 interval: duration_arg("heartbeat-interval", &heartbeat_interval)?,
@@ -387,17 +408,24 @@ fn main() -> ExitCode {
             Ok(weir::cluster::jobmanager::run(
                 &format!("{host}:{port}"),
                 heartbeats,
+                Some(&format!("{host}:{rest_port}")),
             )?)
         })(),
         Command::Taskmanager {
             jobmanager,
             slots,
             host,
+            rpc_port,
+            data_port,
+            metrics_port,
         } => {
             let options = weir::cluster::taskmanager::TaskManagerOptions {
                 jobmanager,
                 slots,
                 host,
+                rpc_port,
+                data_port,
+                metrics_port,
             };
             weir::cluster::taskmanager::run(options).map_err(anyhow::Error::from)
         }
@@ -695,9 +723,12 @@ fn stop_with_savepoints(jobs: &[JobHandle]) -> bool {
 }
 
 /// The SQL shell: interactive at a terminal, else a script from `-e` or stdin.
-fn shell(execute: Option<String>) -> weir::Result<()> {
+fn shell(execute: Option<String>, jobmanager: Option<String>) -> weir::Result<()> {
     use std::io::IsTerminal;
-    let mut shell = weir::repl::Shell::new(Engine::new());
+    let mut shell = match jobmanager {
+        Some(address) => weir::repl::Shell::with_jobmanager(Engine::new(), &address)?,
+        None => weir::repl::Shell::new(Engine::new()),
+    };
     if let Some(sql) = execute {
         return shell.run_script(&sql);
     }

@@ -7,7 +7,7 @@ use weir_common::config::SessionConfig;
 use weir_plan::spec::PlanSpec;
 
 use super::call_failed;
-use super::protocol::{JobQuery, JobReport, SubmitJob};
+use super::protocol::{JobQuery, JobReport, JobsQuery, SavepointRequest, SubmitJob};
 use super::rpc::job_manager_client::JobManagerClient;
 use crate::{Error, Result};
 
@@ -91,5 +91,39 @@ impl Client {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Every job the JobManager knows, in the order they were submitted.
+    pub fn jobs(&mut self) -> Result<Vec<JobReport>> {
+        let list = self
+            .runtime
+            .block_on(self.jobmanager.jobs(JobsQuery {}))
+            .map_err(|s| call_failed("listing the JobManager's jobs", s))?;
+        Ok(list.into_inner().jobs)
+    }
+
+    /// Takes a savepoint of job `job_id` (`stop`: then stops it, returning
+    /// once it has ended); the savepoint's directory.
+    pub fn savepoint(&mut self, job_id: &str, stop: bool) -> Result<String> {
+        let request = SavepointRequest {
+            job_id: job_id.to_string(),
+            stop,
+        };
+        let done = self
+            .runtime
+            .block_on(self.jobmanager.savepoint(request))
+            .map_err(|s| call_failed(&format!("savepoint of job {job_id}"), s))?;
+        Ok(done.into_inner().location)
+    }
+
+    /// Cancels job `job_id`.
+    pub fn cancel(&mut self, job_id: &str) -> Result<()> {
+        let query = JobQuery {
+            job_id: job_id.to_string(),
+        };
+        self.runtime
+            .block_on(self.jobmanager.cancel(query))
+            .map_err(|s| call_failed(&format!("cancelling job {job_id}"), s))?;
+        Ok(())
     }
 }

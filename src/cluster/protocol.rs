@@ -1,6 +1,7 @@
 //! The control plane's messages: what TaskManagers, clients and the JobManager say to each other.
 
 use serde::{Deserialize, Serialize};
+use weir_job::metrics::TaskMetricsSnapshot;
 use weir_runtime::control::{TaskControl, TaskReport};
 
 /// A TaskManager offers its slots (TaskManager to JobManager).
@@ -14,6 +15,9 @@ pub struct RegisterTaskManager {
     pub data: String,
     /// Slots it offers.
     pub slots: usize,
+    /// Its machine's cores.
+    #[serde(default)]
+    pub cpu_cores: usize,
 }
 
 /// How often to send heartbeats, and when silence means loss.
@@ -83,6 +87,18 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Flink's name of the state, as its REST API spells it.
+    pub fn flink_name(self) -> &'static str {
+        match self {
+            JobState::Created => "CREATED",
+            JobState::Running => "RUNNING",
+            JobState::Restarting => "RESTARTING",
+            JobState::Finished => "FINISHED",
+            JobState::Failed => "FAILED",
+            JobState::Canceled => "CANCELED",
+        }
+    }
+
     /// Whether the job is over.
     pub fn is_terminal(self) -> bool {
         matches!(self, JobState::Finished | JobState::Failed | JobState::Canceled)
@@ -100,6 +116,55 @@ pub struct JobReport {
     pub state: JobState,
     /// Why it failed.
     pub error: Option<String>,
+    /// Restarts after failures.
+    #[serde(default)]
+    pub restarts: u32,
+    /// Checkpoints and savepoints completed.
+    #[serde(default)]
+    pub checkpoints: usize,
+}
+
+/// Asks for every job the JobManager knows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobsQuery {}
+
+/// Every job the JobManager knows, in the order they were submitted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobList {
+    /// The jobs.
+    pub jobs: Vec<JobReport>,
+}
+
+/// Take a savepoint of a job (client to JobManager).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavepointRequest {
+    /// The job's id.
+    pub job_id: String,
+    /// Then stop the job (stop-with-savepoint).
+    pub stop: bool,
+}
+
+/// A savepoint is complete (and, when asked, its job has ended).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavepointDone {
+    /// The savepoint's directory.
+    pub location: String,
+}
+
+/// Asks a TaskManager for the figures of its subtasks of a job's attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MetricsQuery {
+    /// The job's id.
+    pub job_id: String,
+    /// The attempt.
+    pub attempt: u32,
+}
+
+/// The figures of a TaskManager's subtasks, by job-wide task index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskFigures {
+    /// Task index and figures.
+    pub tasks: Vec<(usize, TaskMetricsSnapshot)>,
 }
 
 /// A TaskManager's part of a job ended (TaskManager to JobManager).

@@ -12,7 +12,9 @@ use weir_common::ids::JobId;
 use weir_flight::FlightNode;
 use weir_flight::transport::FlightTransport;
 use weir_job::deploy::build_attempt_part;
+use weir_job::metrics::{BackpressureSampler, TaskMetricsSnapshot, read_tasks};
 use weir_job::placement::Placement;
+use weir_job::settings::TaskInfo;
 use weir_plan::spec::PlanSpec;
 use weir_runtime::control::{SnapshotFence, TaskControl, TaskReport};
 
@@ -31,6 +33,12 @@ pub struct TaskManagerOptions {
     pub slots: usize,
     /// The host this TaskManager is reached at (it listens there).
     pub host: String,
+    /// The port of its control service (0: any free one).
+    pub rpc_port: u16,
+    /// The port of its Flight node (0: any free one).
+    pub data_port: u16,
+    /// Where to serve Prometheus `/metrics` of its subtasks, if anywhere.
+    pub metrics_port: Option<u16>,
 }
 
 /// A job's part running here.
@@ -42,6 +50,23 @@ struct PartHandle {
     controls: HashMap<usize, Sender<TaskControl>>,
     /// With checkpoints: its snapshot writers' fence.
     fence: Option<Arc<SnapshotFence>>,
+    /// The job's name.
+    name: String,
+    /// Its subtasks' names and counters, with their job-wide task indexes.
+    tasks: Vec<(usize, TaskInfo)>,
+    /// Backpressure since the previous reading of `tasks`.
+    sampler: Option<BackpressureSampler>,
+}
+
+impl PartHandle {
+    /// The figures of its subtasks now, by job-wide task index.
+    fn figures(&mut self) -> Vec<(usize, TaskMetricsSnapshot)> {
+        let sampler =
+            (self.sampler).get_or_insert_with(|| BackpressureSampler::new(Instant::now(), self.tasks.len()));
+        let infos: Vec<TaskInfo> = self.tasks.iter().map(|(_, info)| info.clone()).collect();
+        let figures = read_tasks(&infos, sampler);
+        self.tasks.iter().map(|(index, _)| *index).zip(figures).collect()
+    }
 }
 
 /// The parts running here, by job id and attempt.
@@ -65,7 +90,11 @@ impl TaskManager for TaskManagerService {
     async fn deploy(&self, request: Request<DeployPart>) -> std::result::Result<Response<Done>, Status> {
         let deploy = request.into_inner();
         let key = (deploy.job_id.clone(), deploy.attempt);
-        lock(&self.parts).insert(key.clone(), PartHandle::default());
+        let handle = PartHandle {
+            name: deploy.name.clone(),
+            ..PartHandle::default()
+        };
+        lock(&self.parts).insert(key.clone(), handle);
         let service = self.clone();
         std::thread::Builder::new()
             .name(format!("weir-part-{}", deploy.job_id))
@@ -132,6 +161,35 @@ impl TaskManager for TaskManagerService {
         }
         Ok(Response::new(Done {}))
     }
+
+    async fn metrics(
+        &self,
+        request: Request<MetricsQuery>,
+    ) -> std::result::Result<Response<TaskFigures>, Status> {
+        let query = request.into_inner();
+        let tasks = (lock(&self.parts).get_mut(&(query.job_id, query.attempt)))
+            .map(PartHandle::figures)
+            .unwrap_or_default();
+        Ok(Response::new(TaskFigures { tasks }))
+    }
+}
+
+/// Prometheus' text of the subtasks running on TaskManager `id`.
+fn render_metrics(id: &str, parts: &Parts) -> String {
+    let figures: Vec<(String, String, Vec<TaskMetricsSnapshot>)> = (lock(parts).iter_mut())
+        .map(|((job_id, _), part)| {
+            let tasks = part.figures().into_iter().map(|(_, t)| t).collect();
+            (job_id.clone(), part.name.clone(), tasks)
+        })
+        .collect();
+    let samples: Vec<crate::rest::metrics::TaskSamples> = (figures.iter())
+        .map(|(job_id, job_name, tasks)| crate::rest::metrics::TaskSamples {
+            job_id,
+            job_name,
+            tasks,
+        })
+        .collect();
+    crate::rest::metrics::taskmanager(id, &samples)
 }
 
 /// Builds this TaskManager's subtasks of a job and runs them to their end;
@@ -169,9 +227,12 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart) -> Result<()> {
             part.cancel.store(true, Ordering::SeqCst);
         }
         handle.cancel = part.cancel.clone();
+        handle.tasks = (part.task_indexes.iter().copied())
+            .zip(part.infos.iter().cloned())
+            .collect();
         if let Some(driver) = &driver {
             let lines = driver.tasks.iter().map(|t| t.control.clone());
-            handle.controls = driver.task_indexes.iter().copied().zip(lines).collect();
+            handle.controls = part.task_indexes.iter().copied().zip(lines).collect();
             handle.fence = Some(driver.fence.clone());
         }
     }
@@ -260,21 +321,32 @@ fn cancel_all(parts: &Parts) {
 
 /// Runs a TaskManager until the process ends.
 pub fn run(options: TaskManagerOptions) -> Result<()> {
-    let node = FlightNode::start(&format!("{}:0", options.host))?;
+    let node = FlightNode::start(&format!("{}:{}", options.host, options.data_port))?;
     let runtime = weir_flight::runtime("weir-taskmanager")?;
     let handle = runtime.handle().clone();
+    let id = format!("tm-{}-{}", std::process::id(), JobId::new());
+    let parts: Parts = Arc::default();
+    if let Some(port) = options.metrics_port {
+        let (id, parts) = (id.clone(), parts.clone());
+        let render = Arc::new(move || render_metrics(&id, &parts));
+        let address = crate::rest::serve_metrics(&format!("{}:{port}", options.host), render)?;
+        eprintln!("[INFO] TaskManager metrics on http://{address}/metrics");
+    }
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(format!("{}:0", options.host))
+        let bind = format!("{}:{}", options.host, options.rpc_port);
+        let listener = tokio::net::TcpListener::bind(&bind)
             .await
-            .map_err(|e| Error::Execution(format!("cannot listen on {}: {e}", options.host)))?;
+            .map_err(|e| Error::Execution(format!("cannot listen on {bind}: {e}")))?;
         let control = listener
             .local_addr()
             .map_err(|e| Error::Execution(e.to_string()))?;
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", options.jobmanager))
-            .map_err(|e| Error::Execution(format!("not an address: {}: {e}", options.jobmanager)))?;
+            .map_err(|e| Error::Execution(format!("not an address: {}: {e}", options.jobmanager)))?
+            // A JobManager that is paused or cut off must not hold a part
+            // up forever: its calls give up.
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10));
         let mut jobmanager = JobManagerClient::new(endpoint.connect_lazy());
-        let id = format!("tm-{}-{}", std::process::id(), JobId::new());
-        let parts: Parts = Arc::default();
         let service = TaskManagerService {
             id: id.clone(),
             node: node.clone(),
@@ -292,6 +364,7 @@ pub fn run(options: TaskManagerOptions) -> Result<()> {
             control: control.to_string(),
             data: node.address().to_string(),
             slots: options.slots,
+            cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
         let registered = register(&mut jobmanager, &offer).await?;
         eprintln!(
@@ -317,7 +390,14 @@ async fn heartbeat(
     loop {
         tokio::time::sleep(Duration::from_millis(registered.heartbeat_interval_ms)).await;
         let timeout = Duration::from_millis(registered.heartbeat_timeout_ms);
-        match jobmanager.heartbeat(Heartbeat { id: offer.id.clone() }).await {
+        // A JobManager that is paused or cut off never answers: the call
+        // gives up after an interval, as a missed heartbeat.
+        let interval = Duration::from_millis(registered.heartbeat_interval_ms).max(Duration::from_secs(1));
+        let call = jobmanager.heartbeat(Heartbeat { id: offer.id.clone() });
+        let answer = tokio::time::timeout(interval, call)
+            .await
+            .unwrap_or_else(|_| Err(Status::deadline_exceeded("no answer")));
+        match answer {
             Ok(ack) if ack.get_ref().known => last_ack = Instant::now(),
             Ok(_) => {
                 eprintln!(

@@ -3,7 +3,7 @@
 
 mod ddl;
 mod result;
-mod statements;
+pub(crate) mod statements;
 
 use std::sync::{Arc, Mutex};
 

@@ -317,7 +317,7 @@ impl Session {
 
 /// The plan in the JSON file `path`; an error names the file, and the
 /// line and column of bad JSON.
-fn read_plan(path: &str, position: Position) -> Result<PlanSpec> {
+pub(crate) fn read_plan(path: &str, position: Position) -> Result<PlanSpec> {
     let file = Path::new(path);
     let text = std::fs::read_to_string(file).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => {

@@ -8,6 +8,7 @@
 //! shell goes on. Client commands: `HELP`, `SOURCE 'file.sql'`, `QUIT`.
 
 pub mod complete;
+pub mod remote;
 pub mod splitter;
 
 use std::io::{BufRead, Write};
@@ -61,6 +62,8 @@ pub struct Shell {
     /// Set by Ctrl-C while a query runs: cancel it.
     interrupted: Arc<AtomicBool>,
     tables: Arc<Mutex<Vec<String>>>,
+    /// With `--jobmanager`: where jobs are submitted.
+    remote: Option<remote::Remote>,
 }
 
 impl Shell {
@@ -70,7 +73,15 @@ impl Shell {
             engine,
             interrupted: Arc::new(AtomicBool::new(false)),
             tables: Arc::new(Mutex::new(Vec::new())),
+            remote: None,
         }
+    }
+
+    /// A shell whose jobs run on the JobManager at `address` (`host:port`).
+    pub fn with_jobmanager(engine: Engine, address: &str) -> Result<Self> {
+        let mut shell = Shell::new(engine);
+        shell.remote = Some(remote::Remote::connect(address)?);
+        Ok(shell)
     }
 
     /// The interactive loop: line editing, history in `history`, completion.
@@ -178,6 +189,11 @@ impl Shell {
                 return Ok(Outcome::Ok);
             }
             _ => {}
+        }
+        if let Some(remote) = &mut self.remote
+            && remote.execute(&self.engine, statement)?
+        {
+            return Ok(Outcome::Ok);
         }
         let started = Instant::now();
         let result = self.engine.sql(statement)?;

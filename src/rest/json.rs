@@ -4,7 +4,8 @@ use serde_json::{Value, json};
 use weir_job::metrics::{BackpressureLevel, JobMetrics, TaskMetricsSnapshot};
 use weir_job::stats::CheckpointStats;
 
-use crate::{JobHandle, JobStatus};
+use super::{JobView, TaskManagerView};
+use crate::JobStatus;
 
 /// Flink's name of a job state.
 pub(super) fn state(status: JobStatus) -> &'static str {
@@ -20,26 +21,16 @@ fn now_ms() -> i64 {
     weir_common::time::wall_clock_millis()
 }
 
-pub(super) fn overview(jobs: &[JobHandle]) -> Value {
-    let count = |status: JobStatus| jobs.iter().filter(|j| j.status() == status).count();
-    let slots = (jobs.iter())
-        .filter(|j| j.status() == JobStatus::Running)
-        .map(|j| {
-            vertices(&j.metrics())
-                .iter()
-                .map(|(_, t)| t.len())
-                .max()
-                .unwrap_or(0)
-        })
-        .sum::<usize>();
+pub(super) fn overview(jobs: &[JobView], task_managers: &[TaskManagerView]) -> Value {
+    let count = |state: &str| jobs.iter().filter(|j| j.state == state).count();
     json!({
-        "taskmanagers": 1,
-        "slots-total": slots,
-        "slots-available": 0,
-        "jobs-running": count(JobStatus::Running),
-        "jobs-finished": count(JobStatus::Finished),
-        "jobs-cancelled": count(JobStatus::Cancelled),
-        "jobs-failed": count(JobStatus::Failed),
+        "taskmanagers": task_managers.len(),
+        "slots-total": task_managers.iter().map(|t| t.slots).sum::<usize>(),
+        "slots-available": task_managers.iter().map(|t| t.free_slots).sum::<usize>(),
+        "jobs-running": jobs.iter().filter(|j| !matches!(j.state, "FINISHED" | "CANCELED" | "FAILED")).count(),
+        "jobs-finished": count("FINISHED"),
+        "jobs-cancelled": count("CANCELED"),
+        "jobs-failed": count("FAILED"),
         "weir-version": env!("CARGO_PKG_VERSION"),
     })
 }
@@ -58,18 +49,19 @@ fn vertices(metrics: &JobMetrics) -> Vec<(String, Vec<&TaskMetricsSnapshot>)> {
     vertices
 }
 
-pub(super) fn job(job: &JobHandle) -> Value {
-    let metrics = job.metrics();
+pub(super) fn job(job: &JobView) -> Value {
+    let metrics = &job.metrics;
     let now = now_ms();
-    let duration = job.elapsed().as_millis() as i64;
-    let status = state(job.status());
-    let vertices: Vec<Value> = (vertices(&metrics).iter().enumerate())
+    let duration = metrics.uptime.as_millis() as i64;
+    let status = job.state;
+    let vertices: Vec<Value> = (vertices(metrics).iter().enumerate())
         .map(|(id, (name, tasks))| {
             json!({
                 "id": id.to_string(),
                 "name": name,
                 "parallelism": tasks.len(),
                 "status": status,
+                "tasks": tasks.iter().map(|t| &t.name).collect::<Vec<_>>(),
                 "metrics": {
                     "read-records": tasks.iter().map(|t| t.records_in).sum::<u64>(),
                     "write-records": tasks.iter().map(|t| t.records_out).sum::<u64>(),
@@ -80,8 +72,8 @@ pub(super) fn job(job: &JobHandle) -> Value {
         })
         .collect();
     json!({
-        "jid": job.job_id().as_str(),
-        "name": job.name(),
+        "jid": job.id,
+        "name": metrics.name,
         "state": status,
         "start-time": now - duration,
         "duration": duration,
@@ -115,9 +107,9 @@ fn checkpoint(stats: &CheckpointStats) -> Value {
     })
 }
 
-pub(super) fn checkpoints(job: &JobHandle) -> Value {
-    let completed = job.completed_checkpoints();
-    let failed = job.failed_checkpoints();
+pub(super) fn checkpoints(job: &JobView) -> Value {
+    let completed = &job.metrics.checkpoints;
+    let failed = job.metrics.failed_checkpoints;
     let summary = |f: fn(&CheckpointStats) -> u64| {
         let values: Vec<u64> = completed.iter().map(f).collect();
         json!({
@@ -150,9 +142,8 @@ pub(super) fn checkpoints(job: &JobHandle) -> Value {
     })
 }
 
-pub(super) fn backpressure(job: &JobHandle, vertex: usize) -> Option<Value> {
-    let metrics = job.metrics();
-    let vertices = vertices(&metrics);
+pub(super) fn backpressure(job: &JobView, vertex: usize) -> Option<Value> {
+    let vertices = vertices(&job.metrics);
     let (_, tasks) = vertices.get(vertex)?;
     let worst = tasks
         .iter()
@@ -171,11 +162,14 @@ pub(super) fn backpressure(job: &JobHandle, vertex: usize) -> Option<Value> {
     }))
 }
 
-pub(super) fn task_managers() -> Value {
-    json!({ "taskmanagers": [{
-        "id": "local",
-        "path": format!("process {}", std::process::id()),
-        "timeSinceLastHeartbeat": 0,
-        "hardware": { "cpuCores": std::thread::available_parallelism().map_or(1, |n| n.get()) },
-    }] })
+pub(super) fn task_managers(task_managers: &[TaskManagerView]) -> Value {
+    json!({ "taskmanagers": task_managers.iter().map(|t| json!({
+        "id": t.id,
+        "path": t.path,
+        "dataPort": t.data_port,
+        "timeSinceLastHeartbeat": t.since_heartbeat_ms,
+        "slotsNumber": t.slots,
+        "freeSlots": t.free_slots,
+        "hardware": { "cpuCores": t.cpu_cores },
+    })).collect::<Vec<_>>() })
 }

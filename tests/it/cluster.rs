@@ -6,6 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 /// A `weir` process whose standard error is read line by line; killed when dropped.
 struct Process {
     child: Child,
@@ -14,8 +16,22 @@ struct Process {
 
 impl Process {
     fn start(args: &[&str]) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(args)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        command.args(args);
+        Process::spawn(command)
+    }
+
+    /// `weir args` inside network namespace `netns`.
+    fn start_in(netns: &str, args: &[&str]) -> Process {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", netns, env!("CARGO_BIN_EXE_weir")])
+            .args(args);
+        Process::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Process {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -53,34 +69,81 @@ impl Drop for Process {
     }
 }
 
+/// A JobManager and its TaskManagers, killed when dropped.
+struct Cluster {
+    jobmanager: Process,
+    /// The JobManager's gRPC `host:port`.
+    address: String,
+    /// Its REST API's `host:port`.
+    rest: String,
+    task_managers: Vec<Process>,
+    /// Each TaskManager's Prometheus `host:port`.
+    metrics: Vec<String>,
+}
+
 /// A JobManager (heartbeats every second, lost after 3 s) and two
 /// TaskManagers of one slot each, registered.
-fn cluster() -> (Process, String, Vec<Process>) {
+fn cluster() -> Cluster {
     cluster_of(2)
 }
 
 /// A JobManager and `n` TaskManagers of one slot each, registered one
 /// after the other (so the first two registered take a job of parallelism 2).
-fn cluster_of(n: usize) -> (Process, String, Vec<Process>) {
+fn cluster_of(n: usize) -> Cluster {
+    let (jobmanager, address, rest) = jobmanager("127.0.0.1");
+    let (mut task_managers, mut metrics) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let task_manager = Process::start(&[
+            "taskmanager",
+            "--jobmanager",
+            &address,
+            "--slots",
+            "1",
+            "--metrics-port",
+            "0",
+        ]);
+        let url = after(&task_manager.wait_for("TaskManager metrics on"), "http://");
+        metrics.push(url.trim_end_matches("/metrics").to_string());
+        jobmanager.wait_for(&format!("TaskManager tm-{}-", task_manager.child.id()));
+        task_managers.push(task_manager);
+    }
+    Cluster {
+        jobmanager,
+        address,
+        rest,
+        task_managers,
+        metrics,
+    }
+}
+
+/// A JobManager listening on `host` (heartbeats every second, lost after
+/// 3 s); its gRPC and REST addresses.
+fn jobmanager(host: &str) -> (Process, String, String) {
     let jobmanager = Process::start(&[
         "jobmanager",
+        "--host",
+        host,
         "--port",
+        "0",
+        "--rest-port",
         "0",
         "--heartbeat-interval",
         "1s",
         "--heartbeat-timeout",
         "3s",
     ]);
+    let rest = after(&jobmanager.wait_for("JobManager REST API on"), "http://");
     let line = jobmanager.wait_for("JobManager listening on");
     let address = line.rsplit(' ').next().unwrap().trim_end_matches('.').to_string();
-    let task_managers: Vec<Process> = (0..n)
-        .map(|_| {
-            let task_manager = Process::start(&["taskmanager", "--jobmanager", &address, "--slots", "1"]);
-            jobmanager.wait_for(&format!("TaskManager tm-{}-", task_manager.child.id()));
-            task_manager
-        })
-        .collect();
-    (jobmanager, address, task_managers)
+    (jobmanager, address, rest)
+}
+
+/// What follows `marker` in `line`.
+fn after(line: &str, marker: &str) -> String {
+    let (_, rest) = line
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("{marker:?} not in {line:?}"));
+    rest.trim().to_string()
 }
 
 /// A tumbling aggregation at parallelism 2 of `rows` sequence rows at
@@ -122,9 +185,10 @@ fn weir(args: &[&str]) -> std::process::Output {
 #[test]
 fn a_job_submitted_to_a_job_manager_runs_on_two_task_managers_and_writes_the_rows_of_a_local_run() {
     let dir = tempfile::tempdir().unwrap();
-    let (jobmanager, address, _task_managers) = cluster();
+    let cluster = cluster();
+    let (jobmanager, address) = (&cluster.jobmanager, &cluster.address);
     let remote = script(dir.path(), "remote", 200_000, 400_000);
-    let output = weir(&["run", "--jobmanager", &address, remote.to_str().unwrap()]);
+    let output = weir(&["run", "--jobmanager", address, remote.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("ended: Finished"), "{stderr}");
@@ -145,10 +209,12 @@ fn a_job_submitted_to_a_job_manager_runs_on_two_task_managers_and_writes_the_row
 #[test]
 fn a_task_manager_killed_mid_job_fails_the_job_instead_of_hanging_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (jobmanager, address, mut task_managers) = cluster();
+    let mut cluster = cluster();
+    let (jobmanager, address, task_managers) =
+        (&cluster.jobmanager, &cluster.address, &mut cluster.task_managers);
     // 10M rows at 50k rows/s: far longer than the test.
     let job = script(dir.path(), "out", 10_000_000, 50_000);
-    let client = Process::start(&["run", "--jobmanager", &address, job.to_str().unwrap()]);
+    let client = Process::start(&["run", "--jobmanager", address, job.to_str().unwrap()]);
     jobmanager.wait_for("deployed on 2 TaskManager(s)");
     std::thread::sleep(Duration::from_millis(500));
     let mut victim = task_managers.pop().unwrap();
@@ -162,7 +228,9 @@ fn a_task_manager_killed_mid_job_fails_the_job_instead_of_hanging_it() {
 fn a_checkpointed_job_whose_task_manager_is_killed_restarts_on_a_spare_one_from_its_last_checkpoint_and_writes_each_row_once()
  {
     let dir = tempfile::tempdir().unwrap();
-    let (jobmanager, address, mut task_managers) = cluster_of(3);
+    let mut cluster = cluster_of(3);
+    let (jobmanager, address, task_managers) =
+        (&cluster.jobmanager, &cluster.address, &mut cluster.task_managers);
     let checkpoints = format!(
         "SET 'execution.checkpointing.interval' = '300 ms';
          SET 'execution.checkpointing.dir' = '{}';",
@@ -170,7 +238,7 @@ fn a_checkpointed_job_whose_task_manager_is_killed_restarts_on_a_spare_one_from_
     );
     // 800k rows at 100k rows/s: about 8 s.
     let job = script_with(dir.path(), "remote", 800_000, 100_000, &checkpoints);
-    let client = Process::start(&["run", "--jobmanager", &address, job.to_str().unwrap()]);
+    let client = Process::start(&["run", "--jobmanager", address, job.to_str().unwrap()]);
     jobmanager.wait_for("attempt 0 deployed on 2 TaskManager(s)");
     jobmanager.wait_for("Checkpoint 3 of job");
     // The first TaskManager registered runs a part; the third is spare.
@@ -199,4 +267,440 @@ fn a_checkpointed_job_whose_task_manager_is_killed_restarts_on_a_spare_one_from_
         crate::part_file_lines(&dir.path().join("local")),
         "each row once"
     );
+}
+
+/// Polls `GET path` on `rest` until `ready` holds of its JSON, up to 60 s.
+fn poll(rest: &str, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = crate::rest::json(rest, "GET", path);
+        if ready(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "GET {path} never ready: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Checkpoints every 200 ms into `<dir>/checkpoints`, savepoints into `<dir>/savepoints`.
+fn checkpointing(dir: &Path) -> String {
+    format!(
+        "SET 'execution.checkpointing.interval' = '200 ms';
+         SET 'execution.checkpointing.dir' = '{0}/checkpoints';
+         SET 'execution.checkpointing.savepoint-dir' = '{0}/savepoints';",
+        dir.display()
+    )
+}
+
+/// The id of the only job on the JobManager at `rest` once it runs and has
+/// completed `checkpoints` checkpoints.
+fn running_job(rest: &str, checkpoints: u64) -> String {
+    let jobs = poll(rest, "/jobs", |j| j["jobs"][0]["status"] == "RUNNING");
+    let id = jobs["jobs"][0]["id"].as_str().unwrap().to_string();
+    poll(rest, &format!("/jobs/{id}/checkpoints"), |c| {
+        c["counts"]["completed"].as_u64().unwrap_or(0) >= checkpoints
+    });
+    id
+}
+
+#[test]
+fn a_job_manager_shows_its_task_managers_jobs_checkpoints_and_metrics_through_flinks_rest_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster();
+    let rest = cluster.rest.as_str();
+    // 10M rows at 50k rows/s: far longer than the test.
+    let job = script_with(dir.path(), "out", 10_000_000, 50_000, &checkpointing(dir.path()));
+    let client = Process::start(&["run", "--jobmanager", &cluster.address, job.to_str().unwrap()]);
+    let id = running_job(rest, 2);
+
+    let overview = crate::rest::json(rest, "GET", "/overview");
+    assert_eq!(overview["taskmanagers"], 2, "{overview}");
+    assert_eq!(overview["slots-total"], 2, "{overview}");
+    assert_eq!(overview["slots-available"], 0, "{overview}");
+    assert_eq!(overview["jobs-running"], 1, "{overview}");
+    let tms = crate::rest::json(rest, "GET", "/taskmanagers");
+    let tms = tms["taskmanagers"].as_array().unwrap();
+    assert_eq!(tms.len(), 2);
+    assert!(
+        tms.iter().all(|t| t["slotsNumber"] == 1 && t["freeSlots"] == 0),
+        "{tms:?}"
+    );
+
+    // Subtask figures come from the TaskManagers that run them.
+    let job = poll(rest, &format!("/jobs/{id}"), |j| {
+        j["vertices"][0]["metrics"]["read-records"].as_u64().unwrap_or(0) > 0
+    });
+    assert_eq!(job["state"], "RUNNING");
+    let vertices = job["vertices"].as_array().unwrap();
+    assert!(vertices.len() >= 2, "{job}");
+    for vertex in vertices {
+        assert_eq!(vertex["parallelism"], 2, "{vertex}");
+        assert_eq!(vertex["tasks"].as_array().unwrap().len(), 2, "{vertex}");
+    }
+    let pressure = crate::rest::json(rest, "GET", &format!("/jobs/{id}/vertices/0/backpressure"));
+    assert_eq!(pressure["subtasks"].as_array().unwrap().len(), 2, "{pressure}");
+
+    let (status, text) = crate::rest::http(rest, "GET", "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("flink_jobmanager_numRegisteredTaskManagers 2\n"),
+        "{text}"
+    );
+    assert!(text.contains("flink_jobmanager_taskSlotsAvailable 0\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "flink_jobmanager_job_numberOfCompletedCheckpoints{{job_id=\"{id}\""
+        )),
+        "{text}"
+    );
+    // Each TaskManager reports its own subtask of every vertex.
+    for (metrics, tm) in cluster.metrics.iter().zip(&cluster.task_managers) {
+        let (status, text) = crate::rest::http(metrics, "GET", "/metrics");
+        assert_eq!(status, 200);
+        let samples: Vec<&str> = (text.lines())
+            .filter(|l| l.starts_with("flink_taskmanager_job_task_operator_numRecordsIn{"))
+            .collect();
+        assert_eq!(samples.len(), vertices.len(), "{text}");
+        let tm_id = format!("tm_id=\"tm-{}-", tm.child.id());
+        assert!(
+            samples.iter().all(|s| s.contains(&tm_id) && s.contains(&id)),
+            "{text}"
+        );
+    }
+
+    // Flink's cancel: PATCH /jobs/:id?mode=cancel.
+    let (status, body) = crate::rest::http(rest, "PATCH", &format!("/jobs/{id}?mode=cancel"));
+    assert_eq!(status, 202, "{body}");
+    let ended = client.wait_for("ended:");
+    assert!(ended.contains("Canceled"), "{ended}");
+    let overview = poll(rest, "/overview", |o| o["slots-available"] == 2);
+    assert_eq!(overview["jobs-cancelled"], 1, "{overview}");
+    let (status, _) = crate::rest::http(rest, "GET", "/jobs/no-such-job");
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_job_stopped_with_a_savepoint_on_the_cluster_resumes_from_it_and_writes_each_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster();
+    let rest = cluster.rest.as_str();
+    // 400k rows at 100k rows/s: about 4 s.
+    let settings = checkpointing(dir.path());
+    let first = script_with(dir.path(), "first", 400_000, 100_000, &settings);
+    let client = Process::start(&["run", "--jobmanager", &cluster.address, first.to_str().unwrap()]);
+    let id = running_job(rest, 2);
+    let trigger = crate::rest::json(rest, "POST", &format!("/jobs/{id}/stop"));
+    let trigger = trigger["request-id"].as_str().unwrap().to_string();
+    let status = poll(rest, &format!("/jobs/{id}/savepoints/{trigger}"), |s| {
+        s["status"]["id"] == "COMPLETED"
+    });
+    let location = status["operation"]["location"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no savepoint: {status}"))
+        .to_string();
+    assert!(Path::new(&location).join("_metadata").exists(), "{location}");
+    let ended = client.wait_for("ended:");
+    assert!(ended.contains("Finished"), "{ended}");
+    let job = crate::rest::json(rest, "GET", &format!("/jobs/{id}"));
+    assert_eq!(job["state"], "FINISHED");
+    let stopped = crate::part_file_lines(&dir.path().join("first"));
+    assert!(
+        !stopped.is_empty(),
+        "the windows before the savepoint were written"
+    );
+
+    let resume = format!("{settings}\nSET 'execution.savepoint.path' = '{location}';");
+    let second = script_with(dir.path(), "second", 400_000, 1_000_000, &resume);
+    let output = weir(&["run", "--jobmanager", &cluster.address, second.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let local = script(dir.path(), "local", 400_000, 1_000_000);
+    let output = weir(&["run", local.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut rows = stopped;
+    rows.extend(crate::part_file_lines(&dir.path().join("second")));
+    rows.sort();
+    assert_eq!(
+        rows,
+        crate::part_file_lines(&dir.path().join("local")),
+        "each row once"
+    );
+}
+
+#[test]
+fn the_shell_submits_inserts_to_a_job_manager_and_lists_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster();
+    let job = script(dir.path(), "out", 100_000, 1_000_000);
+    let sql = std::fs::read_to_string(&job).unwrap() + "\nSHOW JOBS;";
+    let output = weir(&["--jobmanager", &cluster.address, "-e", &sql]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let submitted = after(
+        stdout
+            .lines()
+            .find(|l| l.contains("submitted to the JobManager"))
+            .unwrap(),
+        "Job ",
+    );
+    let id = submitted.split(' ').next().unwrap();
+    let listed = stdout
+        .lines()
+        .find(|l| l.contains(id) && l.contains("insert-into_out"));
+    assert!(listed.is_some(), "SHOW JOBS lists the job: {stdout}");
+    poll(&cluster.rest, &format!("/jobs/{id}"), |j| {
+        j["state"] == "FINISHED"
+    });
+    assert!(!crate::part_file_lines(&dir.path().join("out")).is_empty());
+
+    // A SELECT has nowhere to show its rows yet: a clear error, not a hang.
+    let output = weir(&["--jobmanager", &cluster.address, "-e", "SELECT 1;"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("INSERT INTO"), "{stderr}");
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `process`.
+fn signal(process: &Process, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &process.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal}");
+}
+
+/// The checkpointed tumbling job of 800k rows at 100k rows/s (about 8 s)
+/// submitted to `cluster` and writing to `<dir>/remote`; the client.
+fn checkpointed_job(cluster: &Cluster, dir: &Path) -> Process {
+    let checkpoints = format!(
+        "SET 'execution.checkpointing.interval' = '300 ms';
+         SET 'execution.checkpointing.dir' = '{}';",
+        dir.join("checkpoints").display()
+    );
+    let job = script_with(dir, "remote", 800_000, 100_000, &checkpoints);
+    Process::start(&["run", "--jobmanager", &cluster.address, job.to_str().unwrap()])
+}
+
+/// The client of a job ends with the job finished, and its rows are those
+/// of a local run of the same script, each once.
+fn finishes_with_the_rows_of_a_local_run(client: &Process, dir: &Path) {
+    let ended = client.wait_for("ended:");
+    assert!(ended.contains("Finished"), "{ended}");
+    let local = script(dir, "local", 800_000, 1_000_000);
+    let output = weir(&["run", local.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows = crate::part_file_lines(&dir.join("remote"));
+    assert!(!rows.is_empty());
+    assert_eq!(rows, crate::part_file_lines(&dir.join("local")), "each row once");
+}
+
+#[test]
+fn a_task_manager_paused_past_the_heartbeat_timeout_is_replaced_and_stops_its_stale_tasks_when_it_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster_of(3);
+    let client = checkpointed_job(&cluster, dir.path());
+    let jobmanager = &cluster.jobmanager;
+    jobmanager.wait_for("attempt 0 deployed on 2 TaskManager(s)");
+    jobmanager.wait_for("Checkpoint 3 of job");
+    // A long GC pause, as Flink's tests make one: SIGSTOP past the timeout.
+    let paused = &cluster.task_managers[0];
+    signal(paused, "STOP");
+    let lost = jobmanager.wait_for(") lost: ");
+    assert!(lost.contains(&format!("tm-{}-", paused.child.id())), "{lost}");
+    let restored = jobmanager.wait_for("restores");
+    assert!(restored.contains("chk-"), "{restored}");
+    jobmanager.wait_for("deployed on 2 TaskManager(s)");
+    signal(paused, "CONT");
+    paused.wait_for("does not know this TaskManager: stopping its tasks");
+    finishes_with_the_rows_of_a_local_run(&client, dir.path());
+}
+
+#[test]
+fn a_job_that_lost_a_task_manager_waits_for_slots_and_resumes_from_its_checkpoint_when_one_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster();
+    let client = checkpointed_job(&cluster, dir.path());
+    let jobmanager = &cluster.jobmanager;
+    jobmanager.wait_for("attempt 0 deployed on 2 TaskManager(s)");
+    jobmanager.wait_for("Checkpoint 3 of job");
+    let mut victim = cluster.task_managers.remove(0);
+    victim.child.kill().unwrap(); // SIGKILL
+    jobmanager.wait_for(") lost: ");
+    // One slot left for a job of parallelism 2: it waits, RESTARTING.
+    let rest = cluster.rest.as_str();
+    poll(rest, "/overview", |o| o["slots-total"] == 1);
+    std::thread::sleep(Duration::from_secs(2));
+    let jobs = crate::rest::json(rest, "GET", "/jobs");
+    assert_eq!(jobs["jobs"][0]["status"], "RESTARTING", "{jobs}");
+    let joined = Process::start(&["taskmanager", "--jobmanager", &cluster.address, "--slots", "1"]);
+    jobmanager.wait_for(&format!("TaskManager tm-{}-", joined.child.id()));
+    jobmanager.wait_for("deployed on 2 TaskManager(s)");
+    finishes_with_the_rows_of_a_local_run(&client, dir.path());
+    drop(joined);
+}
+
+/// Runs `ip args`; whether it succeeded.
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A network namespace joined to this one by a veth pair: `outside` is the
+/// address on this side, `inside` the one in the namespace, which has no
+/// default route (so a cut link really cuts: nothing else routes its
+/// packets). Deleted when dropped.
+struct Netns {
+    name: String,
+    link: String,
+    outside: String,
+    inside: String,
+}
+
+impl Netns {
+    /// `None` where this process may not make namespaces (not root).
+    fn create() -> Option<Netns> {
+        let pid = std::process::id();
+        let subnet = format!("10.201.{}", pid % 250);
+        let netns = Netns {
+            name: format!("weir-test-{pid}"),
+            link: format!("wv{pid}"),
+            outside: format!("{subnet}.1"),
+            inside: format!("{subnet}.2"),
+        };
+        let (name, link) = (netns.name.as_str(), netns.link.as_str());
+        let peer = format!("{link}i");
+        if !ip(&["netns", "add", name]) {
+            return None;
+        }
+        let steps: [&[&str]; 7] = [
+            &["link", "add", link, "type", "veth", "peer", "name", &peer],
+            &["link", "set", &peer, "netns", name],
+            &["addr", "add", &format!("{}/24", netns.outside), "dev", link],
+            &["link", "set", link, "up"],
+            &[
+                "netns",
+                "exec",
+                name,
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", netns.inside),
+                "dev",
+                &peer,
+            ],
+            &["netns", "exec", name, "ip", "link", "set", &peer, "up"],
+            &["netns", "exec", name, "ip", "link", "set", "lo", "up"],
+        ];
+        for step in steps {
+            assert!(ip(step), "ip {step:?}");
+        }
+        let routes = Command::new("ip")
+            .args(["netns", "exec", name, "ip", "route", "show", "default"])
+            .output()
+            .unwrap();
+        assert!(routes.stdout.is_empty(), "the namespace has no default route");
+        Some(netns)
+    }
+
+    /// Cuts the link: packets between the namespace and this side are lost.
+    fn cut(&self) {
+        assert!(ip(&["link", "set", &self.link, "down"]));
+    }
+
+    fn heal(&self) {
+        assert!(ip(&["link", "set", &self.link, "up"]));
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        ip(&["link", "del", &self.link]);
+        ip(&["netns", "del", &self.name]);
+    }
+}
+
+#[test]
+fn a_task_manager_cut_off_by_a_network_partition_is_replaced_stops_its_tasks_and_rejoins_when_the_link_heals()
+{
+    let Some(netns) = Netns::create() else {
+        eprintln!(
+            "\n*** SKIPPED: cannot create a network namespace here (needs root and `ip netns`); \
+             the network-partition test did not run. ***\n"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let outside = netns.outside.as_str();
+    let (jobmanager, address, rest) = jobmanager(outside);
+    // Registered first, the TaskManager in the namespace runs a part.
+    let cut_off = Process::start_in(
+        &netns.name,
+        &[
+            "taskmanager",
+            "--jobmanager",
+            &address,
+            "--host",
+            &netns.inside,
+            "--slots",
+            "1",
+        ],
+    );
+    jobmanager.wait_for(&format!("TaskManager tm-{}-", cut_off.child.id()));
+    let mut task_managers = vec![cut_off];
+    for _ in 0..2 {
+        let tm = Process::start(&[
+            "taskmanager",
+            "--jobmanager",
+            &address,
+            "--host",
+            outside,
+            "--slots",
+            "1",
+        ]);
+        jobmanager.wait_for(&format!("TaskManager tm-{}-", tm.child.id()));
+        task_managers.push(tm);
+    }
+    let cluster = Cluster {
+        jobmanager,
+        address,
+        rest,
+        task_managers,
+        metrics: Vec::new(),
+    };
+    let client = checkpointed_job(&cluster, dir.path());
+    let jobmanager = &cluster.jobmanager;
+    jobmanager.wait_for("attempt 0 deployed on 2 TaskManager(s)");
+    jobmanager.wait_for("Checkpoint 3 of job");
+
+    netns.cut();
+    let cut_off = &cluster.task_managers[0];
+    let lost = jobmanager.wait_for(") lost: ");
+    assert!(lost.contains(&format!("tm-{}-", cut_off.child.id())), "{lost}");
+    let restored = jobmanager.wait_for("restores");
+    assert!(restored.contains("chk-"), "{restored}");
+    jobmanager.wait_for("deployed on 2 TaskManager(s)");
+    // Without its JobManager, the TaskManager stops its tasks rather than run on.
+    cut_off.wait_for("No answer from the JobManager");
+    netns.heal();
+    cut_off.wait_for("does not know this TaskManager");
+    finishes_with_the_rows_of_a_local_run(&client, dir.path());
 }

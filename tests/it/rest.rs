@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The status and body of an HTTP/1.1 request to `address`.
-fn http(address: &str, method: &str, path: &str) -> (u16, String) {
+pub(crate) fn http(address: &str, method: &str, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(address).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let request = format!(
@@ -22,7 +22,7 @@ fn http(address: &str, method: &str, path: &str) -> (u16, String) {
     (status, body.to_string())
 }
 
-fn json(address: &str, method: &str, path: &str) -> Value {
+pub(crate) fn json(address: &str, method: &str, path: &str) -> Value {
     let (status, body) = http(address, method, path);
     assert!((200..300).contains(&status), "{method} {path}: {status} {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))

@@ -44,11 +44,9 @@ pub struct DriverParts {
     pub run_dir: PathBuf,
     /// Shared with the attempt's snapshot writers.
     pub fence: Arc<SnapshotFence>,
-    /// One line per task built here, in task index order.
+    /// One line per task built here, in task index order (as
+    /// [`Attempt::task_indexes`]).
     pub tasks: Vec<DriverTask>,
-    /// The job-wide task index of each of `tasks` (all of them, `0..n`,
-    /// when every subtask runs here).
-    pub task_indexes: Vec<usize>,
     /// Reports from the tasks.
     pub reports: Receiver<TaskReport>,
 }
@@ -59,6 +57,9 @@ pub struct Attempt {
     pub tasks: Vec<Task>,
     /// Their names and counters.
     pub infos: Vec<TaskInfo>,
+    /// The job-wide task index of each of `tasks` (all of them, `0..n`,
+    /// when every subtask runs here).
+    pub task_indexes: Vec<usize>,
     /// The coordinator's parts, when checkpoints are on.
     pub driver: Option<DriverParts>,
     /// Set to stop every task of the attempt.
@@ -614,7 +615,6 @@ pub fn build_attempt_part(
             run_dir,
             fence,
             tasks: driver_tasks,
-            task_indexes,
             reports: report_receiver,
         }),
         _ => None,
@@ -622,6 +622,7 @@ pub fn build_attempt_part(
     Ok(Attempt {
         tasks,
         infos,
+        task_indexes,
         driver,
         cancel,
         max_parallelism: settings.max_parallelism,

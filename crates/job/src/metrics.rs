@@ -6,14 +6,17 @@
 //! `backPressuredTimeMsPerSecond`), graded as Flink grades it: OK up to 10%,
 //! LOW up to 50%, HIGH above.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::settings::JobStatus;
+use serde::{Deserialize, Serialize};
+
+use crate::settings::{JobStatus, TaskInfo};
 use crate::stats::CheckpointStats;
 use weir_common::time::{MIN_WATERMARK, Timestamp};
 
 /// Flink's backpressure levels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum BackpressureLevel {
     /// At most 10% of the time blocked on output.
     Ok,
@@ -46,8 +49,8 @@ impl std::fmt::Display for BackpressureLevel {
     }
 }
 
-/// One subtask's figures.
-#[derive(Debug, Clone, PartialEq)]
+/// One subtask's figures (serde: a TaskManager sends them to the JobManager).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskMetricsSnapshot {
     /// `Vertex (i/p)`.
     pub name: String,
@@ -175,6 +178,25 @@ impl BackpressureSampler {
         self.at = now;
         self.ratios.clone()
     }
+}
+
+/// The figures of `tasks` now; backpressure since `sampler`'s last reading.
+pub fn read_tasks(tasks: &[TaskInfo], sampler: &mut BackpressureSampler) -> Vec<TaskMetricsSnapshot> {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let blocked: Vec<u64> = tasks.iter().map(|t| t.metrics.blocked_nanos_now()).collect();
+    let ratios = sampler.read(Instant::now(), &blocked);
+    (tasks.iter().zip(ratios))
+        .map(|(task, ratio)| TaskMetricsSnapshot {
+            name: task.name.clone(),
+            records_in: load(&task.metrics.records_in),
+            records_out: load(&task.metrics.records_out),
+            records_written: load(&task.metrics.records_written),
+            late_records_dropped: load(&task.metrics.late_records_dropped),
+            backpressure: ratio,
+            backpressure_level: BackpressureLevel::of(ratio),
+            watermark: watermark_reading(task.metrics.watermark.load(Ordering::Relaxed)),
+        })
+        .collect()
 }
 
 /// A watermark as a reading: `None` before the first.

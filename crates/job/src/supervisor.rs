@@ -21,9 +21,7 @@ use std::time::{Duration, Instant};
 use crate::deploy::{Attempt, build_attempt};
 use crate::driver::{CoordinatorDriver, CoordinatorEvents, CoordinatorRequest};
 use crate::execution::ExecutionGraph;
-use crate::metrics::{
-    BackpressureLevel, BackpressureSampler, JobMetrics, TaskMetricsSnapshot, watermark_reading,
-};
+use crate::metrics::{BackpressureSampler, JobMetrics, read_tasks};
 pub use crate::settings::{JobSettings, JobStatus, RestoredCheckpoint, TaskInfo};
 use crate::stats::CheckpointStats;
 use crate::{Error, Result};
@@ -154,33 +152,10 @@ impl JobHandle {
     /// The job's figures now: per task (records, backpressure since the
     /// previous call, watermark, late rows) and per completed checkpoint.
     pub fn metrics(&self) -> JobMetrics {
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let blocked: Vec<u64> = self
-            .tasks()
-            .iter()
-            .map(|t| t.metrics.blocked_nanos_now())
-            .collect();
-        let ratios = self
-            .shared
-            .backpressure
-            .lock()
-            .expect("backpressure sampler")
-            .read(Instant::now(), &blocked);
-        let tasks = self
-            .tasks()
-            .iter()
-            .zip(ratios)
-            .map(|(task, ratio)| TaskMetricsSnapshot {
-                name: task.name.clone(),
-                records_in: load(&task.metrics.records_in),
-                records_out: load(&task.metrics.records_out),
-                records_written: load(&task.metrics.records_written),
-                late_records_dropped: load(&task.metrics.late_records_dropped),
-                backpressure: ratio,
-                backpressure_level: BackpressureLevel::of(ratio),
-                watermark: watermark_reading(task.metrics.watermark.load(Ordering::Relaxed)),
-            })
-            .collect();
+        let tasks = read_tasks(
+            self.tasks(),
+            &mut self.shared.backpressure.lock().expect("backpressure sampler"),
+        );
         JobMetrics {
             id: self.id(),
             name: self.name().to_string(),
