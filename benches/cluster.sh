@@ -28,9 +28,9 @@ trap 'stop_cluster; rm -rf "$work"' EXIT
 
 # Starts a JobManager and TaskManagers with the given slot counts; sets $jm.
 start_cluster() {
-  "$weir" jobmanager --port 0 > "$work/jm.log" 2>&1 & pids+=($!)
+  "$weir" jobmanager --port 0 --rest-port 0 > "$work/jm.log" 2>&1 & pids+=($!)
   for _ in $(seq 50); do grep -q "listening on" "$work/jm.log" && break; sleep 0.1; done
-  jm=$(grep -o '127.0.0.1:[0-9]*' "$work/jm.log" | head -1)
+  jm=$(grep "listening on" "$work/jm.log" | grep -o '127.0.0.1:[0-9]*' | head -1)
   local n=0
   for slots in "$@"; do
     "$weir" taskmanager --jobmanager "$jm" --slots "$slots" > "$work/tm$n.log" 2>&1 & pids+=($!)
