@@ -58,7 +58,11 @@ fn channel(c: &mut Criterion, batch: &RecordBatch) {
     for (name, transport) in transports {
         group.bench_function(format!("batch_{ROWS}_rows_{name}"), |b| {
             b.iter_custom(|iters| {
-                let id = ChannelId { edge: 0, from: 0, to: 0 };
+                let id = ChannelId {
+                    edge: 0,
+                    from: 0,
+                    to: 0,
+                };
                 let (send, receive) = transport.channel(id, 16, false).unwrap();
                 let batch = batch.clone();
                 let started = std::time::Instant::now();
@@ -86,7 +90,9 @@ fn bench_channels(c: &mut Criterion) {
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from_iter_values(0..ROWS as i64)),
-        Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| format!("bidder-{}", i % 1000)))),
+        Arc::new(StringArray::from_iter_values(
+            (0..ROWS).map(|i| format!("bidder-{}", i % 1000)),
+        )),
     ];
     channel(c, &RecordBatch::try_new(schema, columns).unwrap());
 }

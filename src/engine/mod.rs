@@ -408,7 +408,7 @@ impl Session {
         let restore = match self.config.get(weir_common::config::checkpoint::SAVEPOINT_PATH) {
             None => None,
             Some(path) => {
-                match resolve_restore(&weir_common::config::checkpoint::path_option(path), &name)? {
+                match resolve_restore(&weir_common::config::checkpoint::path_option(path)?, &name)? {
                     RestorePoint::Checkpoint {
                         dir,
                         metadata,
@@ -479,7 +479,11 @@ impl Session {
         if let Some(config) = &checkpoint {
             notes.push(format!(
                 "job id {job_id}: checkpoints go to {}",
-                weir_state::checkpoint::storage::run_dir(&config.dir, &name, &job_id).display()
+                weir_common::config::checkpoint::display_path(&weir_state::checkpoint::storage::run_dir(
+                    &config.dir,
+                    &name,
+                    &job_id
+                ))
             ));
         }
         let settings = JobSettings {

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use weir_common::config::checkpoint::display_path;
 
 use arrow::datatypes::{Field, Schema};
 
@@ -68,7 +69,7 @@ impl Engine {
                 }
                 drop(session);
                 let path = job.stop_with_savepoint()?;
-                TableResult::table(&["savepoint path"], vec![vec![Some(path.display().to_string())]])
+                TableResult::table(&["savepoint path"], vec![vec![Some(display_path(&path))]])
             }
             Statement::Explain {
                 inner,

@@ -1,6 +1,7 @@
 //! The JSON bodies of the REST API, shaped as Flink's.
 
 use serde_json::{Value, json};
+use weir_common::config::checkpoint::display_path;
 use weir_job::metrics::{BackpressureLevel, JobMetrics, TaskMetricsSnapshot};
 use weir_job::stats::CheckpointStats;
 
@@ -102,7 +103,7 @@ fn checkpoint(stats: &CheckpointStats) -> Value {
         "state_size": stats.full_state_bytes,
         "checkpointed_size": stats.state_bytes,
         "alignment_buffered": stats.channel_state_bytes,
-        "external_path": stats.dir.display().to_string(),
+        "external_path": display_path(&stats.dir),
         "attempt": stats.attempt,
     })
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use weir_common::config::checkpoint::display_path;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -270,7 +271,7 @@ fn trigger(rest: &Rest, job: String, stop: bool) -> String {
     let (id, backend) = (trigger_id.clone(), rest.backend.clone());
     std::thread::spawn(move || {
         let outcome = (backend.savepoint(&job, stop))
-            .map(|path| Some(path.display().to_string()))
+            .map(|path| Some(display_path(&path)))
             .map_err(|e| e.to_string());
         triggers
             .lock()

@@ -9,15 +9,20 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// A `weir` process whose standard error is read line by line; killed when dropped.
-struct Process {
-    child: Child,
+pub(crate) struct Process {
+    pub(crate) child: Child,
     lines: Receiver<String>,
 }
 
 impl Process {
-    fn start(args: &[&str]) -> Process {
+    pub(crate) fn start(args: &[&str]) -> Process {
+        Process::start_with(args, &[])
+    }
+
+    /// `weir args` with the environment variables `env` set.
+    pub(crate) fn start_with(args: &[&str], env: &[(String, String)]) -> Process {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
-        command.args(args);
+        command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
         Process::spawn(command)
     }
 
@@ -49,7 +54,7 @@ impl Process {
     }
 
     /// The first line that holds `text`, waiting up to 60 s.
-    fn wait_for(&self, text: &str) -> String {
+    pub(crate) fn wait_for(&self, text: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             match self.lines.recv_timeout(left) {
@@ -70,13 +75,13 @@ impl Drop for Process {
 }
 
 /// A JobManager and its TaskManagers, killed when dropped.
-struct Cluster {
-    jobmanager: Process,
+pub(crate) struct Cluster {
+    pub(crate) jobmanager: Process,
     /// The JobManager's gRPC `host:port`.
-    address: String,
+    pub(crate) address: String,
     /// Its REST API's `host:port`.
     rest: String,
-    task_managers: Vec<Process>,
+    pub(crate) task_managers: Vec<Process>,
     /// Each TaskManager's Prometheus `host:port`.
     metrics: Vec<String>,
 }
@@ -90,18 +95,27 @@ fn cluster() -> Cluster {
 /// A JobManager and `n` TaskManagers of one slot each, registered one
 /// after the other (so the first two registered take a job of parallelism 2).
 fn cluster_of(n: usize) -> Cluster {
-    let (jobmanager, address, rest) = jobmanager("127.0.0.1");
+    cluster_with(n, |_| Vec::new())
+}
+
+/// [`cluster_of`] with each process's environment from `env` of its role
+/// (`jobmanager`, `taskmanager-<i>`).
+pub(crate) fn cluster_with(n: usize, env: impl Fn(&str) -> Vec<(String, String)>) -> Cluster {
+    let (jobmanager, address, rest) = jobmanager("127.0.0.1", &env("jobmanager"));
     let (mut task_managers, mut metrics) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        let task_manager = Process::start(&[
-            "taskmanager",
-            "--jobmanager",
-            &address,
-            "--slots",
-            "1",
-            "--metrics-port",
-            "0",
-        ]);
+    for i in 0..n {
+        let task_manager = Process::start_with(
+            &[
+                "taskmanager",
+                "--jobmanager",
+                &address,
+                "--slots",
+                "1",
+                "--metrics-port",
+                "0",
+            ],
+            &env(&format!("taskmanager-{i}")),
+        );
         let url = after(&task_manager.wait_for("TaskManager metrics on"), "http://");
         metrics.push(url.trim_end_matches("/metrics").to_string());
         jobmanager.wait_for(&format!("TaskManager tm-{}-", task_manager.child.id()));
@@ -118,20 +132,23 @@ fn cluster_of(n: usize) -> Cluster {
 
 /// A JobManager listening on `host` (heartbeats every second, lost after
 /// 3 s); its gRPC and REST addresses.
-fn jobmanager(host: &str) -> (Process, String, String) {
-    let jobmanager = Process::start(&[
-        "jobmanager",
-        "--host",
-        host,
-        "--port",
-        "0",
-        "--rest-port",
-        "0",
-        "--heartbeat-interval",
-        "1s",
-        "--heartbeat-timeout",
-        "3s",
-    ]);
+fn jobmanager(host: &str, env: &[(String, String)]) -> (Process, String, String) {
+    let jobmanager = Process::start_with(
+        &[
+            "jobmanager",
+            "--host",
+            host,
+            "--port",
+            "0",
+            "--rest-port",
+            "0",
+            "--heartbeat-interval",
+            "1s",
+            "--heartbeat-timeout",
+            "3s",
+        ],
+        env,
+    );
     let rest = after(&jobmanager.wait_for("JobManager REST API on"), "http://");
     let line = jobmanager.wait_for("JobManager listening on");
     let address = line.rsplit(' ').next().unwrap().trim_end_matches('.').to_string();
@@ -153,7 +170,7 @@ fn script(dir: &Path, name: &str, rows: u64, rate: u64) -> std::path::PathBuf {
 }
 
 /// [`script`] after the statements `head`.
-fn script_with(dir: &Path, name: &str, rows: u64, rate: u64, head: &str) -> std::path::PathBuf {
+pub(crate) fn script_with(dir: &Path, name: &str, rows: u64, rate: u64, head: &str) -> std::path::PathBuf {
     let out = dir.join(name);
     let sql = format!(
         "{head}
@@ -175,7 +192,7 @@ fn script_with(dir: &Path, name: &str, rows: u64, rate: u64, head: &str) -> std:
     path
 }
 
-fn weir(args: &[&str]) -> std::process::Output {
+pub(crate) fn weir(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
         .output()
@@ -650,7 +667,7 @@ fn a_task_manager_cut_off_by_a_network_partition_is_replaced_stops_its_tasks_and
     };
     let dir = tempfile::tempdir().unwrap();
     let outside = netns.outside.as_str();
-    let (jobmanager, address, rest) = jobmanager(outside);
+    let (jobmanager, address, rest) = jobmanager(outside, &[]);
     // Registered first, the TaskManager in the namespace runs a part.
     let cut_off = Process::start_in(
         &netns.name,

@@ -23,6 +23,7 @@ mod recovery;
 mod repl;
 mod repl_pty;
 mod rest;
+mod s3;
 mod savepoint;
 mod spilling;
 mod split;

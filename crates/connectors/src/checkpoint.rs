@@ -48,7 +48,7 @@ pub fn create_source(
             .option(key)
             .ok_or_else(|| Error::sql(format!("table '{}' has no '{key}' option", table.name)))
     };
-    let path: PathBuf = path_option(option("path")?);
+    let path: PathBuf = path_option(option("path")?)?;
     let operator = option("operator")?.to_string();
     // The checkpoint is read when the job is deployed, not when planned.
     let (at, name) = (path.clone(), operator.clone());

@@ -37,6 +37,7 @@ use weir_common::time::wall_clock_millis;
 use weir_runtime::control::{SnapshotFence, TaskControl, TaskReport, failpoint};
 use weir_runtime::message::CheckpointBarrier;
 use weir_state::checkpoint::metadata::{CheckpointMetadata, FORMAT_VERSION, TaskState};
+use weir_state::checkpoint::remote;
 use weir_state::checkpoint::storage::{checkpoint_dir, clean_up, savepoint_dir, write_metadata};
 use weir_state::incremental::shared_file_checkpoint;
 
@@ -320,7 +321,7 @@ impl CoordinatorDriver {
         for old in aborted {
             run.triggered.remove(&old);
             self.fence.abort(old);
-            let _ = std::fs::remove_dir_all(checkpoint_dir(&self.run_dir, old));
+            let _ = remote::remove_dir_all(&checkpoint_dir(&self.run_dir, old));
         }
         self.trigger(run, id, BarrierKind::Savepoint, stop);
         run.savepoints.insert(id, PendingSavepoint { stop, reply });
@@ -426,7 +427,7 @@ impl CoordinatorDriver {
         run.triggered.remove(&id);
         if let Some(savepoint) = run.savepoints.remove(&id) {
             let dir = savepoint_dir(&self.config.savepoint_dir, &self.job_name, &self.job_id, id);
-            let _ = std::fs::remove_dir_all(&dir);
+            let _ = remote::remove_dir_all(&dir);
             run.state.failed(id);
             if savepoint.stop {
                 // The sources paused for it: the job goes on as it was.
@@ -439,7 +440,7 @@ impl CoordinatorDriver {
                 .send(Err(Error::Execution(format!("savepoint {id} failed: {reason}"))));
             return;
         }
-        let _ = std::fs::remove_dir_all(checkpoint_dir(&self.run_dir, id));
+        let _ = remote::remove_dir_all(&checkpoint_dir(&self.run_dir, id));
         self.events.checkpoint_failed();
         if run.state.failed(id) == FailureVerdict::FailJob {
             self.events.fail_attempt(Error::Execution(format!(

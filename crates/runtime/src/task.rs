@@ -29,6 +29,7 @@ use weir_common::ids::{BarrierKind, CheckpointId};
 use weir_common::time::wall_clock_millis;
 use weir_common::time::{MAX_WATERMARK, Timestamp};
 use weir_state::checkpoint::metadata::{ChannelSide, ChannelStateFile, OperatorState, StateFile, TaskState};
+use weir_state::checkpoint::remote;
 use weir_state::incremental::{DeltaKind, Step};
 use weir_state::runs::Run;
 use weir_state::snapshot::{write_batches, write_state_file};
@@ -253,6 +254,31 @@ pub struct PendingSnapshot {
 
 /// Writes the channel state of an unaligned checkpoint: one Parquet file per
 /// logical input and per output exchange that had records in flight.
+/// Uploads a snapshot's files when its directory is on S3 (nothing to do
+/// elsewhere), before the task acknowledges, and drops the local copies;
+/// shared files of incremental chains stay, as later checkpoints of this
+/// task compact them.
+fn upload_snapshot(
+    dir: &std::path::Path,
+    operators: &[OperatorState],
+    channels: &[ChannelStateFile],
+) -> Result<()> {
+    if weir_common::config::checkpoint::s3_location(dir).is_none() {
+        return Ok(());
+    }
+    let files = operators.iter().flat_map(|o| o.files()).map(|f| &f.path);
+    for path in files.chain(channels.iter().map(|c| &c.path)) {
+        let local = dir.join(path);
+        if path.starts_with("../") {
+            remote::upload_shared(&local)?;
+        } else {
+            remote::upload(&local)?;
+            let _ = std::fs::remove_file(&local);
+        }
+    }
+    Ok(())
+}
+
 fn write_channel_state(
     dir: &std::path::Path,
     vertex: usize,
@@ -704,6 +730,7 @@ impl Task {
                 let live = || fence.is_live(barrier.id);
                 let operators = write_snapshots(&dir, subtask, taken, &live)?;
                 let channels = write_channel_state(&dir, vertex, subtask, inputs, outputs, &live)?;
+                upload_snapshot(&dir, &operators, &channels)?;
                 Ok((operators, channels))
             });
             if !fence.is_live(barrier.id) {

@@ -313,6 +313,7 @@ fn guarded<T>(path: &Path, what: &str, read: impl FnOnce() -> Result<T>) -> Resu
 
 /// Reads every batch of a channel-state file; errors name the file.
 pub fn read_batches(path: &Path) -> Result<Vec<RecordBatch>> {
+    crate::checkpoint::remote::fetch(path)?;
     guarded(path, "channel state", || read_batches_unguarded(path))
 }
 
@@ -334,6 +335,7 @@ fn read_batches_unguarded(path: &Path) -> Result<Vec<RecordBatch>> {
 /// Reads the rows of key groups `range` from a state file, only from the row
 /// groups whose statistics overlap it; errors name the file.
 pub fn read_state_file(path: &Path, range: &RangeInclusive<usize>) -> Result<Option<RecordBatch>> {
+    crate::checkpoint::remote::fetch(path)?;
     guarded(path, "state file", || read_state_file_unguarded(path, range))
 }
 

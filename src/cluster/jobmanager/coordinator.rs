@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use weir_common::config::checkpoint::display_path;
 
 use crossbeam_channel::Receiver;
 use weir_common::config::SessionConfig;
@@ -176,7 +177,7 @@ impl CoordinatorEvents for JobEvents {
             "[INFO] Checkpoint {} of job {} complete: {}.",
             stats.id,
             self.job_id,
-            stats.dir.display()
+            display_path(&stats.dir)
         );
         if let Some(job) = self.service.state().jobs.get_mut(&self.job_id) {
             job.checkpoints.push(stats);

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use weir_common::config::checkpoint::display_path;
 
 use tonic::{Request, Response, Status};
 use weir_common::config::SessionConfig;
@@ -178,7 +179,7 @@ impl JobManager for JobManagerService {
             .map_err(status)?
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new(SavepointDone {
-            location: location.display().to_string(),
+            location: display_path(&location),
         }))
     }
 

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weir_common::config::checkpoint::display_path;
 
 use crossbeam_channel::Sender;
 use tokio::runtime::Handle;
@@ -358,9 +359,9 @@ impl JobManagerService {
         {
             eprintln!(
                 "[INFO] Job {job_id}: attempt {attempt} restores {}.",
-                dir.display()
+                display_path(&dir)
             );
-            config.push((SAVEPOINT_PATH.to_string(), dir.display().to_string()));
+            config.push((SAVEPOINT_PATH.to_string(), display_path(&dir)));
             next_id = metadata.checkpoint_id + 1;
         }
         let (hosts, slots) = self.place(job_id, &spec.parallelisms).await?;

@@ -1,6 +1,7 @@
 //! Checkpoint settings, read from the session with Flink's keys.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::config::session::{SessionConfig, parse_duration};
@@ -152,9 +153,75 @@ where
     }
 }
 
-/// A path option: a plain path or a `file://` URI.
-pub fn path_option(value: &str) -> PathBuf {
-    PathBuf::from(value.strip_prefix("file://").unwrap_or(value))
+/// A path option: a plain path, a `file://` URI, or an `s3://bucket/key`
+/// URI. An S3 location maps to a directory of this process's staging root
+/// (`<staging root>/s3/<bucket>/<key>`): checkpoint files are written
+/// there and uploaded, and read from there once downloaded
+/// (`weir_state::checkpoint::remote`).
+pub fn path_option(value: &str) -> Result<PathBuf> {
+    let value = value.trim();
+    if let Some(path) = value.strip_prefix("file://") {
+        return Ok(PathBuf::from(path));
+    }
+    if let Some(location) = value.strip_prefix("s3://") {
+        let (bucket, key) = location.split_once('/').unwrap_or((location, ""));
+        let key = key.trim_matches('/');
+        if bucket.is_empty() || key.split('/').any(|part| part == ".." || part == ".") {
+            return Err(Error::sql(format!(
+                "invalid S3 location '{value}': expected s3://<bucket>/<key>"
+            )));
+        }
+        return Ok(staging_root().join(S3_DIR).join(bucket).join(key));
+    }
+    if let Some((scheme, _)) = value.split_once("://") {
+        return Err(Error::sql(format!(
+            "unsupported file system '{scheme}://' in '{value}': use a path, file:// or s3://"
+        )));
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// The environment variable that sets a process's staging root (Flink's
+/// `io.tmp.dirs`); by default a directory of its own under the system's
+/// temporary directory, so that processes on one machine never read each
+/// other's copies.
+pub const STAGING_ROOT_ENV: &str = "WEIR_WORKING_DIR";
+
+/// The staging root's subdirectory that mirrors S3 buckets.
+const S3_DIR: &str = "s3";
+
+/// Where this process stages the files of `s3://` locations.
+pub fn staging_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| match std::env::var_os(STAGING_ROOT_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => std::env::temp_dir().join(format!("weir-working-{}", std::process::id())),
+    })
+}
+
+/// The S3 bucket and key a staged path stands for (the inverse of
+/// [`path_option`]); `None` for a path outside the staging root's `s3/`.
+pub fn s3_location(path: &Path) -> Option<(String, String)> {
+    s3_location_in(staging_root(), path)
+}
+
+fn s3_location_in(root: &Path, path: &Path) -> Option<(String, String)> {
+    let rest = path.strip_prefix(root.join(S3_DIR)).ok()?;
+    let mut parts = rest
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let bucket = parts.next()?;
+    Some((bucket, parts.collect::<Vec<_>>().join("/")))
+}
+
+/// A path as the user gave it: `s3://bucket/key` for a staged S3 location,
+/// else the path itself.
+pub fn display_path(path: &Path) -> String {
+    match s3_location(path) {
+        Some((bucket, key)) if key.is_empty() => format!("s3://{bucket}"),
+        Some((bucket, key)) => format!("s3://{bucket}/{key}"),
+        None => path.display().to_string(),
+    }
 }
 
 impl CheckpointConfig {
@@ -208,8 +275,9 @@ impl CheckpointConfig {
                 .map(str::trim)
                 .filter(|d| !d.is_empty())
                 .map(path_option)
+                .transpose()
         };
-        let (dir, savepoint_dir) = match (path(DIR), path(SAVEPOINT_DIR)) {
+        let (dir, savepoint_dir) = match (path(DIR)?, path(SAVEPOINT_DIR)?) {
             (Some(dir), savepoints) => {
                 let savepoints = savepoints.unwrap_or_else(|| dir.join("savepoints"));
                 (dir, savepoints)
@@ -357,5 +425,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(DIR), "{err}");
+    }
+
+    #[test]
+    fn an_s3_location_maps_to_the_staging_root_and_back() {
+        let staged = path_option("s3://bucket/ckpt/").unwrap();
+        assert_eq!(staged, staging_root().join("s3/bucket/ckpt"));
+        assert_eq!(
+            s3_location(&staged.join("job/chk-1")),
+            Some(("bucket".into(), "ckpt/job/chk-1".into()))
+        );
+        assert_eq!(display_path(&staged), "s3://bucket/ckpt");
+        assert_eq!(
+            s3_location_in(Path::new("/w"), Path::new("/w/s3/b")),
+            Some(("b".into(), String::new()))
+        );
+        assert_eq!(s3_location(Path::new("/tmp/ckpt")), None);
+        assert_eq!(display_path(Path::new("/tmp/ckpt")), "/tmp/ckpt");
+    }
+
+    #[test]
+    fn unknown_file_systems_and_bad_s3_locations_are_refused_naming_the_value() {
+        assert_eq!(path_option("file:///tmp/c").unwrap(), PathBuf::from("/tmp/c"));
+        let err = path_option("hdfs://nn/ckpt").unwrap_err().to_string();
+        assert!(err.contains("hdfs://") && err.contains("s3://"), "{err}");
+        assert!(path_option("s3:///key").is_err());
+        assert!(path_option("s3://b/a/../c").is_err());
+        let mut config = SessionConfig::default();
+        assert!(config.set(DIR, "gs://bucket/ckpt").is_err());
     }
 }

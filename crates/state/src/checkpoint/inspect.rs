@@ -38,7 +38,11 @@ pub fn state_files(dir: &Path, metadata: &CheckpointMetadata, operator: &str) ->
         for state in task.operators.iter().filter(|o| o.operator_id == operator) {
             found = true;
             if state.deltas.is_empty() {
-                files.extend(state.file.iter().map(|f| dir.join(&f.path)));
+                if let Some(file) = &state.file {
+                    let path = dir.join(&file.path);
+                    crate::checkpoint::remote::fetch(&path)?;
+                    files.push(path);
+                }
             } else {
                 files.extend(combined_file(dir, task.vertex, task.subtask, state)?);
             }

@@ -4,4 +4,5 @@
 
 pub mod inspect;
 pub mod metadata;
+pub mod remote;
 pub mod storage;

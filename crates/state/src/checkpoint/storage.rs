@@ -11,7 +11,8 @@
 //! checkpoint directory without `_metadata` is incomplete (in flight or
 //! aborted). Which directories to delete is decided by [`to_delete`], and
 //! which checkpoint a restore path means by [`choose`]: plain functions;
-//! this module does the I/O.
+//! this module does the I/O. On S3 the same layout holds under the bucket's
+//! key prefix; [`remote`] moves the files, and listings come from the bucket.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -19,8 +20,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::metadata::{CheckpointMetadata, FORMAT_VERSION};
+use crate::checkpoint::remote;
 use crate::incremental::{SHARED_DIR, shared_file_checkpoint, shared_files_to_delete};
 use crate::{Error, Result};
+use weir_common::config::checkpoint::display_path;
 use weir_common::ids::CheckpointId;
 use weir_common::ids::JobId;
 
@@ -69,16 +72,19 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Writes the metadata of a complete checkpoint into its directory.
+/// Writes the metadata of a complete checkpoint into its directory (and
+/// uploads it, on S3: the checkpoint is complete once it is there).
 pub fn write_metadata(dir: &Path, metadata: &CheckpointMetadata) -> Result<()> {
     let json = serde_json::to_vec_pretty(metadata)
         .map_err(|e| Error::Internal(format!("checkpoint metadata: {e}")))?;
-    write_atomically(&dir.join(METADATA), &json)
+    write_atomically(&dir.join(METADATA), &json)?;
+    remote::upload(&dir.join(METADATA))
 }
 
 /// Reads and checks a checkpoint's metadata; errors name the file.
 pub fn read_metadata(dir: &Path) -> Result<CheckpointMetadata> {
     let path = dir.join(METADATA);
+    remote::fetch(&path)?;
     let bytes = std::fs::read(&path)
         .map_err(|e| Error::State(format!("cannot read checkpoint metadata {}: {e}", path.display())))?;
     let metadata: CheckpointMetadata = serde_json::from_slice(&bytes)
@@ -103,9 +109,8 @@ pub fn verify(dir: &Path, metadata: &CheckpointMetadata) -> Result<()> {
             .chain(task.channel_state.iter().map(|c| (&c.path, c.bytes)));
         for (path, recorded) in files {
             let path = dir.join(path);
-            let size = std::fs::metadata(&path)
-                .map_err(|e| Error::State(format!("checkpoint state file {}: {e}", path.display())))?
-                .len();
+            let size = remote::size(&path)
+                .map_err(|e| Error::State(format!("checkpoint state file {}: {e}", path.display())))?;
             if size != recorded {
                 return Err(Error::State(format!(
                     "checkpoint state file {} has {size} bytes, the checkpoint recorded {recorded}",
@@ -155,12 +160,88 @@ pub fn to_delete(
 /// checkpoints that no retained checkpoint needs
 /// ([`shared_files_to_delete`]); failures are reported, not fatal.
 pub fn clean_up(job_dir: &Path, keep: usize, in_flight: &[CheckpointId]) -> Result<()> {
+    if let Some(objects) = remote::list(job_dir)? {
+        return clean_up_remote(job_dir, &objects, keep, in_flight);
+    }
     let checkpoints = list_checkpoints(job_dir)?;
     for id in to_delete(&checkpoints, keep, in_flight) {
         let dir = checkpoint_dir(job_dir, id);
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     }
     clean_shared(job_dir)
+}
+
+/// [`clean_up`] of a run directory on S3, whose `objects` (paths relative
+/// to it) are listed from the bucket: the same decisions, on the objects.
+fn clean_up_remote(
+    job_dir: &Path,
+    objects: &[String],
+    keep: usize,
+    in_flight: &[CheckpointId],
+) -> Result<()> {
+    let checkpoints = remote_checkpoints(objects);
+    let deleted = to_delete(&checkpoints, keep, in_flight);
+    let mut doomed: Vec<PathBuf> = Vec::new();
+    for object in objects {
+        let chk = object.split('/').next().and_then(checkpoint_id);
+        if chk.is_some_and(|id| deleted.contains(&id)) {
+            doomed.push(job_dir.join(object));
+        }
+    }
+    for id in &deleted {
+        let _ = std::fs::remove_dir_all(checkpoint_dir(job_dir, *id));
+    }
+    let complete: Vec<CheckpointId> = checkpoints
+        .iter()
+        .filter(|c| c.1 && !deleted.contains(&c.0))
+        .map(|c| c.0)
+        .collect();
+    let shared: Vec<(String, CheckpointId)> = objects
+        .iter()
+        .filter(|o| o.starts_with(&format!("{SHARED_DIR}/")))
+        .filter_map(|o| Some((o.clone(), shared_file_checkpoint(o.rsplit('/').next()?)?)))
+        .collect();
+    if let Some(&newest) = complete.last()
+        && !shared.is_empty()
+    {
+        let referenced = referenced_shared_files(job_dir, &complete)?;
+        doomed.extend(
+            shared_files_to_delete(&shared, newest, &referenced)
+                .into_iter()
+                .map(|p| job_dir.join(p)),
+        );
+    }
+    remote::delete(&doomed)
+}
+
+/// The `chk-<n>` directories among a run directory's objects: id, and
+/// whether complete (its `_metadata` is there).
+fn remote_checkpoints(objects: &[String]) -> Vec<(CheckpointId, bool)> {
+    let mut found: std::collections::BTreeMap<CheckpointId, bool> = Default::default();
+    for object in objects {
+        let mut parts = object.splitn(2, '/');
+        if let Some(id) = parts.next().and_then(checkpoint_id) {
+            *found.entry(id).or_default() |= parts.next() == Some(METADATA);
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// The shared files (paths relative to the run directory) that the
+/// complete checkpoints `complete` of `job_dir` refer to.
+fn referenced_shared_files(job_dir: &Path, complete: &[CheckpointId]) -> Result<HashSet<String>> {
+    let mut referenced = HashSet::new();
+    for &id in complete {
+        let metadata = read_metadata(&checkpoint_dir(job_dir, id))?;
+        for task in &metadata.tasks {
+            for file in task.operators.iter().flat_map(|o| o.files()) {
+                if let Some(path) = file.path.strip_prefix("../") {
+                    referenced.insert(path.to_string());
+                }
+            }
+        }
+    }
+    Ok(referenced)
 }
 
 /// The shared files under `<run dir>/shared/<operator>/`: path relative to
@@ -196,17 +277,7 @@ fn clean_shared(job_dir: &Path) -> Result<()> {
     let Some(&newest) = complete.last() else {
         return Ok(());
     };
-    let mut referenced = HashSet::new();
-    for id in complete {
-        let metadata = read_metadata(&checkpoint_dir(job_dir, id))?;
-        for task in &metadata.tasks {
-            for file in task.operators.iter().flat_map(|o| o.files()) {
-                if let Some(path) = file.path.strip_prefix("../") {
-                    referenced.insert(path.to_string());
-                }
-            }
-        }
-    }
+    let referenced = referenced_shared_files(job_dir, &complete)?;
     for path in shared_files_to_delete(&files, newest, &referenced) {
         let path = job_dir.join(path);
         std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
@@ -313,10 +384,11 @@ pub fn checkpoints_under(path: &Path, job: &str) -> Result<Vec<(PathBuf, Checkpo
 /// most recently completed intact checkpoint there. None means starting
 /// afresh.
 pub fn resolve_restore(path: &Path, job: &str) -> Result<RestorePoint> {
+    remote::fetch_metadata_under(path)?;
     if !path.exists() {
         return Err(Error::State(format!(
             "restore path {} does not exist",
-            path.display()
+            display_path(path)
         )));
     }
     let is_checkpoint = path.join(METADATA).exists()
@@ -331,7 +403,11 @@ pub fn resolve_restore(path: &Path, job: &str) -> Result<RestorePoint> {
         let metadata = read_metadata(path)?;
         verify(path, &metadata)?;
         return Ok(RestorePoint::Checkpoint {
-            chosen: format!("checkpoint {} from {}", metadata.checkpoint_id, path.display()),
+            chosen: format!(
+                "checkpoint {} from {}",
+                metadata.checkpoint_id,
+                display_path(path)
+            ),
             dir: path.to_path_buf(),
             metadata: Box::new(metadata),
             skipped: vec![],
@@ -357,7 +433,7 @@ pub fn resolve_restore(path: &Path, job: &str) -> Result<RestorePoint> {
         "the most recently completed of {} complete checkpoint(s) in {} run(s) under {}",
         candidates.len(),
         runs.len(),
-        path.display()
+        display_path(path)
     );
     for candidate in choose(candidates.clone()) {
         match read_metadata(&candidate.dir).and_then(|m| verify(&candidate.dir, &m).map(|()| m)) {
@@ -366,7 +442,7 @@ pub fn resolve_restore(path: &Path, job: &str) -> Result<RestorePoint> {
                     chosen: format!(
                         "checkpoint {} from {}, {among}",
                         metadata.checkpoint_id,
-                        candidate.dir.display()
+                        display_path(&candidate.dir)
                     ),
                     dir: candidate.dir,
                     metadata: Box::new(metadata),
@@ -382,6 +458,19 @@ pub fn resolve_restore(path: &Path, job: &str) -> Result<RestorePoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoints_on_s3_are_found_among_the_objects_of_a_run() {
+        let objects = [
+            "chk-3/_metadata",
+            "chk-3/op/0.parquet",
+            "chk-4/op/0.parquet",
+            "shared/op/x",
+            "chk-x/y",
+        ]
+        .map(String::from);
+        assert_eq!(remote_checkpoints(&objects), vec![(3, true), (4, false)]);
+    }
 
     #[test]
     fn retention_keeps_the_newest_complete_and_the_in_flight_ones() {
