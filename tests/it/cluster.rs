@@ -287,7 +287,7 @@ fn a_checkpointed_job_whose_task_manager_is_killed_restarts_on_a_spare_one_from_
 }
 
 /// Polls `GET path` on `rest` until `ready` holds of its JSON, up to 60 s.
-fn poll(rest: &str, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+pub(crate) fn poll(rest: &str, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let body = crate::rest::json(rest, "GET", path);

@@ -1,10 +1,10 @@
-//! Checkpoints on S3 (`s3://`), against a real S3-protocol server (moto's, started once per test run by `scripts/s3.sh`): a cluster job whose TaskManager is killed restores from the bucket on another process, writes the rows of a local run, and leaves only its retained checkpoint there.
+//! Checkpoints and savepoints on S3 (`s3://`), against a real S3-protocol server (moto's, started once per test run by `scripts/s3.sh`): a cluster job whose TaskManager is killed restores from the bucket on another process and leaves only its retained checkpoint there; a savepoint on S3 resumes in another process; both write the rows of a local run.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::cluster::{Process, cluster_with, script_with, weir};
+use crate::cluster::{Process, cluster_with, poll, script_with, weir};
 
 const BUCKET: &str = "weir";
 
@@ -190,4 +190,74 @@ fn a_job_checkpointing_to_s3_restores_from_the_bucket_after_a_task_manager_is_ki
             "{key} is left in the bucket but no retained checkpoint needs it"
         );
     }
+}
+
+#[test]
+fn a_job_stopped_with_a_savepoint_on_s3_resumes_from_it_in_another_process_and_writes_each_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = format!(
+        "SET 'execution.checkpointing.interval' = '200 ms';
+         SET 'execution.checkpointing.dir' = 's3://{BUCKET}/single';
+         SET 'execution.checkpointing.savepoint-dir' = 's3://{BUCKET}/savepoints';"
+    );
+    // 400k rows at 100k rows/s: about 4 s.
+    let first = script_with(dir.path(), "first", 400_000, 100_000, &settings);
+    let job = Process::start_with(
+        &["run", "--rest-port", "0", first.to_str().unwrap()],
+        &s3_env(dir.path(), "first"),
+    );
+    let rest = job.wait_for("REST API on http://");
+    let rest = rest.rsplit("http://").next().unwrap().to_string();
+    let jobs = poll(&rest, "/jobs", |j| j["jobs"][0]["status"] == "RUNNING");
+    let id = jobs["jobs"][0]["id"].as_str().unwrap().to_string();
+    poll(&rest, &format!("/jobs/{id}/checkpoints"), |c| {
+        c["counts"]["completed"].as_u64().unwrap_or(0) >= 2
+    });
+    crate::rest::json(&rest, "POST", &format!("/jobs/{id}/stop"));
+    // The run ends with the savepoint (and its REST API with it): the
+    // savepoint is the one in the bucket.
+    job.wait_for("Done in");
+    let metadata: Vec<String> = keys("savepoints/")
+        .into_iter()
+        .filter(|k| k.ends_with("/_metadata"))
+        .collect();
+    assert_eq!(metadata.len(), 1, "{metadata:?}");
+    let key = metadata[0].trim_end_matches("/_metadata");
+    assert!(key.starts_with("savepoints/savepoint-"), "{key}");
+    let location = format!("s3://{BUCKET}/{key}");
+    let stopped = crate::part_file_lines(&dir.path().join("first"));
+    assert!(
+        !stopped.is_empty(),
+        "the windows before the savepoint were written"
+    );
+
+    // Another process, with a staging directory of its own, resumes it.
+    let resume = format!("{settings}\nSET 'execution.savepoint.path' = '{location}';");
+    let second = script_with(dir.path(), "second", 400_000, 1_000_000, &resume);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", second.to_str().unwrap()])
+        .envs(s3_env(dir.path(), "second"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let local = script_with(dir.path(), "local", 400_000, 1_000_000, "");
+    let output = weir(&["run", local.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut rows = stopped;
+    rows.extend(crate::part_file_lines(&dir.path().join("second")));
+    rows.sort();
+    assert_eq!(
+        rows,
+        crate::part_file_lines(&dir.path().join("local")),
+        "each row once"
+    );
 }

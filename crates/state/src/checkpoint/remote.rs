@@ -76,10 +76,11 @@ fn remote_of(path: &Path) -> Result<Option<Remote>> {
             store
         }
     };
-    Ok(Some(Remote {
-        store,
-        key: Key::from(key),
-    }))
+    // The key as it is (not percent-encoded as `Key::from` would): job
+    // names may hold characters such as '`', and listings give keys back
+    // as stored.
+    let key = Key::parse(&key).map_err(|e| Error::State(format!("S3 key for {}: {e}", path.display())))?;
+    Ok(Some(Remote { store, key }))
 }
 
 /// Runs `future` to completion on weir's I/O runtime, from any thread
