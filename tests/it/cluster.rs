@@ -192,6 +192,28 @@ pub(crate) fn script_with(dir: &Path, name: &str, rows: u64, rate: u64, head: &s
     path
 }
 
+/// Runs `weir args` to its end with the environment `env`; it must succeed.
+pub(crate) fn run_ok(args: &[&str], env: &[(String, String)]) {
+    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The rows of [`script`] of `rows` rows run in this machine's one
+/// process, into `<dir>/local`: what a cluster run must write.
+pub(crate) fn local_rows(dir: &Path, rows: u64) -> Vec<String> {
+    let local = script(dir, "local", rows, 1_000_000);
+    run_ok(&["run", local.to_str().unwrap()], &[]);
+    crate::part_file_lines(&dir.join("local"))
+}
+
 pub(crate) fn weir(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
@@ -428,28 +450,14 @@ fn a_job_stopped_with_a_savepoint_on_the_cluster_resumes_from_it_and_writes_each
 
     let resume = format!("{settings}\nSET 'execution.savepoint.path' = '{location}';");
     let second = script_with(dir.path(), "second", 400_000, 1_000_000, &resume);
-    let output = weir(&["run", "--jobmanager", &cluster.address, second.to_str().unwrap()]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-
-    let local = script(dir.path(), "local", 400_000, 1_000_000);
-    let output = weir(&["run", local.to_str().unwrap()]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    run_ok(
+        &["run", "--jobmanager", &cluster.address, second.to_str().unwrap()],
+        &[],
     );
     let mut rows = stopped;
     rows.extend(crate::part_file_lines(&dir.path().join("second")));
     rows.sort();
-    assert_eq!(
-        rows,
-        crate::part_file_lines(&dir.path().join("local")),
-        "each row once"
-    );
+    assert_eq!(rows, local_rows(dir.path(), 400_000), "each row once");
 }
 
 #[test]
@@ -515,16 +523,9 @@ fn checkpointed_job(cluster: &Cluster, dir: &Path) -> Process {
 fn finishes_with_the_rows_of_a_local_run(client: &Process, dir: &Path) {
     let ended = client.wait_for("ended:");
     assert!(ended.contains("Finished"), "{ended}");
-    let local = script(dir, "local", 800_000, 1_000_000);
-    let output = weir(&["run", local.to_str().unwrap()]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     let rows = crate::part_file_lines(&dir.join("remote"));
     assert!(!rows.is_empty());
-    assert_eq!(rows, crate::part_file_lines(&dir.join("local")), "each row once");
+    assert_eq!(rows, local_rows(dir, 800_000), "each row once");
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::cluster::{Process, cluster_with, poll, script_with, weir};
+use crate::cluster::{Process, cluster_with, local_rows, poll, run_ok, script_with};
 
 const BUCKET: &str = "weir";
 
@@ -95,26 +95,9 @@ fn a_job_checkpointing_to_s3_restores_from_the_bucket_after_a_task_manager_is_ki
     let ended = client.wait_for("ended:");
     assert!(ended.contains("Finished"), "{ended}");
 
-    // The same job in one process, on a local directory.
-    let local_checkpoints = format!(
-        "SET 'execution.checkpointing.interval' = '300 ms';
-         SET 'execution.checkpointing.dir' = '{}';",
-        dir.path().join("checkpoints").display()
-    );
-    let local = script_with(dir.path(), "local", 800_000, 1_000_000, &local_checkpoints);
-    let output = weir(&["run", local.to_str().unwrap()]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     let rows = crate::part_file_lines(&dir.path().join("remote"));
     assert!(!rows.is_empty());
-    assert_eq!(
-        rows,
-        crate::part_file_lines(&dir.path().join("local")),
-        "each row once"
-    );
+    assert_eq!(rows, local_rows(dir.path(), 800_000), "each row once");
 
     // Left in the bucket: the retained checkpoint, complete, and the shared
     // files it needs; no other checkpoint and no unreferenced shared file of
@@ -234,30 +217,9 @@ fn a_job_stopped_with_a_savepoint_on_s3_resumes_from_it_in_another_process_and_w
     // Another process, with a staging directory of its own, resumes it.
     let resume = format!("{settings}\nSET 'execution.savepoint.path' = '{location}';");
     let second = script_with(dir.path(), "second", 400_000, 1_000_000, &resume);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", second.to_str().unwrap()])
-        .envs(s3_env(dir.path(), "second"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-
-    let local = script_with(dir.path(), "local", 400_000, 1_000_000, "");
-    let output = weir(&["run", local.to_str().unwrap()]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_ok(&["run", second.to_str().unwrap()], &s3_env(dir.path(), "second"));
     let mut rows = stopped;
     rows.extend(crate::part_file_lines(&dir.path().join("second")));
     rows.sort();
-    assert_eq!(
-        rows,
-        crate::part_file_lines(&dir.path().join("local")),
-        "each row once"
-    );
+    assert_eq!(rows, local_rows(dir.path(), 400_000), "each row once");
 }

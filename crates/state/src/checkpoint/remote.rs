@@ -187,9 +187,11 @@ pub fn fetch(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes a downloaded file: a temporary file renamed into place, so a
-/// concurrent reader sees the whole file or none.
+/// Writes a downloaded file: a temporary file of its own (two subtasks may
+/// download the same file at once) renamed into place, so a concurrent
+/// reader sees the whole file or none.
 fn write_local(path: &Path, bytes: &[u8]) -> Result<()> {
+    static DOWNLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path
         .parent()
         .ok_or_else(|| Error::Internal(format!("{} has no parent", path.display())))?;
@@ -197,7 +199,7 @@ fn write_local(path: &Path, bytes: &[u8]) -> Result<()> {
     let temporary = dir.join(format!(
         ".{}.{}.download",
         path.file_name().map_or("file".into(), |n| n.to_string_lossy()),
-        std::process::id()
+        DOWNLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::write(&temporary, bytes).map_err(|e| Error::io(&temporary, e))?;
     std::fs::rename(&temporary, path).map_err(|e| Error::io(path, e))
