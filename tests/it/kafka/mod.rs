@@ -11,7 +11,7 @@ use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use weir::connectors::kafka::transactions::{Recorded, describe};
+use weir::connectors::kafka::transactions::{Recorded, describe_known};
 
 mod sink;
 mod source;
@@ -81,7 +81,7 @@ pub fn open_transaction(transactional_id: &str, topic: &str, rows: &[&str]) -> R
             .unwrap();
     }
     producer.flush(Duration::from_secs(30)).unwrap();
-    let described = describe(broker(), transactional_id).unwrap();
+    let described = describe_known(broker(), transactional_id).unwrap();
     assert_eq!(described.state, "Ongoing");
     // As after a crash: the producer neither commits nor aborts.
     std::mem::forget(producer);

@@ -14,6 +14,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::BaseRecord;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use weir::connectors::kafka::transactions::describe;
+
 use super::{broker, checked_producer, create_topic, flush_checked};
 
 /// Every value in `topic` (all partitions, from the start) that a consumer
@@ -498,7 +500,20 @@ fn a_fresh_run_at_a_lower_parallelism_aborts_what_a_crashed_run_left_open() {
     let run = weir(&fresh, None).output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let got = read_all(&output, "read_committed", Duration::from_secs(3));
-    assert_eq!(got.len(), sums.len());
+    // On failure, say which transaction was left open (the usual cause).
+    let states = || -> Vec<String> {
+        (0..4)
+            .flat_map(|s| (0..3).map(move |n| format!("{name}-{s}-{n}")))
+            .map(|id| format!("{id}: {:?}", describe(broker(), &id).map(|d| d.map(|d| d.state))))
+            .collect()
+    };
+    assert!(
+        got.len() == sums.len(),
+        "{} of {} rows; transactions:\n{}",
+        got.len(),
+        sums.len(),
+        states().join("\n")
+    );
 }
 
 /// Records per partition of `topic` (3 partitions).

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::format::records::RecordFormat;
 use crate::kafka::client::kafka_error;
 use crate::kafka::options::{Delivery, delivery, properties};
-use crate::kafka::transactions::{Recorded, commit_recorded, describe};
+use crate::kafka::transactions::{Recorded, commit_recorded, describe, describe_known};
 use crate::{Error, Result};
 use crate::{SinkFactory, SinkWriter};
 use weir_common::changelog::RowKind;
@@ -483,10 +483,10 @@ impl KafkaWriter {
     fn abort_from(&self, subtask: usize, first: u64) -> Result<bool> {
         for n in first.. {
             let id = self.transactional_id(subtask, n);
-            match describe(&self.bootstrap, &id) {
-                Ok(described) if lingering(&described.state) => drop(self.producer(Some(&id))?),
-                Ok(_) => {}
-                Err(_) => return Ok(n > first),
+            match describe(&self.bootstrap, &id)? {
+                Some(described) if lingering(&described.state) => drop(self.producer(Some(&id))?),
+                Some(_) => {}
+                None => return Ok(n > first),
             }
         }
         unreachable!("the numbers are unbounded")
@@ -680,7 +680,7 @@ impl SinkWriter for KafkaWriter {
         }
         if let Some(t) = self.current.take() {
             self.flush(&t.producer, &t.deliveries)?;
-            let described = describe(&self.bootstrap, &t.id)?;
+            let described = describe_known(&self.bootstrap, &t.id)?;
             let recorded = Recorded {
                 transactional_id: t.id.clone(),
                 producer_id: described.producer_id,
