@@ -1,6 +1,7 @@
 //! A TaskManager: offers its slots to the JobManager, sends heartbeats, and runs the parts of jobs placed on it, their channels to other TaskManagers over its Flight node.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use weir_job::deploy::build_attempt_part;
 use weir_job::metrics::{BackpressureSampler, TaskMetricsSnapshot, read_tasks};
 use weir_job::placement::Placement;
 use weir_job::settings::TaskInfo;
+use weir_job::supervisor::is_secondary;
 use weir_plan::spec::PlanSpec;
 use weir_runtime::control::{SnapshotFence, TaskControl, TaskReport};
 
@@ -246,7 +248,7 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart) -> Result<()> {
     let threads: Vec<_> = (part.tasks.into_iter())
         .map(|task| std::thread::spawn(move || task.run()))
         .collect();
-    let mut first_error = None;
+    let mut errors = Vec::new();
     for thread in threads {
         let result = thread
             .join()
@@ -254,18 +256,64 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart) -> Result<()> {
         if let Err(e) = result {
             // The first failure cancels the others.
             part.cancel.store(true, Ordering::SeqCst);
-            first_error.get_or_insert(e);
+            errors.push(e);
         }
     }
     if let Some(reports) = reports {
         // Every report is with the coordinator before the part is said to end.
         let _ = reports.join();
     }
-    match (first_error, part.cancel.load(Ordering::SeqCst)) {
+    let peers: BTreeSet<&String> = (placement.hosts.iter().flatten())
+        .filter(|h| **h != placement.here)
+        .collect();
+    let lost = || {
+        (node.lost_connection(&deploy.job_id, deploy.attempt, LOST_CONNECTION_WAIT))
+            .or_else(|| unreachable_peer(peers, PROBE_TIMEOUT))
+    };
+    let error = root_cause(errors, lost);
+    // Channels of this attempt that no reader fetched are dropped.
+    node.withdraw(&deploy.job_id, deploy.attempt + 1);
+    match (error, part.cancel.load(Ordering::SeqCst)) {
         (Some(e), _) => Err(e),
         (None, true) => Err(Error::Execution("cancelled".into())),
         (None, false) => Ok(()),
     }
+}
+
+/// How long a part whose tasks only saw each other stop waits for its
+/// node to name a lost connection.
+const LOST_CONNECTION_WAIT: Duration = Duration::from_millis(300);
+
+/// How long a connection to a peer's data plane may take before the peer
+/// counts as unreachable.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The first of `peers` (data-plane `host:port`s) that does not accept a
+/// connection within `timeout`, as the cause of a lost connection: when a
+/// part's tasks stopped because a channel to a peer went away, a peer that
+/// refuses connections died (a peer that failed for its own reason still
+/// listens, and reports that reason itself).
+fn unreachable_peer<'a>(peers: impl IntoIterator<Item = &'a String>, timeout: Duration) -> Option<String> {
+    peers.into_iter().find_map(|peer| {
+        let address = peer.to_socket_addrs().ok()?.next()?;
+        let error = std::net::TcpStream::connect_timeout(&address, timeout).err()?;
+        Some(format!("lost the connection to the node at {peer}: {error}"))
+    })
+}
+
+/// What a part reports of its tasks' `errors`: the first that is a cause
+/// of its own; else the connection its node lost (`lost`), as Flink's
+/// "Connection unexpectedly closed by remote task manager"; else the
+/// first (a task that saw another stop).
+fn root_cause(errors: Vec<Error>, lost: impl FnOnce() -> Option<String>) -> Option<Error> {
+    if let Some(i) = errors.iter().position(|e| !is_secondary(e)) {
+        return errors.into_iter().nth(i);
+    }
+    let first = errors.into_iter().next()?;
+    Some(match lost() {
+        Some(cause) => Error::Execution(cause),
+        None => first,
+    })
 }
 
 /// Sends the reports of a part's tasks and snapshot writers to the
@@ -416,5 +464,48 @@ async fn heartbeat(
             }
             Err(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gone() -> Error {
+        weir_runtime::input::upstream_gone()
+    }
+
+    #[test]
+    fn a_part_reports_a_task_error_of_its_own_before_a_lost_connection() {
+        let failed = Error::Execution("division by zero".into());
+        let got = root_cause(vec![gone(), failed], || Some("lost the connection".into()));
+        assert_eq!(got.unwrap().to_string(), "Execution error: division by zero");
+    }
+
+    #[test]
+    fn a_part_whose_tasks_only_saw_each_other_stop_reports_the_lost_connection_if_any() {
+        let lost = "lost the connection to the node at h:1: broken pipe";
+        let got = root_cause(vec![gone()], || Some(lost.into()));
+        assert_eq!(got.unwrap().to_string(), format!("Execution error: {lost}"));
+        let got = root_cause(vec![gone()], || None);
+        assert_eq!(got.unwrap().to_string(), gone().to_string());
+        assert!(root_cause(Vec::new(), || panic!("not asked without errors")).is_none());
+    }
+
+    #[test]
+    fn a_peer_that_refuses_connections_is_named_and_one_that_listens_is_not() {
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let alive = listening.local_addr().unwrap().to_string();
+        let closed = {
+            let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            gone.local_addr().unwrap().to_string()
+        };
+        let timeout = Duration::from_secs(5);
+        assert_eq!(unreachable_peer([&alive], timeout), None);
+        let cause = unreachable_peer([&alive, &closed], timeout).unwrap();
+        assert!(
+            cause.starts_with(&format!("lost the connection to the node at {closed}: ")),
+            "{cause}"
+        );
     }
 }

@@ -260,6 +260,11 @@ fn a_task_manager_killed_mid_job_fails_the_job_instead_of_hanging_it() {
     victim.child.kill().unwrap(); // SIGKILL
     let failed = client.wait_for("failed");
     assert!(failed.contains("Job"), "{failed}");
+    // The cause names the TaskManager that was lost, whether the survivor's
+    // broken channel or the missed heartbeats told first; never only "an
+    // upstream task stopped".
+    let victim_id = format!("TaskManager tm-{}-", victim.child.id());
+    assert!(failed.contains(&victim_id), "{victim_id} in {failed}");
     jobmanager.wait_for("lost: no heartbeat for 3s");
 }
 

@@ -12,6 +12,7 @@ use weir_runtime::exchange::PriorityBarrier;
 use weir_runtime::message::Message;
 use weir_runtime::wire::{Decoded, Decoder, Encoder, Frame};
 
+use crate::node::LostConnections;
 use crate::{Error, Result};
 
 /// Frames queued between a channel's bridge thread and its stream: few, so
@@ -93,29 +94,54 @@ pub(crate) enum Target {
 }
 
 /// Downstream: a thread reads `stream` (the answer `open` gives, on
-/// `runtime`) and puts what it decodes into `into`, blocking while that is
-/// full, which stops reading the stream: the channel's backpressure. When
-/// the stream fails or ends, `into` is dropped and the reading task sees
-/// its upstream gone unless an end-of-stream came first.
-pub(crate) fn receive<F>(name: String, runtime: Handle, open: F, into: Target) -> Result<()>
+/// `runtime`, from the node at `peer`) and puts what it decodes into
+/// `into`, blocking while that is full, which stops reading the stream:
+/// the channel's backpressure. When the stream ends, `into` is dropped and
+/// the reading task sees its upstream gone unless an end-of-stream came
+/// first; when it fails, a data lane gets a [`Message::Broken`] naming the
+/// peer first, so that the task fails with the root cause.
+pub(crate) fn receive<F>(name: String, peer: Peer, runtime: Handle, open: F, into: Target) -> Result<()>
 where
     F: Future<Output = std::result::Result<tonic::Response<Streaming<FlightData>>, Status>> + Send + 'static,
 {
     spawn(name.clone(), move || {
-        if let Err(e) = pump_in(&runtime, open, into) {
+        if let Err(e) = pump_in(&runtime, open, &into) {
             eprintln!("weir: channel {name} stopped: {e}");
+            let detail = match &e {
+                Error::Execution(detail) => detail.clone(),
+                other => other.to_string(),
+            };
+            let cause = format!("lost the connection to {}: {detail}", peer.name);
+            let mut lost = peer.lost.lock().unwrap_or_else(|e| e.into_inner());
+            lost.entry(peer.attempt).or_insert_with(|| cause.clone());
+            drop(lost);
+            if let Target::Data(to) = into {
+                // The reader may be gone already: then nobody needs the cause.
+                let _ = to.send(Message::Broken(cause));
+            }
         }
     })
 }
 
-fn pump_in<F>(runtime: &Handle, open: F, into: Target) -> Result<()>
+/// The other end of a channel a node reads, and where the node notes a
+/// lost connection of the channel's attempt.
+#[derive(Clone)]
+pub(crate) struct Peer {
+    /// "the node at host:port".
+    pub(crate) name: String,
+    /// The channel's job and attempt.
+    pub(crate) attempt: (String, u32),
+    pub(crate) lost: LostConnections,
+}
+
+fn pump_in<F>(runtime: &Handle, open: F, into: &Target) -> Result<()>
 where
     F: Future<Output = std::result::Result<tonic::Response<Streaming<FlightData>>, Status>>,
 {
     let mut stream = runtime.block_on(open).map_err(status_error)?.into_inner();
     let mut decoder = Decoder::default();
     while let Some(data) = runtime.block_on(stream.message()).map_err(status_error)? {
-        let sent = match (decoder.decode(&from_flight(data))?, &into) {
+        let sent = match (decoder.decode(&from_flight(data))?, into) {
             (Decoded::Setup, _) => true,
             (Decoded::Message(message), Target::Data(to)) => to.send(message).is_ok(),
             (Decoded::Priority(barrier), Target::Priority(to)) => to.send(barrier).is_ok(),

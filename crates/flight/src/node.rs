@@ -198,12 +198,18 @@ pub fn runtime(name: &str) -> Result<Runtime> {
         .map_err(|e| Error::Execution(format!("cannot start the {name} runtime: {e}")))
 }
 
+/// The first lost connection of each attempt (job, attempt) whose
+/// channels this node reads: the cause its part reports when its tasks
+/// only saw each other stop.
+pub(crate) type LostConnections = Arc<Mutex<HashMap<(String, u32), String>>>;
+
 /// One process's Flight server and clients, on a runtime of their own.
 pub struct FlightNode {
     runtime: Option<Runtime>,
     address: SocketAddr,
     outbox: Arc<Outbox>,
     clients: Mutex<HashMap<String, FlightServiceClient<Channel>>>,
+    lost: LostConnections,
 }
 
 impl std::fmt::Debug for FlightNode {
@@ -244,6 +250,7 @@ impl FlightNode {
             address,
             outbox,
             clients: Mutex::default(),
+            lost: LostConnections::default(),
         }))
     }
 
@@ -263,9 +270,30 @@ impl FlightNode {
     }
 
     /// Drops the channels of `job` offered by attempts before `attempt`
-    /// and never fetched.
+    /// and never fetched, and what was noted of their lost connections.
     pub fn withdraw(&self, job: &str, attempt: u32) {
         self.outbox.withdraw(job, attempt);
+        let mut lost = self.lost.lock().expect("lost connections lock");
+        lost.retain(|(j, a), _| j != job || *a >= attempt);
+    }
+
+    /// The first connection lost by a channel of attempt `attempt` of
+    /// `job` that this node reads (its peer and the transport's error),
+    /// waiting up to `wait` for one: the two ends of a connection to a
+    /// process that died break at about the same time, and a sending
+    /// task may see its end gone before the reading bridge names the peer.
+    pub fn lost_connection(&self, job: &str, attempt: u32, wait: Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let key = (job.to_string(), attempt);
+            if let Some(cause) = self.lost.lock().expect("lost connections lock").get(&key) {
+                return Some(cause.clone());
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The receiving end of channel `key`, offered by the node at
@@ -289,8 +317,14 @@ impl FlightNode {
             async move { client.do_get(ticket).await }
         };
         let handle = self.runtime().handle().clone();
+        let peer = data::Peer {
+            name: format!("the node at {address}"),
+            attempt: (key.job.clone(), key.attempt),
+            lost: self.lost.clone(),
+        };
         data::receive(
             name("data"),
+            peer.clone(),
             handle.clone(),
             open(Lane::Data),
             Target::Data(send.data),
@@ -298,6 +332,7 @@ impl FlightNode {
         if let Some(priority) = send.lane {
             data::receive(
                 name("priority"),
+                peer,
                 handle,
                 open(Lane::Priority),
                 Target::Priority(priority),

@@ -72,6 +72,7 @@ fn describe(message: &Message) -> String {
         Message::WatermarkStatus(s) => format!("status {s:?}"),
         Message::Barrier(b) => format!("barrier {}", b.id),
         Message::EndOfStream => "end".into(),
+        Message::Broken(cause) => format!("broken: {cause}"),
     }
 }
 
@@ -188,8 +189,9 @@ fn a_channel_whose_reader_stalls_blocks_its_sender_but_not_another_channel_betwe
 }
 
 #[test]
-fn a_reader_sees_its_channel_broken_when_the_upstream_node_goes_away() {
+fn a_reader_sees_its_channel_broken_with_the_lost_node_named_when_the_upstream_node_goes_away() {
     let (upstream, downstream) = two_nodes();
+    let address = upstream.address().to_string();
     let (send, receive) = channel(&upstream, &downstream, 0, 4, false);
     send.data.send(Message::Batch(batch(5, "a"))).unwrap();
     assert!(matches!(
@@ -198,7 +200,33 @@ fn a_reader_sees_its_channel_broken_when_the_upstream_node_goes_away() {
     ));
     drop(upstream);
     match receive.data.recv_timeout(WAIT) {
-        Err(RecvTimeoutError::Disconnected) => {}
+        Ok(Message::Broken(cause)) => assert!(
+            cause.contains(&format!("lost the connection to the node at {address}")),
+            "{cause}"
+        ),
         other => panic!("expected the channel to break, got {other:?}"),
     }
+    assert!(matches!(
+        receive.data.recv_timeout(WAIT),
+        Err(RecvTimeoutError::Disconnected)
+    ));
+}
+
+#[test]
+fn a_sender_that_hangs_up_ends_the_stream_without_a_broken_notice() {
+    let (upstream, downstream) = two_nodes();
+    let (send, receive) = channel(&upstream, &downstream, 0, 4, false);
+    send.data.send(Message::Batch(batch(5, "a"))).unwrap();
+    drop(send);
+    assert!(matches!(
+        receive.data.recv_timeout(WAIT).unwrap(),
+        Message::Batch(_)
+    ));
+    assert!(
+        matches!(
+            receive.data.recv_timeout(WAIT),
+            Err(RecvTimeoutError::Disconnected)
+        ),
+        "a task that stopped upstream is not a lost connection"
+    );
 }

@@ -74,7 +74,7 @@ impl std::fmt::Debug for JobHandle {
 static NEXT_JOB_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Errors that only say another task stopped first: never a job's root cause.
-fn is_secondary(e: &Error) -> bool {
+pub fn is_secondary(e: &Error) -> bool {
     matches!(e, Error::Execution(m) if m == "an upstream task stopped"
         || m == "a downstream task stopped"
         || m == "the job was cancelled")

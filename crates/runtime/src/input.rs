@@ -149,6 +149,15 @@ pub fn upstream_gone() -> Error {
     Error::Execution("an upstream task stopped".into())
 }
 
+/// Message `m` received on channel `i`; a broken channel's notice fails
+/// the task with its cause.
+fn data(i: usize, m: Message) -> Result<Received> {
+    match m {
+        Message::Broken(cause) => Err(Error::Execution(cause)),
+        m => Ok(Received::Data(i, m)),
+    }
+}
+
 /// An unaligned checkpoint in progress at this task.
 struct UnalignedCheckpoint {
     barrier: CheckpointBarrier,
@@ -366,6 +375,8 @@ impl InputGate {
                 self.complete_unaligned_if_done();
             }
             Message::Barrier(barrier) => self.on_barrier(index, barrier),
+            // Never delivered: receiving it failed the task ([`data`]).
+            Message::Broken(_) => {}
         }
     }
 
@@ -695,10 +706,10 @@ impl InputGate {
             return match timeout {
                 None => receiver
                     .recv()
-                    .map(|m| Received::Data(i, m))
-                    .map_err(|_| upstream_gone()),
+                    .map_err(|_| upstream_gone())
+                    .and_then(|m| data(i, m)),
                 Some(t) => match receiver.recv_timeout(t) {
-                    Ok(m) => Ok(Received::Data(i, m)),
+                    Ok(m) => data(i, m),
                     Err(RecvTimeoutError::Timeout) => Ok(Received::Timeout),
                     Err(RecvTimeoutError::Disconnected) => Err(upstream_gone()),
                 },
@@ -723,7 +734,7 @@ impl InputGate {
         }
         let i = open[index];
         match self.channels[i].receiver.try_recv() {
-            Ok(m) => Ok(Received::Data(i, m)),
+            Ok(m) => data(i, m),
             Err(crossbeam_channel::TryRecvError::Empty) => Ok(Received::Lane),
             Err(crossbeam_channel::TryRecvError::Disconnected) => Err(upstream_gone()),
         }
@@ -1030,6 +1041,32 @@ mod tests {
         drop(tx);
         let mut gate = InputGate::new(vec![InputChannel::new(rx, 0)]);
         assert!(gate.next_event().is_err());
+    }
+
+    #[test]
+    fn a_broken_channel_fails_the_task_with_its_cause_whichever_way_it_is_received() {
+        for channels in [1, 2] {
+            let (tx, rx) = bounded::<Message>(4);
+            let (_other, rx1) = bounded::<Message>(4);
+            tx.send(Message::Watermark(1)).unwrap();
+            tx.send(Message::Broken("lost the connection to the node at h:1".into()))
+                .unwrap();
+            let mut inputs = vec![InputChannel::new(rx, 0)];
+            if channels == 2 {
+                inputs.push(InputChannel::new(rx1, 0));
+            }
+            let mut gate = InputGate::new(inputs);
+            let error = loop {
+                match gate.next_event_timeout(Some(Duration::from_secs(5))) {
+                    Ok(_) => {}
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(
+                error.to_string(),
+                "Execution error: lost the connection to the node at h:1"
+            );
+        }
     }
 
     fn lane_barrier(id: CheckpointId, kind: BarrierKind, sequence: u64) -> PriorityBarrier {

@@ -43,4 +43,10 @@ pub enum Message {
     Barrier(CheckpointBarrier),
     /// The bounded input of this channel is done.
     EndOfStream,
+    /// The channel's transport failed (the process at its other end died,
+    /// or the link was cut); the cause, naming the peer. Put in by a
+    /// network bridge as its last message and never sent over a wire: the
+    /// reading task fails with this cause rather than a bare "an upstream
+    /// task stopped".
+    Broken(String),
 }

@@ -207,6 +207,11 @@ impl Encoder {
             )],
             Message::Barrier(barrier) => vec![Frame::control(Kind::Barrier, &barrier_fields(barrier))],
             Message::EndOfStream => vec![Frame::control(Kind::EndOfStream, &[])],
+            Message::Broken(cause) => {
+                return Err(Error::Execution(format!(
+                    "a broken channel's notice is not sent on: {cause}"
+                )));
+            }
         })
     }
 

@@ -154,6 +154,17 @@ fn after_failure(strategy: &RestartStrategy, restarts: u32) -> Option<Duration> 
     }
 }
 
+/// `error` with each TaskManager's data address it names (a lost Flight
+/// connection's peer) followed by that TaskManager's id, so that a
+/// failure caused by a lost TaskManager says which one.
+fn name_task_managers(error: &str, task_managers: &[TaskManagerEntry]) -> String {
+    task_managers.iter().fold(error.to_string(), |error, tm| {
+        // The colon after the address: a port is never taken for another's prefix.
+        let node = format!("the node at {}:", tm.data);
+        error.replace(&node, &format!("TaskManager {} at {}:", tm.id, tm.data))
+    })
+}
+
 /// The JobManager's side of a running checkpoint coordinator.
 #[derive(Debug)]
 struct CoordinatorLink {
@@ -185,6 +196,7 @@ impl State {
     /// a restart when the strategy allows one (the attempt number moves on,
     /// so the old attempt's reports are ignored).
     fn fail(&mut self, job_id: &str, error: String) -> Failure {
+        let error = name_task_managers(&error, &self.task_managers);
         let Some(job) = self.jobs.get_mut(job_id) else {
             return Failure::default();
         };

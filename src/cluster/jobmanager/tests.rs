@@ -29,6 +29,22 @@ fn a_task_manager_is_lost_only_after_a_whole_timeout_of_silence() {
     );
 }
 
+#[test]
+fn a_lost_connection_names_the_task_manager_at_its_peer_address() {
+    let mut tms = [entry("tm-1", Instant::now()), entry("tm-2", Instant::now())];
+    tms[0].data = "127.0.0.1:4123".into();
+    tms[1].data = "127.0.0.1:41234".into();
+    let error = "on TaskManager tm-1: lost the connection to the node at 127.0.0.1:41234: h2 error";
+    assert_eq!(
+        name_task_managers(error, &tms),
+        "on TaskManager tm-1: lost the connection to TaskManager tm-2 at 127.0.0.1:41234: h2 error"
+    );
+    assert_eq!(
+        name_task_managers("a downstream task stopped", &tms),
+        "a downstream task stopped"
+    );
+}
+
 fn job(restart: RestartStrategy) -> JobEntry {
     let submit = SubmitJob {
         name: "n".into(),
