@@ -13,6 +13,7 @@ pub mod client;
 pub mod codec;
 pub mod jobmanager;
 pub mod protocol;
+pub mod results;
 pub mod taskmanager;
 
 /// The generated gRPC clients and servers.

@@ -122,6 +122,22 @@ pub struct JobReport {
     /// Checkpoints and savepoints completed.
     #[serde(default)]
     pub checkpoints: usize,
+    /// The current attempt (0 first; each restart the next).
+    #[serde(default)]
+    pub attempt: u32,
+    /// The checkpoint the current attempt restored, if any.
+    #[serde(default)]
+    pub restored: Option<u64>,
+    /// The newest checkpoint completed, of any attempt.
+    #[serde(default)]
+    pub completed: Option<u64>,
+    /// A query's: the data-plane address of the TaskManager that runs its
+    /// collect sink in the current attempt, once deployed.
+    #[serde(default)]
+    pub result_host: Option<String>,
+    /// Whether the job takes checkpoints.
+    #[serde(default)]
+    pub checkpointed: bool,
 }
 
 /// Asks for every job the JobManager knows.

@@ -10,6 +10,8 @@ use crossbeam_channel::{Receiver, Sender};
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 use weir_common::ids::JobId;
+use weir_connectors::build::{ResultChannels, ResultSender};
+use weir_flight::ChannelKey;
 use weir_flight::FlightNode;
 use weir_flight::transport::FlightTransport;
 use weir_job::deploy::build_attempt_part;
@@ -17,8 +19,9 @@ use weir_job::metrics::{BackpressureSampler, TaskMetricsSnapshot, read_tasks};
 use weir_job::placement::Placement;
 use weir_job::settings::TaskInfo;
 use weir_job::supervisor::is_secondary;
-use weir_plan::spec::PlanSpec;
+use weir_plan::spec::{NodeSpec, PlanSpec, SinkSpec};
 use weir_runtime::control::{SnapshotFence, TaskControl, TaskReport};
+use weir_runtime::transport::{Delivered, local};
 
 use super::protocol::*;
 use super::rpc::job_manager_client::JobManagerClient;
@@ -205,7 +208,8 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart) -> Result<()> {
     }
     let plan: PlanSpec =
         serde_json::from_str(&deploy.plan).map_err(|e| Error::Plan(format!("not a weir plan: {e}")))?;
-    let (graph, mut settings) = engine.prepare(&plan, &deploy.name)?;
+    let results = result_channels(node, &plan, &deploy.job_id, deploy.attempt);
+    let (graph, mut settings) = engine.prepare_with(&plan, &deploy.name, &results)?;
     settings.job_id = JobId::parse(&deploy.job_id)
         .ok_or_else(|| Error::Execution(format!("not a job id: {}", deploy.job_id)))?;
     settings.transport = Arc::new(FlightTransport::new(node.clone(), &deploy.job_id, deploy.attempt));
@@ -279,6 +283,36 @@ fn run_part(service: &TaskManagerService, deploy: DeployPart) -> Result<()> {
         (None, false) => Ok(()),
     }
 }
+
+/// The channels of the plan's collect sinks (a query's rows), offered on
+/// `node` to the process that submitted the query: it reads them with
+/// Flight and confirms each checkpoint's barrier. Only the TaskManager
+/// that runs a sink's subtask writes to its channel; the others' go
+/// unread and are withdrawn when the part ends.
+fn result_channels(node: &FlightNode, plan: &PlanSpec, job_id: &str, attempt: u32) -> ResultChannels {
+    let ids = plan.nodes.iter().filter_map(|n| match &n.kind {
+        NodeSpec::Sink(SinkSpec::Collect { id }) => Some(*id),
+        _ => None,
+    });
+    ids.map(|id| {
+        let (send, receive) = local(RESULT_CAPACITY, false);
+        let delivered = Arc::new(Delivered::default());
+        node.offer_result(
+            ChannelKey::result(job_id, attempt, id),
+            receive,
+            delivered.clone(),
+        );
+        let sender = ResultSender::Checkpointed {
+            messages: send.data,
+            delivered,
+        };
+        (id, sender)
+    })
+    .collect()
+}
+
+/// Batches a result channel holds before its sink waits for the reader.
+const RESULT_CAPACITY: usize = 16;
 
 /// How long a part whose tasks only saw each other stop waits for its
 /// node to name a lost connection.

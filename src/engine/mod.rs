@@ -17,7 +17,7 @@ pub use statements::human_bytes;
 use weir_common::config::SessionConfig;
 use weir_common::config::checkpoint::{CheckpointConfig, RestartStrategy};
 use weir_connectors::BuiltinConnectors;
-use weir_connectors::build::ResultChannels;
+use weir_connectors::build::{ResultChannels, ResultSender};
 use weir_functions::registry::FunctionRegistry;
 use weir_job::ExecutionGraph;
 use weir_job::settings::{JobSettings, RestoredCheckpoint};
@@ -34,7 +34,7 @@ use weir_state::checkpoint::storage::{RestorePoint, resolve_restore};
 
 /// The id of a query's result channel in its plan (a plan has at most one
 /// collect sink; each job gets its own channels).
-const RESULT_CHANNEL: u64 = 0;
+pub(crate) const RESULT_CHANNEL: u64 = 0;
 
 /// A SQL session: catalog, settings, functions, and the jobs it started.
 ///
@@ -133,6 +133,20 @@ impl Engine {
         Planner::new(&binder, &session.config, &BuiltinConnectors)?.plan_insert(&logical)
     }
 
+    /// The plan of query `query` into collect sink [`RESULT_CHANNEL`], for
+    /// another process to run; the schema of its rows, and whether they are
+    /// a changelog.
+    pub(crate) fn plan_select(&self, query: sqlparser::ast::Query) -> Result<(PlanSpec, SchemaRef, bool)> {
+        let session = self.session();
+        let binder = session.binder()?;
+        let logical = binder.bind_query(query)?;
+        let schema: SchemaRef = Arc::new(logical.schema().as_arrow().clone());
+        let plan = Planner::new(&binder, &session.config, &BuiltinConnectors)?
+            .plan_query(&logical, RESULT_CHANNEL)?;
+        let updating = plan.nodes.last().is_some_and(|n| n.mode.is_updating());
+        Ok((plan, schema, updating))
+    }
+
     /// The plan of a bound query `plan` into a collect sink.
     pub(crate) fn query_spec(&self, plan: LogicalPlan) -> Result<PlanSpec> {
         let session = self.session();
@@ -154,8 +168,17 @@ impl Engine {
     /// runs part of a job deploys its subtasks from these
     /// ([`weir_job::deploy::build_attempt_part`]).
     pub fn prepare(&self, plan: &PlanSpec, name: &str) -> Result<(ExecutionGraph, JobSettings)> {
-        self.session()
-            .prepare(plan.clone(), name.to_string(), &ResultChannels::new())
+        self.prepare_with(plan, name, &ResultChannels::new())
+    }
+
+    /// [`Engine::prepare`], its collect sinks sending to `results`.
+    pub fn prepare_with(
+        &self,
+        plan: &PlanSpec,
+        name: &str,
+        results: &ResultChannels,
+    ) -> Result<(ExecutionGraph, JobSettings)> {
+        self.session().prepare(plan.clone(), name.to_string(), results)
     }
 
     /// This session's functions in time zone `zone` (a plan's), as a
@@ -322,7 +345,7 @@ impl Session {
         let plan =
             Planner::new(&binder, &self.config, &BuiltinConnectors)?.plan_query(&logical, RESULT_CHANNEL)?;
         let updating = plan.nodes.last().is_some_and(|n| n.mode.is_updating());
-        let results = ResultChannels::from([(RESULT_CHANNEL, sender)]);
+        let results = ResultChannels::from([(RESULT_CHANNEL, ResultSender::Batches(sender))]);
         let job = self.start(plan, "collect".to_string(), results)?;
         Ok(TableResult {
             schema,

@@ -190,10 +190,20 @@ impl Shell {
             }
             _ => {}
         }
-        if let Some(remote) = &mut self.remote
-            && remote.execute(&self.engine, statement)?
-        {
-            return Ok(Outcome::Ok);
+        if let Some(remote) = &mut self.remote {
+            match remote.execute(&self.engine, statement)? {
+                remote::Handled::No => {}
+                remote::Handled::Done => return Ok(Outcome::Ok),
+                remote::Handled::Query {
+                    mut query,
+                    schema,
+                    updating,
+                } => {
+                    let started = Instant::now();
+                    self.show_rows(&schema, updating, query.as_mut(), started)?;
+                    return Ok(Outcome::Ok);
+                }
+            }
         }
         let started = Instant::now();
         let result = self.engine.sql(statement)?;
@@ -254,8 +264,24 @@ impl Shell {
             print_table(&batches, started, None);
             return Ok(());
         }
-        // A query: rows as they arrive (Flink's tableau mode), at most the
-        // configured number of rows shown.
+        let updating = result.is_updating();
+        let mut stream = LocalRows {
+            job: result.job().cloned(),
+            stream: result.stream(),
+        };
+        self.show_rows(&schema, updating, &mut stream, started)
+    }
+
+    /// A query's rows as they arrive (Flink's tableau mode), at most the
+    /// configured number of rows shown; in table mode, the final table of
+    /// an updating query.
+    fn show_rows(
+        &mut self,
+        schema: &arrow::datatypes::SchemaRef,
+        updating: bool,
+        stream: &mut dyn Rows,
+        started: Instant,
+    ) -> Result<()> {
         let limit = self
             .engine
             .config()
@@ -263,25 +289,21 @@ impl Shell {
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(usize::MAX);
         self.interrupted.store(false, Ordering::SeqCst);
-        let job = result.job().cloned();
-        let table_mode = result.is_updating()
+        let table_mode = updating
             && self
                 .engine
                 .config()
                 .get(RESULT_MODE)
                 .is_some_and(|m| m.eq_ignore_ascii_case("table"));
         let mut table = match table_mode {
-            true => Some(weir_common::changelog::Materialized::new(&schema)?),
+            true => Some(weir_common::changelog::Materialized::new(schema)?),
             false => None,
         };
-        let mut stream = result.stream();
-        let mut printer = Tableau::new(&schema);
+        let mut printer = Tableau::new(schema);
         let mut note = None;
         loop {
             if self.interrupted.swap(false, Ordering::SeqCst) {
-                if let Some(job) = &job {
-                    job.cancel();
-                }
+                stream.cancel()?;
                 note = Some("cancelled");
                 break;
             }
@@ -303,6 +325,54 @@ impl Shell {
             None => printer.finish(started, note),
         }
         Ok(())
+    }
+}
+
+/// A query's rows as the shell reads them, from a job of its own process
+/// or from a cluster's.
+trait Rows {
+    /// The next batch, waiting at most `timeout`: `Some(Ok(None))` when
+    /// none came in time, `None` when the query has ended.
+    fn next_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Option<Result<Option<arrow::record_batch::RecordBatch>>>;
+    /// Stops the query (Ctrl-C).
+    fn cancel(&mut self) -> Result<()>;
+}
+
+/// The rows of a query this process runs.
+struct LocalRows {
+    job: Option<weir_job::supervisor::JobHandle>,
+    stream: crate::ResultStream,
+}
+
+impl Rows for LocalRows {
+    fn next_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Option<Result<Option<arrow::record_batch::RecordBatch>>> {
+        self.stream.next_timeout(timeout)
+    }
+
+    fn cancel(&mut self) -> Result<()> {
+        if let Some(job) = &self.job {
+            job.cancel();
+        }
+        Ok(())
+    }
+}
+
+impl Rows for crate::cluster::results::RemoteQuery {
+    fn next_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Option<Result<Option<arrow::record_batch::RecordBatch>>> {
+        crate::cluster::results::RemoteQuery::next_timeout(self, timeout)
+    }
+
+    fn cancel(&mut self) -> Result<()> {
+        crate::cluster::results::RemoteQuery::cancel(self)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The shell's link to a JobManager (`weir --jobmanager HOST:PORT`): `INSERT INTO` and `EXECUTE PLAN` submit there, `SHOW JOBS`, `DESCRIBE JOB` and `STOP JOB` reach the jobs there; every other statement (DDL, SET, EXPLAIN) stays in the shell's session.
+//! The shell's link to a JobManager (`weir --jobmanager HOST:PORT`): `INSERT INTO`, `EXECUTE PLAN` and `SELECT` submit there (a query's rows come back over Flight, [`crate::cluster::results`]), `SHOW JOBS`, `DESCRIBE JOB` and `STOP JOB` reach the jobs there; every other statement (DDL, SET, EXPLAIN) stays in the shell's session.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,8 +9,28 @@ use arrow::record_batch::RecordBatch;
 
 use crate::cluster::client::{Client, job_name};
 use crate::cluster::protocol::JobReport;
+use crate::cluster::results::RemoteQuery;
+use crate::engine::RESULT_CHANNEL;
 use crate::sql::parser::{ShowWhat, Statement, parse_statements};
 use crate::{Engine, Error, Result};
+use arrow::datatypes::SchemaRef;
+
+/// What became of a statement given to the JobManager's link.
+pub enum Handled {
+    /// It is for the shell's own session.
+    No,
+    /// It ran on the JobManager.
+    Done,
+    /// A query runs on the cluster: its rows to show.
+    Query {
+        /// Its rows as they become final.
+        query: Box<RemoteQuery>,
+        /// Their schema.
+        schema: SchemaRef,
+        /// They are a changelog.
+        updating: bool,
+    },
+}
 
 /// A JobManager the shell submits to.
 pub struct Remote {
@@ -27,15 +47,14 @@ impl Remote {
         })
     }
 
-    /// Runs `sql` on the JobManager when it is about jobs; `false` when it
-    /// is for the shell's own session.
-    pub fn execute(&mut self, engine: &Engine, sql: &str) -> Result<bool> {
+    /// Runs `sql` on the JobManager when it is about jobs or a query.
+    pub fn execute(&mut self, engine: &Engine, sql: &str) -> Result<Handled> {
         let Ok(mut statements) = parse_statements(sql) else {
             // The session reports the error where it is.
-            return Ok(false);
+            return Ok(Handled::No);
         };
         let Some(parsed) = statements.pop().filter(|_| statements.is_empty()) else {
-            return Ok(false);
+            return Ok(Handled::No);
         };
         let started = Instant::now();
         match parsed.statement {
@@ -63,15 +82,17 @@ impl Remote {
                 self.client.cancel(&id)?;
                 println!("[INFO] Job {id} cancelled.");
             }
-            Statement::Query(_) => {
-                return Err(Error::sql_at(
-                    format!(
-                        "a SELECT cannot show its rows from the JobManager at {} yet: \
-                         write them to a table with INSERT INTO, or run the shell without --jobmanager",
-                        self.address
-                    ),
-                    Some(parsed.position),
-                ));
+            Statement::Query(query) => {
+                let (plan, schema, updating) = engine.plan_select(*query)?;
+                let job_id = self.submit(engine, plan)?;
+                let mut client = Client::connect(&self.address)?;
+                let checkpointed = client.job(&job_id)?.checkpointed;
+                let query = Box::new(RemoteQuery::new(client, job_id, RESULT_CHANNEL, checkpointed)?);
+                return Ok(Handled::Query {
+                    query,
+                    schema,
+                    updating,
+                });
             }
             Statement::CompilePlan { execute: true, .. } => {
                 return Err(Error::sql_at(
@@ -79,12 +100,13 @@ impl Remote {
                     Some(parsed.position),
                 ));
             }
-            _ => return Ok(false),
+            _ => return Ok(Handled::No),
         }
-        Ok(true)
+        Ok(Handled::Done)
     }
 
-    fn submit(&mut self, engine: &Engine, plan: weir_plan::spec::PlanSpec) -> Result<()> {
+    /// Submits `plan`; the job's id.
+    fn submit(&mut self, engine: &Engine, plan: weir_plan::spec::PlanSpec) -> Result<String> {
         let config = engine.config();
         let name = job_name(&plan, &config);
         let job_id = self.client.submit(&name, &plan, &config)?;
@@ -92,7 +114,7 @@ impl Remote {
             "[INFO] Job {job_id} ({name}) submitted to the JobManager at {}.",
             self.address
         );
-        Ok(())
+        Ok(job_id)
     }
 }
 

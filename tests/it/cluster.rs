@@ -494,12 +494,82 @@ fn the_shell_submits_inserts_to_a_job_manager_and_lists_its_jobs() {
         j["state"] == "FINISHED"
     });
     assert!(!crate::part_file_lines(&dir.path().join("out")).is_empty());
+}
 
-    // A SELECT has nowhere to show its rows yet: a clear error, not a hang.
-    let output = weir(&["--jobmanager", &cluster.address, "-e", "SELECT 1;"]);
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("INSERT INTO"), "{stderr}");
+/// The rows (`+I` lines) a shell prints for `sql`, sorted; it must succeed.
+fn shown_rows(output: &std::process::Output) -> Vec<String> {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut rows: Vec<String> = (stdout.lines())
+        .filter(|l| l.contains("+I"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// The query of [`script_with`] as a SELECT (its rows shown, not written).
+fn select_sql(dir: &Path, rows: u64, rate: u64, head: &str) -> String {
+    let job = script_with(dir, "unused", rows, rate, head);
+    std::fs::read_to_string(job)
+        .unwrap()
+        .replace("INSERT INTO `out` SELECT", "SELECT")
+}
+
+#[test]
+fn a_select_in_the_shell_on_a_cluster_shows_the_rows_of_a_local_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster();
+    let sql = select_sql(dir.path(), 100_000, 1_000_000, "");
+    let remote = shown_rows(&weir(&["--jobmanager", &cluster.address, "-e", &sql]));
+    assert_eq!(remote.len(), 13 * 100, "13 names in each of 100 windows");
+    assert_eq!(remote, shown_rows(&weir(&["-e", &sql])));
+}
+
+#[test]
+fn a_checkpointed_select_on_a_cluster_shows_each_row_once_when_a_task_manager_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster_of(3);
+    let checkpoints = format!(
+        "SET 'execution.checkpointing.interval' = '300 ms';
+         SET 'execution.checkpointing.dir' = '{}';",
+        dir.path().join("checkpoints").display()
+    );
+    // 800k rows at 100k rows/s: about 8 s.
+    let sql = select_sql(dir.path(), 800_000, 100_000, &checkpoints);
+    // Output to files: a full pipe would stop the shell, and so the query.
+    let (out, err) = (dir.path().join("shell.out"), dir.path().join("shell.err"));
+    let shell = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--jobmanager", &cluster.address, "-e", &sql])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    cluster
+        .jobmanager
+        .wait_for("attempt 0 deployed on 2 TaskManager(s)");
+    cluster.jobmanager.wait_for("Checkpoint 3 of job");
+    // The first TaskManager registered runs a part; the third is spare.
+    let mut victim = cluster.task_managers.remove(0);
+    victim.child.kill().unwrap(); // SIGKILL
+    let restored = cluster.jobmanager.wait_for("restores");
+    assert!(restored.contains("chk-"), "{restored}");
+    let mut output = shell.wait_with_output().unwrap();
+    (output.stdout, output.stderr) = (std::fs::read(out).unwrap(), std::fs::read(err).unwrap());
+    let remote = shown_rows(&output);
+    let local = select_sql(dir.path(), 800_000, 10_000_000, "");
+    let local = shown_rows(&weir(&["-e", &local]));
+    let missing: Vec<&String> = local.iter().filter(|r| !remote.contains(r)).take(5).collect();
+    assert_eq!(
+        remote.len(),
+        local.len(),
+        "each row once; missing (first 5): {missing:?}"
+    );
+    assert!(remote == local, "the rows of a local run");
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to `process`.

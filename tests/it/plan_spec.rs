@@ -68,7 +68,10 @@ fn builds_and_names_its_nodes(
 ) {
     let ctx = weir::plan::codec::DecodeContext::new(functions, "UTC");
     let (sender, _receiver) = crossbeam_channel::bounded(1);
-    let results = weir::connectors::build::ResultChannels::from([(0, sender)]);
+    let results = weir::connectors::build::ResultChannels::from([(
+        0,
+        weir::connectors::build::ResultSender::Batches(sender),
+    )]);
     let graph = weir::plan::graph::JobGraph::of(plan.clone());
     weir::job::execution::build(&graph, &ctx, &results).unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut described = 0;

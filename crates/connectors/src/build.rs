@@ -10,10 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use arrow::record_batch::RecordBatch;
-use crossbeam_channel::Sender;
 
 use crate::collect::CollectSinkFactory;
+pub use crate::collect::ResultSender;
 use crate::sink::SinkOperatorFactory;
 use crate::values::ValuesSourceFactory;
 use crate::{Error, Result};
@@ -27,7 +26,7 @@ use weir_runtime::{OperatorFactory, SourceFactory};
 
 /// The channels a job's collect sinks send their rows to, by the id their
 /// spec names: the submitting process's, handed to the job when it starts.
-pub type ResultChannels = HashMap<u64, Sender<RecordBatch>>;
+pub type ResultChannels = HashMap<u64, ResultSender>;
 
 /// The source a spec describes, its options read with the plan's `settings`.
 pub fn source(spec: &SourceSpec, settings: &SessionConfig) -> Result<Arc<dyn SourceFactory>> {

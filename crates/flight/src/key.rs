@@ -29,7 +29,24 @@ pub enum Lane {
 /// The first field of every ticket: what kind of ticket and its version.
 const TAG: &str = "weir-channel-1";
 
+/// The edge number of query result channels: no edge of a job graph.
+const RESULT_EDGE: usize = usize::MAX;
+
 impl ChannelKey {
+    /// The channel of attempt `attempt` of `job` that carries the rows of
+    /// its collect sink `id` to the process that submitted the query.
+    pub fn result(job: &str, attempt: u32, id: u64) -> ChannelKey {
+        ChannelKey {
+            job: job.to_string(),
+            attempt,
+            channel: ChannelId {
+                edge: RESULT_EDGE,
+                from: 0,
+                to: id as usize,
+            },
+        }
+    }
+
     /// The ticket that asks for `lane` of this channel.
     pub fn ticket(&self, lane: Lane) -> Bytes {
         let lane = match lane {

@@ -20,7 +20,7 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status, Streaming};
 use weir_runtime::exchange::PriorityBarrier;
 use weir_runtime::message::Message;
-use weir_runtime::transport::{ReceiveEnd, local};
+use weir_runtime::transport::{Delivered, ReceiveEnd, local};
 
 use crate::data::{self, FrameStream, Target};
 use crate::key::{ChannelKey, Lane};
@@ -90,9 +90,40 @@ impl Outbox {
     }
 }
 
-/// The Flight service of a node: `DoGet` of an offered channel.
+/// What the readers of this node's result channels confirmed, by channel.
+type Confirmations = Arc<Mutex<HashMap<ChannelKey, Arc<Delivered>>>>;
+
+/// The action by which a result channel's reader confirms a barrier; its
+/// body is the checkpoint id, a space, and the channel's data ticket.
+const CONFIRM: &str = "weir-confirm";
+
+/// The Flight service of a node: `DoGet` of an offered channel, and the
+/// `DoAction` that confirms what a result channel's reader holds.
 struct ChannelService {
     outbox: Arc<Outbox>,
+    confirmations: Confirmations,
+}
+
+impl ChannelService {
+    fn confirm(&self, action: &Action) -> std::result::Result<(), Status> {
+        let bad = |why: &str| Status::invalid_argument(format!("{CONFIRM}: {why}"));
+        if action.r#type != CONFIRM {
+            return Err(Status::unimplemented(format!(
+                "weir's Flight service has one action, {CONFIRM}, not {:?}",
+                action.r#type
+            )));
+        }
+        let body = std::str::from_utf8(&action.body).map_err(|_| bad("not UTF-8"))?;
+        let (checkpoint, ticket) = body.split_once(' ').ok_or_else(|| bad("no ticket"))?;
+        let checkpoint: u64 = checkpoint.parse().map_err(|_| bad("not a checkpoint id"))?;
+        let (key, _) = ChannelKey::from_ticket(ticket.as_bytes()).map_err(|e| bad(&e.to_string()))?;
+        let confirmations = self.confirmations.lock().expect("confirmations lock");
+        let delivered = confirmations
+            .get(&key)
+            .ok_or_else(|| Status::not_found(format!("no result channel {ticket}")))?;
+        delivered.confirm(checkpoint);
+        Ok(())
+    }
 }
 
 fn only_do_get<T>() -> std::result::Result<T, Status> {
@@ -175,9 +206,10 @@ impl FlightService for ChannelService {
     }
     async fn do_action(
         &self,
-        _: Request<Action>,
+        request: Request<Action>,
     ) -> std::result::Result<Response<Self::DoActionStream>, Status> {
-        only_do_get()
+        self.confirm(request.get_ref())?;
+        Ok(Response::new(Box::pin(futures::stream::empty())))
     }
     async fn list_actions(
         &self,
@@ -210,6 +242,7 @@ pub struct FlightNode {
     outbox: Arc<Outbox>,
     clients: Mutex<HashMap<String, FlightServiceClient<Channel>>>,
     lost: LostConnections,
+    confirmations: Confirmations,
 }
 
 impl std::fmt::Debug for FlightNode {
@@ -229,8 +262,10 @@ impl FlightNode {
             .local_addr()
             .map_err(|e| Error::Execution(format!("no address for {bind}: {e}")))?;
         let outbox = Arc::new(Outbox::default());
+        let confirmations = Confirmations::default();
         let service = FlightServiceServer::new(ChannelService {
             outbox: outbox.clone(),
+            confirmations: confirmations.clone(),
         })
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -251,6 +286,7 @@ impl FlightNode {
             outbox,
             clients: Mutex::default(),
             lost: LostConnections::default(),
+            confirmations,
         }))
     }
 
@@ -275,6 +311,38 @@ impl FlightNode {
         self.outbox.withdraw(job, attempt);
         let mut lost = self.lost.lock().expect("lost connections lock");
         lost.retain(|(j, a), _| j != job || *a >= attempt);
+        let mut confirmations = self.confirmations.lock().expect("confirmations lock");
+        confirmations.retain(|key, _| key.job != job || key.attempt >= attempt);
+    }
+
+    /// Offers the receiving end of result channel `key` (a query's rows,
+    /// read by the process that submitted it), with what its reader
+    /// confirms ([`FlightNode::confirm`]) going to `delivered`.
+    pub fn offer_result(&self, key: ChannelKey, end: ReceiveEnd, delivered: Arc<Delivered>) {
+        let mut confirmations = self.confirmations.lock().expect("confirmations lock");
+        confirmations.insert(key.clone(), delivered);
+        drop(confirmations);
+        self.outbox.offer(key, end);
+    }
+
+    /// Tells the node at `address` that the reader of its result channel
+    /// `key` holds everything up to the barrier of `checkpoint`.
+    pub fn confirm(&self, address: &str, key: &ChannelKey, checkpoint: u64) -> Result<()> {
+        let mut client = self.client(address)?;
+        let ticket = String::from_utf8_lossy(&key.ticket(Lane::Data)).into_owned();
+        let action = Action {
+            r#type: CONFIRM.to_string(),
+            body: format!("{checkpoint} {ticket}").into(),
+        };
+        self.runtime()
+            .block_on(client.do_action(action))
+            .map(drop)
+            .map_err(|s| {
+                Error::Execution(format!(
+                    "confirming checkpoint {checkpoint} to {address}: {}",
+                    s.message()
+                ))
+            })
     }
 
     /// The first connection lost by a channel of attempt `attempt` of

@@ -51,6 +51,37 @@ pub struct ReceiveEnd {
     pub lane: Option<Receiver<PriorityBarrier>>,
 }
 
+/// What the reader of a query's result channel in another process has
+/// confirmed holding: the id of the last checkpoint barrier it received.
+/// A checkpointed collect sink waits for it before acknowledging a
+/// checkpoint, so that a completed checkpoint's rows are with the reader
+/// even if this process dies next (they are then never replayed).
+#[derive(Debug, Default)]
+pub struct Delivered {
+    checkpoint: std::sync::Mutex<u64>,
+    changed: std::sync::Condvar,
+}
+
+impl Delivered {
+    /// The reader holds everything up to barrier `checkpoint`.
+    pub fn confirm(&self, checkpoint: u64) {
+        let mut held = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        *held = (*held).max(checkpoint);
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `timeout` for the reader to confirm `checkpoint`;
+    /// whether it did.
+    pub fn wait_for(&self, checkpoint: u64, timeout: std::time::Duration) -> bool {
+        let held = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        let (held, _) = self
+            .changed
+            .wait_timeout_while(held, timeout, |held| *held < checkpoint)
+            .unwrap_or_else(|e| e.into_inner());
+        *held >= checkpoint
+    }
+}
+
 /// Makes the channels of a job.
 pub trait Transport: Send + Sync {
     /// The two ends of channel `id`, holding up to `capacity` messages, with

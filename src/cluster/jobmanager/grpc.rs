@@ -9,7 +9,7 @@ use weir_common::config::SessionConfig;
 use weir_common::config::checkpoint::{CheckpointConfig, RestartStrategy};
 use weir_common::ids::JobId;
 use weir_plan::graph::JobGraph;
-use weir_plan::spec::{NodeSpec, PlanSpec};
+use weir_plan::spec::{NodeSpec, PlanSpec, SinkSpec};
 use weir_state::checkpoint::storage::run_dir;
 
 use super::{Failure, JobEntry, JobManagerService, JobSpec, TaskManagerEntry};
@@ -86,7 +86,17 @@ impl JobManager for JobManagerService {
             checkpoints.as_ref().is_some_and(|c| c.interval.is_some()),
         )
         .map_err(status)?;
+        let result_vertex = (graph.vertices.iter()).position(|v| {
+            (v.nodes.iter()).any(|n| {
+                matches!(
+                    graph.plan.nodes[*n].kind,
+                    NodeSpec::Sink(SinkSpec::Collect { .. })
+                )
+            })
+        });
         let spec = JobSpec {
+            result_vertex,
+            checkpointed: checkpoints.as_ref().is_some_and(|c| c.interval.is_some()),
             run_dir: checkpoints.map(|c| run_dir(&c.dir, &submit.name, &id)),
             submit: submit.clone(),
             parallelisms: parallelisms.clone(),

@@ -81,6 +81,10 @@ struct JobEntry {
     checkpoints: Vec<CheckpointStats>,
     /// Checkpoints that failed.
     failed_checkpoints: u64,
+    /// The checkpoint the current attempt restored.
+    restored: Option<u64>,
+    /// Where the current attempt's collect sink runs (a query's).
+    result_host: Option<String>,
 }
 
 impl JobEntry {
@@ -99,6 +103,8 @@ impl JobEntry {
             ended: None,
             checkpoints: Vec::new(),
             failed_checkpoints: 0,
+            restored: None,
+            result_host: None,
         }
     }
 
@@ -119,6 +125,11 @@ impl JobEntry {
             error: self.error.clone(),
             restarts: self.restarts,
             checkpoints: self.checkpoints.len(),
+            attempt: self.attempt,
+            restored: self.restored,
+            completed: self.checkpoints.iter().map(|c| c.id).max(),
+            result_host: self.result_host.clone(),
+            checkpointed: self.spec.checkpointed,
         }
     }
 }
@@ -133,6 +144,10 @@ struct JobSpec {
     sources: Vec<bool>,
     /// What happens when an attempt fails.
     restart: RestartStrategy,
+    /// The vertex of a query's collect sink.
+    result_vertex: Option<usize>,
+    /// Whether checkpoints are taken (an interval is set).
+    checkpointed: bool,
     /// With checkpoints: the run's directory, where restarts restore from.
     run_dir: Option<PathBuf>,
 }
@@ -224,6 +239,8 @@ impl State {
         }
         let attempt = job.attempt;
         job.attempt += u32::from(restart.is_some());
+        // Known again once the next attempt is deployed.
+        (job.restored, job.result_host) = (None, None);
         let cancel = self.stop_parts(job_id, attempt);
         Failure { cancel, restart }
     }
@@ -366,6 +383,7 @@ impl JobManagerService {
             return Ok(());
         };
         let (mut config, mut next_id) = (spec.submit.config.clone(), 1);
+        let mut restored = None;
         if let Some(dir) = spec.run_dir.as_ref().filter(|d| attempt > 0 && d.exists())
             && let RestorePoint::Checkpoint { dir, metadata, .. } = resolve_restore(dir, &spec.submit.name)?
         {
@@ -375,8 +393,13 @@ impl JobManagerService {
             );
             config.push((SAVEPOINT_PATH.to_string(), display_path(&dir)));
             next_id = metadata.checkpoint_id + 1;
+            restored = Some(metadata.checkpoint_id);
         }
         let (hosts, slots) = self.place(job_id, &spec.parallelisms).await?;
+        if let Some(job) = self.state().jobs.get_mut(job_id) {
+            job.restored = restored;
+            job.result_host = spec.result_vertex.map(|v| hosts[v][0].clone());
+        }
         let parts = self
             .take_slots(job_id, &slots)
             .ok_or_else(|| Error::Execution("a TaskManager went away while the job was placed".into()))?;

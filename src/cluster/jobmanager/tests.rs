@@ -56,6 +56,8 @@ fn job(restart: RestartStrategy) -> JobEntry {
         parallelisms: vec![2],
         sources: vec![true],
         restart,
+        result_vertex: None,
+        checkpointed: false,
         run_dir: None,
     }));
     job.state = JobState::Running;
