@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Sender;
 
-use crate::{Error, Result};
+use crate::Result;
 use crate::{SinkFactory, SinkWriter};
 use weir_common::ids::{BarrierKind, CheckpointId};
 use weir_runtime::TaskContext;
@@ -15,10 +15,6 @@ use weir_runtime::message::{CheckpointBarrier, Message};
 use weir_runtime::operator::send_or_cancel;
 use weir_runtime::task::cancelled;
 use weir_runtime::transport::Delivered;
-
-/// How long a checkpoint waits for a remote reader to confirm the rows
-/// before it (then the checkpoint fails, and the next one tries again).
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a remote reader confirms when the end of the result arrived.
 pub const END_CONFIRMED: u64 = u64::MAX;
@@ -98,7 +94,7 @@ impl SinkWriter for CollectWriter {
     /// may end (which withdraws the channel).
     fn finish(&mut self) -> Result<()> {
         self.send(Message::EndOfStream)?;
-        self.wait_confirmed(END_CONFIRMED, "the end of the result")
+        self.wait_confirmed(END_CONFIRMED)
     }
 
     /// A remote reader gets the barrier after the checkpoint's rows, and
@@ -113,26 +109,23 @@ impl SinkWriter for CollectWriter {
             timestamp: 0,
         };
         self.send(Message::Barrier(barrier))?;
-        self.wait_confirmed(checkpoint, &format!("the rows of checkpoint {checkpoint}"))?;
+        self.wait_confirmed(checkpoint)?;
         Ok(serde_json::Value::Null)
     }
 }
 
 impl CollectWriter {
-    /// Waits until a remote reader confirms `confirmation` (what: `what`).
-    fn wait_confirmed(&self, confirmation: u64, what: &str) -> Result<()> {
+    /// Waits until a remote reader confirms `confirmation`, or the task
+    /// is cancelled. A reader that stops reading holds the sink as a full
+    /// channel would (backpressure): the checkpoint then expires at the
+    /// coordinator and is declined, and the job goes on.
+    fn wait_confirmed(&self, confirmation: u64) -> Result<()> {
         let ResultSender::Checkpointed { delivered, .. } = &self.sender else {
             return Ok(());
         };
-        let deadline = Instant::now() + CONFIRM_TIMEOUT;
         while !delivered.wait_for(confirmation, Duration::from_millis(50)) {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err(cancelled());
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Execution(format!(
-                    "the query's reader did not confirm {what} within {CONFIRM_TIMEOUT:?}"
-                )));
             }
         }
         Ok(())
