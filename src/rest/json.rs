@@ -72,9 +72,26 @@ pub(super) fn job(job: &JobView) -> Value {
             })
         })
         .collect();
+    // Flink's plan: each vertex with the vertices it reads and how.
+    let nodes: Vec<Value> = (vertices.iter())
+        .map(|v| {
+            let id: usize = v["id"].as_str().and_then(|i| i.parse().ok()).unwrap_or(0);
+            let inputs: Vec<Value> = (metrics.edges.iter())
+                .filter(|e| e.to == id)
+                .map(|e| json!({ "id": e.from.to_string(), "ship_strategy": e.ship_strategy }))
+                .collect();
+            json!({
+                "id": v["id"],
+                "parallelism": v["parallelism"],
+                "description": v["name"],
+                "inputs": inputs,
+            })
+        })
+        .collect();
     json!({
         "jid": job.id,
         "name": metrics.name,
+        "plan": { "jid": job.id, "name": metrics.name, "nodes": nodes },
         "state": status,
         "start-time": now - duration,
         "duration": duration,

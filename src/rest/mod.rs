@@ -211,6 +211,23 @@ async fn job_list(State(rest): State<Rest>) -> Json<Value> {
     })).collect::<Vec<_>>() }))
 }
 
+/// The web dashboard: one page, embedded in the binary, that reads this API.
+async fn dashboard() -> impl IntoResponse {
+    const PAGE: &str = include_str!("dashboard.html");
+    ([("content-type", "text/html; charset=utf-8")], PAGE)
+}
+
+/// Flink's `/jobs/overview`: every job with its name, state and duration.
+async fn jobs_overview(State(rest): State<Rest>) -> Json<Value> {
+    let jobs = rest.with(|b| b.jobs()).await;
+    Json(json!({ "jobs": jobs.iter().map(|j| json!({
+        "jid": j.id,
+        "name": j.metrics.name,
+        "state": j.state,
+        "duration": j.metrics.uptime.as_millis() as u64,
+    })).collect::<Vec<_>>() }))
+}
+
 async fn job(State(rest): State<Rest>, Path(id): Path<String>) -> Response {
     match rest.job(&id).await {
         Some(job) => Json(json::job(&job)).into_response(),
@@ -327,8 +344,10 @@ pub fn serve_backend(bind: &str, backend: Arc<dyn Backend>) -> Result<SocketAddr
         triggers: Triggers::default(),
     };
     let router = Router::new()
+        .route("/", get(dashboard))
         .route("/overview", get(overview))
         .route("/jobs", get(job_list))
+        .route("/jobs/overview", get(jobs_overview))
         .route("/jobs/{id}", get(job).patch(cancel))
         .route("/jobs/{id}/checkpoints", get(checkpoints))
         .route("/jobs/{id}/vertices/{vertex}/backpressure", get(backpressure))

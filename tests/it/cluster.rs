@@ -80,7 +80,7 @@ pub(crate) struct Cluster {
     /// The JobManager's gRPC `host:port`.
     pub(crate) address: String,
     /// Its REST API's `host:port`.
-    rest: String,
+    pub(crate) rest: String,
     pub(crate) task_managers: Vec<Process>,
     /// Each TaskManager's Prometheus `host:port`.
     metrics: Vec<String>,

@@ -4,6 +4,7 @@ mod api;
 mod cli;
 mod cluster;
 mod count_windows;
+mod dashboard;
 mod differential;
 mod errors;
 mod fuzz_corpora;

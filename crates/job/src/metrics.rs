@@ -89,6 +89,61 @@ pub struct JobMetrics {
     pub failed_checkpoints: u64,
     /// Every subtask.
     pub tasks: Vec<TaskMetricsSnapshot>,
+    /// The exchanges between the job graph's vertices.
+    pub edges: Vec<EdgeView>,
+}
+
+/// An exchange between two vertices of a job graph, as the REST API's plan
+/// shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeView {
+    /// Upstream vertex index.
+    pub from: usize,
+    /// Downstream vertex index.
+    pub to: usize,
+    /// How rows are distributed, in Flink's words (`FORWARD`, `HASH`,
+    /// `REBALANCE`, `BROADCAST`, `GLOBAL`).
+    pub ship_strategy: &'static str,
+}
+
+impl EdgeView {
+    /// The edges of a built job graph.
+    pub fn of_execution(edges: &[crate::execution::ExecutionEdge]) -> Vec<EdgeView> {
+        use weir_runtime::Exchange;
+        let strategy = |e: &Exchange| match e {
+            Exchange::Forward => "FORWARD",
+            Exchange::Hash(_) => "HASH",
+            Exchange::Rebalance => "REBALANCE",
+            Exchange::Broadcast => "BROADCAST",
+            Exchange::Single => "GLOBAL",
+        };
+        (edges.iter())
+            .map(|e| EdgeView {
+                from: e.from,
+                to: e.to,
+                ship_strategy: strategy(&e.exchange),
+            })
+            .collect()
+    }
+
+    /// The edges of a job graph.
+    pub fn of_graph(edges: &[weir_plan::graph::JobEdge]) -> Vec<EdgeView> {
+        use weir_plan::spec::ExchangeSpec;
+        let strategy = |e: &ExchangeSpec| match e {
+            ExchangeSpec::Forward => "FORWARD",
+            ExchangeSpec::Hash(_) => "HASH",
+            ExchangeSpec::Rebalance => "REBALANCE",
+            ExchangeSpec::Broadcast => "BROADCAST",
+            ExchangeSpec::Single => "GLOBAL",
+        };
+        (edges.iter())
+            .map(|e| EdgeView {
+                from: e.from,
+                to: e.to,
+                ship_strategy: strategy(&e.exchange),
+            })
+            .collect()
+    }
 }
 
 impl JobMetrics {

@@ -55,6 +55,8 @@ struct JobShared {
     state: Mutex<JobState>,
     done: Condvar,
     tasks: Vec<TaskInfo>,
+    /// The exchanges between the job graph's vertices.
+    edges: Vec<crate::metrics::EdgeView>,
     started: Instant,
     backpressure: Mutex<BackpressureSampler>,
 }
@@ -165,6 +167,7 @@ impl JobHandle {
             checkpoints: self.completed_checkpoints(),
             failed_checkpoints: self.failed_checkpoints(),
             tasks,
+            edges: self.shared.edges.clone(),
         }
     }
 
@@ -374,6 +377,7 @@ pub fn start(graph: ExecutionGraph, settings: JobSettings) -> Result<JobHandle> 
                     .map_or(1, |r| r.metadata.checkpoint_id + 1),
             ),
             notes: settings.notes.clone(),
+            edges: crate::metrics::EdgeView::of_execution(&graph.edges),
             cancel: Mutex::new(first.cancel.clone()),
             coordinator: Mutex::new(None),
             state: Mutex::new(JobState {

@@ -95,6 +95,7 @@ impl JobManager for JobManagerService {
             })
         });
         let spec = JobSpec {
+            edges: weir_job::metrics::EdgeView::of_graph(&graph.edges),
             result_vertex,
             checkpointed: checkpoints.as_ref().is_some_and(|c| c.interval.is_some()),
             run_dir: checkpoints.map(|c| run_dir(&c.dir, &submit.name, &id)),

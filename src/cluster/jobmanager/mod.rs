@@ -144,6 +144,8 @@ struct JobSpec {
     sources: Vec<bool>,
     /// What happens when an attempt fails.
     restart: RestartStrategy,
+    /// The exchanges between the job graph's vertices.
+    edges: Vec<weir_job::metrics::EdgeView>,
     /// The vertex of a query's collect sink.
     result_vertex: Option<usize>,
     /// Whether checkpoints are taken (an interval is set).

@@ -36,6 +36,7 @@ fn view(job_id: &str, job: &JobEntry, tasks: Vec<TaskMetricsSnapshot>) -> JobVie
             checkpoints: job.checkpoints.clone(),
             failed_checkpoints: job.failed_checkpoints,
             tasks,
+            edges: job.spec.edges.clone(),
         },
     }
 }

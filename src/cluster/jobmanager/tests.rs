@@ -56,6 +56,7 @@ fn job(restart: RestartStrategy) -> JobEntry {
         parallelisms: vec![2],
         sources: vec![true],
         restart,
+        edges: Vec::new(),
         result_vertex: None,
         checkpointed: false,
         run_dir: None,
