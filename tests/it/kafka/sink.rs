@@ -21,6 +21,14 @@ use super::{broker, checked_producer, create_topic, flush_checked};
 /// Every value in `topic` (all partitions, from the start) that a consumer
 /// with `isolation` reads until `quiet` passes without a record.
 pub fn read_all(topic: &str, isolation: &str, quiet: Duration) -> Vec<String> {
+    read_until(topic, isolation, quiet, usize::MAX)
+}
+
+/// As [`read_all`], but a quiet spell ends the read only once `expected`
+/// values arrived (or 60 s passed): on a loaded machine a read_committed
+/// consumer may go quiet for seconds while it fetches past aborted
+/// transactions.
+pub fn read_until(topic: &str, isolation: &str, quiet: Duration, expected: usize) -> Vec<String> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker())
         .set("group.id", format!("read-{topic}"))
@@ -37,8 +45,9 @@ pub fn read_all(topic: &str, isolation: &str, quiet: Duration) -> Vec<String> {
     }
     consumer.assign(&list).unwrap();
     let mut values = Vec::new();
-    let mut last = Instant::now();
-    while last.elapsed() < quiet {
+    let (started, mut last) = (Instant::now(), Instant::now());
+    let short = |values: &Vec<String>| values.len() < expected && expected != usize::MAX;
+    while last.elapsed() < quiet || (short(&values) && started.elapsed() < Duration::from_secs(60)) {
         if let Some(message) = consumer.poll(Duration::from_millis(50)) {
             let message = message.unwrap();
             values.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string());
@@ -499,7 +508,7 @@ fn a_fresh_run_at_a_lower_parallelism_aborts_what_a_crashed_run_left_open() {
     let fresh = job_file(dir.path(), name, &input, &output, 2, hourly);
     let run = weir(&fresh, None).output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let got = read_all(&output, "read_committed", Duration::from_secs(3));
+    let got = read_until(&output, "read_committed", Duration::from_secs(3), sums.len());
     // On failure, say which transaction was left open (the usual cause).
     let states = || -> Vec<String> {
         (0..4)
