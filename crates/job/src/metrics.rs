@@ -117,13 +117,7 @@ impl EdgeView {
             Exchange::Broadcast => "BROADCAST",
             Exchange::Single => "GLOBAL",
         };
-        (edges.iter())
-            .map(|e| EdgeView {
-                from: e.from,
-                to: e.to,
-                ship_strategy: strategy(&e.exchange),
-            })
-            .collect()
+        Self::list(edges.iter().map(|e| (e.from, e.to, strategy(&e.exchange))))
     }
 
     /// The edges of a job graph.
@@ -136,13 +130,16 @@ impl EdgeView {
             ExchangeSpec::Broadcast => "BROADCAST",
             ExchangeSpec::Single => "GLOBAL",
         };
-        (edges.iter())
-            .map(|e| EdgeView {
-                from: e.from,
-                to: e.to,
-                ship_strategy: strategy(&e.exchange),
-            })
-            .collect()
+        Self::list(edges.iter().map(|e| (e.from, e.to, strategy(&e.exchange))))
+    }
+
+    fn list(edges: impl Iterator<Item = (usize, usize, &'static str)>) -> Vec<EdgeView> {
+        (edges.map(|(from, to, ship_strategy)| EdgeView {
+            from,
+            to,
+            ship_strategy,
+        }))
+        .collect()
     }
 }
 
