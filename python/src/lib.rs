@@ -1,4 +1,4 @@
-//! weir from Python (`import weir`): an engine that runs SQL, results as pyarrow (zero copy, through Arrow's C data interface) bounded or streaming, jobs to wait for, stop with a savepoint or read metrics of, and vectorized Python scalar functions usable from SQL.
+//! weir from Python (`import weir`): an engine that runs SQL and the Table API, results as pyarrow (zero copy, through Arrow's C data interface) bounded or streaming, jobs to wait for, stop with a savepoint or read metrics of, and vectorized Python scalar functions usable from SQL.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,7 +10,12 @@ use datafusion_common::{DataFusionError, Result as DFResult};
 use datafusion_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+mod expressions;
+mod table;
+
+use expressions::Expression;
 
 pyo3::create_exception!(
     _weir,
@@ -49,9 +54,7 @@ impl Engine {
     fn sql(&self, py: Python<'_>, statement: &str) -> PyResult<TableResult> {
         let engine = &self.engine;
         let result = py.detach(|| engine.sql(statement)).map_err(error)?;
-        Ok(TableResult {
-            result: Mutex::new(Some(result)),
-        })
+        Ok(TableResult::new(result))
     }
 
     /// The jobs this engine started, oldest first.
@@ -71,22 +74,74 @@ impl Engine {
         result_type: &Bound<'_, PyAny>,
         deterministic: bool,
     ) -> PyResult<()> {
-        let inputs = (input_types.iter())
-            .map(|t| DataType::from_pyarrow_bound(&t))
-            .collect::<PyResult<Vec<_>>>()?;
-        let volatility = match deterministic {
-            true => Volatility::Immutable,
-            false => Volatility::Volatile,
-        };
-        let udf = PythonFunction {
-            name: name.to_ascii_lowercase(),
-            signature: Signature::exact(inputs, volatility),
-            result: DataType::from_pyarrow_bound(result_type)?,
-            function: Arc::new(function),
-        };
+        let udf = python_function(name, function, input_types, result_type, deterministic)?;
         self.engine.register_udf(ScalarUDF::from(udf));
         Ok(())
     }
+
+    /// A catalog table or view as a Table (PyFlink's `from_path`).
+    #[allow(clippy::wrong_self_convention)] // PyFlink's name
+    fn from_path(&self, path: &str) -> PyResult<table::Table> {
+        self.engine.from(path).map(table::Table::new).map_err(error)
+    }
+
+    /// A SQL query as a Table (PyFlink's `sql_query`).
+    fn sql_query(&self, query: &str) -> PyResult<table::Table> {
+        self.engine.sql_query(query).map(table::Table::new).map_err(error)
+    }
+
+    /// The rows of a `pyarrow.Table` or `pyarrow.RecordBatch` as a bounded
+    /// Table.
+    #[allow(clippy::wrong_self_convention)] // PyFlink's `from_pandas`, for Arrow
+    fn from_arrow(&self, data: &Bound<'_, PyAny>) -> PyResult<table::Table> {
+        table::from_arrow(&self.engine, data)
+    }
+
+    /// Registers `table` as a view SQL and `from_path` read by `name`.
+    fn create_temporary_view(&self, name: &str, table: &table::Table) -> PyResult<()> {
+        let table = table.table("create_temporary_view")?;
+        self.engine.create_temporary_view(name, table).map_err(error)
+    }
+}
+
+/// A Python function over Arrow arrays as a scalar function `name`.
+fn python_function(
+    name: &str,
+    function: Py<PyAny>,
+    input_types: &Bound<'_, PyList>,
+    result_type: &Bound<'_, PyAny>,
+    deterministic: bool,
+) -> PyResult<PythonFunction> {
+    let inputs = (input_types.iter())
+        .map(|t| DataType::from_pyarrow_bound(&t))
+        .collect::<PyResult<Vec<_>>>()?;
+    let volatility = match deterministic {
+        true => Volatility::Immutable,
+        false => Volatility::Volatile,
+    };
+    Ok(PythonFunction {
+        name: name.to_ascii_lowercase(),
+        signature: Signature::exact(inputs, volatility),
+        result: DataType::from_pyarrow_bound(result_type)?,
+        function: Arc::new(function),
+    })
+}
+
+/// A call of a Python function on `args` (a `weir.udf` called with
+/// expressions); the table using it registers it with its engine.
+#[pyfunction]
+#[pyo3(signature = (name, function, input_types, result_type, deterministic, args))]
+fn python_call(
+    name: &str,
+    function: Py<PyAny>,
+    input_types: &Bound<'_, PyList>,
+    result_type: &Bound<'_, PyAny>,
+    deterministic: bool,
+    args: &Bound<'_, PyTuple>,
+) -> PyResult<Expression> {
+    let udf = python_function(name, function, input_types, result_type, deterministic)?;
+    let args = expressions::to_exprs(args, name)?;
+    Ok(Expression::value(ScalarUDF::from(udf).call(args)))
 }
 
 /// What a statement returned.
@@ -96,6 +151,12 @@ struct TableResult {
 }
 
 impl TableResult {
+    fn new(result: weir::TableResult) -> Self {
+        TableResult {
+            result: Mutex::new(Some(result)),
+        }
+    }
+
     fn take(&self) -> PyResult<weir::TableResult> {
         let mut result = self.result.lock().unwrap_or_else(|e| e.into_inner());
         result
@@ -412,6 +473,25 @@ fn _weir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TableResult>()?;
     m.add_class::<Batches>()?;
     m.add_class::<Job>()?;
+    m.add_class::<Expression>()?;
+    m.add_class::<table::Table>()?;
+    m.add_class::<table::GroupedTable>()?;
+    m.add_class::<table::WindowedTable>()?;
+    m.add_class::<table::WindowGroupedTable>()?;
+    m.add_class::<table::WindowBuilder>()?;
+    m.add_class::<table::GroupWindow>()?;
+    m.add_class::<table::Tumble>()?;
+    m.add_class::<table::Slide>()?;
+    m.add_class::<table::Session>()?;
+    m.add_class::<table::Cumulate>()?;
+    m.add_function(wrap_pyfunction!(expressions::col, m)?)?;
+    m.add_function(wrap_pyfunction!(expressions::lit, m)?)?;
+    m.add_function(wrap_pyfunction!(expressions::call, m)?)?;
+    m.add_function(wrap_pyfunction!(expressions::row_interval, m)?)?;
+    m.add_function(wrap_pyfunction!(expressions::and_, m)?)?;
+    m.add_function(wrap_pyfunction!(expressions::or_, m)?)?;
+    m.add_function(wrap_pyfunction!(expressions::not_, m)?)?;
+    m.add_function(wrap_pyfunction!(python_call, m)?)?;
     m.add("WeirError", m.py().get_type::<WeirError>())?;
     Ok(())
 }
