@@ -11,7 +11,8 @@ use arrow::datatypes::{DataType, IntervalMonthDayNano};
 use arrow_pyarrow::FromPyArrow;
 use datafusion_common::ScalarValue;
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion_expr::{Expr, SortExpr};
+use datafusion_expr::{Expr, SortExpr, WindowFrameBound};
+use datafusion_functions_aggregate::expr_fn as aggregates;
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -20,12 +21,21 @@ use weir::table::Extent;
 
 use crate::PythonFunction;
 
-/// What an expression is: a value, a sort key, or a count of rows.
+/// What an expression is: a value, a sort key, a count of rows, or an
+/// OVER window's bound.
 #[derive(Clone, Debug)]
 enum Item {
     Value(Expr),
     Sorted(SortExpr),
     Rows(u64),
+    /// `UNBOUNDED_ROW` (rows) or `UNBOUNDED_RANGE`.
+    Unbounded {
+        rows: bool,
+    },
+    /// `CURRENT_ROW` (rows) or `CURRENT_RANGE`.
+    Current {
+        rows: bool,
+    },
 }
 
 /// An expression of the Table API (PyFlink's `Expression`).
@@ -53,6 +63,33 @@ impl Expression {
             Item::Rows(n) => Err(PyTypeError::new_err(format!(
                 "{operation}: row_interval({n}) is a window's size or slide, not a value"
             ))),
+            Item::Unbounded { .. } | Item::Current { .. } => Err(PyTypeError::new_err(format!(
+                "{operation}: {} is an OVER window's bound, not a value",
+                self.__repr__()
+            ))),
+        }
+    }
+
+    /// As an OVER window's frame bound: whether it counts rows, and the
+    /// bound (`preceding` says which side an offset is on).
+    pub(crate) fn frame_bound(&self, preceding: bool, operation: &str) -> PyResult<(bool, WindowFrameBound)> {
+        let side = |offset: ScalarValue| match preceding {
+            true => WindowFrameBound::Preceding(offset),
+            false => WindowFrameBound::Following(offset),
+        };
+        match &self.item {
+            Item::Unbounded { rows } => Ok((*rows, side(ScalarValue::UInt64(None)))),
+            Item::Current { rows } => Ok((*rows, WindowFrameBound::CurrentRow)),
+            Item::Rows(n) => Ok((true, side(ScalarValue::UInt64(Some(*n))))),
+            _ => match self.expr(operation)? {
+                Expr::Literal(interval @ ScalarValue::IntervalMonthDayNano(Some(_)), _) => {
+                    Ok((false, side(interval)))
+                }
+                other => Err(PyTypeError::new_err(format!(
+                    "{operation}: expected UNBOUNDED_RANGE, UNBOUNDED_ROW, CURRENT_RANGE, CURRENT_ROW, an \
+                     interval such as lit(1).hours or row_interval(n); got {other}"
+                ))),
+            },
         }
     }
 
@@ -137,9 +174,10 @@ impl Expression {
         Ok(Expression::value(f(self.expr(name)?, to_expr(other, name)?)))
     }
 
-    /// A call of the session's aggregate `name` on it.
-    fn aggregate(&self, name: &str) -> PyResult<Expression> {
-        self.map(&name.to_ascii_lowercase(), |e| weir::table::call(name, vec![e]))
+    /// An aggregate call on it: DataFusion's, which a table replaces by the
+    /// session's aggregate of the same name (Flink's result types).
+    fn aggregate(&self, name: &str, f: fn(Expr) -> Expr) -> PyResult<Expression> {
+        self.map(name, f)
     }
 }
 
@@ -249,27 +287,40 @@ impl Expression {
 
     #[getter]
     fn sum(&self) -> PyResult<Expression> {
-        self.aggregate("SUM")
+        self.aggregate("sum", aggregates::sum)
     }
 
     #[getter]
     fn count(&self) -> PyResult<Expression> {
-        self.aggregate("COUNT")
+        self.aggregate("count", aggregates::count)
     }
 
     #[getter]
     fn avg(&self) -> PyResult<Expression> {
-        self.aggregate("AVG")
+        self.aggregate("avg", aggregates::avg)
     }
 
     #[getter]
     fn min(&self) -> PyResult<Expression> {
-        self.aggregate("MIN")
+        self.aggregate("min", aggregates::min)
     }
 
     #[getter]
     fn max(&self) -> PyResult<Expression> {
-        self.aggregate("MAX")
+        self.aggregate("max", aggregates::max)
+    }
+
+    /// An aggregate over OVER window `window` (`col("p").sum.over(col("w"))`),
+    /// which the table's `over_window` defines.
+    fn over(&self, window: &Expression) -> PyResult<Expression> {
+        let window = window.column_name("over")?;
+        let call = self.expr("over")?;
+        if !matches!(call, Expr::AggregateFunction(_)) {
+            return Err(PyTypeError::new_err(format!(
+                "over: expected an aggregate such as col(\"x\").sum, got {call}"
+            )));
+        }
+        Ok(Expression::value(crate::over::placeholder(&window, call)))
     }
 
     /// The start of the window it names (`col("w").start`).
@@ -412,6 +463,10 @@ impl Expression {
             Item::Value(e) => e.to_string(),
             Item::Sorted(s) => s.to_string(),
             Item::Rows(n) => format!("row_interval({n})"),
+            Item::Unbounded { rows: true } => "UNBOUNDED_ROW".into(),
+            Item::Unbounded { rows: false } => "UNBOUNDED_RANGE".into(),
+            Item::Current { rows: true } => "CURRENT_ROW".into(),
+            Item::Current { rows: false } => "CURRENT_RANGE".into(),
         }
     }
 }
@@ -449,6 +504,17 @@ pub fn row_interval(n: u64) -> PyResult<Expression> {
         ));
     }
     Ok(Expression { item: Item::Rows(n) })
+}
+
+/// The bounds of OVER windows (PyFlink's constants of the same names).
+pub fn bounds() -> [(&'static str, Expression); 4] {
+    let bound = |item| Expression { item };
+    [
+        ("UNBOUNDED_ROW", bound(Item::Unbounded { rows: true })),
+        ("UNBOUNDED_RANGE", bound(Item::Unbounded { rows: false })),
+        ("CURRENT_ROW", bound(Item::Current { rows: true })),
+        ("CURRENT_RANGE", bound(Item::Current { rows: false })),
+    ]
 }
 
 /// Every argument is true (PyFlink's `and_`).

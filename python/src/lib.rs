@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 mod expressions;
+mod over;
 mod table;
 
 use expressions::Expression;
@@ -484,6 +485,12 @@ fn _weir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<table::Slide>()?;
     m.add_class::<table::Session>()?;
     m.add_class::<table::Cumulate>()?;
+    m.add_class::<over::OverWindowBuilder>()?;
+    m.add_class::<over::OverWindow>()?;
+    m.add_class::<over::OverWindowedTable>()?;
+    for (name, bound) in expressions::bounds() {
+        m.add(name, bound)?;
+    }
     m.add_function(wrap_pyfunction!(expressions::col, m)?)?;
     m.add_function(wrap_pyfunction!(expressions::lit, m)?)?;
     m.add_function(wrap_pyfunction!(expressions::call, m)?)?;

@@ -178,6 +178,20 @@ impl Table {
         })
     }
 
+    /// OVER windows, for a `select` of aggregates over them
+    /// (`col("v").sum.over(col("w"))`).
+    #[pyo3(signature = (*windows))]
+    fn over_window(
+        &self,
+        windows: Vec<PyRef<'_, crate::over::OverWindow>>,
+    ) -> PyResult<crate::over::OverWindowedTable> {
+        let windows = windows.iter().map(|w| (**w).clone()).collect();
+        Ok(crate::over::OverWindowedTable::new(
+            self.table("over_window")?.clone(),
+            windows,
+        ))
+    }
+
     /// An inner join on `condition` (with time bounds, an interval join).
     fn join(&self, right: &Table, condition: &Bound<'_, PyAny>) -> PyResult<Table> {
         self.join_with(right, condition, "join", weir::Table::join)

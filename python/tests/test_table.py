@@ -8,8 +8,8 @@ import pyarrow.compute as pc
 import pytest
 
 import weir
-from weir.expressions import and_, call, col, lit, row_interval
-from weir.window import Cumulate, Session, Slide, Tumble
+from weir.expressions import CURRENT_ROW, UNBOUNDED_RANGE, and_, call, col, lit, row_interval
+from weir.window import Cumulate, Over, Session, Slide, Tumble
 
 SEQ = """CREATE TABLE seq (id BIGINT, ts AS TO_TIMESTAMP_LTZ(id * 100, 3),
     auction AS id % 7, price AS id * 13 % 101, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
@@ -126,6 +126,34 @@ def test_a_row_count_window_is_on_processing_time_and_a_wrong_time_attribute_is_
         e.from_path("seq").window(Tumble.over(row_interval(10)).on(col("ts")).alias("w")).group_by(col("w")).select(
             col("id").count
         )
+
+
+def test_over_windows_give_the_rows_of_sql_over():
+    e = engine()
+    seq = e.from_path("seq")
+    cases = [
+        (
+            Over.partition_by(col("auction")).order_by(col("ts")).preceding(lit(1).seconds).alias("w"),
+            "PARTITION BY auction ORDER BY ts RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW",
+        ),
+        (
+            Over.partition_by(col("auction")).order_by(col("ts")).preceding(row_interval(2)).following(CURRENT_ROW).alias("w"),
+            "PARTITION BY auction ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
+        ),
+        (
+            Over.order_by(col("ts")).preceding(UNBOUNDED_RANGE).alias("w"),
+            "ORDER BY ts RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+        ),
+    ]
+    for window, sql in cases:
+        table = seq.over_window(window).select(
+            col("id"), col("price").sum.over(col("w")).alias("s"), (col("price").max.over(col("w")) + 1).alias("m")
+        )
+        same(table, e.execute_sql(f"SELECT id, SUM(price) OVER ({sql}) AS s, MAX(price) OVER ({sql}) + 1 AS m FROM seq"))
+    with pytest.raises(TypeError, match="no over window named 'v'"):
+        seq.over_window(cases[0][0]).select(col("price").sum.over(col("v")))
+    with pytest.raises(ValueError, match="order_by"):
+        Over.partition_by(col("auction")).alias("w")
 
 
 def test_joins_give_the_rows_of_sql_joins():
