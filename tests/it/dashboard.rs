@@ -55,7 +55,7 @@ fn wait_until(tab: &Tab, what: &str, ready: impl Fn(&Tab) -> bool) {
 }
 
 #[test]
-fn the_dashboard_shows_a_running_jobs_graph_and_figures_as_the_rest_api_and_stops_it_with_a_savepoint() {
+fn the_dashboard_shows_a_running_jobs_graph_and_figures_as_the_rest_api_stops_it_with_a_savepoint_and_cancels_another() {
     let chromium = match chromium() {
         Ok(path) => path,
         Err(why) => {
@@ -203,4 +203,30 @@ fn the_dashboard_shows_a_running_jobs_graph_and_figures_as_the_rest_api_and_stop
     });
     let ended = client.wait_for("ended:");
     assert!(ended.contains("Finished"), "{ended}");
+
+    // Cancel: a second job, cancelled from its page.
+    let second = script_with(dir.path(), "out2", 10_000_000, 20_000, &settings);
+    let client = Process::start(&["run", "--jobmanager", &cluster.address, second.to_str().unwrap()]);
+    let second_id = loop {
+        let jobs = json(&address, "GET", "/jobs/overview");
+        let running = (jobs["jobs"].as_array().unwrap().iter())
+            .find(|j| j["jid"] != id.as_str() && j["state"] == "RUNNING")
+            .map(|j| j["jid"].as_str().unwrap().to_string());
+        if let Some(running) = running {
+            break running;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    tab.navigate_to(&format!("http://{address}/#/jobs/{second_id}")).unwrap();
+    wait_until(&tab, "the second job running", |t| {
+        texts(t, "#job-state").concat() == "RUNNING"
+    });
+    tab.find_element("#cancel").unwrap().click().unwrap();
+    wait_until(&tab, "the second job cancelled", |t| {
+        texts(t, "#job-state").concat() == "CANCELED"
+    });
+    let state = json(&address, "GET", &format!("/jobs/{second_id}"))["state"].clone();
+    assert_eq!(state, "CANCELED");
+    let ended = client.wait_for("ended:");
+    assert!(ended.to_lowercase().contains("cancel"), "{ended}");
 }
