@@ -325,7 +325,7 @@ impl Job {
     }
 
     /// The job's figures now: records, backpressure and watermark per
-    /// subtask, restarts, and the completed checkpoints.
+    /// subtask, restarts, the completed checkpoints and those restored.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let metrics = self.job.metrics();
         let out = PyDict::new(py);
@@ -356,6 +356,15 @@ impl Job {
             checkpoints.append(c)?;
         }
         out.set_item("checkpoints", checkpoints)?;
+        let restores = PyList::empty(py);
+        for restore in &metrics.restores {
+            let r = PyDict::new(py);
+            r.set_item("id", restore.id)?;
+            r.set_item("path", restore.dir.display().to_string())?;
+            r.set_item("restore_time_ms", restore.restore_time)?;
+            restores.append(r)?;
+        }
+        out.set_item("restores", restores)?;
         Ok(out)
     }
 

@@ -120,6 +120,7 @@ fn checkpoint(stats: &CheckpointStats) -> Value {
         "state_size": stats.full_state_bytes,
         "checkpointed_size": stats.state_bytes,
         "alignment_buffered": stats.channel_state_bytes,
+        "alignment_duration": stats.max_alignment.as_millis() as u64,
         "external_path": display_path(&stats.dir),
         "attempt": stats.attempt,
     })
@@ -142,9 +143,17 @@ pub(super) fn checkpoints(job: &JobView) -> Value {
             .find(|c| matches!(c.kind, weir_common::ids::BarrierKind::Savepoint) == savepoint)
             .map(checkpoint)
     };
+    let restored = job.metrics.restores.last().map(|r| {
+        json!({
+            "id": r.id,
+            "restore_timestamp": r.restore_time,
+            "is_savepoint": matches!(r.kind, weir_common::ids::BarrierKind::Savepoint),
+            "external_path": display_path(&r.dir),
+        })
+    });
     json!({
         "counts": {
-            "restored": 0,
+            "restored": job.metrics.restores.len(),
             "total": completed.len() as u64 + failed,
             "in_progress": 0,
             "completed": completed.len(),
@@ -155,7 +164,7 @@ pub(super) fn checkpoints(job: &JobView) -> Value {
             "checkpointed_size": summary(|c| c.state_bytes),
             "end_to_end_duration": summary(|c| c.duration.as_millis() as u64),
         },
-        "latest": { "completed": latest(false), "savepoint": latest(true), "failed": null, "restored": null },
+        "latest": { "completed": latest(false), "savepoint": latest(true), "failed": null, "restored": restored },
         "history": completed.iter().rev().map(checkpoint).collect::<Vec<_>>(),
     })
 }

@@ -291,6 +291,20 @@ fn a_checkpointed_job_whose_task_manager_is_killed_restarts_on_a_spare_one_from_
     let restored = jobmanager.wait_for("restores");
     assert!(restored.contains("chk-"), "{restored}");
     jobmanager.wait_for("deployed on 2 TaskManager(s)");
+    // The REST API names the checkpoint restored, as Flink's does.
+    let id = crate::rest::json(&cluster.rest, "GET", "/jobs")["jobs"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stats = poll(&cluster.rest, &format!("/jobs/{id}/checkpoints"), |c| {
+        c["counts"]["restored"] == 1
+    });
+    let path = stats["latest"]["restored"]["external_path"].as_str().unwrap();
+    let chk = format!("chk-{}", stats["latest"]["restored"]["id"]);
+    assert!(
+        restored.contains(&chk) && path.ends_with(&chk),
+        "{restored} / {stats}"
+    );
     let ended = client.wait_for("ended:");
     assert!(ended.contains("Finished"), "{ended}");
 

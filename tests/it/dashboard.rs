@@ -55,7 +55,8 @@ fn wait_until(tab: &Tab, what: &str, ready: impl Fn(&Tab) -> bool) {
 }
 
 #[test]
-fn the_dashboard_shows_a_running_jobs_graph_and_figures_as_the_rest_api_stops_it_with_a_savepoint_and_cancels_another() {
+fn the_dashboard_shows_a_running_jobs_graph_and_figures_as_the_rest_api_stops_it_with_a_savepoint_and_cancels_another()
+ {
     let chromium = match chromium() {
         Ok(path) => path,
         Err(why) => {
@@ -217,7 +218,8 @@ fn the_dashboard_shows_a_running_jobs_graph_and_figures_as_the_rest_api_stops_it
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    tab.navigate_to(&format!("http://{address}/#/jobs/{second_id}")).unwrap();
+    tab.navigate_to(&format!("http://{address}/#/jobs/{second_id}"))
+        .unwrap();
     wait_until(&tab, "the second job running", |t| {
         texts(t, "#job-state").concat() == "RUNNING"
     });

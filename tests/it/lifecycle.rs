@@ -495,5 +495,12 @@ fn a_failover_racing_a_slow_snapshot_writer_starts_after_the_old_attempt_has_end
     assert!(attempts.windows(2).all(|w| w[0] <= w[1]), "{attempts:?}");
     let ids: Vec<u64> = job.completed_checkpoints().iter().map(|c| c.id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    // Each restart that restored a checkpoint names one the job completed.
+    let restores = job.metrics().restores;
+    assert!(restores.len() as u64 <= job.restarts(), "{restores:?}");
+    assert!(
+        (restores.iter()).all(|r| ids.contains(&r.id) && r.dir.ends_with(format!("chk-{}", r.id))),
+        "{restores:?} of {ids:?}"
+    );
     assert_eq!(crate::part_file_lines(&out), expected);
 }

@@ -98,6 +98,9 @@ fn a_running_job_is_seen_through_flinks_rest_paths_and_prometheus_and_stopped_wi
     assert!(
         latest["id"].as_u64().unwrap() >= 2 && latest["external_path"].as_str().unwrap().contains("chk-")
     );
+    assert!(latest["alignment_duration"].is_u64(), "{latest}");
+    assert_eq!(checkpoints["counts"]["restored"], 0, "nothing restored yet");
+    assert!(checkpoints["latest"]["restored"].is_null());
     let backpressure = json(&address, "GET", &format!("/jobs/{id}/vertices/1/backpressure"));
     assert_eq!(backpressure["subtasks"].as_array().unwrap().len(), 2);
     assert_eq!(http(&address, "GET", "/jobs/nope").0, 404);

@@ -87,6 +87,8 @@ pub struct JobMetrics {
     pub checkpoints: Vec<CheckpointStats>,
     /// Checkpoints that failed.
     pub failed_checkpoints: u64,
+    /// The checkpoints its attempts started from, oldest first.
+    pub restores: Vec<crate::stats::RestoreStats>,
     /// Every subtask.
     pub tasks: Vec<TaskMetricsSnapshot>,
     /// The exchanges between the job graph's vertices.

@@ -1,6 +1,6 @@
-//! Figures of one completed checkpoint, as the coordinator measured them.
+//! Figures of one completed checkpoint, as the coordinator measured them, and of a checkpoint a job restored.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use weir_common::ids::{BarrierKind, CheckpointId};
@@ -36,4 +36,30 @@ pub struct CheckpointStats {
     /// Per task (by index in `JobHandle::tasks`): from the trigger to its
     /// acknowledgement.
     pub ack_delays: Vec<(usize, Duration)>,
+}
+
+/// A checkpoint or savepoint an attempt of a job started from (Flink's
+/// `latest.restored` checkpoint statistics).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoreStats {
+    /// Its id.
+    pub id: CheckpointId,
+    /// A periodic checkpoint or a savepoint.
+    pub kind: BarrierKind,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// When the attempt restored it (ms since the epoch).
+    pub restore_time: i64,
+}
+
+impl RestoreStats {
+    /// Checkpoint `id` of `kind` in `dir`, restored now.
+    pub fn now(id: CheckpointId, kind: BarrierKind, dir: &Path) -> Self {
+        RestoreStats {
+            id,
+            kind,
+            dir: dir.to_path_buf(),
+            restore_time: weir_common::time::wall_clock_millis(),
+        }
+    }
 }

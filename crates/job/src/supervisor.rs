@@ -45,6 +45,8 @@ struct JobShared {
     checkpoints: Mutex<Vec<CheckpointStats>>,
     failed_checkpoints: AtomicU64,
     restarts: AtomicU64,
+    /// The checkpoints its attempts started from.
+    restores: Mutex<Vec<crate::stats::RestoreStats>>,
     /// The id the next attempt's first checkpoint takes.
     next_checkpoint: AtomicU64,
     notes: Vec<String>,
@@ -166,6 +168,7 @@ impl JobHandle {
             restarts: self.restarts(),
             checkpoints: self.completed_checkpoints(),
             failed_checkpoints: self.failed_checkpoints(),
+            restores: self.shared.restores.lock().expect("restores").clone(),
             tasks,
             edges: self.shared.edges.clone(),
         }
@@ -370,6 +373,7 @@ pub fn start(graph: ExecutionGraph, settings: JobSettings) -> Result<JobHandle> 
             checkpoints: Mutex::new(Vec::new()),
             failed_checkpoints: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            restores: Mutex::new(settings.restore.iter().map(restore_stats).collect()),
             next_checkpoint: AtomicU64::new(
                 settings
                     .restore
@@ -459,6 +463,14 @@ fn supervise(handle: JobHandle, graph: ExecutionGraph, settings: JobSettings, mu
             Ok(next) => next,
             Err(e) => return handle.end(Some(e)),
         };
+        if let Some(restore) = &restore {
+            handle
+                .shared
+                .restores
+                .lock()
+                .expect("restores")
+                .push(restore_stats(restore));
+        }
         *handle.shared.cancel.lock().expect("job cancel") = next.cancel.clone();
         attempt = match launch(&handle, next) {
             Ok(attempt) => attempt,
@@ -479,6 +491,15 @@ fn latest_checkpoint(handle: &JobHandle, settings: &JobSettings) -> Result<Optio
         })),
         None => Ok(settings.restore.clone()),
     }
+}
+
+/// The figures of restoring `restore` now.
+fn restore_stats(restore: &RestoredCheckpoint) -> crate::stats::RestoreStats {
+    crate::stats::RestoreStats::now(
+        restore.metadata.checkpoint_id,
+        restore.metadata.kind,
+        &restore.dir,
+    )
 }
 
 /// A running attempt: how it ends, and its coordinator thread.

@@ -83,6 +83,8 @@ struct JobEntry {
     failed_checkpoints: u64,
     /// The checkpoint the current attempt restored.
     restored: Option<u64>,
+    /// The checkpoints its attempts restored, oldest first.
+    restores: Vec<weir_job::stats::RestoreStats>,
     /// Where the current attempt's collect sink runs (a query's).
     result_host: Option<String>,
 }
@@ -104,6 +106,7 @@ impl JobEntry {
             checkpoints: Vec::new(),
             failed_checkpoints: 0,
             restored: None,
+            restores: Vec::new(),
             result_host: None,
         }
     }
@@ -395,11 +398,16 @@ impl JobManagerService {
             );
             config.push((SAVEPOINT_PATH.to_string(), display_path(&dir)));
             next_id = metadata.checkpoint_id + 1;
-            restored = Some(metadata.checkpoint_id);
+            restored = Some(weir_job::stats::RestoreStats::now(
+                metadata.checkpoint_id,
+                metadata.kind,
+                &dir,
+            ));
         }
         let (hosts, slots) = self.place(job_id, &spec.parallelisms).await?;
         if let Some(job) = self.state().jobs.get_mut(job_id) {
-            job.restored = restored;
+            job.restored = restored.as_ref().map(|r| r.id);
+            job.restores.extend(restored);
             job.result_host = spec.result_vertex.map(|v| hosts[v][0].clone());
         }
         let parts = self

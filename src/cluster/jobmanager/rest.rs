@@ -35,6 +35,7 @@ fn view(job_id: &str, job: &JobEntry, tasks: Vec<TaskMetricsSnapshot>) -> JobVie
             restarts: u64::from(job.restarts),
             checkpoints: job.checkpoints.clone(),
             failed_checkpoints: job.failed_checkpoints,
+            restores: job.restores.clone(),
             tasks,
             edges: job.spec.edges.clone(),
         },
