@@ -167,6 +167,48 @@ enum Benchmark {
     /// exactly-once, against a real broker: events/s and checkpoint
     /// durations; writes the same job for Flink with --flink-sql.
     Kafka(KafkaArgs),
+    /// Latency from the source to the sink (p50/p99/p99.9) at fixed rates,
+    /// with aligned and unaligned checkpoints, through a keyed OVER
+    /// aggregation; writes the same job for Flink with --flink-sql, and
+    /// reads its output with --read.
+    Latency(LatencyArgs),
+}
+
+/// The options of `weir bench latency`.
+#[derive(clap::Args)]
+struct LatencyArgs {
+    /// Source rates in rows per second, comma-separated.
+    #[arg(long, default_value = "100000,1000000,5000000")]
+    rates: String,
+    /// How long each run lasts.
+    #[arg(long, default_value = "10s")]
+    run_time: String,
+    /// Runs of each rate and mode; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Parallelism of every operator.
+    #[arg(long, default_value_t = 2)]
+    parallelism: usize,
+    /// Checkpoint interval.
+    #[arg(long, default_value = "1s")]
+    interval: String,
+    /// `execution.buffer-timeout` (as Flink's setting of that name).
+    #[arg(long, default_value = "10ms")]
+    buffer_timeout: String,
+    /// Distinct keys of the OVER aggregation.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Write the job for Flink, one file per rate, into this directory
+    /// (for ../shared/flink/run_sql.py, with --var OUT=<dir>), and stop.
+    #[arg(long)]
+    flink_sql: Option<PathBuf>,
+    /// Only read a finished job's output directory (Flink's) and print its
+    /// latency percentiles.
+    #[arg(long)]
+    read: Option<PathBuf>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// The options of `weir bench kafka`.
@@ -438,6 +480,9 @@ fn main() -> ExitCode {
         Command::Bench {
             benchmark: Benchmark::Backpressure(args),
         } => bench_backpressure(args),
+        Command::Bench {
+            benchmark: Benchmark::Latency(args),
+        } => bench_latency(args),
         Command::Bench {
             benchmark: Benchmark::Restore(args),
         } => bench_restore(args),
@@ -875,6 +920,86 @@ fn bench_backpressure(args: BackpressureArgs) -> anyhow::Result<()> {
         );
     }
     write_json(args.json, &r)
+}
+
+fn bench_latency(args: LatencyArgs) -> anyhow::Result<()> {
+    use weir::bench::latency::{Dialect, LatencyBenchOptions, job_sql, latencies, percentile, run};
+    if let Some(dir) = args.read {
+        let mut values = latencies(&dir)?;
+        anyhow::ensure!(!values.is_empty(), "{}: no sampled rows", dir.display());
+        values.sort_by(f64::total_cmp);
+        println!(
+            "{}: {} samples, p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms",
+            dir.display(),
+            values.len(),
+            percentile(&values, 0.5),
+            percentile(&values, 0.99),
+            percentile(&values, 0.999),
+            values[values.len() - 1]
+        );
+        return Ok(());
+    }
+    let rates = (args.rates.split(','))
+        .map(|r| r.trim().parse::<u64>().ok().filter(|&r| r > 0))
+        .collect::<Option<Vec<u64>>>()
+        .with_context(|| format!("--rates: '{}' is not a list of positive numbers", args.rates))?;
+    anyhow::ensure!(
+        args.parallelism > 0 && args.keys > 0,
+        "--parallelism and --keys must be positive"
+    );
+    let options = LatencyBenchOptions {
+        rates,
+        run_time: duration_arg("run-time", &args.run_time)?,
+        runs: args.runs,
+        parallelism: args.parallelism,
+        interval: duration_arg("interval", &args.interval)?,
+        buffer_timeout: duration_arg("buffer-timeout", &args.buffer_timeout)?,
+        keys: args.keys,
+    };
+    if let Some(dir) = args.flink_sql {
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for &rate in &options.rates {
+            let rows = rate * options.run_time.as_secs().max(1);
+            let path = dir.join(format!("latency-{rate}.sql"));
+            let sql = job_sql(Dialect::Flink, rate, rows, options.keys, "${OUT}");
+            std::fs::write(&path, format!("{sql};\n"))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            println!(
+                "/tmp/flinkenv/venv/bin/python ../shared/flink/run_sql.py {} -p {} --checkpoint-interval {}ms \\\n  \
+                 --conf table.local-time-zone=UTC --conf execution.buffer-timeout={}ms \\\n  \
+                 [--conf execution.checkpointing.unaligned.enabled=true] --var OUT=/tmp/flink-latency-{rate} \\\n  \
+                 && weir bench latency --read /tmp/flink-latency-{rate}",
+                path.display(),
+                options.parallelism,
+                options.interval.as_millis(),
+                options.buffer_timeout.as_millis()
+            );
+        }
+        return Ok(());
+    }
+    let results = run(&options)?;
+    println!(
+        "Latency source -> sink: keyed OVER aggregation over {} keys, parallelism {}, checkpoints every {} ms, \
+         buffer-timeout {} ms, {} runs of {:.0} s (medians); 1 row in {} sampled",
+        options.keys,
+        options.parallelism,
+        options.interval.as_millis(),
+        options.buffer_timeout.as_millis(),
+        options.runs,
+        options.run_time.as_secs_f64(),
+        weir::bench::latency::SAMPLE
+    );
+    println!(
+        "{:>10} {:<10} {:>12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "rate", "mode", "achieved/s", "samples", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "chk"
+    );
+    for r in &results {
+        println!(
+            "{:>10} {:<10} {:>12.0} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6}",
+            r.rate, r.mode, r.achieved, r.samples, r.p50_ms, r.p99_ms, r.p999_ms, r.max_ms, r.checkpoints
+        );
+    }
+    write_json(args.json, &results)
 }
 
 /// A broker for the benchmark: the one given, or one started with

@@ -1,8 +1,9 @@
-//! Benchmarks run by `weir bench`: the Nexmark queries, and checkpointing.
+//! Benchmarks run by `weir bench`: the Nexmark queries, checkpointing, backpressure, restore, Kafka and latency.
 
 pub mod backpressure;
 pub mod checkpoint;
 pub mod kafka;
+pub mod latency;
 pub mod nexmark;
 pub mod restore;
 pub mod slow;

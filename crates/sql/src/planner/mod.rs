@@ -1044,11 +1044,10 @@ impl<'a> Planner<'a> {
         };
         let rank_output = rank_output || middle.is_some();
         let name = function.fun.name();
+        // A filter over another window function (an OVER aggregate) is a
+        // filter of its rows, as in Flink: planned as one.
         let Some(rank_type) = weir_plan::rank::RankType::of(name) else {
-            return Err(unsupported(&format!(
-                "a filter on {}() OVER (...) (a TopN ranks by ROW_NUMBER(), RANK() or DENSE_RANK())",
-                name.to_uppercase()
-            )));
+            return Ok(None);
         };
         let rank_column = window.schema.field(window.input.schema().fields().len()).name();
         let Some(((start, end), rest)) = rank::rank_range(&filter.predicate, rank_column) else {
