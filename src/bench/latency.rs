@@ -176,9 +176,18 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
 }
 
-/// One run: the sorted latencies, the rows per second the job took, and
-/// the checkpoints it completed.
-fn run_once(options: &LatencyBenchOptions, rate: u64, unaligned: bool) -> Result<(Vec<f64>, f64, usize)> {
+/// What one run measured.
+struct Run {
+    /// Latencies of the sampled rows, ms, sorted.
+    latencies: Vec<f64>,
+    /// Rows per second the job took.
+    achieved: f64,
+    /// Checkpoints it completed.
+    checkpoints: usize,
+}
+
+/// One run of the job at `rate`.
+fn run_once(options: &LatencyBenchOptions, rate: u64, unaligned: bool) -> Result<Run> {
     let scratch = ScratchDir::new(None)?;
     let out = scratch.path.join("out");
     let engine = Engine::new();
@@ -220,7 +229,11 @@ fn run_once(options: &LatencyBenchOptions, rate: u64, unaligned: bool) -> Result
     let achieved = rows as f64 / started.elapsed().as_secs_f64();
     let mut latencies = latencies(&out)?;
     latencies.sort_by(f64::total_cmp);
-    Ok((latencies, achieved, job.completed_checkpoints().len()))
+    Ok(Run {
+        latencies,
+        achieved,
+        checkpoints: job.completed_checkpoints().len(),
+    })
 }
 
 /// Every rate, aligned then unaligned, `runs` times each.
@@ -239,8 +252,8 @@ pub fn run(options: &LatencyBenchOptions) -> Result<Vec<LatencyResult>> {
 }
 
 /// The medians over `runs` of each figure.
-fn summary(rate: u64, unaligned: bool, runs: &[(Vec<f64>, f64, usize)]) -> LatencyResult {
-    let median = |f: &dyn Fn(&(Vec<f64>, f64, usize)) -> f64| {
+fn summary(rate: u64, unaligned: bool, runs: &[Run]) -> LatencyResult {
+    let median = |f: &dyn Fn(&Run) -> f64| {
         let mut values: Vec<f64> = runs.iter().map(f).collect();
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
@@ -248,13 +261,13 @@ fn summary(rate: u64, unaligned: bool, runs: &[(Vec<f64>, f64, usize)]) -> Laten
     LatencyResult {
         rate,
         mode: if unaligned { "unaligned" } else { "aligned" }.to_string(),
-        achieved: median(&|r| r.1),
-        samples: median(&|r| r.0.len() as f64) as usize,
-        p50_ms: median(&|r| percentile(&r.0, 0.5)),
-        p99_ms: median(&|r| percentile(&r.0, 0.99)),
-        p999_ms: median(&|r| percentile(&r.0, 0.999)),
-        max_ms: median(&|r| r.0.last().copied().unwrap_or(f64::NAN)),
-        checkpoints: median(&|r| r.2 as f64) as usize,
+        achieved: median(&|r| r.achieved),
+        samples: median(&|r| r.latencies.len() as f64) as usize,
+        p50_ms: median(&|r| percentile(&r.latencies, 0.5)),
+        p99_ms: median(&|r| percentile(&r.latencies, 0.99)),
+        p999_ms: median(&|r| percentile(&r.latencies, 0.999)),
+        max_ms: median(&|r| r.latencies.last().copied().unwrap_or(f64::NAN)),
+        checkpoints: median(&|r| r.checkpoints as f64) as usize,
     }
 }
 
