@@ -12,6 +12,8 @@ use arrow_pyarrow::FromPyArrow;
 use datafusion_common::ScalarValue;
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_expr::{Expr, SortExpr, WindowFrameBound};
+// DataFusion's aggregate calls, which a table replaces by the session's
+// aggregate of the same name (Flink's result types).
 use datafusion_functions_aggregate::expr_fn as aggregates;
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::PyTypeError;
@@ -173,12 +175,6 @@ impl Expression {
     ) -> PyResult<Expression> {
         Ok(Expression::value(f(self.expr(name)?, to_expr(other, name)?)))
     }
-
-    /// An aggregate call on it: DataFusion's, which a table replaces by the
-    /// session's aggregate of the same name (Flink's result types).
-    fn aggregate(&self, name: &str, f: fn(Expr) -> Expr) -> PyResult<Expression> {
-        self.map(name, f)
-    }
 }
 
 /// A Python value as an expression: an [`Expression`] as it is, `None`,
@@ -211,10 +207,16 @@ pub(crate) fn to_exprs(args: &Bound<'_, PyTuple>, operation: &str) -> PyResult<V
     args.iter().map(|a| to_expr(&a, operation)).collect()
 }
 
-/// Registers with `engine` every Python function `exprs` call, so that the
-/// plan finds them by name as it finds SQL's.
-pub(crate) fn register_python_functions(engine: &weir::Engine, exprs: &[Expr]) {
-    for expr in exprs {
+/// `args` as expressions of `operation` for a table of `engine`: the
+/// Python functions they call are registered with it, so that the plan
+/// finds them by name as it finds SQL's.
+pub(crate) fn table_exprs(
+    engine: &weir::Engine,
+    args: &Bound<'_, PyTuple>,
+    operation: &str,
+) -> PyResult<Vec<Expr>> {
+    let exprs = to_exprs(args, operation)?;
+    for expr in &exprs {
         let _ = expr.apply(|e| {
             if let Expr::ScalarFunction(f) = e
                 && f.func.inner().is::<PythonFunction>()
@@ -224,6 +226,13 @@ pub(crate) fn register_python_functions(engine: &weir::Engine, exprs: &[Expr]) {
             Ok(TreeNodeRecursion::Continue)
         });
     }
+    Ok(exprs)
+}
+
+/// One value as [`table_exprs`] takes it.
+pub(crate) fn table_expr(engine: &weir::Engine, value: &Bound<'_, PyAny>, operation: &str) -> PyResult<Expr> {
+    let args = PyTuple::new(value.py(), [value])?;
+    Ok(table_exprs(engine, &args, operation)?.remove(0))
 }
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -287,27 +296,27 @@ impl Expression {
 
     #[getter]
     fn sum(&self) -> PyResult<Expression> {
-        self.aggregate("sum", aggregates::sum)
+        self.map("sum", aggregates::sum)
     }
 
     #[getter]
     fn count(&self) -> PyResult<Expression> {
-        self.aggregate("count", aggregates::count)
+        self.map("count", aggregates::count)
     }
 
     #[getter]
     fn avg(&self) -> PyResult<Expression> {
-        self.aggregate("avg", aggregates::avg)
+        self.map("avg", aggregates::avg)
     }
 
     #[getter]
     fn min(&self) -> PyResult<Expression> {
-        self.aggregate("min", aggregates::min)
+        self.map("min", aggregates::min)
     }
 
     #[getter]
     fn max(&self) -> PyResult<Expression> {
-        self.aggregate("max", aggregates::max)
+        self.map("max", aggregates::max)
     }
 
     /// An aggregate over OVER window `window` (`col("p").sum.over(col("w"))`),

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::error;
-use crate::expressions::{Expression, register_python_functions, to_exprs};
+use crate::expressions::{Expression, table_exprs, to_exprs};
 use crate::table::Table;
 
 /// `aggregate` over the OVER window named `window`, to be resolved.
@@ -52,14 +52,21 @@ impl ScalarUDFImpl for OverPlaceholder {
     }
 
     fn return_type(&self, _: &[DataType]) -> DFResult<DataType> {
-        Err(DataFusionError::Plan(format!(
-            "an aggregate over window '{}' is selected from table.over_window(...) only",
-            self.window
-        )))
+        Err(self.unresolved())
     }
 
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
-        self.return_type(&[]).map(|_| unreachable!())
+        Err(self.unresolved())
+    }
+}
+
+impl OverPlaceholder {
+    /// The error of a placeholder used outside `over_window(...).select`.
+    fn unresolved(&self) -> DataFusionError {
+        DataFusionError::Plan(format!(
+            "an aggregate over window '{}' is selected from table.over_window(...) only",
+            self.window
+        ))
     }
 }
 
@@ -203,10 +210,9 @@ impl OverWindowedTable {
     /// (`col("v").sum.over(col("w"))`).
     #[pyo3(signature = (*fields))]
     fn select(&self, fields: &Bound<'_, PyTuple>) -> PyResult<Table> {
-        let exprs = (to_exprs(fields, "select")?.into_iter())
+        let exprs = (table_exprs(self.table.engine(), fields, "select")?.into_iter())
             .map(|e| self.resolve(e))
             .collect::<PyResult<Vec<_>>>()?;
-        register_python_functions(self.table.engine(), &exprs);
         self.table.select(exprs).map(Table::new).map_err(error)
     }
 }

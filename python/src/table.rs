@@ -12,7 +12,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::expressions::{Expression, register_python_functions, to_exprs};
+use crate::expressions::{Expression, table_expr, table_exprs, to_exprs};
 use crate::{Job, TableResult, error};
 
 /// A relational query (PyFlink's `Table`); every operation returns a new one.
@@ -38,12 +38,9 @@ impl Table {
         }
     }
 
-    /// `args` as expressions of `operation`, their Python functions
-    /// registered with the engine.
+    /// `args` as expressions of `operation` on this table.
     fn exprs(&self, args: &Bound<'_, PyTuple>, operation: &str) -> PyResult<Vec<Expr>> {
-        let exprs = to_exprs(args, operation)?;
-        register_python_functions(self.table.engine(), &exprs);
-        Ok(exprs)
+        table_exprs(self.table.engine(), args, operation)
     }
 
     fn then(
@@ -72,9 +69,7 @@ impl Table {
 
     /// The rows for which `predicate` is true.
     fn filter(&self, predicate: &Bound<'_, PyAny>) -> PyResult<Table> {
-        let predicate = self
-            .exprs(&PyTuple::new(predicate.py(), [predicate])?, "filter")?
-            .remove(0);
+        let predicate = table_expr(self.table.engine(), predicate, "filter")?;
         self.then("filter", |t| t.filter(predicate))
     }
 
@@ -288,9 +283,7 @@ impl Table {
         operation: &str,
         join: JoinFn,
     ) -> PyResult<Table> {
-        let condition = self
-            .exprs(&PyTuple::new(condition.py(), [condition])?, operation)?
-            .remove(0);
+        let condition = table_expr(self.table.engine(), condition, operation)?;
         let right = right.table(operation)?;
         self.then(operation, |t| join(t, right, condition))
     }
@@ -308,8 +301,7 @@ impl GroupedTable {
     /// The keys and aggregates of each group: an updating result.
     #[pyo3(signature = (*fields))]
     fn select(&self, fields: &Bound<'_, PyTuple>) -> PyResult<Table> {
-        let exprs = to_exprs(fields, "select")?;
-        register_python_functions(&self.engine, &exprs);
+        let exprs = table_exprs(&self.engine, fields, "select")?;
         self.grouped.select(exprs).map(Table::new).map_err(error)
     }
 }
@@ -326,8 +318,7 @@ impl WindowedTable {
     /// Groups by the window's alias and other keys.
     #[pyo3(signature = (*fields))]
     fn group_by(&self, fields: &Bound<'_, PyTuple>) -> PyResult<WindowGroupedTable> {
-        let keys = to_exprs(fields, "group_by")?;
-        register_python_functions(&self.engine, &keys);
+        let keys = table_exprs(&self.engine, fields, "group_by")?;
         Ok(WindowGroupedTable {
             grouped: self.windowed.group_by(keys),
             engine: self.engine.clone(),
@@ -348,8 +339,7 @@ impl WindowGroupedTable {
     /// window: one row a window, when it fires.
     #[pyo3(signature = (*fields))]
     fn select(&self, fields: &Bound<'_, PyTuple>) -> PyResult<Table> {
-        let exprs = to_exprs(fields, "select")?;
-        register_python_functions(&self.engine, &exprs);
+        let exprs = table_exprs(&self.engine, fields, "select")?;
         self.grouped.select(exprs).map(Table::new).map_err(error)
     }
 }

@@ -253,11 +253,7 @@ pub fn run(options: &LatencyBenchOptions) -> Result<Vec<LatencyResult>> {
 
 /// The medians over `runs` of each figure.
 fn summary(rate: u64, unaligned: bool, runs: &[Run]) -> LatencyResult {
-    let median = |f: &dyn Fn(&Run) -> f64| {
-        let mut values: Vec<f64> = runs.iter().map(f).collect();
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
+    let median = |f: &dyn Fn(&Run) -> f64| super::median(runs.iter().map(f).collect());
     LatencyResult {
         rate,
         mode: if unaligned { "unaligned" } else { "aligned" }.to_string(),

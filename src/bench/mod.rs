@@ -19,6 +19,12 @@ pub use weir_functions::ported_udfs::CountChar;
 use crate::{Error, Result};
 use weir_connectors::filesystem::random_uuid;
 
+/// The median of `values` (the upper one of an even count; 0 when empty).
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Seconds of CPU this process has used (user + system), from `/proc/self/stat`.
 pub(crate) fn cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {

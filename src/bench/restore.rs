@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::ScratchDir;
 use crate::bench::checkpoint::windowed_job_sql;
+use crate::bench::{ScratchDir, median};
 use crate::{Engine, Error, JobStatus, Result};
 
 /// What to measure.
@@ -127,11 +127,6 @@ fn restore_once(path: &std::path::Path, keys: u64, parallelism: usize, dir: &std
         }
     }
     Ok(elapsed)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Runs the benchmark.
