@@ -1,11 +1,12 @@
-//! Accumulators of windows that are not sliced (sessions, row-count windows): a batch's aggregate arguments evaluated once, each window's rows taken (or sliced, once grouped) for its accumulators, and accumulators rebuilt from state rows.
+//! Accumulators of windows that are not sliced (sessions, row-count windows): a batch's aggregate arguments evaluated once, each window's rows taken (or sliced, once grouped) for its accumulators or grouped into vectorized ones, and accumulators rebuilt from state rows.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{prep_null_mask_filter, take};
 use datafusion_common::ScalarValue;
-use datafusion_expr::Accumulator;
+use datafusion_expr::{Accumulator, GroupsAccumulator};
+use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
@@ -89,6 +90,20 @@ impl Arguments {
         Ok(())
     }
 
+    /// Adds every row to the group `groups[row]` of `accumulators` (of
+    /// `total` groups), each the rows its filter passes.
+    pub fn update_groups(
+        &self,
+        accumulators: &mut [Box<dyn GroupsAccumulator>],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        for ((accumulator, values), filter) in accumulators.iter_mut().zip(&self.values).zip(&self.filters) {
+            accumulator.update_batch(values, groups, filter.as_ref(), total)?;
+        }
+        Ok(())
+    }
+
     /// Adds `rows` of the batch (in their order) to `accumulators`, each
     /// the rows its filter passes.
     pub fn accumulate(&self, accumulators: &mut [Box<dyn Accumulator>], rows: &[u32]) -> Result<()> {
@@ -110,6 +125,26 @@ impl Arguments {
         }
         Ok(())
     }
+}
+
+/// A `GroupsAccumulator` for each of `aggregates`: its own where it has
+/// one, else its row accumulators behind DataFusion's adapter.
+pub fn groups_accumulators(
+    aggregates: &[Arc<AggregateFunctionExpr>],
+) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+    aggregates
+        .iter()
+        .map(|a| -> Result<Box<dyn GroupsAccumulator>> {
+            if a.groups_accumulator_supported() {
+                Ok(a.create_groups_accumulator()?)
+            } else {
+                let a = a.clone();
+                Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
+                    a.create_accumulator()
+                })))
+            }
+        })
+        .collect()
 }
 
 /// Accumulators' states as columns: a column of values per state field

@@ -23,7 +23,6 @@ use arrow::compute::take;
 use arrow::datatypes::{DataType, Int64Type, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion_expr::{EmitTo, GroupsAccumulator};
-use datafusion_functions_aggregate_common::aggregate::groups_accumulator::GroupsAccumulatorAdapter;
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
@@ -82,19 +81,7 @@ pub struct WindowAggregate {
 
 impl WindowAggregate {
     fn new_accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
-        self.aggregates
-            .iter()
-            .map(|a| -> Result<Box<dyn GroupsAccumulator>> {
-                if a.groups_accumulator_supported() {
-                    Ok(a.create_groups_accumulator()?)
-                } else {
-                    let a = a.clone();
-                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
-                        a.create_accumulator()
-                    })))
-                }
-            })
-            .collect()
+        crate::window::accumulate::groups_accumulators(&self.aggregates)
     }
 
     fn new_state(&self) -> Result<LiveState> {
@@ -116,8 +103,6 @@ impl WindowAggregate {
 /// The operator factory of a window aggregation.
 #[derive(Debug, Clone)]
 pub struct WindowAggregateFactory(pub Arc<WindowAggregate>);
-
-impl WindowAggregate {}
 
 impl OperatorFactory for WindowAggregateFactory {
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {

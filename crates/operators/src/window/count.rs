@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  a key's rows:   0  1  2  3  4  5  6  7     size 4, slide 2
+//!  panes:          [----][----][----][----]   of gcd(4, 2) = 2 rows
 //!  window 0:       [----------]               fires with row 3
 //!  window 1:             [----------]         fires with row 5
 //!  window 2:                   [----------]   fires with row 7
@@ -16,83 +17,47 @@
 //! slides (`slide <= size`), so it is forgotten: counting it afresh gives
 //! the same windows.
 //!
-//! State: a row per open window (`_key_group`, `_window`, `_count` of its
-//! key, keys, accumulator states). With incremental checkpoints a snapshot
-//! is a replacing delta of the keys that had rows since the last one (a
-//! key left without windows deletes its rows).
+//! A key's rows are counted into panes of `gcd(size, slide)` rows, which
+//! its windows share: a row updates one pane, and a window that fires
+//! merges its panes. A batch is aggregated at once over all its keys: its
+//! rows go to the batch's panes (a key's pane continued from an earlier
+//! batch starts from its state) in one vectorized `GroupsAccumulator`,
+//! whose states are appended to the pane log ([`panes`]); the windows that
+//! fired merge their panes' states in another and are evaluated together.
+//!
+//! State: a row per live pane (`_key_group`, `_pane`, `_count` of its key,
+//! keys, accumulator states). With incremental checkpoints a snapshot is a
+//! replacing delta of the keys that had rows since the last one (a key left
+//! without panes deletes its rows).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::compute::take;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use datafusion_common::ScalarValue;
-use datafusion_expr::Accumulator;
+use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use crate::window::accumulate::{Arguments, StateColumns, restored_accumulators};
+use crate::groups::Groups;
+use crate::window::accumulate::{Arguments, groups_accumulators};
 use crate::{Error, Result};
+use panes::{At, PaneLog};
 use weir_common::ids::CheckpointId;
 use weir_common::time::Timestamp;
 use weir_runtime::operator::OperatorSnapshot;
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::incremental::{deleted_part, replacement_rows};
 use weir_state::snapshot::{
-    key_groups, key_groups_of_bytes, schema_signature, sorted_state_rows, state_rows, window_state_schema,
+    key_groups, schema_signature, sorted_state_rows, state_rows, window_state_schema,
 };
 use weir_state::store::in_chunks;
 
+mod panes;
 #[cfg(test)]
 mod tests;
-
-/// A batch's rows grouped by key: the keys in the order they first came
-/// (by their first rows), and each key's rows, in the order they came, at
-/// `order[starts[k]..starts[k + 1]]`.
-struct GroupedRows {
-    firsts: Vec<usize>,
-    starts: Vec<usize>,
-    order: Vec<u32>,
-}
-
-impl GroupedRows {
-    fn of<'a>(rows: usize, key_of: impl Fn(usize) -> &'a [u8]) -> Self {
-        let mut ordinals: HashMap<&[u8], usize> = HashMap::new();
-        let mut firsts = Vec::new();
-        let of_row: Vec<usize> = (0..rows)
-            .map(|row| {
-                *ordinals.entry(key_of(row)).or_insert_with(|| {
-                    firsts.push(row);
-                    firsts.len() - 1
-                })
-            })
-            .collect();
-        let mut starts = vec![0; firsts.len() + 1];
-        for &k in &of_row {
-            starts[k + 1] += 1;
-        }
-        for k in 0..firsts.len() {
-            starts[k + 1] += starts[k];
-        }
-        let mut next = starts.clone();
-        let mut order = vec![0; rows];
-        for (row, &k) in of_row.iter().enumerate() {
-            order[next[k]] = row as u32;
-            next[k] += 1;
-        }
-        GroupedRows {
-            firsts,
-            starts,
-            order,
-        }
-    }
-
-    /// Whether grouping left the rows where they were.
-    fn in_order(&self) -> bool {
-        self.order.iter().enumerate().all(|(i, &row)| i == row as usize)
-    }
-}
 
 /// The plan of a row-count window aggregation.
 #[derive(Debug)]
@@ -120,9 +85,9 @@ pub struct CountWindowAggregate {
 }
 
 impl CountWindowAggregate {
-    /// `_key_group`, `_window`, `_count`, keys, states.
+    /// `_key_group`, `_pane`, `_count`, keys, states.
     fn state_schema(&self) -> Result<SchemaRef> {
-        window_state_schema(&["_window", "_count"], &self.key_schema, &self.aggregates)
+        window_state_schema(&["_pane", "_count"], &self.key_schema, &self.aggregates)
     }
 }
 
@@ -132,142 +97,360 @@ pub struct CountWindowAggregateFactory(pub Arc<CountWindowAggregate>);
 
 impl OperatorFactory for CountWindowAggregateFactory {
     fn create(&self, ctx: &TaskContext) -> Result<Box<dyn Operator>> {
-        let fields = (self.0.key_schema.fields().iter())
+        let spec = self.0.clone();
+        let fields = (spec.key_schema.fields().iter())
             .map(|f| SortField::new(f.data_type().clone()))
             .collect();
+        let widths = (spec.aggregates.iter())
+            .map(|a| Ok(a.state_fields()?.len()))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Box::new(CountWindowOperator {
-            spec: self.0.clone(),
+            shape: Shape::of(spec.size, spec.slide)?,
+            groups: Groups::new(&spec.key_schema)?,
+            spec,
             converter: RowConverter::new(fields)?,
-            keys: HashMap::new(),
+            keys: Keys::default(),
+            log: PaneLog::default(),
+            widths,
             max_parallelism: ctx.max_parallelism,
-            changed: ctx.incremental.then(HashSet::new),
+            changed: ctx.incremental.then(Changed::default),
+            scratch: Scratch::default(),
         }))
     }
 }
 
-/// An open window: its number and its accumulators.
-struct Window {
-    id: u64,
-    accumulators: Vec<Box<dyn Accumulator>>,
+/// Window size and slide, and the panes they share.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    size: u64,
+    slide: u64,
+    /// Rows per pane: the greatest common divisor of size and slide.
+    pane: u64,
 }
 
-/// A key's rows counted so far and its open windows, oldest first.
-#[derive(Default)]
-struct KeyWindows {
-    count: u64,
-    windows: VecDeque<Window>,
+impl Shape {
+    fn of(size: u64, slide: u64) -> Result<Shape> {
+        if size == 0 || slide == 0 || slide > size {
+            return Err(Error::Plan(format!(
+                "a row-count window of {size} rows every {slide}: both must be positive, the slide at most the size"
+            )));
+        }
+        let (mut a, mut b) = (size, slide);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        Ok(Shape { size, slide, pane: a })
+    }
+
+    /// The window that row number `c` of a key is the last row of.
+    fn fired_by(&self, c: u64) -> Option<u64> {
+        let end = c + 1;
+        (end >= self.size && (end - self.size).is_multiple_of(self.slide))
+            .then(|| (end - self.size) / self.slide)
+    }
+
+    /// The panes of window `w`.
+    fn panes_of(&self, w: u64) -> std::ops::Range<u64> {
+        let first = w * self.slide / self.pane;
+        first..first + self.size / self.pane
+    }
+
+    /// The first pane a window still open after `count` rows needs (every
+    /// pane before it is done with).
+    fn first_needed(&self, count: u64) -> u64 {
+        let next = match count < self.size {
+            true => 0,
+            false => (count - self.size) / self.slide + 1,
+        };
+        next * self.slide / self.pane
+    }
 }
+
+/// A window that fired: the batch row that was its last, its key and number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fired {
+    row: usize,
+    key: usize,
+    window: u64,
+}
+
+/// How a batch's rows fall into panes, and the windows they fire.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct BatchPanes {
+    /// The batch pane of each row.
+    pane_of_row: Vec<usize>,
+    /// Each batch pane: its key and pane number.
+    panes: Vec<(usize, u64)>,
+    /// The keys that had rows, in the order of their first.
+    keys: Vec<usize>,
+    /// The windows that fired, in the order of their last rows.
+    fired: Vec<Fired>,
+}
+
+/// Per key, the batch pane it last had rows in (reset after each batch).
+#[derive(Default)]
+struct Scratch {
+    pane_of_key: Vec<usize>,
+}
+
+/// Counts the rows of keys `key_of_row` on from `counts` (which it
+/// advances): each row's pane, and the windows whose last rows they are.
+fn assign(key_of_row: &[usize], counts: &mut [u64], shape: Shape, scratch: &mut Scratch) -> BatchPanes {
+    scratch.pane_of_key.resize(counts.len(), usize::MAX);
+    let mut out = BatchPanes {
+        pane_of_row: Vec::with_capacity(key_of_row.len()),
+        ..BatchPanes::default()
+    };
+    for (row, &key) in key_of_row.iter().enumerate() {
+        let c = counts[key];
+        counts[key] += 1;
+        let pane = c / shape.pane;
+        let local = scratch.pane_of_key[key];
+        if local == usize::MAX {
+            out.keys.push(key);
+        }
+        let local = match out.panes.get(local) {
+            Some(&(_, p)) if p == pane => local,
+            _ => {
+                out.panes.push((key, pane));
+                scratch.pane_of_key[key] = out.panes.len() - 1;
+                out.panes.len() - 1
+            }
+        };
+        out.pane_of_row.push(local);
+        if let Some(window) = shape.fired_by(c) {
+            out.fired.push(Fired { row, key, window });
+        }
+    }
+    for &key in &out.keys {
+        scratch.pane_of_key[key] = usize::MAX;
+    }
+    out
+}
+
+/// Per key (by its group index): its rows counted, its live panes in order
+/// (number and where the state is), its keys' row bytes and key group.
+#[derive(Default)]
+struct Keys {
+    counts: Vec<u64>,
+    panes: Vec<VecDeque<(u64, At)>>,
+    bytes: Vec<Box<[u8]>>,
+    groups: Vec<u32>,
+    /// Keys with live panes.
+    live: usize,
+}
+
+/// Incremental checkpoints: the keys that had rows since the last snapshot.
+#[derive(Default)]
+struct Changed {
+    flags: Vec<bool>,
+    keys: Vec<usize>,
+}
+
+impl Changed {
+    fn mark(&mut self, key: usize) {
+        if self.flags.len() <= key {
+            self.flags.resize(key + 1, false);
+        }
+        if !std::mem::replace(&mut self.flags[key], true) {
+            self.keys.push(key);
+        }
+    }
+
+    fn take(&mut self) -> Vec<usize> {
+        let keys = std::mem::take(&mut self.keys);
+        keys.iter().for_each(|k| self.flags[*k] = false);
+        keys
+    }
+
+    fn has(&self, key: usize) -> bool {
+        self.flags.get(key).copied().unwrap_or(false)
+    }
+}
+
+/// Keys interned past twice the live ones before they are compacted (few
+/// in unit tests, so they compact).
+const KEY_SLACK: usize = if cfg!(test) { 16 } else { 64 * 1024 };
 
 struct CountWindowOperator {
     spec: Arc<CountWindowAggregate>,
+    shape: Shape,
     converter: RowConverter,
-    keys: HashMap<Box<[u8]>, KeyWindows>,
+    groups: Groups,
+    keys: Keys,
+    log: PaneLog,
+    /// State columns of each aggregate.
+    widths: Vec<usize>,
     max_parallelism: usize,
-    /// Incremental checkpoints: the keys that had rows since the last
-    /// snapshot.
-    changed: Option<HashSet<Box<[u8]>>>,
+    changed: Option<Changed>,
+    scratch: Scratch,
 }
 
 impl CountWindowOperator {
-    /// Counts a batch's rows into their keys' windows; gives the windows
-    /// that fired, with their keys, in the order their last rows came.
-    /// The batch's rows are grouped by key first, so each window takes a
-    /// slice of its key's rows at once.
-    fn process(&mut self, batch: &RecordBatch) -> Result<Vec<(Box<[u8]>, Window)>> {
+    /// Counts a batch's rows into their keys' panes; the output rows of the
+    /// windows that fired, in the order their last rows came.
+    fn process(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         let rows = batch.num_rows();
         let keys = (self.spec.keys.iter())
             .map(|k| k.evaluate(batch)?.into_array(rows))
             .collect::<datafusion_common::Result<Vec<_>>>()?;
-        let key_rows = (!keys.is_empty())
-            .then(|| self.converter.convert_columns(&keys))
-            .transpose()?;
-        let key_of = |row: usize| -> &[u8] { key_rows.as_ref().map_or(&[], |r| r.row(row).data()) };
-        let grouped = GroupedRows::of(rows, key_of);
-        let mut arguments = Arguments::of(&self.spec.aggregates, &self.spec.filters, batch)?;
-        if !grouped.in_order() {
-            arguments = arguments.taken(&UInt32Array::from(grouped.order.clone()))?;
-        }
-        let mut fired = Vec::new();
-        for (ordinal, &first) in grouped.firsts.iter().enumerate() {
-            let key = key_of(first);
-            let (offset, n) = (
-                grouped.starts[ordinal],
-                grouped.starts[ordinal + 1] - grouped.starts[ordinal],
+        let mut key_of_row = Vec::with_capacity(rows);
+        let known = self.groups.len();
+        self.groups.intern(&keys, rows, &mut key_of_row)?;
+        self.add_keys(&keys, &key_of_row, known)?;
+        let panes = assign(&key_of_row, &mut self.keys.counts, self.shape, &mut self.scratch);
+        let arguments = Arguments::of(&self.spec.aggregates, &self.spec.filters, batch)?;
+        let states = self.batch_pane_states(&panes, &arguments)?;
+        let chunk = self.log.append(states);
+        for (row, &(key, pane)) in panes.panes.iter().enumerate() {
+            self.keep_pane(
+                key,
+                pane,
+                At {
+                    chunk,
+                    row: row as u32,
+                },
             );
-            for (last, window) in self.count_rows(key, &arguments, offset, n as u64)? {
-                fired.push((
-                    grouped.order[offset + last] as usize,
-                    Box::<[u8]>::from(key),
-                    window,
-                ));
-            }
-            if let Some(changed) = self.changed.as_mut() {
-                changed.insert(key.into());
-            }
         }
-        fired.sort_by_key(|(row, _, _)| *row);
-        Ok(fired.into_iter().map(|(_, key, window)| (key, window)).collect())
-    }
-
-    /// Counts `n` rows of `key`, at `offset` of the grouped `arguments`,
-    /// into its windows; gives the windows that fired, each with the
-    /// position of its last row among the `n`.
-    fn count_rows(
-        &mut self,
-        key: &[u8],
-        arguments: &Arguments,
-        offset: usize,
-        n: u64,
-    ) -> Result<Vec<(usize, Window)>> {
-        let (size, slide) = (self.spec.size, self.spec.slide);
-        if !self.keys.contains_key(key) {
-            self.keys.insert(key.into(), KeyWindows::default());
-        }
-        let state = self.keys.get_mut(key).expect("inserted above");
-        let (from, to) = (state.count, state.count + n);
-        let mut id = from.div_ceil(slide);
-        while id * slide < to {
-            let accumulators = (self.spec.aggregates.iter())
-                .map(|a| Ok(a.create_accumulator()?))
-                .collect::<Result<Vec<_>>>()?;
-            state.windows.push_back(Window { id, accumulators });
-            id += 1;
-        }
-        for window in &mut state.windows {
-            let first = (window.id * slide).max(from);
-            let last = (window.id * slide + size).min(to);
-            if first < last {
-                let at = offset + (first - from) as usize;
-                arguments.accumulate_range(&mut window.accumulators, at, (last - first) as usize)?;
-            }
-        }
-        let mut fired = Vec::new();
-        while (state.windows.front()).is_some_and(|w| w.id * slide + size <= to) {
-            let window = state.windows.pop_front().expect("the first");
-            fired.push(((window.id * slide + size - 1 - from) as usize, window));
-        }
-        state.count = to;
-        if state.windows.is_empty() {
-            self.keys.remove(key);
-        }
-        Ok(fired)
-    }
-
-    /// The output rows of fired windows: keys, then each aggregate's value.
-    fn output(&self, mut fired: Vec<(Box<[u8]>, Window)>) -> Result<RecordBatch> {
-        let mut columns: Vec<ArrayRef> = match self.spec.key_schema.fields().is_empty() {
-            true => Vec::new(),
-            false => {
-                let parser = self.converter.parser();
-                (self.converter).convert_rows(fired.iter().map(|(k, _)| parser.parse(k)))?
-            }
+        let output = match panes.fired.is_empty() {
+            true => None,
+            false => Some(self.output(&panes.fired, &keys)?),
         };
-        for i in 0..self.spec.aggregates.len() {
-            let values = (fired.iter_mut())
-                .map(|(_, w)| w.accumulators[i].evaluate())
-                .collect::<datafusion_common::Result<Vec<ScalarValue>>>()?;
+        for &key in &panes.keys {
+            self.drop_done_panes(key);
+            if let Some(changed) = self.changed.as_mut() {
+                changed.mark(key);
+            }
+        }
+        self.compact()?;
+        Ok(output)
+    }
+
+    /// Records the keys interned from `known` on: their row bytes and key
+    /// groups (from their first rows), and no rows counted.
+    fn add_keys(&mut self, keys: &[ArrayRef], key_of_row: &[usize], known: usize) -> Result<()> {
+        let mut firsts = Vec::new();
+        for (row, &key) in key_of_row.iter().enumerate() {
+            if key == known + firsts.len() {
+                firsts.push(row as u32);
+            }
+        }
+        if firsts.is_empty() {
+            return Ok(());
+        }
+        let firsts = UInt32Array::from(firsts);
+        let taken = (keys.iter())
+            .map(|k| Ok(take(k, &firsts, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let n = firsts.len();
+        match taken.is_empty() {
+            true => self.keys.bytes.extend(std::iter::repeat_n(Box::from([]), n)),
+            false => {
+                let rows = self.converter.convert_columns(&taken)?;
+                self.keys.bytes.extend(rows.iter().map(|r| Box::from(r.data())));
+            }
+        }
+        let groups = key_groups(&taken, n, self.max_parallelism)?;
+        self.keys.groups.extend(groups.values().iter().copied());
+        self.keys.counts.resize(known + n, 0);
+        self.keys.panes.resize_with(known + n, VecDeque::new);
+        Ok(())
+    }
+
+    /// The states of a batch's panes: each continued pane's state from
+    /// before, then the batch's rows, aggregated over all panes at once.
+    fn batch_pane_states(&self, panes: &BatchPanes, arguments: &Arguments) -> Result<Vec<ArrayRef>> {
+        let total = panes.panes.len();
+        let mut accumulators = groups_accumulators(&self.spec.aggregates)?;
+        let (mut continued, mut at) = (Vec::new(), Vec::new());
+        for (local, &(key, pane)) in panes.panes.iter().enumerate() {
+            if let Some(&(last, position)) = self.keys.panes[key].back()
+                && last == pane
+            {
+                continued.push(local);
+                at.push(position);
+            }
+        }
+        if !at.is_empty() {
+            self.merge(&mut accumulators, &self.log.gather(&at)?, &continued, total)?;
+        }
+        arguments.update_groups(&mut accumulators, &panes.pane_of_row, total)?;
+        let mut states = Vec::new();
+        for accumulator in &mut accumulators {
+            states.extend(accumulator.state(EmitTo::All)?);
+        }
+        Ok(states)
+    }
+
+    /// Merges pane `states` (each aggregate's state columns in turn) into
+    /// the groups `groups` of `accumulators` (of `total` groups).
+    fn merge(
+        &self,
+        accumulators: &mut [Box<dyn GroupsAccumulator>],
+        states: &[ArrayRef],
+        groups: &[usize],
+        total: usize,
+    ) -> Result<()> {
+        let mut offset = 0;
+        for (accumulator, width) in accumulators.iter_mut().zip(&self.widths) {
+            accumulator.merge_batch(&states[offset..offset + width], groups, total)?;
+            offset += width;
+        }
+        Ok(())
+    }
+
+    /// Points `key`'s pane `pane` at its new state, appending the pane
+    /// when it is new.
+    fn keep_pane(&mut self, key: usize, pane: u64, at: At) {
+        let panes = &mut self.keys.panes[key];
+        match panes.back_mut() {
+            Some((last, position)) if *last == pane => {
+                *position = at;
+                self.log.release(1);
+            }
+            _ => {
+                self.keys.live += panes.is_empty() as usize;
+                panes.push_back((pane, at));
+            }
+        }
+    }
+
+    /// Lets go of the panes of `key` no open window needs; a key left
+    /// without panes is counted afresh.
+    fn drop_done_panes(&mut self, key: usize) {
+        let first = self.shape.first_needed(self.keys.counts[key]);
+        let panes = &mut self.keys.panes[key];
+        let before = panes.len();
+        while panes.front().is_some_and(|(pane, _)| *pane < first) {
+            panes.pop_front();
+        }
+        self.log.release(before - panes.len());
+        if panes.is_empty() {
+            self.keys.counts[key] = 0;
+            self.keys.live -= (before > 0) as usize;
+        }
+    }
+
+    /// The output rows of fired windows (the batch's `keys` at their last
+    /// rows, then each aggregate's value over the window's panes).
+    fn output(&self, fired: &[Fired], keys: &[ArrayRef]) -> Result<RecordBatch> {
+        let (mut at, mut groups) = (Vec::new(), Vec::new());
+        for (i, f) in fired.iter().enumerate() {
+            let panes = self.shape.panes_of(f.window);
+            for (_, position) in self.keys.panes[f.key].iter().filter(|(p, _)| panes.contains(p)) {
+                at.push(*position);
+                groups.push(i);
+            }
+        }
+        let mut accumulators = groups_accumulators(&self.spec.aggregates)?;
+        self.merge(&mut accumulators, &self.log.gather(&at)?, &groups, fired.len())?;
+        let rows = UInt32Array::from_iter_values(fired.iter().map(|f| f.row as u32));
+        let mut columns = (keys.iter())
+            .map(|k| Ok(take(k, &rows, None)?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        for accumulator in &mut accumulators {
+            let array = accumulator.evaluate(EmitTo::All)?;
             let field = self.spec.output_schema.field(columns.len());
-            let array = ScalarValue::iter_to_array(values)?;
             columns.push(match array.data_type() == field.data_type() {
                 true => array,
                 false => arrow::compute::cast(&array, field.data_type())?,
@@ -276,109 +459,161 @@ impl CountWindowOperator {
         Ok(RecordBatch::try_new(self.spec.output_schema.clone(), columns)?)
     }
 
-    /// Every open window as a state row, sorted by key group.
+    /// Gathers the live panes into one chunk when the log's garbage passes
+    /// them, and forgets the keys without panes (unless changed since the
+    /// last snapshot) when they pass those with.
+    fn compact(&mut self) -> Result<()> {
+        if self.log.wants_compaction() {
+            let live = self.keys.panes.iter_mut().flatten().map(|(_, at)| at);
+            self.log.compact(live)?;
+        }
+        let keyed = !self.spec.key_schema.fields().is_empty();
+        if keyed && self.groups.len() > 2 * self.keys.live + KEY_SLACK {
+            let kept: Vec<usize> = (0..self.groups.len())
+                .filter(|k| {
+                    !self.keys.panes[*k].is_empty() || self.changed.as_ref().is_some_and(|c| c.has(*k))
+                })
+                .collect();
+            self.keep_keys(&kept)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps only the keys `kept` (in order), interned afresh.
+    fn keep_keys(&mut self, kept: &[usize]) -> Result<()> {
+        let parser = self.converter.parser();
+        let columns =
+            (self.converter).convert_rows(kept.iter().map(|k| parser.parse(&self.keys.bytes[*k])))?;
+        let mut groups = Groups::new(&self.spec.key_schema)?;
+        let mut indices = Vec::new();
+        groups.intern(&columns, kept.len(), &mut indices)?;
+        if indices.iter().enumerate().any(|(i, g)| i != *g) {
+            return Err(Error::State(format!(
+                "{}: keys interned afresh out of order",
+                self.spec.name
+            )));
+        }
+        self.groups = groups;
+        let old = std::mem::take(&mut self.keys);
+        let mut panes = old.panes;
+        self.keys = Keys {
+            counts: kept.iter().map(|k| old.counts[*k]).collect(),
+            panes: kept.iter().map(|k| std::mem::take(&mut panes[*k])).collect(),
+            bytes: kept.iter().map(|k| old.bytes[*k].clone()).collect(),
+            groups: kept.iter().map(|k| old.groups[*k]).collect(),
+            live: old.live,
+        };
+        if let Some(changed) = self.changed.as_mut() {
+            let mut renewed = Changed::default();
+            (kept.iter().enumerate())
+                .filter(|(_, k)| changed.has(**k))
+                .for_each(|(new, _)| renewed.mark(new));
+            *changed = renewed;
+        }
+        Ok(())
+    }
+
+    /// The keys with live panes.
+    fn live_keys(&self) -> Vec<usize> {
+        (0..self.keys.panes.len())
+            .filter(|k| !self.keys.panes[*k].is_empty())
+            .collect()
+    }
+
+    /// Every live pane as a state row, sorted by key group.
     fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
-        let keys: Vec<Box<[u8]>> = self.keys.keys().cloned().collect();
-        let columns = self.state_columns(&keys)?;
+        let columns = self.state_columns(&self.live_keys())?;
         columns
             .map(|c| sorted_state_rows(&self.spec.state_schema()?, c))
             .transpose()
     }
 
-    /// One file of a replacing chain: every key's windows (`full`), or
-    /// those of the keys changed since the last call and a deleting row
-    /// for each changed key without windows; `None` without rows.
+    /// One file of a replacing chain: every key's panes (`full`), or those
+    /// of the keys changed since the last call and a deleting row for each
+    /// changed key without panes; `None` without rows.
     fn delta(&mut self, full: bool) -> Result<Option<RecordBatch>> {
-        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
-        let keys: Vec<Box<[u8]>> = match full {
-            true => self.keys.keys().cloned().collect(),
-            false => changed.into_iter().collect(),
+        let changed = self.changed.as_mut().map(Changed::take).unwrap_or_default();
+        let keys = match full {
+            true => self.live_keys(),
+            false => changed,
         };
-        let (present, gone): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| self.keys.contains_key(k));
+        let (present, gone): (Vec<usize>, Vec<usize>) =
+            keys.into_iter().partition(|k| !self.keys.panes[*k].is_empty());
         let schema = self.spec.state_schema()?;
         let mut parts = Vec::new();
         if let Some(columns) = self.state_columns(&present)? {
             let state_keys = (present.iter())
-                .flat_map(|k| std::iter::repeat_n(&k[..], self.keys[k].windows.len()))
+                .flat_map(|k| std::iter::repeat_n(&self.keys.bytes[*k][..], self.keys.panes[*k].len()))
                 .collect::<Vec<&[u8]>>();
-            let state_keys = arrow::array::BinaryArray::from_iter_values(state_keys);
+            let state_keys = BinaryArray::from_iter_values(state_keys);
             parts.push((state_rows(&schema, columns)?, state_keys, false));
         }
         if !gone.is_empty() {
-            let bytes: Vec<&[u8]> = gone.iter().map(|k| &k[..]).collect();
-            let groups = match self.spec.key_schema.fields().is_empty() {
-                true => UInt32Array::from(vec![0; bytes.len()]),
-                false => key_groups_of_bytes(&self.converter, &bytes, self.max_parallelism)?,
-            };
-            let keys = arrow::array::BinaryArray::from_iter_values(bytes);
+            let groups = UInt32Array::from_iter_values(gone.iter().map(|k| self.keys.groups[*k]));
+            let keys = BinaryArray::from_iter_values(gone.iter().map(|k| &self.keys.bytes[*k][..]));
             parts.push(deleted_part(&schema, groups, keys)?);
         }
         replacement_rows(&schema, parts, full)
     }
 
-    /// The state columns of the open windows of `keys`, each key's in
-    /// order (accumulators rebuilt from the states read, which reading may
-    /// consume); `None` without windows.
-    fn state_columns(&mut self, keys: &[Box<[u8]>]) -> Result<Option<Vec<ArrayRef>>> {
-        let (mut key_bytes, mut ids, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-        let mut states = StateColumns::default();
-        let spec = self.spec.clone();
-        for key in keys {
-            let state = self.keys.get_mut(key).expect("a key of the operator");
-            for window in &mut state.windows {
-                states.push(&mut window.accumulators, Some(&spec.aggregates[..]))?;
-                key_bytes.push(key.clone());
-                ids.push(window.id as i64);
-                counts.push(state.count as i64);
+    /// The state columns of the live panes of `keys`, each key's in order;
+    /// `None` without panes.
+    fn state_columns(&self, keys: &[usize]) -> Result<Option<Vec<ArrayRef>>> {
+        let (mut of_key, mut ids, mut counts, mut at) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for &key in keys {
+            for &(pane, position) in &self.keys.panes[key] {
+                of_key.push(key);
+                ids.push(pane as i64);
+                counts.push(self.keys.counts[key] as i64);
+                at.push(position);
             }
         }
         if ids.is_empty() {
             return Ok(None);
         }
-        let key_columns = match self.spec.key_schema.fields().is_empty() {
-            true => Vec::new(),
-            false => {
-                let parser = self.converter.parser();
-                (self.converter).convert_rows(key_bytes.iter().map(|k| parser.parse(k)))?
-            }
-        };
+        let groups = UInt32Array::from_iter_values(of_key.iter().map(|k| self.keys.groups[*k]));
         let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(key_groups(&key_columns, ids.len(), self.max_parallelism)?),
+            Arc::new(groups),
             Arc::new(Int64Array::from(ids)),
             Arc::new(Int64Array::from(counts)),
         ];
-        columns.extend(key_columns);
-        columns.extend(states.into_arrays()?);
+        if !self.spec.key_schema.fields().is_empty() {
+            let parser = self.converter.parser();
+            let rows = of_key.iter().map(|k| parser.parse(&self.keys.bytes[*k]));
+            columns.extend(self.converter.convert_rows(rows)?);
+        }
+        columns.extend(self.log.gather(&at)?);
         Ok(Some(columns))
     }
 
-    /// Reopens the windows of state rows (this subtask's key groups).
+    /// Reopens the panes of state rows (this subtask's key groups).
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
         OperatorSnapshot::check_columns(rows, self.spec.state_schema()?.as_ref(), &self.spec.name)?;
         let key_count = self.spec.key_schema.fields().len();
         for chunk in in_chunks(rows) {
-            let ids = chunk.column(1).as_primitive::<Int64Type>().values().to_vec();
-            let counts = chunk.column(2).as_primitive::<Int64Type>().values().to_vec();
-            let key_rows = (key_count > 0)
-                .then(|| self.converter.convert_columns(&chunk.columns()[3..3 + key_count]))
-                .transpose()?;
-            for row in 0..chunk.num_rows() {
-                let states = &chunk.columns()[3 + key_count..];
-                let accumulators = restored_accumulators(&self.spec.aggregates, states, row)?;
-                let key: Box<[u8]> = key_rows
-                    .as_ref()
-                    .map_or(Box::from([]), |r| r.row(row).data().into());
-                let state = self.keys.entry(key).or_default();
-                state.count = counts[row] as u64;
-                let window = Window {
-                    id: ids[row] as u64,
-                    accumulators,
+            let n = chunk.num_rows();
+            let keys = &chunk.columns()[3..3 + key_count];
+            let mut key_of_row = Vec::with_capacity(n);
+            let known = self.groups.len();
+            self.groups.intern(keys, n, &mut key_of_row)?;
+            self.add_keys(keys, &key_of_row, known)?;
+            let ids = chunk.column(1).as_primitive::<Int64Type>();
+            let counts = chunk.column(2).as_primitive::<Int64Type>();
+            let log_chunk = self.log.append(chunk.columns()[3 + key_count..].to_vec());
+            for (row, &key) in key_of_row.iter().enumerate() {
+                self.keys.counts[key] = counts.value(row) as u64;
+                let pane = ids.value(row) as u64;
+                let at = At {
+                    chunk: log_chunk,
+                    row: row as u32,
                 };
-                let at = state.windows.partition_point(|w| w.id < window.id);
-                state.windows.insert(at, window);
+                let panes = &mut self.keys.panes[key];
+                self.keys.live += panes.is_empty() as usize;
+                let position = panes.partition_point(|(p, _)| *p < pane);
+                panes.insert(position, (pane, at));
             }
         }
-        Ok(())
+        self.compact()
     }
 }
 
@@ -393,9 +628,8 @@ impl Operator for CountWindowOperator {
                 "a row-count window aggregation takes insert-only rows".into(),
             ));
         }
-        let fired = self.process(&batch)?;
-        if !fired.is_empty() {
-            out.batch(self.output(fired)?);
+        if let Some(fired) = self.process(&batch)? {
+            out.batch(fired);
         }
         Ok(())
     }

@@ -80,7 +80,7 @@ fn a_count_window_restored_from_a_snapshot_goes_on_counting_where_it_was() {
     assert_eq!(
         crate::harness::state_rows_of(&snapshot),
         3,
-        "a's windows from rows 1 and 3, b's from row 1"
+        "a's panes of rows 1-2 and 3, b's of row 1"
     );
     assert_eq!(
         h.push("a 4\na 5\na 6").unwrap(),
@@ -176,4 +176,93 @@ fn a_filtered_aggregate_of_a_sliding_count_window_counts_every_row_but_sums_thos
         "a's rows 1-4 (3 and 4 pass) and 3-6 (4 and 9 pass; a null passes no filter)"
     );
     assert_eq!(h.push("b 7\nb 2").unwrap(), lines(&["+I b 12 4"]));
+}
+
+/// What `counted(size, slide, true)` emits by definition: per key, a row
+/// numbered `c` fires window `w` when `c + 1 == w * slide + size`, with the
+/// sum and count of the key's rows `w * slide ..= c`.
+fn by_definition(size: u64, slide: u64, batches: &[Vec<(String, i64)>]) -> Vec<Vec<String>> {
+    let mut seen: std::collections::HashMap<String, Vec<i64>> = Default::default();
+    let mut emitted = Vec::new();
+    for batch in batches {
+        let mut lines = Vec::new();
+        for (key, v) in batch {
+            let rows = seen.entry(key.clone()).or_default();
+            rows.push(*v);
+            let end = rows.len() as u64;
+            if end >= size && (end - size).is_multiple_of(slide) {
+                let window = &rows[(end - size) as usize..];
+                lines.push(format!("+I {key} {} {size}", window.iter().sum::<i64>()));
+            }
+        }
+        emitted.push(lines);
+    }
+    emitted
+}
+
+#[test]
+fn count_windows_over_many_keys_emit_what_their_definition_says_through_compactions() {
+    // 300 keys in a scrambled order, so keys come and go (forgotten keys
+    // and superseded panes are compacted many times over).
+    let batches: Vec<Vec<(String, i64)>> = (0..40)
+        .map(|b| {
+            (0..50)
+                .map(|r| {
+                    let i = b * 50 + r;
+                    (format!("k{}", (i * 7919 + i / 13) % 300), i)
+                })
+                .collect()
+        })
+        .collect();
+    for (size, slide) in [(3, 3), (5, 2), (6, 3), (4, 1)] {
+        let expected = by_definition(size, slide, &batches);
+        assert!(expected.iter().flatten().count() > 100);
+        let mut h = counted(size, slide, true);
+        for (batch, expected) in batches.iter().zip(&expected) {
+            let text: Vec<String> = batch.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            assert_eq!(
+                &h.push(&text.join("\n")).unwrap(),
+                expected,
+                "{size} rows every {slide}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_batch_counts_rows_into_panes_and_fires_windows_at_their_last_rows() {
+    use super::{BatchPanes, Fired, Scratch, Shape, assign};
+    // Size 4, slide 2: panes of 2 rows; key 0 has counted 3 rows already.
+    let shape = Shape::of(4, 2).unwrap();
+    let mut counts = vec![3, 0];
+    let panes = assign(&[0, 1, 0, 0, 1], &mut counts, shape, &mut Scratch::default());
+    assert_eq!(
+        panes,
+        BatchPanes {
+            pane_of_row: vec![0, 1, 2, 2, 1],
+            panes: vec![(0, 1), (1, 0), (0, 2)],
+            keys: vec![0, 1],
+            fired: vec![
+                Fired {
+                    row: 0,
+                    key: 0,
+                    window: 0
+                },
+                Fired {
+                    row: 3,
+                    key: 0,
+                    window: 1
+                },
+            ],
+        },
+        "key 0's rows 3 (ending pane 1 and window 0), 4 and 5 (pane 2, ending window 1)"
+    );
+    assert_eq!(counts, vec![6, 2]);
+    assert_eq!(
+        shape.first_needed(6),
+        4 / 2,
+        "window 2 (rows 4-7) is the first open one"
+    );
+    assert_eq!(Shape::of(5, 2).unwrap().pane, 1);
+    assert!(Shape::of(2, 3).is_err(), "a slide above the size");
 }
