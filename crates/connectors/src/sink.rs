@@ -109,6 +109,7 @@ impl Operator for SinkOperator {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: self.writer.pre_commit(checkpoint)?,
             rows: None,
         }))

@@ -182,6 +182,7 @@ impl Harness {
         self.operator.restore(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta,
             rows: rows.clone(),
         })?;
@@ -303,6 +304,7 @@ fn with_runs_read(snapshot: &OperatorSnapshot) -> Result<OperatorSnapshot> {
         rows: weir_state::incremental::combine(Some(weir_state::incremental::DeltaKind::Merge), files)?,
         runs: Vec::new(),
         deferred: Vec::new(),
+        rows_later: None,
     })
 }
 

@@ -112,6 +112,7 @@ impl<C: ChangeOfKey> KeyedListsOperator<C> {
         Ok(OperatorSnapshot {
             runs: Vec::new(),
             deferred: self.lists.spilled_snapshot(decode)?,
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: None,
         })

@@ -335,10 +335,14 @@ impl CompactionJob {
         operator.restore(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: self.meta,
             rows,
         })?;
-        let full = operator.snapshot_delta(0, true)?.and_then(|s| s.rows);
+        let full = (operator.snapshot_delta(0, true)?)
+            .map(|s| s.written(&|| true))
+            .transpose()?
+            .and_then(|s| s.rows);
         match full.filter(|r| r.num_rows() > 0) {
             Some(rows) => Ok(Some(write_state_file(
                 &self.dir.join(&self.temporary),

@@ -12,7 +12,7 @@ use crate::{Error, Result};
 use weir_common::ids::CheckpointId;
 use weir_common::time::Timestamp;
 use weir_state::incremental::DeltaKind;
-pub use weir_state::operator::{OperatorSnapshot, SpillSettings};
+pub use weir_state::operator::{LaterRows, OperatorSnapshot, SpillSettings};
 
 /// What an operator emits while handling one input: batches and watermarks, in order.
 #[derive(Debug, Default)]

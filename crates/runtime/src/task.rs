@@ -895,6 +895,7 @@ impl Task {
                         rows: None,
                         runs: Vec::new(),
                         deferred: Vec::new(),
+                        rows_later: None,
                     });
                     (Some(snapshot), Some(write))
                 }

@@ -146,6 +146,7 @@ pub fn rows_snapshot(rows: Option<RecordBatch>) -> crate::operator::OperatorSnap
     crate::operator::OperatorSnapshot {
         runs: Vec::new(),
         deferred: Vec::new(),
+        rows_later: None,
         meta: serde_json::Value::Null,
         rows,
     }
@@ -262,6 +263,7 @@ impl KeyedRows {
         };
         Ok(crate::operator::OperatorSnapshot {
             deferred: self.spilled_delta(full, schema, state_rows, decode)?,
+            rows_later: None,
             ..Default::default()
         })
     }

@@ -21,12 +21,40 @@ pub struct OperatorSnapshot {
     /// State its snapshot writer reads after the task went on (the spilled
     /// store, frozen at the barrier), as runs that join `runs`.
     pub deferred: Vec<crate::deferred::Deferred>,
+    /// Keyed rows its snapshot writer builds after the task went on (they
+    /// become `rows`): the task only reads its state out, and the writer
+    /// turns that into rows sorted by key group, which for a million groups
+    /// took most of the time the task was blocked.
+    pub rows_later: Option<LaterRows>,
+}
+
+/// Builds a snapshot's keyed rows ([`OperatorSnapshot::rows_later`]).
+pub struct LaterRows(Box<dyn FnOnce() -> Result<Option<RecordBatch>> + Send>);
+
+impl LaterRows {
+    /// Rows `build` makes when the writer calls it.
+    pub fn new(build: impl FnOnce() -> Result<Option<RecordBatch>> + Send + 'static) -> Self {
+        LaterRows(Box::new(build))
+    }
+}
+
+impl std::fmt::Debug for LaterRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LaterRows")
+    }
 }
 
 impl OperatorSnapshot {
-    /// The snapshot with its deferred runs written (while `live` says the
-    /// checkpoint goes on), as a checkpoint holds it.
+    /// The snapshot with its later rows built and its deferred runs
+    /// written (while `live` says the checkpoint goes on), as a checkpoint
+    /// holds it.
     pub fn written(mut self, live: &dyn Fn() -> bool) -> Result<Self> {
+        if let Some(later) = self.rows_later.take() {
+            if self.rows.is_some() {
+                return Err(Error::Internal("a snapshot with rows and rows to build".into()));
+            }
+            self.rows = (later.0)()?;
+        }
         for deferred in std::mem::take(&mut self.deferred) {
             self.runs.extend(deferred.write(live)?);
         }
@@ -38,6 +66,7 @@ impl OperatorSnapshot {
         self.rows.as_ref().is_some_and(|r| r.num_rows() > 0)
             || !self.runs.is_empty()
             || !self.deferred.is_empty()
+            || self.rows_later.is_some()
     }
 
     /// A snapshot of an operator whose small state is its watermark.
@@ -47,6 +76,7 @@ impl OperatorSnapshot {
             rows,
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
         }
     }
 
@@ -123,4 +153,35 @@ pub struct SpillSettings {
     pub budget: usize,
     /// The directory its runs go under (a directory of its own is made there).
     pub dir: std::path::PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{RecordBatch, UInt32Array};
+
+    use super::*;
+
+    fn rows(n: u32) -> RecordBatch {
+        RecordBatch::try_from_iter([("_key_group", Arc::new(UInt32Array::from_iter_values(0..n)) as _)])
+            .unwrap()
+    }
+
+    #[test]
+    fn a_written_snapshot_holds_the_rows_its_writer_built_later() {
+        let mut snapshot = OperatorSnapshot::with_watermark(5, None);
+        snapshot.rows_later = Some(LaterRows::new(|| Ok(Some(rows(3)))));
+        assert!(snapshot.has_rows());
+        let written = snapshot.written(&|| true).unwrap();
+        assert_eq!(written.rows.map(|r| r.num_rows()), Some(3));
+        assert!(written.rows_later.is_none());
+    }
+
+    #[test]
+    fn a_snapshot_with_rows_and_rows_to_build_is_refused() {
+        let mut snapshot = OperatorSnapshot::with_watermark(5, Some(rows(1)));
+        snapshot.rows_later = Some(LaterRows::new(|| Ok(Some(rows(3)))));
+        assert!(snapshot.written(&|| true).is_err());
+    }
 }

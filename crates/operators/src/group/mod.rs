@@ -723,6 +723,7 @@ impl Operator for GroupAggregateOperator {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: self.spilled_snapshot()?,
+                rows_later: None,
                 meta: serde_json::Value::Null,
                 rows: None,
             }));
@@ -730,6 +731,7 @@ impl Operator for GroupAggregateOperator {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: self.state_rows()?,
         }))
@@ -745,6 +747,7 @@ impl Operator for GroupAggregateOperator {
         if !full && self.spill.has_spilled() {
             return Ok(Some(OperatorSnapshot {
                 deferred: self.spilled_delta()?.into_iter().collect(),
+                rows_later: None,
                 ..OperatorSnapshot::default()
             }));
         }
@@ -752,6 +755,7 @@ impl Operator for GroupAggregateOperator {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: Vec::new(),
+                rows_later: None,
                 meta: serde_json::Value::Null,
                 rows: self.changed_rows()?,
             }));

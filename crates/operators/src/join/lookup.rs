@@ -302,6 +302,7 @@ impl Operator for LookupJoinOperator {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: Some(RecordBatch::try_new(self.spec.state_schema(), columns)?),
         }))

@@ -808,6 +808,7 @@ impl Operator for JoinOperator {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: self.spilled_snapshot(false)?,
+                rows_later: None,
                 meta: serde_json::Value::Null,
                 rows: None,
             }));
@@ -820,6 +821,7 @@ impl Operator for JoinOperator {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&schema, columns)?),
         }))
@@ -863,6 +865,7 @@ impl Operator for JoinOperator {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: self.delta_rows(full)?,
         }))

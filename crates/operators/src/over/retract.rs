@@ -389,6 +389,7 @@ impl Operator for RetractOverOperator {
         Ok(Some(OperatorSnapshot {
             runs: Vec::new(),
             deferred: Vec::new(),
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: Some(sorted_state_rows(&self.state_schema(), columns)?),
         }))

@@ -686,6 +686,7 @@ impl Operator for TopNOperator {
                 rows: None,
                 runs: Vec::new(),
                 deferred,
+                rows_later: None,
             }));
         }
         let kept: Vec<(usize, &Arc<[u8]>, i64)> = (self.partitions.values())
@@ -700,6 +701,7 @@ impl Operator for TopNOperator {
             (None, Some(rows)) => Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: Vec::new(),
+                rows_later: None,
                 meta: serde_json::Value::Null,
                 rows: Some(rows),
             })),
@@ -727,6 +729,7 @@ impl Operator for TopNOperator {
             return Ok(Some(OperatorSnapshot {
                 meta,
                 deferred,
+                rows_later: None,
                 ..OperatorSnapshot::default()
             }));
         }

@@ -34,7 +34,7 @@ use weir_common::time::to_epoch_millis;
 use weir_common::time::wall_clock_millis;
 use weir_common::time::{MAX_WATERMARK, MIN_WATERMARK};
 use weir_plan::window::{GroupColumn, Phase, TimeShift, WindowProperty, WindowSpec};
-use weir_runtime::operator::{OperatorSnapshot, TaskMetrics};
+use weir_runtime::operator::{LaterRows, OperatorSnapshot, TaskMetrics};
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::incremental::DeltaKind;
 use weir_state::snapshot::{
@@ -88,6 +88,7 @@ impl WindowAggregate {
         Ok(LiveState {
             groups: Groups::new(&self.key_schema)?,
             accumulators: self.new_accumulators()?,
+            keys: Vec::new(),
         })
     }
 
@@ -131,10 +132,16 @@ impl OperatorFactory for WindowAggregateFactory {
     }
 }
 
-/// Groups and accumulators being updated.
+/// State read out of slices: each slice's `[keys..., states...]` chunks.
+type SliceChunks = Vec<(i64, Vec<ArrayRef>)>;
+
+/// Groups and accumulators being updated, and the key columns of the
+/// groups in group order (a chunk for each batch that added groups), which
+/// a snapshot reads without emptying the hash table.
 struct LiveState {
     groups: Groups,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    keys: Vec<Vec<ArrayRef>>,
 }
 
 impl LiveState {
@@ -149,14 +156,86 @@ impl LiveState {
 
     /// Bytes it takes in memory.
     fn size(&self) -> usize {
-        self.groups.size() + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+        let keys: usize = (self.keys.iter().flatten())
+            .map(|k| k.get_array_memory_size())
+            .sum();
+        self.groups.size() + keys + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    }
+
+    /// The group of each of `rows` rows of `keys`, into `group_indices`;
+    /// the keys of groups it adds are logged.
+    fn intern(&mut self, keys: &[ArrayRef], rows: usize, group_indices: &mut Vec<usize>) -> Result<()> {
+        let known = self.groups.len();
+        self.groups.intern(keys, rows, group_indices)?;
+        let added = self.groups.len() - known;
+        if added == 0 || keys.is_empty() {
+            return Ok(());
+        }
+        if added == rows {
+            // Every row a new group, in order.
+            return self.log_keys(keys.to_vec());
+        }
+        let mut firsts = Vec::with_capacity(added);
+        for (row, &g) in group_indices.iter().enumerate() {
+            if g == known + firsts.len() {
+                firsts.push(row as u32);
+            }
+        }
+        let firsts = UInt32Array::from(firsts);
+        self.log_keys(take_all(keys, &Some(firsts))?)
+    }
+
+    /// Appends key columns to the log, as the types of those before them
+    /// (rows restored and rows read could differ, e.g. in string layout).
+    fn log_keys(&mut self, keys: Vec<ArrayRef>) -> Result<()> {
+        let keys = match self.keys.first() {
+            None => keys,
+            Some(first) => (keys.into_iter().zip(first))
+                .map(|(k, f)| match k.data_type() == f.data_type() {
+                    true => Ok(k),
+                    false => Ok(arrow::compute::cast(&k, f.data_type())?),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        self.keys.push(keys);
+        Ok(())
+    }
+
+    /// Its groups as `[keys..., states...]`, leaving it as it was: the keys
+    /// from the log (one chunk from then on), the states read out of the
+    /// accumulators and merged straight back (group `i` into group `i`).
+    /// The hash table is not touched, so this costs two passes over the
+    /// states, where emptying and refilling the table cost a hash lookup
+    /// per group.
+    fn read(&mut self, widths: &[usize], group_indices: &mut Vec<usize>) -> Result<Vec<ArrayRef>> {
+        if self.keys.len() > 1 {
+            let width = self.keys[0].len();
+            let joined = (0..width)
+                .map(|c| {
+                    let parts: Vec<&dyn Array> = self.keys.iter().map(|k| k[c].as_ref()).collect();
+                    Ok(arrow::compute::concat(&parts)?)
+                })
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            self.keys = vec![joined];
+        }
+        let rows = self.groups.len();
+        let mut chunk = self.keys.first().cloned().unwrap_or_default();
+        group_indices.clear();
+        group_indices.extend(0..rows);
+        for (acc, width) in self.accumulators.iter_mut().zip(widths) {
+            let states = acc.state(EmitTo::All)?;
+            debug_assert_eq!(states.len(), *width);
+            acc.merge_batch(&states, group_indices, rows)?;
+            chunk.extend(states);
+        }
+        Ok(chunk)
     }
 
     /// Merges `chunk` (`[keys..., states...]`) into the state.
     fn merge(&mut self, chunk: &[ArrayRef], widths: &[usize], group_indices: &mut Vec<usize>) -> Result<()> {
         let rows = chunk.first().map_or(0, |c| c.len());
         let key_count = chunk.len() - widths.iter().sum::<usize>();
-        self.groups.intern(&chunk[..key_count], rows, group_indices)?;
+        self.intern(&chunk[..key_count], rows, group_indices)?;
         let total = self.groups.len();
         let mut offset = key_count;
         for (acc, width) in self.accumulators.iter_mut().zip(widths) {
@@ -321,24 +400,12 @@ impl WindowAggregateOperator {
 
     /// The recent state of `slice` as `[keys..., states...]`, left in place.
     fn recent_chunk(&mut self, slice: i64) -> Result<Vec<ArrayRef>> {
-        let key_count = self.spec.key_schema.fields().len();
         let entry = self.slices.get_mut(&slice).expect("listed by the caller");
         let recent = entry.recent.as_mut().expect("listed by the caller");
-        let rows = recent.groups.len();
-        let keys = recent.groups.emit()?;
-        let mut chunk = keys.clone();
-        for acc in &mut recent.accumulators {
-            chunk.extend(acc.state(EmitTo::All)?);
-        }
         let mut group_indices = std::mem::take(&mut self.group_indices);
-        recent.groups.intern(&keys, rows, &mut group_indices)?;
-        let mut offset = key_count;
-        for (acc, width) in recent.accumulators.iter_mut().zip(&self.state_widths) {
-            acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
-            offset += width;
-        }
+        let chunk = recent.read(&self.state_widths, &mut group_indices);
         self.group_indices = group_indices;
-        Ok(chunk)
+        chunk
     }
 
     /// The whole state of a slice that goes away as its last window fires:
@@ -436,7 +503,7 @@ impl WindowAggregateOperator {
                 .collect::<Result<Vec<_>>>()?;
             let mut group_indices = std::mem::take(&mut self.group_indices);
             let state = self.slice_state(slice)?;
-            state.groups.intern(&keys, count, &mut group_indices)?;
+            state.intern(&keys, count, &mut group_indices)?;
             let total = state.groups.len();
             for ((acc, values), filter) in state.accumulators.iter_mut().zip(&args).zip(&filters) {
                 let filter = filter.as_ref().map(|f| f.as_boolean().clone());
@@ -461,9 +528,7 @@ impl WindowAggregateOperator {
             let widths = self.state_widths.clone();
             let mut group_indices = std::mem::take(&mut self.group_indices);
             let state = self.slice_state(slice)?;
-            state
-                .groups
-                .intern(&columns[1..1 + key_count], count, &mut group_indices)?;
+            state.intern(&columns[1..1 + key_count], count, &mut group_indices)?;
             let total = state.groups.len();
             let mut offset = 1 + key_count;
             for (acc, width) in state.accumulators.iter_mut().zip(widths) {
@@ -510,34 +575,19 @@ impl WindowAggregateOperator {
 
     /// Single and Global phases: the state of one slice as `[keys...,
     /// states...]` chunks (what earlier firings froze, and the live state),
-    /// leaving the slice as it was. The live state is read out and put back
-    /// into the same tables, which keep their capacity: a snapshot costs one
-    /// pass over the state, never a rebuild of the hash tables.
+    /// leaving the slice as it was ([`LiveState::read`]: the hash tables are
+    /// not touched).
     fn slice_chunks(&mut self, slice: i64) -> Result<Vec<Vec<ArrayRef>>> {
-        let key_count = self.spec.key_schema.fields().len();
         let entry = self.slices.get_mut(&slice).expect("listed by the caller");
         let mut chunks = entry.frozen.clone();
+        let mut group_indices = std::mem::take(&mut self.group_indices);
         for live in [entry.live.as_mut(), entry.recent.as_mut()].into_iter().flatten() {
-            let rows = live.groups.len();
-            if rows == 0 {
+            if live.groups.is_empty() {
                 continue;
             }
-            let keys = live.groups.emit()?;
-            let mut chunk = keys.clone();
-            for acc in &mut live.accumulators {
-                chunk.extend(acc.state(EmitTo::All)?);
-            }
-            // Put it back: the keys get indices 0..rows again, in order.
-            let mut group_indices = std::mem::take(&mut self.group_indices);
-            live.groups.intern(&keys, rows, &mut group_indices)?;
-            let mut offset = key_count;
-            for (acc, width) in live.accumulators.iter_mut().zip(&self.state_widths) {
-                acc.merge_batch(&chunk[offset..offset + width], &group_indices, rows)?;
-                offset += width;
-            }
-            self.group_indices = group_indices;
-            chunks.push(chunk);
+            chunks.push(live.read(&self.state_widths, &mut group_indices)?);
         }
+        self.group_indices = group_indices;
         Ok(chunks)
     }
 
@@ -546,52 +596,69 @@ impl WindowAggregateOperator {
         window_state_schema(&["_slice"], &self.spec.key_schema, &self.spec.aggregates)
     }
 
-    /// Every slice's state as rows `[_key_group, _slice, keys..., states...]`
-    /// sorted by key group.
-    fn state_rows(&mut self) -> Result<Option<RecordBatch>> {
+    /// Every slice's state as `[keys..., states...]` chunks, read now.
+    fn state_chunks(&mut self) -> Result<SliceChunks> {
         let slices: Vec<i64> = self.slices.keys().copied().collect();
         let mut chunks = Vec::new();
         for slice in slices {
             chunks.extend(self.slice_chunks(slice)?.into_iter().map(|c| (slice, c)));
         }
-        self.chunks_to_rows(chunks)
+        Ok(chunks)
     }
 
     /// State rows `[_key_group, _slice, keys..., states...]` of chunks of
     /// slices, sorted by key group.
-    fn chunks_to_rows(&self, chunks: Vec<(i64, Vec<ArrayRef>)>) -> Result<Option<RecordBatch>> {
+    fn chunks_to_rows(&self, chunks: SliceChunks) -> Result<Option<RecordBatch>> {
+        (self.rows_of_chunks()?)(chunks)
+    }
+
+    /// What turns chunks of slices into state rows, owning all it needs
+    /// (a snapshot's writer calls it after the task went on).
+    fn rows_of_chunks(
+        &self,
+    ) -> Result<impl FnOnce(SliceChunks) -> Result<Option<RecordBatch>> + Send + 'static> {
         let schema = self.state_schema()?;
         let key_count = self.spec.key_schema.fields().len();
-        let mut batches = Vec::new();
-        for (slice, chunk) in chunks {
-            let rows = chunk.first().map_or(0, |c| c.len());
-            if rows == 0 {
-                continue;
+        let max_parallelism = self.max_parallelism;
+        Ok(move |chunks: SliceChunks| {
+            let mut batches = Vec::new();
+            for (slice, chunk) in chunks {
+                let rows = chunk.first().map_or(0, |c| c.len());
+                if rows == 0 {
+                    continue;
+                }
+                let groups = key_groups(&chunk[..key_count], rows, max_parallelism)?;
+                let mut columns: Vec<ArrayRef> =
+                    vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
+                columns.extend(chunk);
+                batches.push(state_rows(&schema, columns)?);
             }
-            let groups = key_groups(&chunk[..key_count], rows, self.max_parallelism)?;
-            let mut columns: Vec<ArrayRef> =
-                vec![Arc::new(groups), Arc::new(Int64Array::from_value(slice, rows))];
-            columns.extend(chunk);
-            batches.push(state_rows(&schema, columns)?);
-        }
-        concat_by_key_group(batches)
+            concat_by_key_group(batches)
+        })
+    }
+
+    /// A snapshot of chunks read now, whose rows its writer builds.
+    fn snapshot_of(&self, chunks: SliceChunks) -> Result<OperatorSnapshot> {
+        let build = self.rows_of_chunks()?;
+        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        snapshot.rows_later = Some(LaterRows::new(move || build(chunks)));
+        Ok(snapshot)
     }
 
     /// Incremental checkpoints: the partial states added since the last
     /// snapshot (of slices with a window still to fire), or every slice's
     /// state when `full`. Either way the recent states are folded in.
-    fn delta_rows(&mut self, full: bool) -> Result<Option<RecordBatch>> {
+    fn delta_chunks(&mut self, full: bool) -> Result<SliceChunks> {
         let slices: Vec<i64> = self.slices.keys().copied().collect();
         self.fold_recent(&slices)?;
         let unsaved = std::mem::take(&mut self.unsaved);
         if full {
-            return self.state_rows();
+            return self.state_chunks();
         }
-        let kept = unsaved
+        Ok(unsaved
             .into_iter()
             .filter(|(slice, _)| self.slices.contains_key(slice))
-            .collect();
-        self.chunks_to_rows(kept)
+            .collect())
     }
 
     /// Restores slices from state rows (this subtask's key groups only).
@@ -823,7 +890,8 @@ impl Operator for WindowAggregateOperator {
         if self.spec.phase == Phase::Local {
             return Ok(None);
         }
-        let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, self.state_rows()?);
+        let chunks = self.state_chunks()?;
+        let mut snapshot = self.snapshot_of(chunks)?;
         snapshot.runs = self.all_runs();
         Ok(Some(snapshot))
     }
@@ -833,10 +901,8 @@ impl Operator for WindowAggregateOperator {
     }
 
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
-        Ok(Some(OperatorSnapshot::with_watermark(
-            self.watermark,
-            self.delta_rows(full)?,
-        )))
+        let chunks = self.delta_chunks(full)?;
+        Ok(Some(self.snapshot_of(chunks)?))
     }
 
     fn state_signature(&self) -> Result<Option<String>> {

@@ -215,6 +215,7 @@ impl RetractOverOperator {
         Ok(OperatorSnapshot {
             runs: Vec::new(),
             deferred,
+            rows_later: None,
             meta: serde_json::Value::Null,
             rows: None,
         })
@@ -245,6 +246,7 @@ impl RetractOverOperator {
         };
         Ok(OperatorSnapshot {
             deferred,
+            rows_later: None,
             ..OperatorSnapshot::default()
         })
     }
