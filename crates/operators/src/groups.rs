@@ -72,3 +72,61 @@ impl Groups {
         }
     }
 }
+
+/// Groups changed since they were last taken, each once (what an
+/// incremental checkpoint writes).
+#[derive(Default)]
+pub struct ChangedGroups {
+    flags: Vec<bool>,
+    groups: Vec<usize>,
+}
+
+impl ChangedGroups {
+    /// Marks `group` changed.
+    pub fn mark(&mut self, group: usize) {
+        if self.flags.len() <= group {
+            self.flags.resize(group + 1, false);
+        }
+        if !std::mem::replace(&mut self.flags[group], true) {
+            self.groups.push(group);
+        }
+    }
+
+    /// Marks each of `groups` changed.
+    pub fn mark_all(&mut self, groups: &[usize]) {
+        groups.iter().for_each(|g| self.mark(*g));
+    }
+
+    /// The groups marked since the last call, in the order first marked.
+    pub fn take(&mut self) -> Vec<usize> {
+        let groups = std::mem::take(&mut self.groups);
+        groups.iter().for_each(|g| self.flags[*g] = false);
+        groups
+    }
+
+    /// Whether `group` is marked.
+    pub fn has(&self, group: usize) -> bool {
+        self.flags.get(group).copied().unwrap_or(false)
+    }
+
+    /// Whether no group is marked.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChangedGroups;
+
+    #[test]
+    fn changed_groups_are_taken_once_each_in_the_order_first_marked() {
+        let mut changed = ChangedGroups::default();
+        changed.mark_all(&[5, 2, 5, 9, 2]);
+        assert!(changed.has(9) && !changed.has(3));
+        assert_eq!(changed.take(), vec![5, 2, 9]);
+        assert!(changed.is_empty() && !changed.has(5));
+        changed.mark(2);
+        assert_eq!(changed.take(), vec![2]);
+    }
+}

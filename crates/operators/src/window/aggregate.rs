@@ -26,7 +26,7 @@ use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use crate::groups::Groups;
+use crate::groups::{ChangedGroups, Groups};
 use crate::{Error, Result};
 use weir_common::ids::CheckpointId;
 use weir_common::time::Timestamp;
@@ -36,7 +36,7 @@ use weir_common::time::{MAX_WATERMARK, MIN_WATERMARK};
 use weir_plan::window::{GroupColumn, Phase, TimeShift, WindowProperty, WindowSpec};
 use weir_runtime::operator::{LaterRows, OperatorSnapshot, TaskMetrics};
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
-use weir_state::incremental::DeltaKind;
+use weir_state::incremental::{DeltaKind, upsert_delta};
 use weir_state::snapshot::{
     concat_by_key_group, key_groups, schema_signature, state_rows, window_state_schema,
 };
@@ -122,7 +122,6 @@ impl OperatorFactory for WindowAggregateFactory {
             // The spilling backend takes full snapshots: they link its
             // runs, and write only what is in memory.
             incremental: ctx.incremental && self.0.phase != Phase::Local && ctx.spill.is_none(),
-            unsaved: Vec::new(),
             spill: ctx.spill.clone().map(Spill::new),
         }))
     }
@@ -247,15 +246,15 @@ impl LiveState {
 }
 
 /// The state of one slice: live accumulators, and states frozen when an earlier
-/// window over the slice fired (each `[keys..., states...]`). With
-/// incremental checkpoints, rows go to `recent` first, which is folded into
-/// `live` at each snapshot (its partial states are the delta) and before
-/// the slice is read.
+/// window over the slice fired (each `[keys..., states...]`; never with
+/// incremental checkpoints, whose deltas replace a key's row of a slice, so
+/// it must be one). With incremental checkpoints, the live groups changed
+/// since the last snapshot are marked: a delta holds their states.
 #[derive(Default)]
 struct Slice {
     live: Option<LiveState>,
     frozen: Vec<Vec<ArrayRef>>,
-    recent: Option<LiveState>,
+    changed: ChangedGroups,
 }
 
 impl Slice {
@@ -283,11 +282,8 @@ struct WindowAggregateOperator {
     batch_size: usize,
     max_parallelism: usize,
     group_indices: Vec<usize>,
-    /// Incremental checkpoints: rows go to each slice's `recent` state.
+    /// Incremental checkpoints: each slice marks the groups rows changed.
     incremental: bool,
-    /// Incremental checkpoints: partial states folded since the last
-    /// snapshot (by slice), not yet in a delta.
-    unsaved: Vec<(i64, Vec<ArrayRef>)>,
     /// The spilling state backend: runs of slices, and a firing in progress.
     spill: Option<Spill>,
 }
@@ -341,11 +337,7 @@ impl WindowAggregateOperator {
         }
         let spec = self.spec.clone();
         let entry = self.slices.entry(slice).or_default();
-        let state = if self.incremental {
-            &mut entry.recent
-        } else {
-            &mut entry.live
-        };
+        let state = &mut entry.live;
         if state.is_none() {
             *state = Some(spec.new_state()?);
         }
@@ -370,64 +362,16 @@ impl WindowAggregateOperator {
         Ok(())
     }
 
-    /// Incremental checkpoints: folds the recent state of `slices` into
-    /// their live state, keeping the partial states for the next delta.
-    fn fold_recent(&mut self, slices: &[i64]) -> Result<()> {
-        for &slice in slices {
-            let Some(recent) = self.slices.get_mut(&slice).and_then(|s| s.recent.take()) else {
-                continue;
-            };
-            if recent.groups.is_empty() {
-                continue;
-            }
-            let entry = self.slices.get_mut(&slice).expect("taken from it above");
-            if entry.live.as_ref().is_none_or(|l| l.groups.is_empty()) {
-                // New since the last snapshot: the recent table becomes the
-                // live one (read for the delta and put back, never rebuilt).
-                entry.recent = Some(recent);
-                let chunk = self.recent_chunk(slice)?;
-                let entry = self.slices.get_mut(&slice).expect("taken from it above");
-                entry.live = entry.recent.take();
-                self.unsaved.push((slice, chunk));
-                continue;
-            }
-            let chunk = recent.into_chunk()?;
-            self.merge_into_live(slice, &chunk)?;
-            self.unsaved.push((slice, chunk));
-        }
-        Ok(())
+    /// The whole state of a slice that goes away as its last window fires.
+    fn final_state(&mut self, slice: i64) -> Option<LiveState> {
+        self.slices.remove(&slice).and_then(|entry| entry.live)
     }
 
-    /// The recent state of `slice` as `[keys..., states...]`, left in place.
-    fn recent_chunk(&mut self, slice: i64) -> Result<Vec<ArrayRef>> {
-        let entry = self.slices.get_mut(&slice).expect("listed by the caller");
-        let recent = entry.recent.as_mut().expect("listed by the caller");
-        let mut group_indices = std::mem::take(&mut self.group_indices);
-        let chunk = recent.read(&self.state_widths, &mut group_indices);
-        self.group_indices = group_indices;
-        chunk
-    }
-
-    /// The whole state of a slice that goes away as its last window fires:
-    /// its live state with the recent one merged in (nothing to save: the
-    /// slice is gone).
-    fn final_state(&mut self, slice: i64) -> Result<Option<LiveState>> {
-        let Some(entry) = self.slices.remove(&slice) else {
-            return Ok(None);
-        };
-        match (entry.live, entry.recent) {
-            (live, None) => Ok(live),
-            (None, recent) => Ok(recent),
-            (Some(live), Some(recent)) => {
-                let chunk = recent.into_chunk()?;
-                let merging = Slice {
-                    live: Some(live),
-                    ..Slice::default()
-                };
-                self.slices.insert(slice, merging);
-                self.merge_into_live(slice, &chunk)?;
-                Ok(self.slices.remove(&slice).and_then(|s| s.live))
-            }
+    /// Incremental checkpoints: marks the groups `group_indices` of `slice`
+    /// changed.
+    fn mark_changed(&mut self, slice: i64, group_indices: &[usize]) {
+        if let Some(entry) = self.slices.get_mut(&slice).filter(|_| self.incremental) {
+            entry.changed.mark_all(group_indices);
         }
     }
 
@@ -509,6 +453,7 @@ impl WindowAggregateOperator {
                 let filter = filter.as_ref().map(|f| f.as_boolean().clone());
                 acc.update_batch(values, &group_indices, filter.as_ref(), total)?;
             }
+            self.mark_changed(slice, &group_indices);
             self.group_indices = group_indices;
         }
         Ok(())
@@ -535,6 +480,7 @@ impl WindowAggregateOperator {
                 acc.merge_batch(&columns[offset..offset + width], &group_indices, total)?;
                 offset += width;
             }
+            self.mark_changed(slice, &group_indices);
             self.group_indices = group_indices;
         }
         Ok(())
@@ -581,10 +527,7 @@ impl WindowAggregateOperator {
         let entry = self.slices.get_mut(&slice).expect("listed by the caller");
         let mut chunks = entry.frozen.clone();
         let mut group_indices = std::mem::take(&mut self.group_indices);
-        for live in [entry.live.as_mut(), entry.recent.as_mut()].into_iter().flatten() {
-            if live.groups.is_empty() {
-                continue;
-            }
+        if let Some(live) = entry.live.as_mut().filter(|l| !l.groups.is_empty()) {
             chunks.push(live.read(&self.state_widths, &mut group_indices)?);
         }
         self.group_indices = group_indices;
@@ -637,28 +580,51 @@ impl WindowAggregateOperator {
         })
     }
 
-    /// A snapshot of chunks read now, whose rows its writer builds.
-    fn snapshot_of(&self, chunks: SliceChunks) -> Result<OperatorSnapshot> {
+    /// A snapshot of chunks read now, whose rows its writer builds (as an
+    /// upsert `delta`, or whole state rows).
+    fn snapshot_of(&self, chunks: SliceChunks, delta: bool) -> Result<OperatorSnapshot> {
         let build = self.rows_of_chunks()?;
+        let schema = self.state_schema()?;
+        let key_columns = self.upsert_key_columns();
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
-        snapshot.rows_later = Some(LaterRows::new(move || build(chunks)));
+        snapshot.rows_later = Some(LaterRows::new(move || match delta {
+            false => build(chunks),
+            true => upsert_delta(&schema, build(chunks)?, None, key_columns),
+        }));
         Ok(snapshot)
     }
 
-    /// Incremental checkpoints: the partial states added since the last
-    /// snapshot (of slices with a window still to fire), or every slice's
-    /// state when `full`. Either way the recent states are folded in.
+    /// Columns after `_key_group` that name a state row: `_slice` and the keys.
+    fn upsert_key_columns(&self) -> usize {
+        1 + self.spec.key_schema.fields().len()
+    }
+
+    /// Incremental checkpoints: the states of the groups changed since the
+    /// last snapshot (of slices with a window still to fire), or every
+    /// slice's state when `full`.
     fn delta_chunks(&mut self, full: bool) -> Result<SliceChunks> {
-        let slices: Vec<i64> = self.slices.keys().copied().collect();
-        self.fold_recent(&slices)?;
-        let unsaved = std::mem::take(&mut self.unsaved);
         if full {
+            self.slices.values_mut().for_each(|s| drop(s.changed.take()));
             return self.state_chunks();
         }
-        Ok(unsaved
-            .into_iter()
-            .filter(|(slice, _)| self.slices.contains_key(slice))
-            .collect())
+        let mut chunks = Vec::new();
+        let mut group_indices = std::mem::take(&mut self.group_indices);
+        for (&slice, entry) in self.slices.iter_mut().filter(|(_, e)| !e.changed.is_empty()) {
+            let mut changed = entry.changed.take();
+            let Some(live) = entry.live.as_mut() else {
+                continue;
+            };
+            let whole = changed.len() == live.groups.len();
+            let mut chunk = live.read(&self.state_widths, &mut group_indices)?;
+            if !whole {
+                changed.sort_unstable();
+                let rows = UInt32Array::from_iter_values(changed.iter().map(|g| *g as u32));
+                chunk = take_all(&chunk, &Some(rows))?;
+            }
+            chunks.push((slice, chunk));
+        }
+        self.group_indices = group_indices;
+        Ok(chunks)
     }
 
     /// Restores slices from state rows (this subtask's key groups only).
@@ -742,22 +708,26 @@ impl WindowAggregateOperator {
         let only = members[0];
         let direct =
             members.len() == 1 && window.last_window_end(only) == end && self.slices[&only].frozen.is_empty();
-        if !direct {
-            self.fold_recent(&members)?;
-        }
         let state = if direct {
-            match self.final_state(only)? {
+            match self.final_state(only) {
                 Some(live) => live,
                 None => return Ok(None),
             }
         } else {
             let mut merged = self.spec.new_state()?;
-            let mut group_indices = std::mem::take(&mut self.group_indices);
+            let (mut group_indices, mut identity) = (std::mem::take(&mut self.group_indices), Vec::new());
             for member in members {
                 let slice = self.slices.get_mut(&member).expect("listed above");
-                slice.freeze()?;
+                if !self.incremental {
+                    slice.freeze()?;
+                }
                 for columns in &slice.frozen {
                     merged.merge(columns, &self.state_widths, &mut group_indices)?;
+                }
+                // Incremental checkpoints: read, so the slice keeps one row per key.
+                if let Some(live) = slice.live.as_mut().filter(|l| !l.groups.is_empty()) {
+                    let columns = live.read(&self.state_widths, &mut identity)?;
+                    merged.merge(&columns, &self.state_widths, &mut group_indices)?;
                 }
             }
             self.group_indices = group_indices;
@@ -891,18 +861,20 @@ impl Operator for WindowAggregateOperator {
             return Ok(None);
         }
         let chunks = self.state_chunks()?;
-        let mut snapshot = self.snapshot_of(chunks)?;
+        let mut snapshot = self.snapshot_of(chunks, false)?;
         snapshot.runs = self.all_runs();
         Ok(Some(snapshot))
     }
 
     fn delta_kind(&self) -> Option<DeltaKind> {
-        self.incremental.then_some(DeltaKind::Merge)
+        (self.incremental).then(|| DeltaKind::Upsert {
+            key_columns: self.upsert_key_columns(),
+        })
     }
 
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         let chunks = self.delta_chunks(full)?;
-        Ok(Some(self.snapshot_of(chunks)?))
+        Ok(Some(self.snapshot_of(chunks, !full)?))
     }
 
     fn state_signature(&self) -> Result<Option<String>> {

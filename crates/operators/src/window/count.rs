@@ -41,7 +41,7 @@ use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
-use crate::groups::Groups;
+use crate::groups::{ChangedGroups, Groups};
 use crate::window::accumulate::{Arguments, groups_accumulators};
 use crate::{Error, Result};
 use panes::{At, PaneLog};
@@ -113,7 +113,7 @@ impl OperatorFactory for CountWindowAggregateFactory {
             log: PaneLog::default(),
             widths,
             max_parallelism: ctx.max_parallelism,
-            changed: ctx.incremental.then(Changed::default),
+            changed: ctx.incremental.then(ChangedGroups::default),
             scratch: Scratch::default(),
         }))
     }
@@ -240,34 +240,6 @@ struct Keys {
     live: usize,
 }
 
-/// Incremental checkpoints: the keys that had rows since the last snapshot.
-#[derive(Default)]
-struct Changed {
-    flags: Vec<bool>,
-    keys: Vec<usize>,
-}
-
-impl Changed {
-    fn mark(&mut self, key: usize) {
-        if self.flags.len() <= key {
-            self.flags.resize(key + 1, false);
-        }
-        if !std::mem::replace(&mut self.flags[key], true) {
-            self.keys.push(key);
-        }
-    }
-
-    fn take(&mut self) -> Vec<usize> {
-        let keys = std::mem::take(&mut self.keys);
-        keys.iter().for_each(|k| self.flags[*k] = false);
-        keys
-    }
-
-    fn has(&self, key: usize) -> bool {
-        self.flags.get(key).copied().unwrap_or(false)
-    }
-}
-
 /// Keys interned past twice the live ones before they are compacted (few
 /// in unit tests, so they compact).
 const KEY_SLACK: usize = if cfg!(test) { 16 } else { 64 * 1024 };
@@ -282,7 +254,9 @@ struct CountWindowOperator {
     /// State columns of each aggregate.
     widths: Vec<usize>,
     max_parallelism: usize,
-    changed: Option<Changed>,
+    /// Incremental checkpoints: the keys that had rows since the last
+    /// snapshot.
+    changed: Option<ChangedGroups>,
     scratch: Scratch,
 }
 
@@ -504,7 +478,7 @@ impl CountWindowOperator {
             live: old.live,
         };
         if let Some(changed) = self.changed.as_mut() {
-            let mut renewed = Changed::default();
+            let mut renewed = ChangedGroups::default();
             (kept.iter().enumerate())
                 .filter(|(_, k)| changed.has(**k))
                 .for_each(|(new, _)| renewed.mark(new));
@@ -532,7 +506,7 @@ impl CountWindowOperator {
     /// of the keys changed since the last call and a deleting row for each
     /// changed key without panes; `None` without rows.
     fn delta(&mut self, full: bool) -> Result<Option<RecordBatch>> {
-        let changed = self.changed.as_mut().map(Changed::take).unwrap_or_default();
+        let changed = self.changed.as_mut().map(ChangedGroups::take).unwrap_or_default();
         let keys = match full {
             true => self.live_keys(),
             false => changed,

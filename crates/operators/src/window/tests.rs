@@ -48,7 +48,7 @@ fn a_tumbling_window_fires_when_the_watermark_passes_its_end() {
 }
 
 #[test]
-fn an_incremental_snapshot_holds_the_partial_states_added_since_the_last_one() {
+fn an_incremental_snapshot_holds_the_states_of_the_keys_changed_since_the_last_one() {
     let mut h = tumbling().incremental().unwrap();
     h.push(&format!("a 1 {}\nb 2 {}", at(1), at(2))).unwrap();
     assert_eq!(h.snapshot_delta(true).unwrap().expect("a base").num_rows(), 2);
@@ -129,15 +129,13 @@ fn a_full_snapshot_of_an_incremental_operator_is_its_whole_state_and_restores_as
     h.snapshot_delta(true).unwrap();
     h.push(&format!("a 2 {}", at(2))).unwrap();
     let savepoint = h.snapshot_only().unwrap().and_then(|s| s.rows).expect("rows");
-    assert_eq!(
-        savepoint.num_rows(),
-        2,
-        "the base's partial state and the recent one"
-    );
-    h.snapshot_delta(false)
+    assert_eq!(savepoint.num_rows(), 1, "a's whole state, one row");
+    let delta = h
+        .snapshot_delta(false)
         .unwrap()
         .expect("the savepoint left the change to the delta");
-    assert_eq!(h.restart_from_chain().unwrap().expect("rows").num_rows(), 2);
+    assert_eq!(delta.num_rows(), 1, "a's whole state, replacing the base's");
+    assert_eq!(h.restart_from_chain().unwrap().expect("rows").num_rows(), 1);
     assert_eq!(
         h.watermark(9_999).unwrap(),
         lines(&["+I a 1970-01-01T00:00:00 1970-01-01T00:00:10 2 3", "wm 9999"])

@@ -110,7 +110,7 @@ impl WindowAggregateOperator {
         self.slices
             .values()
             .map(|s| {
-                let tables: usize = s.live.iter().chain(&s.recent).map(|l| l.size()).sum();
+                let tables: usize = s.live.iter().map(|l| l.size()).sum();
                 let frozen: usize = s.frozen.iter().flatten().map(|a| a.get_array_memory_size()).sum();
                 tables + frozen
             })
@@ -166,10 +166,8 @@ impl WindowAggregateOperator {
             .into_iter()
             .map(|c| (slice, c))
             .collect();
-        for state in [entry.live.take(), entry.recent.take()].into_iter().flatten() {
-            if !state.groups.is_empty() {
-                chunks.push((slice, state.into_chunk()?));
-            }
+        if let Some(state) = entry.live.take().filter(|s| !s.groups.is_empty()) {
+            chunks.push((slice, state.into_chunk()?));
         }
         let Some(rows) = self.chunks_to_rows(chunks)? else {
             return Ok(());
