@@ -258,6 +258,13 @@ impl Harness {
         self.operator.snapshot(self.checkpoint)
     }
 
+    /// An incremental snapshot as the task takes it at a barrier (not
+    /// written, and not kept in the chain).
+    pub fn snapshot_delta_unwritten(&mut self, full: bool) -> Result<Option<OperatorSnapshot>> {
+        self.checkpoint += 1;
+        self.operator.snapshot_delta(self.checkpoint, full)
+    }
+
     /// Writes `snapshot` (its deferred runs) and replaces the operator with
     /// a new one restored from it, as after a crash.
     pub fn restart_from(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

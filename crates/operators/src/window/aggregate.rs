@@ -587,6 +587,10 @@ impl WindowAggregateOperator {
         let schema = self.state_schema()?;
         let key_columns = self.upsert_key_columns();
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
+        if chunks.iter().all(|(_, c)| c.first().is_none_or(|a| a.is_empty())) {
+            // Nothing to write: the chain records no delta.
+            return Ok(snapshot);
+        }
         snapshot.rows_later = Some(LaterRows::new(move || match delta {
             false => build(chunks),
             true => upsert_delta(&schema, build(chunks)?, None, key_columns),

@@ -276,3 +276,14 @@ fn a_window_snapshot_reads_its_state_at_the_barrier_and_its_writer_builds_the_ro
         ])
     );
 }
+
+#[test]
+fn an_incremental_window_snapshot_with_nothing_changed_has_no_rows_to_build() {
+    let mut h = tumbling().incremental().unwrap();
+    h.push(&format!("a 1 {}", at(1))).unwrap();
+    h.snapshot_delta(true).unwrap();
+    let delta = h.snapshot_delta_unwritten(false).unwrap().expect("its watermark");
+    assert!(!delta.has_rows(), "the chain must not count it as a delta");
+    h.push(&format!("a 2 {}", at(2))).unwrap();
+    assert!(h.snapshot_delta_unwritten(false).unwrap().unwrap().has_rows());
+}
