@@ -34,6 +34,9 @@ pub struct Harness {
     chain: Vec<OperatorSnapshot>,
     /// The spilling state backend's settings, if on.
     spill: Option<SpillSettings>,
+    /// What the operator emitted ahead of the barriers of the snapshots
+    /// taken since [`Harness::take_barrier_output`] was last called.
+    barrier_output: Vec<String>,
 }
 
 impl Harness {
@@ -89,6 +92,7 @@ impl Harness {
             incremental: false,
             chain: Vec::new(),
             spill: None,
+            barrier_output: Vec::new(),
         })
     }
 
@@ -145,6 +149,7 @@ impl Harness {
         full: bool,
         go_on: impl FnOnce(&mut Harness) -> Result<()>,
     ) -> Result<Option<RecordBatch>> {
+        self.before_barrier()?;
         self.checkpoint += 1;
         let snapshot = self
             .operator
@@ -162,6 +167,7 @@ impl Harness {
 
     /// A plain snapshot (as for a savepoint), the operator left as it is.
     pub fn snapshot_only(&mut self) -> Result<Option<OperatorSnapshot>> {
+        self.before_barrier()?;
         self.checkpoint += 1;
         let snapshot = self.operator.snapshot(self.checkpoint)?;
         snapshot.map(|s| s.written(&|| true)).transpose()
@@ -230,6 +236,36 @@ impl Harness {
         self.drain(out)
     }
 
+    /// A barrier is about to pass: returns what the operator emits ahead of
+    /// it ([`Operator::prepare_snapshot`]).
+    pub fn barrier(&mut self) -> Result<Vec<String>> {
+        let mut out = Output::default();
+        self.operator.prepare_snapshot(&mut out)?;
+        self.drain(out)
+    }
+
+    /// As the task does before a snapshot: what the operator emits ahead of
+    /// the barrier is kept for [`Harness::take_barrier_output`].
+    fn before_barrier(&mut self) -> Result<()> {
+        let lines = self.barrier()?;
+        self.barrier_output.extend(lines);
+        Ok(())
+    }
+
+    /// What the operator emitted ahead of the barriers of snapshots taken
+    /// since the last call.
+    pub fn take_barrier_output(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.barrier_output)
+    }
+
+    /// All input is done; returns what the operator emitted
+    /// ([`Operator::finish`]).
+    pub fn finish(&mut self) -> Result<Vec<String>> {
+        let mut out = Output::default();
+        self.operator.finish(&mut out)?;
+        self.drain(out)
+    }
+
     /// The wall clock reached `now`; returns what it emitted.
     pub fn processing_time(&mut self, now: i64) -> Result<Vec<String>> {
         let mut out = Output::default();
@@ -254,6 +290,7 @@ impl Harness {
     /// A snapshot as the task takes it at a barrier: its deferred runs are
     /// not written yet, and the operator goes on.
     pub fn snapshot_unwritten(&mut self) -> Result<Option<OperatorSnapshot>> {
+        self.before_barrier()?;
         self.checkpoint += 1;
         self.operator.snapshot(self.checkpoint)
     }
@@ -261,6 +298,7 @@ impl Harness {
     /// An incremental snapshot as the task takes it at a barrier (not
     /// written, and not kept in the chain).
     pub fn snapshot_delta_unwritten(&mut self, full: bool) -> Result<Option<OperatorSnapshot>> {
+        self.before_barrier()?;
         self.checkpoint += 1;
         self.operator.snapshot_delta(self.checkpoint, full)
     }
@@ -276,6 +314,7 @@ impl Harness {
     /// Snapshots the operator and replaces it with a new one restored from
     /// the snapshot (as after a crash); returns the snapshot.
     pub fn restart(&mut self) -> Result<Option<OperatorSnapshot>> {
+        self.before_barrier()?;
         self.checkpoint += 1;
         let snapshot = self.operator.snapshot(self.checkpoint)?;
         let snapshot = snapshot.map(|s| s.written(&|| true)).transpose()?;

@@ -29,6 +29,7 @@
 //! ```
 
 mod spill;
+mod waiting;
 
 use std::sync::Arc;
 
@@ -431,13 +432,25 @@ impl GroupAggregateOperator {
     }
 
     fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
-        let retract = retractions(batch);
         if self.spec.phase == Phase::Local {
-            return self.pre_aggregate(batch, retract.as_deref(), out);
+            return self.pre_aggregate(batch, retractions(batch).as_deref(), out);
         }
-        let first_new = self.groups.len();
         let keys = self.intern(batch)?;
-        self.load_spilled(first_new, &keys)?;
+        if self.rows_wait() {
+            if let Some((now, keys)) = self.hold_unread(batch, &keys)? {
+                self.aggregate(&now, &keys, out)?;
+            }
+            self.read_due(wall_clock_millis(), out)?;
+        } else {
+            self.aggregate(batch, &keys, out)?;
+        }
+        self.spill_if_full(batch.num_rows())
+    }
+
+    /// Aggregates the rows of `batch`, interned (`group_indices`), whose
+    /// groups' state is in memory, and emits the changes.
+    fn aggregate(&mut self, batch: &RecordBatch, keys: &[ArrayRef], out: &mut Output) -> Result<()> {
+        let retract = retractions(batch);
         let now = wall_clock_millis();
         if self.spec.state_ttl.is_some() {
             let groups = std::mem::take(&mut self.group_indices);
@@ -470,9 +483,9 @@ impl GroupAggregateOperator {
             changed.mark(touched.groups.iter().copied());
         }
         if !changes.is_empty() {
-            out.batch(self.output(&keys, &touched, &before, &after, &changes)?);
+            out.batch(self.output(keys, &touched, &before, &after, &changes)?);
         }
-        self.spill_if_full(batch.num_rows())
+        Ok(())
     }
 
     /// The change rows: keys of each change's group, then its old or new values.
@@ -695,14 +708,21 @@ impl Operator for GroupAggregateOperator {
         self.process(&batch, out)
     }
 
+    /// With a state TTL (to sweep), and with spilled state (rows waiting for
+    /// their key group's read wait at most [`waiting::LONGEST_WAIT_MS`]).
     fn uses_processing_time(&self) -> bool {
-        self.spec.state_ttl.is_some()
+        self.spec.state_ttl.is_some() || self.spill.is_some()
     }
 
-    /// Sweeps part of the groups for expired state, so memory is given back
-    /// without a full scan at any one time.
-    fn on_processing_time(&mut self, now: Timestamp, _out: &mut Output) -> Result<()> {
+    /// Reads the key groups whose rows waited long enough; sweeps part of
+    /// the groups for expired state, so memory is given back without a
+    /// full scan at any one time.
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
         const SWEEP: usize = 4096;
+        self.read_due(now, out)?;
+        if self.spec.state_ttl.is_none() {
+            return Ok(());
+        }
         self.sweep_store(now)?;
         let total = self.counts.len();
         if total == 0 {
@@ -715,10 +735,21 @@ impl Operator for GroupAggregateOperator {
         Ok(())
     }
 
+    /// Rows waiting for spilled state are aggregated before the barrier:
+    /// the snapshot holds their groups' state, and their changes precede it.
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)
+    }
+
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
         if self.spec.phase == Phase::Local {
             return Ok(None);
         }
+        self.no_rows_wait()?;
         if self.spill.has_spilled() {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
@@ -744,6 +775,7 @@ impl Operator for GroupAggregateOperator {
     }
 
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        self.no_rows_wait()?;
         if !full && self.spill.has_spilled() {
             return Ok(Some(OperatorSnapshot {
                 deferred: self.spilled_delta()?.into_iter().collect(),

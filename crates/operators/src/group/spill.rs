@@ -5,10 +5,13 @@
 //! may, [`weir_state::memory_guess`]), every group is written to the store
 //! ([`weir_state::store`], one entry per group: its key group and keys as
 //! the key, `_count`, `_written` and the accumulators' states as the value,
-//! both in Arrow's row format) and memory starts empty again. A batch's keys
-//! that are new in memory are looked up in the store first, and their state
-//! is read back before the batch updates it, so every change is emitted as
-//! on the heap.
+//! both in Arrow's row format) and memory starts empty again. From then on
+//! a row whose group is not in memory waits in its key group
+//! ([`super::waiting`]) until enough rows wait there to read the key
+//! group's stored groups in one scan (or a lookup each, for a few), a
+//! second has passed, or a barrier comes; then its rows are aggregated as
+//! one mini-batch. Each key's changes are the heap's, some intermediate
+//! ones left out, as a larger mini-batch leaves them out.
 //!
 //! Checkpoints stay state files: a full snapshot writes every group to the
 //! store, then the store in key order as one run (the checkpoint links it);
@@ -27,15 +30,19 @@ use arrow::compute::take;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::row::{Row, RowConverter, SortField};
 
+use super::waiting::{Waiting, by_scan};
 use crate::group::GroupAggregateOperator;
 use crate::groups::Groups;
 use crate::{Error, Result};
+use weir_common::time::wall_clock_millis;
+use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, DeltaOf, store_delta, whole_store};
 use weir_state::incremental::upsert_delta;
+use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{concat_by_key_group, key_groups};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
-use weir_state::store::{Entry, Frozen, SWEEP, WRITE_CHUNK};
+use weir_state::store::{Entry, Frozen, SWEEP, Store, WRITE_CHUNK};
 
 /// The least a row is guessed to add to memory: a new group's key slot,
 /// count, stamps and a state or two.
@@ -48,6 +55,15 @@ pub(super) struct Spill {
     codec: Codec,
     /// Where the next TTL sweep of the store starts.
     sweep_from: Vec<u8>,
+    /// Rows waiting for their key group's read, and the store's entries
+    /// per key group.
+    pub(super) waiting: Waiting,
+    /// Per group in memory: whether its state is still to be read (its
+    /// rows wait).
+    unread: Vec<bool>,
+    /// Per group in memory: whether the store held an entry of it when it
+    /// was read.
+    in_store: Vec<bool>,
 }
 
 impl Spill {
@@ -62,6 +78,9 @@ impl Spill {
         let own = Spill {
             codec: Codec::new(state_schema, key_count)?,
             sweep_from: Vec::new(),
+            waiting: Waiting::default(),
+            unread: Vec::new(),
+            in_store: Vec::new(),
         };
         Ok(Spilled::new(
             SpillCore::new(settings, incremental, LEAST_PER_ROW),
@@ -97,6 +116,44 @@ impl Spill {
             .collect())
     }
 
+    /// Rows `rows` of `batch` (whose keys are `keys`) wait, from `now`,
+    /// each in its key group, in arrival order.
+    fn hold(
+        &mut self,
+        batch: &RecordBatch,
+        keys: &[ArrayRef],
+        rows: Vec<u32>,
+        max_parallelism: usize,
+        now: i64,
+    ) -> Result<()> {
+        let rows = UInt32Array::from(rows);
+        let keys = keys
+            .iter()
+            .map(|k| Ok(take(k, &rows, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        let groups = key_groups(&keys, rows.len(), max_parallelism)?;
+        // A stable sort: a key's rows stay in arrival order.
+        let mut order: Vec<u32> = (0..rows.len() as u32).collect();
+        order.sort_by_key(|i| groups.value(*i as usize));
+        let picks = UInt32Array::from_iter_values(order.iter().map(|i| rows.value(*i as usize)));
+        let held = arrow::compute::take_record_batch(batch, &picks)?;
+        let per_row = held.get_array_memory_size() / held.num_rows().max(1);
+        let mut start = 0;
+        while start < order.len() {
+            let group = groups.value(order[start] as usize);
+            let end = start
+                + order[start..]
+                    .iter()
+                    .take_while(|i| groups.value(**i as usize) == group)
+                    .count();
+            let len = end - start;
+            self.waiting
+                .hold(group, held.slice(start, len), per_row * len, now);
+            start = end;
+        }
+        Ok(())
+    }
+
     /// Row bytes of the state columns after the keys (cast to their types).
     fn encode_values(
         &self,
@@ -111,6 +168,41 @@ impl Spill {
             .collect::<Result<Vec<_>>>()?;
         Ok(self.codec.values.convert_columns(&columns)?)
     }
+}
+
+/// The values of those of `keys` the store holds (all keys of one key
+/// group), by one scan from the least of them to the greatest: (index in
+/// `keys`, value).
+fn scan_for(store: &Store, keys: &[Vec<u8>]) -> Result<Vec<(usize, fjall::Slice)>> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_unstable_by(|a, b| keys[*a].cmp(&keys[*b]));
+    let (Some(first), Some(last)) = (order.first(), order.last()) else {
+        return Ok(Vec::new());
+    };
+    let (mut next, mut found) = (0, Vec::new());
+    store.visit_range(&keys[*first], &keys[*last], |(key, value)| {
+        while next < order.len() && keys[order[next]][..] < key[..] {
+            next += 1;
+        }
+        if next < order.len() && keys[order[next]][..] == key[..] {
+            found.push((order[next], value));
+            next += 1;
+        }
+        next < order.len()
+    })?;
+    Ok(found)
+}
+
+/// The values of those of `keys` the store holds, a lookup each: (index in
+/// `keys`, value).
+fn look_up(store: &Store, keys: &[Vec<u8>]) -> Result<Vec<(usize, fjall::Slice)>> {
+    let mut found = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        if let Some(value) = store.get(key)? {
+            found.push((i, value));
+        }
+    }
+    Ok(found)
 }
 
 /// Store entries to state rows and back: the keys' and the state columns'
@@ -205,47 +297,146 @@ impl GroupAggregateOperator {
             c.keys.size() + c.flags.capacity() + c.groups.capacity() * 8
         });
         let accumulators: usize = self.accumulators.iter().map(|a| a.size()).sum();
-        self.groups.size() + vectors + changed + accumulators
+        let waiting = self.spill.as_ref().map_or(0, |s| {
+            s.own.waiting.bytes() + s.own.unread.capacity() + s.own.in_store.capacity()
+        });
+        self.groups.size() + vectors + changed + accumulators + waiting
     }
 
-    /// Reads the state of the groups the last intern made (from
-    /// `first_new`) from the store, where it has them.
-    pub(super) fn load_spilled(&mut self, first_new: usize, keys: &[ArrayRef]) -> Result<()> {
-        let Some(spill) = self.spill.as_ref().filter(|s| s.core.store.is_some()) else {
+    /// Whether rows of groups not in memory wait for their key group's
+    /// read: the store holds groups.
+    pub(super) fn rows_wait(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.core.store.is_some())
+    }
+
+    /// Of a batch just interned: the rows of groups whose state is still
+    /// to be read wait for their key group's read (a new group's too: the
+    /// store may hold it). Returns the other rows, to aggregate now, with
+    /// their keys (`group_indices` then are theirs); `None` when all wait.
+    pub(super) fn hold_unread(
+        &mut self,
+        batch: &RecordBatch,
+        keys: &[ArrayRef],
+    ) -> Result<Option<(RecordBatch, Vec<ArrayRef>)>> {
+        let total = self.groups.len();
+        let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
+        own.unread.resize(total, true);
+        own.in_store.resize(total, false);
+        let (mut now, mut wait) = (Vec::new(), Vec::new());
+        for (row, &g) in self.group_indices.iter().enumerate() {
+            match own.unread[g] {
+                true => wait.push(row as u32),
+                false => now.push(row as u32),
+            }
+        }
+        if wait.is_empty() {
+            return Ok(Some((batch.clone(), keys.to_vec())));
+        }
+        own.hold(batch, keys, wait, self.max_parallelism, wall_clock_millis())?;
+        if now.is_empty() {
+            return Ok(None);
+        }
+        self.group_indices = now.iter().map(|r| self.group_indices[*r as usize]).collect();
+        let now = UInt32Array::from(now);
+        let keys = keys
+            .iter()
+            .map(|k| Ok(take(k, &now, None)?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some((arrow::compute::take_record_batch(batch, &now)?, keys)))
+    }
+
+    /// Reads the key groups whose waiting rows are due at `now`, or take
+    /// more than an eighth of the budget.
+    pub(super) fn read_due(&mut self, now: i64, out: &mut Output) -> Result<()> {
+        let Some(spill) = &self.spill else {
             return Ok(());
         };
-        let total = self.groups.len();
-        if total <= first_new {
+        let due = spill.own.waiting.due_at(now, spill.core.settings.budget / 8);
+        self.read_key_groups(due, out)
+    }
+
+    /// Reads every key group with waiting rows (at a barrier, or at the end).
+    pub(super) fn read_all_waiting(&mut self, out: &mut Output) -> Result<()> {
+        let Some(spill) = &self.spill else {
             return Ok(());
+        };
+        let all = spill.own.waiting.key_groups();
+        self.read_key_groups(all, out)
+    }
+
+    /// An error when rows wait for their key group's read: a snapshot
+    /// follows [`Operator::prepare_snapshot`](weir_runtime::Operator::prepare_snapshot), which reads them all.
+    pub(super) fn no_rows_wait(&self) -> Result<()> {
+        match self.spill.as_ref().is_some_and(|s| !s.own.waiting.is_empty()) {
+            true => Err(Error::Internal(format!(
+                "{}: a snapshot while rows wait for spilled state (prepare_snapshot reads them first)",
+                self.spec.name
+            ))),
+            false => Ok(()),
         }
-        let mut rows = Vec::with_capacity(total - first_new);
+    }
+
+    /// For each of `key_groups`: reads its waiting groups' state from the
+    /// store and aggregates its waiting rows, as one mini-batch, emitting
+    /// their changes; memory is spilled in between when full.
+    fn read_key_groups(&mut self, key_groups: Vec<u32>, out: &mut Output) -> Result<()> {
+        for key_group in key_groups {
+            let own = &mut self.spill.as_mut().expect("spilled").own;
+            let batches = own.waiting.take(key_group);
+            let Some(first) = batches.first() else {
+                continue;
+            };
+            let rows = arrow::compute::concat_batches(&first.schema(), &batches)?;
+            drop(batches);
+            let keys = self.intern(&rows)?;
+            self.read_unread(key_group, &keys)?;
+            self.aggregate(&rows, &keys, out)?;
+            self.spill_if_full(rows.num_rows())?;
+        }
+        Ok(())
+    }
+
+    /// Reads from the store the state of the interned rows' groups still to
+    /// be read (all of `key_group`): by one scan of the key group, or a
+    /// lookup each when they are few ([`by_scan`]); none when the store
+    /// holds nothing of it.
+    fn read_unread(&mut self, key_group: u32, keys: &[ArrayRef]) -> Result<()> {
+        let total = self.groups.len();
+        let spill = self.spill.as_mut().expect("spilled");
+        let own = &mut spill.own;
+        own.unread.resize(total, true);
+        own.in_store.resize(total, false);
+        let (mut groups, mut rows) = (Vec::new(), Vec::new());
         for (row, &g) in self.group_indices.iter().enumerate() {
-            if g == first_new + rows.len() {
+            if own.unread[g] {
+                own.unread[g] = false;
+                groups.push(g);
                 rows.push(row as u32);
             }
         }
+        let stored = own.waiting.stored_in(key_group);
+        if groups.is_empty() || stored == 0 {
+            return Ok(());
+        }
         let rows = UInt32Array::from(rows);
-        let new_keys = keys
+        let keys = keys
             .iter()
             .map(|k| Ok(take(k, &rows, None)?))
             .collect::<Result<Vec<_>>>()?;
-        let store_keys = spill
-            .own
-            .store_keys(&new_keys, rows.len(), self.max_parallelism)?;
-        let store = spill.core.store.as_ref().expect("filtered above");
-        let (mut groups, mut values) = (Vec::new(), Vec::new());
-        for (i, key) in store_keys.iter().enumerate() {
-            if let Some(value) = store.get(key)? {
-                groups.push(first_new + i);
-                values.push(value);
-            }
-        }
-        if groups.is_empty() {
+        let store_keys = own.keyed(&UInt32Array::from(vec![key_group; groups.len()]), &keys)?;
+        let store = spill.core.store.as_ref().expect("rows wait only when spilled");
+        let found = match by_scan(groups.len(), stored) {
+            true => scan_for(store, &store_keys)?,
+            false => look_up(store, &store_keys)?,
+        };
+        if found.is_empty() {
             return Ok(());
         }
-        let values: Vec<&[u8]> = values.iter().map(|v| &v[..]).collect();
-        let states = spill.own.codec.decode_values(&values)?;
-        self.restore_groups(&states, &groups)
+        let found_groups: Vec<usize> = found.iter().map(|(i, _)| groups[*i]).collect();
+        found_groups.iter().for_each(|g| own.in_store[*g] = true);
+        let values: Vec<&[u8]> = found.iter().map(|(_, v)| &v[..]).collect();
+        let states = own.codec.decode_values(&values)?;
+        self.restore_groups(&states, &found_groups)
     }
 
     /// Writes every group to the store (a group without rows is removed
@@ -263,11 +454,25 @@ impl GroupAggregateOperator {
         spill.core.open_store()?;
         let mut flushed = spill.core.flushed.take();
         let spill = self.spill.as_ref().expect("checked above");
+        let mut stored = std::collections::BTreeMap::<u32, i64>::new();
         for start in (0..total).step_by(WRITE_CHUNK) {
             let end = (start + WRITE_CHUNK).min(total);
             let chunk: Vec<ArrayRef> = keys.iter().map(|k| k.slice(start, end - start)).collect();
             let store_keys = spill.own.store_keys(&chunk, end - start, self.max_parallelism)?;
-            let (live, gone): (Vec<usize>, Vec<usize>) = (start..end).partition(|g| self.counts[*g] > 0);
+            // A group still to be read has nothing to write; one the store
+            // did not hold has nothing to remove.
+            let own = &spill.own;
+            let read = (start..end).filter(|g| !own.unread.get(*g).copied().unwrap_or(false));
+            let (live, gone): (Vec<usize>, Vec<usize>) = read.partition(|g| self.counts[*g] > 0);
+            let in_store = |g: &usize| own.in_store.get(*g).copied().unwrap_or(false);
+            let gone: Vec<usize> = gone.into_iter().filter(in_store).collect();
+            let key_group =
+                |g: &usize| u32::from_be_bytes(store_keys[g - start][..4].try_into().expect("4 bytes"));
+            live.iter()
+                .filter(|g| !in_store(g))
+                .for_each(|g| *stored.entry(key_group(g)).or_insert(0) += 1);
+            gone.iter()
+                .for_each(|g| *stored.entry(key_group(g)).or_insert(0) -= 1);
             let values = spill
                 .own
                 .encode_values(&self.state_columns(&live)?, &schema, key_count)?;
@@ -291,6 +496,11 @@ impl GroupAggregateOperator {
         }
         if let Some(spill) = self.spill.as_mut() {
             spill.core.flushed = flushed;
+            let own = &mut spill.own;
+            stored
+                .into_iter()
+                .for_each(|(kg, n)| own.waiting.stored_changed(kg, n));
+            (own.unread, own.in_store) = (Vec::new(), Vec::new());
         }
         self.changed = changed.map(|_| super::Changed::default());
         self.accumulators = self.spec.accumulators()?;
@@ -357,21 +567,23 @@ impl GroupAggregateOperator {
         let key_count = self.spec.key_schema.fields().len();
         let spill = self.spill.as_mut().expect("spilling");
         spill.core.open_store()?;
-        let spill = self.spill.as_ref().expect("spilling");
         for chunk in weir_state::store::in_chunks(rows) {
             let key_groups = chunk.column(0).as_primitive::<arrow::datatypes::UInt32Type>();
-            let store_keys = spill.own.keyed(key_groups, &chunk.columns()[1..1 + key_count])?;
-            let values = spill
-                .own
-                .encode_values(&chunk.columns()[1 + key_count..], &schema, key_count)?;
+            let own = &spill.own;
+            let store_keys = own.keyed(key_groups, &chunk.columns()[1..1 + key_count])?;
+            let values = own.encode_values(&chunk.columns()[1 + key_count..], &schema, key_count)?;
             let puts = (0..chunk.num_rows()).map(|i| (&store_keys[i][..], values.row(i).data()));
             spill.core.store.as_ref().expect("opened above").write(puts, [])?;
+            (key_groups.values().iter()).for_each(|kg| spill.own.waiting.stored_changed(*kg, 1));
         }
         Ok(())
     }
 
     /// Removes the store's entries not written for the TTL at `now`, a slice
-    /// of the store per call (from where the last one stopped).
+    /// of the store per call (from where the last one stopped). The count
+    /// of entries per key group is left as it was: an upper bound is all a
+    /// read needs (a key group counted empty is not read), and an entry
+    /// swept while its group is in memory is written again.
     pub(super) fn sweep_store(&mut self, now: i64) -> Result<()> {
         let (Some(ttl), Some(spill)) = (self.spec.state_ttl, self.spill.as_mut()) else {
             return Ok(());

@@ -383,8 +383,47 @@ fn entries_in(dir: &std::path::Path) -> usize {
 
 const COUNT_SUM_MAX: &str = "INSERT INTO out SELECT k, COUNT(*), MAX(v) + SUM(v) FROM t GROUP BY k";
 
+/// The table a changelog of `lines` (`+I k v...`) ends with, keyed by its
+/// first value; panics on a change the table does not allow (a retraction
+/// of a row it does not hold, an insert of a key it has).
+fn table(lines: &[String]) -> std::collections::BTreeMap<String, String> {
+    let mut table = std::collections::BTreeMap::new();
+    for line in lines {
+        let (kind, row) = line.split_once(' ').unwrap();
+        let (key, values) = row.split_once(' ').unwrap_or((row, ""));
+        match kind {
+            "+I" | "+U" => assert!(
+                table.insert(key.to_string(), values.to_string()).is_none(),
+                "{line}: the key has a row"
+            ),
+            _ => assert_eq!(table.remove(key).as_deref(), Some(values), "{line}"),
+        }
+    }
+    table
+}
+
+/// Whether each key's new rows (`+I`, `+U`) in `part` come in the order of
+/// its new rows in `whole`, some left out (a larger mini-batch leaves out
+/// intermediate results).
+fn new_rows_follow(part: &[String], whole: &[String]) -> bool {
+    let of_key = |lines: &[String]| {
+        let mut keys = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for line in lines.iter().filter(|l| l.starts_with('+')) {
+            let row = line.split_once(' ').unwrap().1;
+            let key = row.split_once(' ').map_or(row, |(k, _)| k);
+            keys.entry(key.to_string()).or_default().push(row.to_string());
+        }
+        keys
+    };
+    let whole = of_key(whole);
+    of_key(part).iter().all(|(key, rows)| {
+        let mut all = whole.get(key).into_iter().flatten();
+        rows.iter().all(|row| all.any(|w| w == row))
+    })
+}
+
 #[test]
-fn spilled_groups_emit_the_changes_the_heap_emits() {
+fn spilled_groups_emit_the_heaps_results_and_its_table() {
     let dir = tempfile::tempdir().unwrap();
     let batches = many_rows(60, 100, 2000);
     let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
@@ -398,7 +437,34 @@ fn spilled_groups_emit_the_changes_the_heap_emits() {
         store_seen |= entries_in(dir.path()) > 0;
     }
     assert!(store_seen, "groups went to the store");
-    assert_eq!(got, expected);
+    let before_barrier = got.len();
+    got.extend(spilling.barrier().unwrap());
+    assert!(got.len() > before_barrier, "rows waited for their key group");
+    assert!(
+        spilling.barrier().unwrap().is_empty(),
+        "none wait after a barrier"
+    );
+    assert_eq!(table(&got), table(&expected));
+    assert!(new_rows_follow(&got, &expected));
+}
+
+#[test]
+fn rows_of_spilled_groups_wait_at_most_a_second_and_then_come_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(30, 100, 1500);
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
+    let mut h = harness(COUNT_SUM_MAX, 0).spilling(16 * 1024, dir.path()).unwrap();
+    let mut got = emitted(&mut h, &batches);
+    let later = weir_common::time::wall_clock_millis() + super::waiting::LONGEST_WAIT_MS;
+    let waited = h.processing_time(later).unwrap();
+    assert!(
+        !waited.is_empty(),
+        "the last batch's rows of groups in the store waited"
+    );
+    got.extend(waited);
+    assert!(h.finish().unwrap().is_empty(), "every row was read by then");
+    assert_eq!(table(&got), table(&expected));
+    assert!(new_rows_follow(&got, &expected));
 }
 
 #[test]
@@ -424,8 +490,12 @@ fn spilled_retractions_leave_their_groups_and_emptied_groups_leave_the_store() {
     let all: Vec<String> = adds.iter().chain(&takes).cloned().collect();
     let expected = emitted(&mut counts_of_counts(), &all);
     let mut h = counts_of_counts().spilling(16 * 1024, dir.path()).unwrap();
-    assert_eq!(emitted(&mut h, &all), expected);
+    let mut got = emitted(&mut h, &all);
     let snapshot = h.restart().unwrap().expect("a snapshot");
+    got.extend(h.take_barrier_output());
+    assert_eq!(table(&got), table(&expected));
+    assert!(table(&got).is_empty());
+    assert!(new_rows_follow(&got, &expected));
     assert!(
         snapshot.runs.is_empty() && snapshot.rows.is_none(),
         "every group was emptied: the store holds none"
@@ -437,16 +507,18 @@ fn spilled_groups_restore_from_a_snapshot_as_if_never_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let batches = many_rows(40, 100, 1500);
     let (before, after) = batches.split_at(batches.len() / 2);
-    let mut heap = harness(COUNT_SUM_MAX, 0);
-    emitted(&mut heap, before);
-    let expected = emitted(&mut heap, after);
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
 
     let mut h = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
+    let mut got = emitted(&mut h, before);
     let snapshot = h.restart().unwrap().expect("a snapshot");
+    got.extend(h.take_barrier_output());
     assert_eq!(snapshot.runs.len(), 1, "the store as one run");
     assert_eq!(snapshot.runs[0].info.rows, 1500);
-    assert_eq!(emitted(&mut h, after), expected);
+    got.extend(emitted(&mut h, after));
+    got.extend(h.finish().unwrap());
+    assert_eq!(table(&got), table(&expected));
+    assert!(new_rows_follow(&got, &expected));
 }
 
 #[test]
@@ -454,23 +526,25 @@ fn a_spilled_snapshot_holds_the_groups_of_its_barrier_while_the_operator_goes_on
     let dir = tempfile::tempdir().unwrap();
     let batches = many_rows(40, 100, 1500);
     let (before, after) = batches.split_at(batches.len() / 2);
-    let mut heap = harness(COUNT_SUM_MAX, 0);
-    emitted(&mut heap, before);
-    let expected = emitted(&mut heap, after);
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
 
     let mut h = harness(COUNT_SUM_MAX, 0).spilling(32 * 1024, dir.path()).unwrap();
-    emitted(&mut h, before);
+    let mut got = emitted(&mut h, before);
     let snapshot = h.snapshot_unwritten().unwrap().expect("a snapshot");
+    got.extend(h.take_barrier_output());
     assert_eq!(
         snapshot.deferred.len(),
         1,
         "the store, read by the snapshot's writer"
     );
     emitted(&mut h, after);
+    h.finish().unwrap();
     h.restart_from(snapshot).unwrap();
+    got.extend(emitted(&mut h, after));
+    got.extend(h.finish().unwrap());
     assert_eq!(
-        emitted(&mut h, after),
-        expected,
+        table(&got),
+        table(&expected),
         "the groups as they were at the barrier"
     );
 }
@@ -482,26 +556,28 @@ fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_th
     // Then 300 keys only, changed again and again (spilled in between).
     let second = many_rows(30, 100, 300);
     let third = many_rows(10, 100, 1500);
-    let mut heap = harness(COUNT_SUM_MAX, 0);
-    emitted(&mut heap, &first);
-    emitted(&mut heap, &second);
-    let expected = emitted(&mut heap, &third);
+    let all: Vec<String> = first.iter().chain(&second).chain(&third).cloned().collect();
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &all);
 
     let mut h = harness(COUNT_SUM_MAX, 0)
         .incremental()
         .unwrap()
         .spilling(16 * 1024, dir.path())
         .unwrap();
-    emitted(&mut h, &first);
+    let mut got = emitted(&mut h, &first);
     let base = h.snapshot_delta(true).unwrap().expect("a base");
     assert_eq!(base.num_rows(), 1500);
-    emitted(&mut h, &second);
+    got.extend(h.take_barrier_output());
+    got.extend(emitted(&mut h, &second));
     let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    got.extend(h.take_barrier_output());
     let keys = upserts(&delta);
     assert_eq!(keys.len(), 300, "each changed key once");
     assert!(keys.iter().all(|(_, deleted)| !deleted));
     h.restart_from_chain().unwrap();
-    assert_eq!(emitted(&mut h, &third), expected);
+    got.extend(emitted(&mut h, &third));
+    got.extend(h.finish().unwrap());
+    assert_eq!(table(&got), table(&expected));
 }
 
 #[test]
@@ -510,30 +586,33 @@ fn a_delta_of_spilled_groups_reads_the_store_of_its_barrier_while_the_operator_g
     let first = many_rows(30, 100, 1500);
     let second = many_rows(30, 100, 300);
     let third = many_rows(10, 100, 1500);
-    let mut heap = harness(COUNT_SUM_MAX, 0);
-    emitted(&mut heap, &first);
-    emitted(&mut heap, &second);
-    let expected = emitted(&mut heap, &third);
+    let all: Vec<String> = first.iter().chain(&second).chain(&third).cloned().collect();
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &all);
 
     let mut h = harness(COUNT_SUM_MAX, 0)
         .incremental()
         .unwrap()
         .spilling(16 * 1024, dir.path())
         .unwrap();
-    emitted(&mut h, &first);
+    let mut got = emitted(&mut h, &first);
     h.snapshot_delta(true).unwrap();
-    emitted(&mut h, &second);
+    got.extend(h.take_barrier_output());
+    got.extend(emitted(&mut h, &second));
     // The third part changes the store before the delta is read.
     let delta = h
         .snapshot_delta_while(false, |h| {
             emitted(h, &third);
+            h.finish()?;
             Ok(())
         })
         .unwrap()
         .expect("changes");
+    got.extend(h.take_barrier_output());
     assert_eq!(upserts(&delta).len(), 300, "the keys changed before the barrier");
     h.restart_from_chain().unwrap();
-    assert_eq!(emitted(&mut h, &third), expected);
+    got.extend(emitted(&mut h, &third));
+    got.extend(h.finish().unwrap());
+    assert_eq!(table(&got), table(&expected));
 }
 
 #[test]

@@ -1,0 +1,207 @@
+//! Rows of a spilled aggregation that wait for their key group's state: held per key group, read from the store a key group at a time.
+//!
+//! Once groups are in the store, a row whose group is not in memory would
+//! need a lookup of its own (an LSM point read, ~20 times the cost of a
+//! row read in a scan). Its rows wait instead, per key group, in arrival
+//! order. A key group is read when its waiting rows are a good share of its
+//! stored entries ([`due`]): then one scan (or, for a few keys, a lookup
+//! each: [`by_scan`]) brings in every waiting group's state, and the rows
+//! are aggregated at the heap's speed, as one mini-batch. Rows wait at most
+//! [`LONGEST_WAIT_MS`], the next checkpoint barrier or the end of input; and
+//! while their bytes pass a share of the budget, the key groups with the
+//! most rows for their entries are read first ([`to_read`]).
+//!
+//! The decisions are plain functions, tested here without a store.
+
+use std::collections::BTreeMap;
+
+use arrow::record_batch::RecordBatch;
+
+/// The longest a row waits for its key group's read (ms, wall clock).
+pub const LONGEST_WAIT_MS: i64 = 1000;
+
+/// A key group is read once it has a waiting row per this many stored entries.
+const ENTRIES_PER_ROW: u64 = 2;
+
+/// A lookup of one key costs about this many entries read by a scan.
+const LOOKUP_IN_ENTRIES: u64 = 16;
+
+/// Whether a key group with `rows` waiting rows since `since`, of `stored`
+/// entries in the store, is read at `now`.
+pub fn due(rows: usize, stored: u64, since: i64, now: i64) -> bool {
+    rows as u64 * ENTRIES_PER_ROW >= stored || now - since >= LONGEST_WAIT_MS
+}
+
+/// Whether `needed` keys of a key group of `stored` entries are read by one
+/// scan of the key group rather than a lookup each.
+pub fn by_scan(needed: usize, stored: u64) -> bool {
+    needed as u64 * LOOKUP_IN_ENTRIES >= stored
+}
+
+/// Of key groups as (key group, waiting rows, bytes, stored entries): those
+/// to read so that the waiting rows take at most `target` bytes, the most
+/// rows for their stored entries first.
+pub fn to_read(held: &[(u32, usize, usize, u64)], target: usize) -> Vec<u32> {
+    let total: usize = held.iter().map(|h| h.2).sum();
+    let mut by_share: Vec<&(u32, usize, usize, u64)> = held.iter().collect();
+    // rows / stored, descending: compare rows_a * stored_b with rows_b * stored_a.
+    by_share.sort_by(|a, b| {
+        let (left, right) = (a.1 as u128 * b.3.max(1) as u128, b.1 as u128 * a.3.max(1) as u128);
+        right.cmp(&left).then(a.0.cmp(&b.0))
+    });
+    let mut left = total;
+    let mut read = Vec::new();
+    for &&(key_group, _, bytes, _) in &by_share {
+        if left <= target {
+            break;
+        }
+        read.push(key_group);
+        left -= bytes;
+    }
+    read
+}
+
+/// One key group's waiting rows.
+struct Held {
+    batches: Vec<RecordBatch>,
+    rows: usize,
+    bytes: usize,
+    /// When its oldest row came (ms).
+    since: i64,
+}
+
+/// Every key group's waiting rows, and its entries in the store.
+#[derive(Default)]
+pub struct Waiting {
+    held: BTreeMap<u32, Held>,
+    bytes: usize,
+    /// Entries the store holds, per key group: never fewer (a key group
+    /// counted empty is not read).
+    stored: BTreeMap<u32, u64>,
+}
+
+impl Waiting {
+    /// `rows` (all of `key_group`, `bytes` in memory) wait from `now`.
+    pub fn hold(&mut self, key_group: u32, rows: RecordBatch, bytes: usize, now: i64) {
+        let held = self.held.entry(key_group).or_insert(Held {
+            batches: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            since: now,
+        });
+        held.rows += rows.num_rows();
+        held.bytes += bytes;
+        held.batches.push(rows);
+        self.bytes += bytes;
+    }
+
+    /// The rows of `key_group`, in arrival order, waiting no more.
+    pub fn take(&mut self, key_group: u32) -> Vec<RecordBatch> {
+        match self.held.remove(&key_group) {
+            Some(held) => {
+                self.bytes -= held.bytes;
+                held.batches
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The key groups due at `now` ([`due`]), and then, while the rows take
+    /// more than `limit` bytes, those [`to_read`] to bring them to half.
+    pub fn due_at(&self, now: i64, limit: usize) -> Vec<u32> {
+        let mut due_now: Vec<u32> = (self.held.iter())
+            .filter(|(kg, h)| due(h.rows, self.stored_in(**kg), h.since, now))
+            .map(|(kg, _)| *kg)
+            .collect();
+        let left = self.bytes - due_now.iter().map(|kg| self.held[kg].bytes).sum::<usize>();
+        if left > limit {
+            let rest: Vec<(u32, usize, usize, u64)> = (self.held.iter())
+                .filter(|(kg, _)| !due_now.contains(kg))
+                .map(|(kg, h)| (*kg, h.rows, h.bytes, self.stored_in(*kg)))
+                .collect();
+            due_now.extend(to_read(&rest, limit / 2));
+        }
+        due_now
+    }
+
+    /// Every key group with waiting rows.
+    pub fn key_groups(&self) -> Vec<u32> {
+        self.held.keys().copied().collect()
+    }
+
+    /// Whether no row waits.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Bytes the waiting rows take.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Entries the store holds for `key_group`.
+    pub fn stored_in(&self, key_group: u32) -> u64 {
+        self.stored.get(&key_group).copied().unwrap_or(0)
+    }
+
+    /// The store gained (`delta` > 0) or lost entries of `key_group`.
+    pub fn stored_changed(&mut self, key_group: u32, delta: i64) {
+        let n = self.stored.entry(key_group).or_insert(0);
+        *n = n.saturating_add_signed(delta);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use std::sync::Arc;
+
+    fn rows(n: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([("v", Arc::new(Int64Array::from_iter_values(0..n)) as _)]).unwrap()
+    }
+
+    #[test]
+    fn a_key_group_is_read_once_its_rows_are_half_its_entries_or_the_oldest_waited_a_second() {
+        assert!(!due(499, 1000, 0, 999));
+        assert!(due(500, 1000, 0, 10));
+        assert!(due(1, 1000, 0, LONGEST_WAIT_MS));
+        assert!(due(1, 0, 0, 0), "nothing stored: nothing to wait for");
+    }
+
+    #[test]
+    fn a_few_keys_are_looked_up_and_many_are_read_by_one_scan() {
+        assert!(!by_scan(10, 1000));
+        assert!(by_scan(63, 1000));
+        assert!(by_scan(1, 1));
+    }
+
+    #[test]
+    fn past_the_limit_the_key_groups_with_the_most_rows_for_their_entries_are_read_first() {
+        // (key group, rows, bytes, stored)
+        let held = [(1, 10, 100, 1000), (2, 40, 400, 1000), (3, 20, 200, 100)];
+        assert_eq!(to_read(&held, 600), vec![3]);
+        assert_eq!(to_read(&held, 300), vec![3, 2]);
+        assert!(to_read(&held, 700 + 1000).is_empty());
+    }
+
+    #[test]
+    fn rows_wait_per_key_group_in_arrival_order_until_taken() {
+        let mut w = Waiting::default();
+        w.stored_changed(7, 100);
+        w.hold(7, rows(3), 30, 0);
+        w.hold(9, rows(1), 10, 5);
+        w.hold(7, rows(2), 20, 8);
+        assert_eq!(w.bytes(), 60);
+        assert_eq!(w.key_groups(), vec![7, 9]);
+        assert_eq!(w.due_at(10, 1000), vec![9], "key group 9 has nothing stored");
+        assert_eq!(w.due_at(LONGEST_WAIT_MS, 1000), vec![7, 9]);
+        assert_eq!(w.due_at(10, 20), vec![9, 7], "over the limit");
+        let taken: Vec<usize> = w.take(7).iter().map(RecordBatch::num_rows).collect();
+        assert_eq!(taken, [3, 2]);
+        assert_eq!(w.bytes(), 10);
+        assert!(w.take(7).is_empty());
+        w.stored_changed(7, -150);
+        assert_eq!(w.stored_in(7), 0);
+    }
+}
