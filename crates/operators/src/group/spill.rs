@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
-use arrow::compute::take;
+use arrow::compute::take_arrays;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::row::{Row, RowConverter, SortField};
 
@@ -127,10 +127,7 @@ impl Spill {
         now: i64,
     ) -> Result<()> {
         let rows = UInt32Array::from(rows);
-        let keys = keys
-            .iter()
-            .map(|k| Ok(take(k, &rows, None)?))
-            .collect::<Result<Vec<_>>>()?;
+        let keys = take_arrays(keys, &rows, None)?;
         let groups = key_groups(&keys, rows.len(), max_parallelism)?;
         // A stable sort: a key's rows stay in arrival order.
         let mut order: Vec<u32> = (0..rows.len() as u32).collect();
@@ -338,10 +335,7 @@ impl GroupAggregateOperator {
         }
         self.group_indices = now.iter().map(|r| self.group_indices[*r as usize]).collect();
         let now = UInt32Array::from(now);
-        let keys = keys
-            .iter()
-            .map(|k| Ok(take(k, &now, None)?))
-            .collect::<Result<Vec<_>>>()?;
+        let keys = take_arrays(keys, &now, None)?;
         Ok(Some((arrow::compute::take_record_batch(batch, &now)?, keys)))
     }
 
@@ -419,10 +413,7 @@ impl GroupAggregateOperator {
             return Ok(());
         }
         let rows = UInt32Array::from(rows);
-        let keys = keys
-            .iter()
-            .map(|k| Ok(take(k, &rows, None)?))
-            .collect::<Result<Vec<_>>>()?;
+        let keys = take_arrays(keys, &rows, None)?;
         let store_keys = own.keyed(&UInt32Array::from(vec![key_group; groups.len()]), &keys)?;
         let store = spill.core.store.as_ref().expect("rows wait only when spilled");
         let found = match by_scan(groups.len(), stored) {
