@@ -41,6 +41,11 @@ impl std::fmt::Debug for Deferred {
 }
 
 impl Deferred {
+    /// A part whose writer is `write`.
+    pub fn new(write: impl FnOnce(&dyn Fn() -> bool) -> Result<Option<Run>> + Send + 'static) -> Self {
+        Deferred(Box::new(write))
+    }
+
     /// Reads it into a run while `live` says the checkpoint goes on
     /// (`None`: no rows).
     pub fn write(self, live: &dyn Fn() -> bool) -> Result<Option<Run>> {
@@ -49,7 +54,7 @@ impl Deferred {
 }
 
 /// The checkpoint went away while its spilled state was read.
-fn aborted() -> Error {
+pub(crate) fn aborted() -> Error {
     Error::Execution("the checkpoint was aborted while its spilled state was read".into())
 }
 
@@ -99,9 +104,9 @@ where
 }
 
 /// What an incremental snapshot of spilled state reads ([`store_delta`]).
-pub struct DeltaOf<P, M> {
-    /// The store at the barrier.
-    pub frozen: Frozen,
+pub struct DeltaOf<P, M, Z = Frozen> {
+    /// The store at the barrier (or the spilled files, [`crate::key_group_files`]).
+    pub frozen: Z,
     /// Where the delta's run goes.
     pub path: PathBuf,
     /// Flushed keys read back at a time.
@@ -146,11 +151,12 @@ impl<P, M> DeltaOf<P, M> {
 /// flushed keys come in store-key order, which is key-group order, so each
 /// chunk is written with the memory rows of key groups up to its last, and
 /// the writer holds one chunk at a time, not the whole delta.
-pub fn store_delta<P, M, R, F>(delta: DeltaOf<P, M>, mut read_back: R, mut finish: F) -> Deferred
+pub fn store_delta<P, M, Z, R, F>(delta: DeltaOf<P, M, Z>, mut read_back: R, mut finish: F) -> Deferred
 where
     P: Send + 'static,
     M: Fn(&[u8]) -> bool + Send + 'static,
-    R: FnMut(&Frozen, &[&[u8]]) -> Result<Vec<P>> + Send + 'static,
+    Z: Send + 'static,
+    R: FnMut(&Z, &[&[u8]]) -> Result<Vec<P>> + Send + 'static,
     F: FnMut(Vec<P>) -> Result<Option<RecordBatch>> + Send + 'static,
 {
     let DeltaOf {

@@ -7,6 +7,7 @@ pub mod deferred;
 pub mod entry;
 pub mod flushed;
 pub mod incremental;
+pub mod key_group_files;
 pub mod keyed_map;
 pub mod keyed_rows;
 pub mod local_dir;

@@ -1,7 +1,8 @@
 //! The spilling backend's local directory: what a killed process left there is removed when a job starts.
 //!
-//! Runs (`weir-spill-<pid>-<n>`) and stores (`weir-store-<pid>-<n>`, with
-//! `weir-store-<pid>-<n>.runs`) are named by the process that made them,
+//! Runs (`weir-spill-<pid>-<n>`), stores (`weir-store-<pid>-<n>`, with
+//! `weir-store-<pid>-<n>.runs`) and key-group files (`weir-groups-<pid>-<n>`,
+//! with `.runs`) are named by the process that made them,
 //! and go when it drops them. A process killed with SIGKILL drops nothing:
 //! the next job on the same directory removes the directories of processes
 //! that are no longer running (a live process's are left alone, whoever it is).
@@ -12,7 +13,8 @@ use std::path::{Path, PathBuf};
 fn owner(name: &str) -> Option<u32> {
     let rest = name
         .strip_prefix("weir-spill-")
-        .or_else(|| name.strip_prefix("weir-store-"))?;
+        .or_else(|| name.strip_prefix("weir-store-"))
+        .or_else(|| name.strip_prefix("weir-groups-"))?;
     let (pid, n) = rest.split_once('-')?;
     let n = n.strip_suffix(".runs").unwrap_or(n);
     if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
@@ -67,6 +69,8 @@ mod tests {
             "weir-spill-10-0",
             "weir-store-10-3",
             "weir-store-10-3.runs",
+            "weir-groups-10-4",
+            "weir-groups-10-4.runs",
             "weir-spill-20-1",
             "weir-spill-x-1",
             "weir-spill-30",
@@ -78,7 +82,13 @@ mod tests {
         let stale = stale(&names, |pid| pid == 20);
         assert_eq!(
             stale,
-            ["weir-spill-10-0", "weir-store-10-3", "weir-store-10-3.runs"]
+            [
+                "weir-spill-10-0",
+                "weir-store-10-3",
+                "weir-store-10-3.runs",
+                "weir-groups-10-4",
+                "weir-groups-10-4.runs"
+            ]
         );
     }
 

@@ -31,7 +31,7 @@ const READ_BATCH_ROWS: usize = 8192;
 /// A run's file, deleted when the last holder (the operator, or a
 /// checkpoint still linking it) lets go.
 #[derive(Debug)]
-struct RunFile(PathBuf);
+pub(crate) struct RunFile(pub(crate) PathBuf);
 
 impl Drop for RunFile {
     fn drop(&mut self) {

@@ -183,7 +183,7 @@ struct GroupAggregateOperator {
     group_indices: Vec<usize>,
     /// Incremental checkpoints: the groups changed since the last snapshot.
     changed: Option<Changed>,
-    /// The spilling state backend: groups beyond the budget in its store.
+    /// The spilling state backend: groups beyond the budget in files per key group.
     spill: Option<weir_state::spilled::Spilled<spill::Spill>>,
 }
 
@@ -436,7 +436,7 @@ impl GroupAggregateOperator {
             return self.pre_aggregate(batch, retractions(batch).as_deref(), out);
         }
         let keys = self.intern(batch)?;
-        if self.rows_wait() {
+        if self.spilled_to_files() {
             if let Some((now, keys)) = self.hold_unread(batch, &keys)? {
                 self.aggregate(&now, &keys, out)?;
             }
@@ -662,7 +662,9 @@ impl GroupAggregateOperator {
         upsert_delta(&schema, rows, deleted, key_columns)
     }
 
-    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
+    /// Interns the keys of state `rows` and sets their groups' state;
+    /// returns the groups.
+    fn restore_rows(&mut self, rows: &RecordBatch) -> Result<Vec<usize>> {
         let key_count = self.spec.key_schema.fields().len();
         let keys = rows.columns()[1..1 + key_count].to_vec();
         let mut indices = Vec::new();
@@ -671,7 +673,8 @@ impl GroupAggregateOperator {
             changed.keys.append_new(&keys, &indices, self.groups.len())?;
         }
         self.grow();
-        self.restore_groups(&rows.columns()[1 + key_count..], &indices)
+        self.restore_groups(&rows.columns()[1 + key_count..], &indices)?;
+        Ok(indices)
     }
 
     /// Sets the state of `groups` (interned) from state columns after the
@@ -723,7 +726,7 @@ impl Operator for GroupAggregateOperator {
         if self.spec.state_ttl.is_none() {
             return Ok(());
         }
-        self.sweep_store(now)?;
+        self.sweep_files(now)?;
         let total = self.counts.len();
         if total == 0 {
             return Ok(());
@@ -750,7 +753,7 @@ impl Operator for GroupAggregateOperator {
             return Ok(None);
         }
         self.no_rows_wait()?;
-        if self.spill.has_spilled() {
+        if self.spilled_to_files() {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: self.spilled_snapshot()?,
@@ -776,7 +779,7 @@ impl Operator for GroupAggregateOperator {
 
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
         self.no_rows_wait()?;
-        if !full && self.spill.has_spilled() {
+        if !full && self.spilled_to_files() {
             return Ok(Some(OperatorSnapshot {
                 deferred: self.spilled_delta()?.into_iter().collect(),
                 rows_later: None,
@@ -819,7 +822,9 @@ impl Operator for GroupAggregateOperator {
             OperatorSnapshot::check_columns(rows, &self.spec.state_schema(&self.accumulators), &name)?;
             match self.spill.is_some() {
                 true => self.restore_spilled(rows)?,
-                false => self.restore_rows(rows)?,
+                false => {
+                    self.restore_rows(rows)?;
+                }
             }
         }
         Ok(())

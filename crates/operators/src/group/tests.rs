@@ -436,7 +436,7 @@ fn spilled_groups_emit_the_heaps_results_and_its_table() {
         got.extend(spilling.push(batch).unwrap());
         store_seen |= entries_in(dir.path()) > 0;
     }
-    assert!(store_seen, "groups went to the store");
+    assert!(store_seen, "groups went to files");
     let before_barrier = got.len();
     got.extend(spilling.barrier().unwrap());
     assert!(got.len() > before_barrier, "rows waited for their key group");
@@ -459,12 +459,56 @@ fn rows_of_spilled_groups_wait_at_most_a_second_and_then_come_out() {
     let waited = h.processing_time(later).unwrap();
     assert!(
         !waited.is_empty(),
-        "the last batch's rows of groups in the store waited"
+        "the last batch's rows of groups in the files waited"
     );
     got.extend(waited);
     assert!(h.finish().unwrap().is_empty(), "every row was read by then");
     assert_eq!(table(&got), table(&expected));
     assert!(new_rows_follow(&got, &expected));
+}
+
+/// A key other than `key` in `key`'s key group (of 128).
+fn key_in_the_key_group_of(key: &str) -> String {
+    use arrow::array::{ArrayRef, StringArray};
+    let group = |k: &str| {
+        let keys: Vec<ArrayRef> = vec![std::sync::Arc::new(StringArray::from(vec![k]))];
+        weir_state::snapshot::key_groups(&keys, 1, 128).unwrap().value(0)
+    };
+    (0..)
+        .map(|i| format!("n{i}"))
+        .find(|k| group(k) == group(key))
+        .unwrap()
+}
+
+#[test]
+fn rows_wait_only_in_key_groups_with_files_and_not_once_their_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness("INSERT INTO out SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k", 0)
+        .spilling(1 << 20, dir.path())
+        .unwrap();
+    // About 40 groups in each of 128 key groups: one row is not enough to
+    // read its key group's files.
+    let all: Vec<String> = (0..5000).map(|i| format!("k{i} 1")).collect();
+    h.push(&all.join("\n")).unwrap();
+    // A restore writes every group to its key group's files.
+    h.restart().unwrap();
+    assert!(h.push("k0 2").unwrap().is_empty(), "k0's key group has files");
+    let later = weir_common::time::wall_clock_millis() + super::waiting::LONGEST_WAIT_MS;
+    assert_eq!(
+        h.processing_time(later).unwrap(),
+        lines(&["-U k0 1 1", "+U k0 2 3"])
+    );
+    assert_eq!(
+        h.push("k0 4").unwrap(),
+        lines(&["-U k0 2 3", "+U k0 3 7"]),
+        "read back, its state is in memory"
+    );
+    let new = key_in_the_key_group_of("k0");
+    assert_eq!(
+        h.push(&format!("{new} 5")).unwrap(),
+        [format!("+I {new} 1 5")],
+        "a new key of a key group read has no state to wait for"
+    );
 }
 
 #[test]
@@ -498,7 +542,7 @@ fn spilled_retractions_leave_their_groups_and_emptied_groups_leave_the_store() {
     assert!(new_rows_follow(&got, &expected));
     assert!(
         snapshot.runs.is_empty() && snapshot.rows.is_none(),
-        "every group was emptied: the store holds none"
+        "every group was emptied: the files holds none"
     );
 }
 
@@ -513,7 +557,7 @@ fn spilled_groups_restore_from_a_snapshot_as_if_never_stopped() {
     let mut got = emitted(&mut h, before);
     let snapshot = h.restart().unwrap().expect("a snapshot");
     got.extend(h.take_barrier_output());
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(snapshot.runs.len(), 1, "the files as one run");
     assert_eq!(snapshot.runs[0].info.rows, 1500);
     got.extend(emitted(&mut h, after));
     got.extend(h.finish().unwrap());
@@ -535,7 +579,7 @@ fn a_spilled_snapshot_holds_the_groups_of_its_barrier_while_the_operator_goes_on
     assert_eq!(
         snapshot.deferred.len(),
         1,
-        "the store, read by the snapshot's writer"
+        "the files, read by the snapshot's writer"
     );
     emitted(&mut h, after);
     h.finish().unwrap();
@@ -598,7 +642,7 @@ fn a_delta_of_spilled_groups_reads_the_store_of_its_barrier_while_the_operator_g
     h.snapshot_delta(true).unwrap();
     got.extend(h.take_barrier_output());
     got.extend(emitted(&mut h, &second));
-    // The third part changes the store before the delta is read.
+    // The third part changes the files before the delta is read.
     let delta = h
         .snapshot_delta_while(false, |h| {
             emitted(h, &third);
@@ -628,7 +672,7 @@ fn spilled_groups_past_the_state_ttl_are_swept_from_the_store() {
     .spilling(16 * 1024, dir.path())
     .unwrap();
     emitted(&mut h, &many_rows(20, 100, 1000));
-    // A restart puts every group in the store.
+    // A restart puts every group in the files.
     h.restart().unwrap();
     let later = weir_common::time::wall_clock_millis() + 2 * 3_600_000;
     for _ in 0..3 {
@@ -650,7 +694,7 @@ fn a_delta_after_a_savepoint_of_spilled_groups_holds_what_changed_before_it() {
     emitted(&mut h, &many_rows(30, 100, 1500));
     h.snapshot_delta(true).unwrap();
     emitted(&mut h, &many_rows(3, 100, 300));
-    // The savepoint writes every group to the store: memory holds none.
+    // The savepoint writes every group to the files: memory holds none.
     let savepoint = h.snapshot_only().unwrap().expect("a savepoint");
     assert_eq!(savepoint.runs[0].info.rows, 1500);
     let delta = h.snapshot_delta(false).unwrap().expect("changes");

@@ -1,17 +1,15 @@
-//! Rows of a spilled aggregation that wait for their key group's state: held per key group, read from the store a key group at a time.
+//! Rows of a spilled aggregation that wait for their key group's state: held per key group, read from its files a key group at a time.
 //!
-//! Once groups are in the store, a row whose group is not in memory would
-//! need a lookup of its own (an LSM point read, ~20 times the cost of a
-//! row read in a scan). Its rows wait instead, per key group, in arrival
+//! Once groups are in files, a row whose group is not in memory would
+//! need a read of its own. Its rows wait instead, per key group, in arrival
 //! order. A key group is read when its waiting rows are a good share of its
-//! stored entries ([`due`]): then one scan (or, for a few keys, a lookup
-//! each: [`by_scan`]) brings in every waiting group's state, and the rows
+//! stored rows ([`due`]): then its files come back to memory whole, and the rows
 //! are aggregated at the heap's speed, as one mini-batch. Rows wait at most
 //! [`LONGEST_WAIT_MS`], the next checkpoint barrier or the end of input; and
 //! while their bytes pass a share of the budget, the key groups with the
 //! most rows for their entries are read first ([`to_read`]).
 //!
-//! The decisions are plain functions, tested here without a store.
+//! The decisions are plain functions, tested here without files.
 
 use std::collections::BTreeMap;
 
@@ -20,27 +18,18 @@ use arrow::record_batch::RecordBatch;
 /// The longest a row waits for its key group's read (ms, wall clock).
 pub const LONGEST_WAIT_MS: i64 = 1000;
 
-/// A key group is read once it has a waiting row per this many stored entries.
+/// A key group is read once it has a waiting row per this many stored rows.
 const ENTRIES_PER_ROW: u64 = 2;
 
-/// A lookup of one key costs about this many entries read by a scan.
-const LOOKUP_IN_ENTRIES: u64 = 16;
-
 /// Whether a key group with `rows` waiting rows since `since`, of `stored`
-/// entries in the store, is read at `now`.
+/// rows in its files, is read at `now`.
 pub fn due(rows: usize, stored: u64, since: i64, now: i64) -> bool {
     rows as u64 * ENTRIES_PER_ROW >= stored || now - since >= LONGEST_WAIT_MS
 }
 
-/// Whether `needed` keys of a key group of `stored` entries are read by one
-/// scan of the key group rather than a lookup each.
-pub fn by_scan(needed: usize, stored: u64) -> bool {
-    needed as u64 * LOOKUP_IN_ENTRIES >= stored
-}
-
-/// Of key groups as (key group, waiting rows, bytes, stored entries): those
+/// Of key groups as (key group, waiting rows, bytes, stored rows): those
 /// to read so that the waiting rows take at most `target` bytes, the most
-/// rows for their stored entries first.
+/// rows for their stored rows first.
 pub fn to_read(held: &[(u32, usize, usize, u64)], target: usize) -> Vec<u32> {
     let total: usize = held.iter().map(|h| h.2).sum();
     let mut by_share: Vec<&(u32, usize, usize, u64)> = held.iter().collect();
@@ -70,13 +59,12 @@ struct Held {
     since: i64,
 }
 
-/// Every key group's waiting rows, and its entries in the store.
+/// Every key group's waiting rows, and its rows in files.
 #[derive(Default)]
 pub struct Waiting {
     held: BTreeMap<u32, Held>,
     bytes: usize,
-    /// Entries the store holds, per key group: never fewer (a key group
-    /// counted empty is not read).
+    /// Rows the files hold, per key group.
     stored: BTreeMap<u32, u64>,
 }
 
@@ -139,12 +127,12 @@ impl Waiting {
         self.bytes
     }
 
-    /// Entries the store holds for `key_group`.
+    /// Rows the files hold for `key_group`.
     pub fn stored_in(&self, key_group: u32) -> u64 {
         self.stored.get(&key_group).copied().unwrap_or(0)
     }
 
-    /// The store gained (`delta` > 0) or lost entries of `key_group`.
+    /// The files gained (`delta` > 0) or lost rows of `key_group`.
     pub fn stored_changed(&mut self, key_group: u32, delta: i64) {
         let n = self.stored.entry(key_group).or_insert(0);
         *n = n.saturating_add_signed(delta);
@@ -167,13 +155,6 @@ mod tests {
         assert!(due(500, 1000, 0, 10));
         assert!(due(1, 1000, 0, LONGEST_WAIT_MS));
         assert!(due(1, 0, 0, 0), "nothing stored: nothing to wait for");
-    }
-
-    #[test]
-    fn a_few_keys_are_looked_up_and_many_are_read_by_one_scan() {
-        assert!(!by_scan(10, 1000));
-        assert!(by_scan(63, 1000));
-        assert!(by_scan(1, 1));
     }
 
     #[test]

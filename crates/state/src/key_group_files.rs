@@ -1,0 +1,312 @@
+//! Spilled state as files per key group (Arrow IPC), each written whole and read whole.
+//!
+//! A spilled non-windowed aggregation reads a key group's stored state at
+//! once, when enough of its rows wait ([`crate::store`]'s LSM rewrote every
+//! entry at each of its compactions: 32 s of 51 on 20M rows over 5M keys).
+//! Here a spill writes each key group's state rows as one file, and a read
+//! takes the key group's files whole: its state moves back to memory and
+//! the files go, so a key's state is in memory or in its key group's files,
+//! never both. Files never change: a snapshot freezes them by holding them
+//! ([`KeyGroupFiles::frozen`]) while the task goes on, and its writer reads
+//! them into one state run.
+//!
+//! ```text
+//!   spill:  memory ──► kg 0: file   kg 1: file   kg 5: file ...
+//!   read:   kg 1's files ──► memory (the files go)
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::ipc::reader::FileReader;
+use arrow::ipc::writer::FileWriter;
+use arrow::record_batch::RecordBatch;
+
+use crate::deferred::Deferred;
+use crate::runs::{RunFile, RunWriter};
+use crate::{Error, Result};
+
+/// Directories made by this process, numbered.
+static DIRS: AtomicU64 = AtomicU64::new(0);
+
+/// One file of a key group: where, and its rows.
+#[derive(Debug, Clone)]
+struct KeyGroupFile {
+    file: Arc<RunFile>,
+    rows: usize,
+}
+
+/// An operator subtask's spilled state, per key group.
+#[derive(Debug)]
+pub struct KeyGroupFiles {
+    dir: PathBuf,
+    /// Files written (names the next).
+    written: u64,
+    files: BTreeMap<u32, Vec<KeyGroupFile>>,
+}
+
+/// A failure of a spilled file, with its path.
+fn failed(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::State(format!("spilled state in {}: {e}", path.display()))
+}
+
+impl KeyGroupFiles {
+    /// None yet, in a new directory of their own under `parent`.
+    pub fn open(parent: &Path) -> Result<Self> {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = parent.join(format!("weir-groups-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        Ok(KeyGroupFiles {
+            dir,
+            written: 0,
+            files: BTreeMap::new(),
+        })
+    }
+
+    /// Adds `rows` (all of `key_group`) as a file of it; nothing without rows.
+    pub fn write(&mut self, key_group: u32, rows: &RecordBatch) -> Result<()> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        self.written += 1;
+        // The directory went with its last file, if all were read.
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let path = self.dir.join(format!("{key_group}-{}.arrow", self.written));
+        let file = File::create(&path).map_err(|e| Error::io(&path, e))?;
+        // Its holder deletes it, from here on even if writing fails.
+        let file_ref = Arc::new(RunFile(path.clone()));
+        let mut writer =
+            FileWriter::try_new(BufWriter::new(file), &rows.schema()).map_err(|e| failed(&path, e))?;
+        writer.write(rows).map_err(|e| failed(&path, e))?;
+        writer.finish().map_err(|e| failed(&path, e))?;
+        self.files.entry(key_group).or_default().push(KeyGroupFile {
+            file: file_ref,
+            rows: rows.num_rows(),
+        });
+        Ok(())
+    }
+
+    /// The rows of `key_group`'s files, which go (none when it has none).
+    pub fn take(&mut self, key_group: u32) -> Result<Vec<RecordBatch>> {
+        let files = self.files.remove(&key_group).unwrap_or_default();
+        read_all(&files)
+    }
+
+    /// The rows of `key_group`'s files, which stay.
+    pub fn read(&self, key_group: u32) -> Result<Vec<RecordBatch>> {
+        self.files.get(&key_group).map_or(Ok(Vec::new()), |f| read_all(f))
+    }
+
+    /// Whether `key_group` has files.
+    pub fn holds(&self, key_group: u32) -> bool {
+        self.files.contains_key(&key_group)
+    }
+
+    /// Rows in `key_group`'s files.
+    pub fn rows_in(&self, key_group: u32) -> usize {
+        self.files
+            .get(&key_group)
+            .map_or(0, |f| f.iter().map(|f| f.rows).sum())
+    }
+
+    /// Whether no key group has files.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// How many key groups have files.
+    pub fn key_groups(&self) -> usize {
+        self.files.len()
+    }
+
+    /// The first key group with files after `after` (from the first when
+    /// `None`); `None` past the last.
+    pub fn next_after(&self, after: Option<u32>) -> Option<u32> {
+        match after {
+            None => self.files.keys().next().copied(),
+            Some(kg) => self.files.range(kg + 1..).next().map(|(kg, _)| *kg),
+        }
+    }
+
+    /// The files as they are now, to read on another thread while these
+    /// change (a file is deleted once neither holds it).
+    pub fn frozen(&self) -> FrozenFiles {
+        FrozenFiles {
+            files: self.files.clone(),
+        }
+    }
+
+    /// Where the run of snapshot `n` goes: beside the files, in a directory
+    /// made here.
+    pub fn snapshot_run_path(&self, n: u64) -> Result<PathBuf> {
+        let dir = self.dir.with_extension("runs");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        Ok(dir.join(format!("snapshot-{n}.parquet")))
+    }
+}
+
+impl Drop for KeyGroupFiles {
+    fn drop(&mut self) {
+        // The files go with their last holder, and the directory with them
+        // (now, when it has none).
+        self.files.clear();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The rows of `files`, in order.
+fn read_all(files: &[KeyGroupFile]) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    for f in files {
+        let path = &f.file.0;
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let reader = FileReader::try_new(BufReader::new(file), None).map_err(|e| failed(path, e))?;
+        for batch in reader {
+            batches.push(batch.map_err(|e| failed(path, e))?);
+        }
+    }
+    Ok(batches)
+}
+
+/// Key-group files at one moment ([`KeyGroupFiles::frozen`]).
+#[derive(Debug, Clone)]
+pub struct FrozenFiles {
+    files: BTreeMap<u32, Vec<KeyGroupFile>>,
+}
+
+impl FrozenFiles {
+    /// The rows of `key_group`'s files (none when it had none).
+    pub fn read(&self, key_group: u32) -> Result<Vec<RecordBatch>> {
+        self.files.get(&key_group).map_or(Ok(Vec::new()), |f| read_all(f))
+    }
+
+    /// The key groups with files, in order.
+    pub fn key_groups(&self) -> Vec<u32> {
+        self.files.keys().copied().collect()
+    }
+
+    /// Whether no key group had files.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// A full snapshot: every file's rows, key group by key group, as one
+    /// run at `path`, read by the snapshot's writer; `None` without rows.
+    pub fn into_run(self, path: PathBuf) -> Deferred {
+        Deferred::new(move |live| {
+            let mut writer: Option<RunWriter> = None;
+            for key_group in self.key_groups() {
+                if !live() {
+                    return Err(crate::deferred::aborted());
+                }
+                for rows in self.read(key_group)? {
+                    if writer.is_none() {
+                        writer = Some(RunWriter::create(path.clone(), rows.schema())?);
+                    }
+                    writer.as_mut().expect("made above").write(&rows)?;
+                }
+            }
+            writer.map(RunWriter::finish).transpose()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{AsArray, Int64Array, UInt32Array};
+    use arrow::datatypes::{DataType, Field, Schema, UInt32Type};
+
+    use super::*;
+
+    fn rows(key_group: u32, values: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("_key_group", DataType::UInt32, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(UInt32Array::from(vec![key_group; values.len()])),
+                Arc::new(Int64Array::from(values.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<i64> {
+        (batches.iter())
+            .flat_map(|b| {
+                b.column(1)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_key_groups_files_are_read_back_whole_and_then_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = KeyGroupFiles::open(dir.path()).unwrap();
+        files.write(3, &rows(3, &[1, 2])).unwrap();
+        files.write(3, &rows(3, &[5])).unwrap();
+        files.write(9, &rows(9, &[7])).unwrap();
+        files.write(4, &rows(4, &[])).unwrap();
+        assert!(files.holds(3) && !files.holds(4), "no file without rows");
+        assert_eq!(files.rows_in(3), 3);
+        assert_eq!(values(&files.take(3).unwrap()), [1, 2, 5]);
+        assert!(!files.holds(3) && files.rows_in(3) == 0);
+        assert!(files.take(3).unwrap().is_empty());
+        assert_eq!(files.next_after(None), Some(9));
+        assert_eq!(files.next_after(Some(9)), None);
+        let on_disk = std::fs::read_dir(&files.dir).unwrap().count();
+        assert_eq!(on_disk, 1, "the files read went");
+        files.take(9).unwrap();
+        assert!(!files.dir.exists(), "the directory went with its last file");
+        files.write(9, &rows(9, &[8])).unwrap();
+        assert_eq!(
+            values(&files.take(9).unwrap()),
+            [8],
+            "and comes back for the next"
+        );
+    }
+
+    #[test]
+    fn frozen_files_read_as_they_were_and_last_until_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = KeyGroupFiles::open(dir.path()).unwrap();
+        files.write(1, &rows(1, &[10])).unwrap();
+        files.write(0, &rows(0, &[20])).unwrap();
+        let frozen = files.frozen();
+        files.take(1).unwrap();
+        files.write(1, &rows(1, &[11])).unwrap();
+        assert_eq!(values(&frozen.read(1).unwrap()), [10]);
+        let run = frozen.into_run(dir.path().join("run.parquet"));
+        let run = run.write(&|| true).unwrap().expect("rows");
+        let read = run.cursor().unwrap().take_below(u32::MAX).unwrap();
+        let groups: Vec<u32> = (read.iter())
+            .flat_map(|b| b.column(0).as_primitive::<UInt32Type>().values().to_vec())
+            .collect();
+        assert_eq!(groups, [0, 1], "in key-group order");
+        assert_eq!(values(&read), [20, 10]);
+        let own = files.dir.clone();
+        drop(files);
+        assert!(!own.exists(), "the directory goes with the last file");
+    }
+
+    #[test]
+    fn a_frozen_run_of_an_aborted_checkpoint_stops_and_one_of_nothing_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = KeyGroupFiles::open(dir.path()).unwrap();
+        let empty = files.frozen().into_run(dir.path().join("none.parquet"));
+        assert!(empty.write(&|| true).unwrap().is_none());
+        files.write(2, &rows(2, &[1])).unwrap();
+        let path = dir.path().join("run.parquet");
+        assert!(files.frozen().into_run(path.clone()).write(&|| false).is_err());
+        assert!(!path.exists());
+    }
+}
