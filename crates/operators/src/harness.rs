@@ -34,6 +34,8 @@ pub struct Harness {
     chain: Vec<OperatorSnapshot>,
     /// The spilling state backend's settings, if on.
     spill: Option<SpillSettings>,
+    /// Key groups (the task context's default unless set).
+    max_parallelism: Option<usize>,
     /// What the operator emitted ahead of the barriers of the snapshots
     /// taken since [`Harness::take_barrier_output`] was last called.
     barrier_output: Vec<String>,
@@ -92,6 +94,7 @@ impl Harness {
             incremental: false,
             chain: Vec::new(),
             spill: None,
+            max_parallelism: None,
             barrier_output: Vec::new(),
         })
     }
@@ -121,8 +124,18 @@ impl Harness {
         Ok(self)
     }
 
+    /// The operator afresh, its state in `n` key groups.
+    pub fn max_parallelism(mut self, n: usize) -> Result<Harness> {
+        self.max_parallelism = Some(n);
+        self.operator = self.factory.create(&self.context())?;
+        Ok(self)
+    }
+
     fn context(&self) -> TaskContext {
         let mut ctx = TaskContext::standalone(1024);
+        if let Some(n) = self.max_parallelism {
+            ctx.max_parallelism = n;
+        }
         ctx.incremental = self.incremental;
         ctx.spill = self.spill.clone();
         ctx

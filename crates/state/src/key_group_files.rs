@@ -203,7 +203,15 @@ impl FrozenFiles {
                 if !live() {
                     return Err(crate::deferred::aborted());
                 }
-                for rows in self.read(key_group)? {
+                // Files of one part each in key-group order, not together.
+                let batches = self.read(key_group)?;
+                let rows = match batches.len() {
+                    1 => batches,
+                    _ => crate::snapshot::concat_by_key_group(batches)?
+                        .into_iter()
+                        .collect(),
+                };
+                for rows in rows {
                     if writer.is_none() {
                         writer = Some(RunWriter::create(path.clone(), rows.schema())?);
                     }

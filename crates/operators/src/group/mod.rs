@@ -154,6 +154,7 @@ impl OperatorFactory for GroupAggregateFactory {
                     &spec.state_schema(&spec.accumulators()?),
                     spec.key_schema.fields().len(),
                     ctx.incremental,
+                    ctx.max_parallelism,
                 )?),
                 _ => None,
             },

@@ -512,7 +512,61 @@ fn rows_wait_only_in_key_groups_with_files_and_not_once_their_files_are_read() {
 }
 
 #[test]
-fn spilled_retractions_leave_their_groups_and_emptied_groups_leave_the_store() {
+fn spilled_groups_of_many_key_groups_share_files_per_range_and_give_the_heaps_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = many_rows(40, 100, 1500);
+    let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
+    let mut h = harness(COUNT_SUM_MAX, 0)
+        .max_parallelism(1024)
+        .unwrap()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let (first, second) = batches.split_at(20);
+    let mut got = emitted(&mut h, first);
+    h.snapshot_delta(true).unwrap();
+    got.extend(h.take_barrier_output());
+    let files = spill_files(dir.path());
+    assert!(!files.is_empty() && files.len() <= 128, "{} files", files.len());
+    got.extend(emitted(&mut h, &second[..10]));
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    got.extend(h.take_barrier_output());
+    assert!(!upserts(&delta).is_empty());
+    h.restart_from_chain().unwrap();
+    got.extend(emitted(&mut h, &second[10..]));
+    got.extend(h.finish().unwrap());
+    assert_eq!(table(&got), table(&expected));
+    // A full snapshot's run is in key-group order across the shared files.
+    use arrow::array::AsArray;
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    let run = &snapshot.runs[0];
+    let groups: Vec<u32> = (run.cursor().unwrap().take_below(u32::MAX).unwrap().iter())
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<arrow::datatypes::UInt32Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    assert!(
+        groups.is_sorted() && groups.iter().any(|g| *g >= 128),
+        "{groups:?}"
+    );
+}
+
+/// The spilled groups' files under `dir` (`weir-groups-*/*.arrow`).
+fn spill_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).into_iter().flatten())
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "arrow"))
+        .collect()
+}
+
+#[test]
+fn spilled_retractions_leave_their_groups_and_emptied_groups_leave_the_files() {
     let dir = tempfile::tempdir().unwrap();
     // Counts of counts: every batch retracts what an earlier one added.
     let adds: Vec<String> = (0..40)
@@ -594,7 +648,7 @@ fn a_spilled_snapshot_holds_the_groups_of_its_barrier_while_the_operator_goes_on
 }
 
 #[test]
-fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_the_store() {
+fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let first = many_rows(30, 100, 1500);
     // Then 300 keys only, changed again and again (spilled in between).
@@ -625,7 +679,7 @@ fn incremental_snapshots_of_spilled_groups_hold_what_changed_in_memory_and_in_th
 }
 
 #[test]
-fn a_delta_of_spilled_groups_reads_the_store_of_its_barrier_while_the_operator_goes_on() {
+fn a_delta_of_spilled_groups_reads_the_files_of_its_barrier_while_the_operator_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let first = many_rows(30, 100, 1500);
     let second = many_rows(30, 100, 300);
@@ -660,7 +714,7 @@ fn a_delta_of_spilled_groups_reads_the_store_of_its_barrier_while_the_operator_g
 }
 
 #[test]
-fn spilled_groups_past_the_state_ttl_are_swept_from_the_store() {
+fn spilled_groups_past_the_state_ttl_are_swept_from_their_files() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = Harness::of(
         &[TABLE, SINK, "SET 'table.exec.state.ttl' = '1 h'"],

@@ -9,6 +9,9 @@
 //! while their bytes pass a share of the budget, the key groups with the
 //! most rows for their entries are read first ([`to_read`]).
 //!
+//! Under more than 128 key groups, each "key group" here is a part of
+//! consecutive key groups (`spill::part_width`).
+//!
 //! The decisions are plain functions, tested here without files.
 
 use std::collections::BTreeMap;
