@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{take_arrays, take_record_batch};
 use arrow::datatypes::{Int64Type, SchemaRef, UInt32Type};
 use arrow::row::{Row, RowConverter, SortField};
@@ -278,7 +278,10 @@ impl ReadBack {
             let batches = frozen.read(part)?;
             let rows = match batches.is_empty() {
                 true => RecordBatch::new_empty(self.schema.clone()),
-                false => state_rows(&self.schema, concat_columns(&self.schema, &batches)?)?,
+                false => {
+                    let all = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
+                    state_rows(&self.schema, all.columns().to_vec())?
+                }
             };
             let keys = self.codec.keys_of(&rows, self.key_count)?;
             let index = keys.into_iter().zip(0u32..).collect();
@@ -286,17 +289,6 @@ impl ReadBack {
         }
         Ok(self.last.as_ref().expect("read above"))
     }
-}
-
-/// The columns of `batches` (state rows of one schema, cast to `schema`
-/// by [`state_rows`] after), concatenated.
-fn concat_columns(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<ArrayRef>> {
-    (0..schema.fields().len())
-        .map(|c| {
-            let columns: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-            Ok(arrow::compute::concat(&columns)?)
-        })
-        .collect()
 }
 
 spills_when_full!(GroupAggregateOperator);
