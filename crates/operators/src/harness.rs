@@ -497,6 +497,20 @@ pub fn state_rows_of(snapshot: &OperatorSnapshot) -> usize {
     snapshot.rows.as_ref().map_or(0, |r| r.num_rows()) + runs as usize
 }
 
+/// The key group of every row of a snapshot's first run, in order.
+pub fn run_key_groups(snapshot: &OperatorSnapshot) -> Vec<u32> {
+    use arrow::array::AsArray;
+    let rows = snapshot.runs[0].cursor().unwrap().take_below(u32::MAX).unwrap();
+    (rows.iter())
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<arrow::datatypes::UInt32Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
 /// Entries in a spilling operator's directory (its store's, once made).
 pub fn entries_in(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| d.count())

@@ -20,6 +20,7 @@ pub mod sort;
 pub mod split_watermarks;
 pub mod union;
 pub mod upsert;
+pub mod waiting;
 pub mod watermark;
 pub mod window;
 

@@ -54,7 +54,7 @@ impl Deferred {
 }
 
 /// The checkpoint went away while its spilled state was read.
-pub(crate) fn aborted() -> Error {
+pub fn aborted() -> Error {
     Error::Execution("the checkpoint was aborted while its spilled state was read".into())
 }
 

@@ -123,13 +123,26 @@ impl KeyGroupFiles {
         self.files.len()
     }
 
-    /// The first key group with files after `after` (from the first when
-    /// `None`); `None` past the last.
-    pub fn next_after(&self, after: Option<u32>) -> Option<u32> {
-        match after {
-            None => self.files.keys().next().copied(),
-            Some(kg) => self.files.range(kg + 1..).next().map(|(kg, _)| *kg),
+    /// The key groups a sweep reads next: from the first after `after`
+    /// round the files, until they hold `rows` rows or each came once.
+    pub fn to_sweep(&self, after: Option<u32>, rows: usize) -> Vec<u32> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let (later, earlier) = match after {
+            Some(kg) => (
+                self.files.range((Excluded(kg), Unbounded)),
+                self.files.range((Unbounded, Included(kg))),
+            ),
+            None => (self.files.range(..), self.files.range(..0)),
+        };
+        let (mut read, mut next) = (0, Vec::new());
+        for (key_group, files) in later.chain(earlier) {
+            if read >= rows {
+                break;
+            }
+            next.push(*key_group);
+            read += files.iter().map(|f| f.rows).sum::<usize>();
         }
+        next
     }
 
     /// The files as they are now, to read on another thread while these
@@ -257,6 +270,19 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_goes_round_the_key_groups_until_it_has_read_enough_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = KeyGroupFiles::open(dir.path()).unwrap();
+        for kg in [2, 5, 7] {
+            files.write(kg, &rows(kg, &[1, 2, 3])).unwrap();
+        }
+        assert_eq!(files.to_sweep(None, 4), [2, 5], "until 4 rows are read");
+        assert_eq!(files.to_sweep(Some(5), 4), [7, 2], "after 5, round");
+        assert_eq!(files.to_sweep(Some(6), 100), [7, 2, 5], "each once");
+        assert!(files.to_sweep(Some(2), 0).is_empty());
+    }
+
+    #[test]
     fn a_key_groups_files_are_read_back_whole_and_then_are_gone() {
         let dir = tempfile::tempdir().unwrap();
         let mut files = KeyGroupFiles::open(dir.path()).unwrap();
@@ -269,8 +295,8 @@ mod tests {
         assert_eq!(values(&files.take(3).unwrap()), [1, 2, 5]);
         assert!(!files.holds(3) && files.rows_in(3) == 0);
         assert!(files.take(3).unwrap().is_empty());
-        assert_eq!(files.next_after(None), Some(9));
-        assert_eq!(files.next_after(Some(9)), None);
+        assert_eq!(files.to_sweep(None, 10), [9]);
+        assert_eq!(files.to_sweep(Some(9), 10), [9], "round the files");
         let on_disk = std::fs::read_dir(&files.dir).unwrap().count();
         assert_eq!(on_disk, 1, "the files read went");
         files.take(9).unwrap();

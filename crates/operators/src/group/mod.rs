@@ -29,7 +29,6 @@
 //! ```
 
 mod spill;
-mod waiting;
 
 use std::sync::Arc;
 
@@ -42,6 +41,7 @@ use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::groups::Groups;
 use crate::key_store::KeyStore;
+use crate::waiting::ReadsWaiting;
 use crate::{Error, Result};
 use weir_common::changelog::{self, RowKind};
 use weir_common::ids::CheckpointId;
@@ -713,7 +713,7 @@ impl Operator for GroupAggregateOperator {
     }
 
     /// With a state TTL (to sweep), and with spilled state (rows waiting for
-    /// their key group's read wait at most [`waiting::LONGEST_WAIT_MS`]).
+    /// their key group's read wait at most [`crate::waiting::LONGEST_WAIT_MS`]).
     fn uses_processing_time(&self) -> bool {
         self.spec.state_ttl.is_some() || self.spill.is_some()
     }

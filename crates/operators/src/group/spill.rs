@@ -5,7 +5,7 @@
 //! may, [`weir_state::memory_guess`]), every group is written to a file of
 //! its key group ([`weir_state::key_group_files`]: state rows, as a
 //! snapshot has them) and memory starts empty again. From then on a row of
-//! a key group with files waits there ([`super::waiting`]) until enough
+//! a key group with files waits there ([`crate::waiting`]) until enough
 //! rows wait to read the key group's files, a second has passed, or a
 //! barrier comes; then the files' state comes back to memory whole (the
 //! files go, so a group is in memory or in a file, never both) and the
@@ -36,9 +36,9 @@ use arrow::compute::{take_arrays, take_record_batch};
 use arrow::datatypes::{Int64Type, SchemaRef, UInt32Type};
 use arrow::row::{Row, RowConverter, SortField};
 
-use super::waiting::Waiting;
 use crate::group::GroupAggregateOperator;
 use crate::groups::Groups;
+use crate::waiting::{ReadsWaiting, Waiting, by_key_group, part_width};
 use crate::{Error, Result};
 use weir_common::time::wall_clock_millis;
 use weir_runtime::Output;
@@ -72,17 +72,6 @@ pub(super) struct Spill {
     unread: Vec<bool>,
     /// Key groups per part ([`part_width`]).
     width: u32,
-}
-
-/// Parts (ranges of key groups, each with its files and its waiting rows)
-/// a subtask has at most.
-const PARTS: usize = 128;
-
-/// Key groups per part under `max_parallelism`: one up to [`PARTS`] key
-/// groups, so that files and waiting batches stay large (a file per key
-/// group made the 5M-key job 4.9x slower at 4096 key groups).
-fn part_width(max_parallelism: usize) -> u32 {
-    max_parallelism.div_ceil(PARTS).max(1) as u32
 }
 
 impl Spill {
@@ -128,26 +117,11 @@ impl Spill {
         for (group, rows) in by_group {
             let len = rows.len();
             self.waiting
-                .hold(group, held.slice(start, len), per_row * len, now);
+                .hold(group, held.slice(start, len), len, per_row * len, now);
             start += len;
         }
         Ok(())
     }
-}
-
-/// Items `0..groups.len()`, each as `item(i)`, per key group (`groups[i]`),
-/// in key-group order and within one in their order: a bucket each (a
-/// stable sort took 6% of a spilled run).
-fn by_key_group(groups: &[u32], item: impl Fn(usize) -> u32) -> Vec<(u32, Vec<u32>)> {
-    let slots = groups.iter().max().map_or(0, |g| *g as usize + 1);
-    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); slots];
-    for (i, group) in groups.iter().enumerate() {
-        buckets[*group as usize].push(item(i));
-    }
-    (0u32..)
-        .zip(buckets)
-        .filter(|(_, items)| !items.is_empty())
-        .collect()
 }
 
 /// Groups' keys to bytes and back: the key group (big-endian, so that
@@ -291,6 +265,41 @@ impl ReadBack {
     }
 }
 
+impl ReadsWaiting for GroupAggregateOperator {
+    type Rows = RecordBatch;
+
+    fn waiting(&self) -> Option<(&Waiting<RecordBatch>, usize)> {
+        (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
+    }
+
+    /// For each of `key_groups`: brings its files' state to memory and
+    /// aggregates its waiting rows, as one mini-batch, emitting their
+    /// changes; memory is spilled in between when full.
+    fn read_parts(&mut self, key_groups: Vec<u32>, out: &mut Output) -> Result<()> {
+        for key_group in key_groups {
+            let own = &mut self.spill.as_mut().expect("spilled").own;
+            let batches = own.waiting.take(key_group);
+            let Some(first) = batches.first() else {
+                continue;
+            };
+            let rows = arrow::compute::concat_batches(&first.schema(), &batches)?;
+            drop(batches);
+            let loaded = self.load(key_group)?;
+            let keys = self.intern(&rows)?;
+            let own = &mut self.spill.as_mut().expect("spilled").own;
+            own.unread.resize(self.groups.len(), false);
+            self.group_indices.iter().for_each(|g| own.unread[*g] = false);
+            self.aggregate(&rows, &keys, out)?;
+            self.spill_if_full(rows.num_rows() + loaded)?;
+        }
+        Ok(())
+    }
+
+    fn operator_name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
 spills_when_full!(GroupAggregateOperator);
 
 impl GroupAggregateOperator {
@@ -372,60 +381,6 @@ impl GroupAggregateOperator {
         let now = UInt32Array::from(now);
         let keys = take_arrays(keys, &now, None)?;
         Ok(Some((take_record_batch(batch, &now)?, keys)))
-    }
-
-    /// Reads the key groups whose waiting rows are due at `now`, or take
-    /// more than an eighth of the budget.
-    pub(super) fn read_due(&mut self, now: i64, out: &mut Output) -> Result<()> {
-        let Some(spill) = &self.spill else {
-            return Ok(());
-        };
-        let due = spill.own.waiting.due_at(now, spill.core.settings.budget / 8);
-        self.read_key_groups(due, out)
-    }
-
-    /// Reads every key group with waiting rows (at a barrier, or at the end).
-    pub(super) fn read_all_waiting(&mut self, out: &mut Output) -> Result<()> {
-        let Some(spill) = &self.spill else {
-            return Ok(());
-        };
-        let all = spill.own.waiting.key_groups();
-        self.read_key_groups(all, out)
-    }
-
-    /// An error when rows wait for their key group's read: a snapshot
-    /// follows [`Operator::prepare_snapshot`](weir_runtime::Operator::prepare_snapshot), which reads them all.
-    pub(super) fn no_rows_wait(&self) -> Result<()> {
-        match self.spill.as_ref().is_some_and(|s| !s.own.waiting.is_empty()) {
-            true => Err(Error::Internal(format!(
-                "{}: a snapshot while rows wait for spilled state (prepare_snapshot reads them first)",
-                self.spec.name
-            ))),
-            false => Ok(()),
-        }
-    }
-
-    /// For each of `key_groups`: brings its files' state to memory and
-    /// aggregates its waiting rows, as one mini-batch, emitting their
-    /// changes; memory is spilled in between when full.
-    fn read_key_groups(&mut self, key_groups: Vec<u32>, out: &mut Output) -> Result<()> {
-        for key_group in key_groups {
-            let own = &mut self.spill.as_mut().expect("spilled").own;
-            let batches = own.waiting.take(key_group);
-            let Some(first) = batches.first() else {
-                continue;
-            };
-            let rows = arrow::compute::concat_batches(&first.schema(), &batches)?;
-            drop(batches);
-            let loaded = self.load(key_group)?;
-            let keys = self.intern(&rows)?;
-            let own = &mut self.spill.as_mut().expect("spilled").own;
-            own.unread.resize(self.groups.len(), false);
-            self.group_indices.iter().for_each(|g| own.unread[*g] = false);
-            self.aggregate(&rows, &keys, out)?;
-            self.spill_if_full(rows.num_rows() + loaded)?;
-        }
-        Ok(())
     }
 
     /// Brings the state of `key_group`'s files to memory; the files go.
@@ -599,25 +554,19 @@ impl GroupAggregateOperator {
 
     /// Rewrites the files of the key groups after the last one swept
     /// without the groups not written for the TTL at `now`: key groups
-    /// until [`SWEEP`] rows are read (or all once), round the files.
+    /// until [`SWEEP`] rows are read (or all once), round the files
+    /// ([`KeyGroupFiles::to_sweep`]).
     pub(super) fn sweep_files(&mut self, now: i64) -> Result<()> {
         let (Some(ttl), Some(spill)) = (self.spec.state_ttl, self.spill.as_mut()) else {
             return Ok(());
         };
         let key_count = self.spec.key_schema.fields().len();
         let own = &mut spill.own;
-        let (mut read, mut seen) = (0, 0);
-        let all = own.files.as_ref().map_or(0, KeyGroupFiles::key_groups);
-        while read < SWEEP && seen < all {
-            let Some(files) = own.files.as_mut() else {
-                return Ok(());
-            };
-            let Some(key_group) = files.next_after(own.swept).or_else(|| files.next_after(None)) else {
-                return Ok(());
-            };
+        let Some(files) = own.files.as_mut() else {
+            return Ok(());
+        };
+        for key_group in files.to_sweep(own.swept, SWEEP) {
             own.swept = Some(key_group);
-            read += files.rows_in(key_group);
-            seen += 1;
             let expired = expire_files(files, key_group, now - ttl.as_millis() as i64, key_count)?;
             let gone: usize = expired.iter().map(RecordBatch::num_rows).sum();
             own.waiting.stored_changed(key_group, -(gone as i64));
@@ -668,26 +617,6 @@ fn expire_files(
 mod tests {
     use super::*;
     use arrow::datatypes::{DataType, Field, Schema};
-
-    #[test]
-    fn a_part_is_one_key_group_up_to_128_and_a_range_beyond() {
-        assert_eq!(part_width(1), 1);
-        assert_eq!(part_width(128), 1);
-        assert_eq!(part_width(129), 2);
-        assert_eq!(part_width(4096), 32);
-        assert_eq!(32768_usize.div_ceil(part_width(32768) as usize), PARTS);
-    }
-
-    #[test]
-    fn items_come_per_key_group_in_key_group_order_and_in_their_order_within_one() {
-        let groups = [5, 1, 5, 0, 1, 5];
-        let items = by_key_group(&groups, |i| 10 * i as u32);
-        assert_eq!(
-            items,
-            vec![(0, vec![30]), (1, vec![10, 40]), (5, vec![0, 20, 50])]
-        );
-        assert!(by_key_group(&[], |i| i as u32).is_empty());
-    }
 
     #[test]
     fn group_key_bytes_decode_to_their_key_group_and_keys() {

@@ -455,7 +455,7 @@ fn rows_of_spilled_groups_wait_at_most_a_second_and_then_come_out() {
     let expected = emitted(&mut harness(COUNT_SUM_MAX, 0), &batches);
     let mut h = harness(COUNT_SUM_MAX, 0).spilling(16 * 1024, dir.path()).unwrap();
     let mut got = emitted(&mut h, &batches);
-    let later = weir_common::time::wall_clock_millis() + super::waiting::LONGEST_WAIT_MS;
+    let later = weir_common::time::wall_clock_millis() + crate::waiting::LONGEST_WAIT_MS;
     let waited = h.processing_time(later).unwrap();
     assert!(
         !waited.is_empty(),
@@ -493,7 +493,7 @@ fn rows_wait_only_in_key_groups_with_files_and_not_once_their_files_are_read() {
     // A restore writes every group to its key group's files.
     h.restart().unwrap();
     assert!(h.push("k0 2").unwrap().is_empty(), "k0's key group has files");
-    let later = weir_common::time::wall_clock_millis() + super::waiting::LONGEST_WAIT_MS;
+    let later = weir_common::time::wall_clock_millis() + crate::waiting::LONGEST_WAIT_MS;
     assert_eq!(
         h.processing_time(later).unwrap(),
         lines(&["-U k0 1 1", "+U k0 2 3"])
@@ -538,17 +538,8 @@ fn spilled_groups_of_many_key_groups_share_files_per_range_and_give_the_heaps_ta
     got.extend(h.finish().unwrap());
     assert_eq!(table(&got), table(&expected));
     // A full snapshot's run is in key-group order across the shared files.
-    use arrow::array::AsArray;
     let snapshot = h.restart().unwrap().expect("a snapshot");
-    let run = &snapshot.runs[0];
-    let groups: Vec<u32> = (run.cursor().unwrap().take_below(u32::MAX).unwrap().iter())
-        .flat_map(|b| {
-            b.column(0)
-                .as_primitive::<arrow::datatypes::UInt32Type>()
-                .values()
-                .to_vec()
-        })
-        .collect();
+    let groups = crate::harness::run_key_groups(&snapshot);
     assert!(
         groups.is_sorted() && groups.iter().any(|g| *g >= 128),
         "{groups:?}"

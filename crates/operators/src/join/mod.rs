@@ -36,6 +36,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
 use crate::join::state::{Bucket, Emit, SideState, Tally, decide};
+use crate::waiting::ReadsWaiting;
 use crate::{Error, Result};
 use weir_common::changelog::{self, RowKind};
 use weir_common::ids::CheckpointId;
@@ -147,7 +148,7 @@ impl OperatorFactory for JoinFactory {
             spill: ctx
                 .spill
                 .clone()
-                .map(|settings| spill::JoinSpill::new(settings, ctx.incremental)),
+                .map(|settings| spill::JoinSpill::new(settings, ctx.incremental, ctx.max_parallelism)),
             join,
         }))
     }
@@ -439,7 +440,6 @@ impl JoinOperator {
         let data = changelog::data(batch);
         let (keys, null_keys) = self.keys(side, &data)?;
         let rows = self.codec.rows_of[side].convert_columns(data.columns())?;
-        self.load_spilled(&keys, null_keys.as_ref())?;
         let now = weir_common::time::wall_clock_millis();
         if let Some(ttl) = self.join.ttl_ms() {
             for i in 0..data.num_rows() {
@@ -515,7 +515,7 @@ impl JoinOperator {
         if !emitted.kinds.is_empty() {
             out.batch(self.output(side, &data, candidates.columns.as_deref(), emitted)?);
         }
-        self.spill_if_full(data.num_rows())
+        Ok(())
     }
 
     /// The output rows: the input side's columns taken by row, the other
@@ -627,7 +627,6 @@ impl JoinOperator {
             rows.columns()[start..start + widths[side]].to_vec(),
         )?;
         let (keys, _) = self.keys(side, &data)?;
-        self.load_spilled(&keys, None)?;
         let converted = self.codec.rows_of[side].convert_columns(data.columns())?;
         let counts = rows.column(2 + widths[0] + widths[1]).as_primitive::<Int64Type>();
         let matches = rows.column(3 + widths[0] + widths[1]).as_primitive::<Int64Type>();
@@ -775,17 +774,29 @@ impl Operator for JoinOperator {
     }
 
     fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        self.process(input.min(1), &batch, out)
+        let side = input.min(1);
+        if self.spilled_to_files() {
+            if let Some(now) = self.hold_unread(side, &batch)? {
+                self.process(side, &now, out)?;
+            }
+            self.read_due(weir_common::time::wall_clock_millis(), out)?;
+        } else {
+            self.process(side, &batch, out)?;
+        }
+        self.spill_if_full(batch.num_rows())
     }
 
+    /// With a state TTL (to sweep), and with spilled state (rows waiting for
+    /// their key group's read wait at most [`crate::waiting::LONGEST_WAIT_MS`]).
     fn uses_processing_time(&self) -> bool {
-        self.join.state_ttl.is_some()
+        self.join.state_ttl.is_some() || self.spill.is_some()
     }
 
     /// Sweeps a slice of each side for expired rows, so memory is given
     /// back for keys that never come again: as many buckets as go round
     /// the side once every half TTL, never the whole side at once.
-    fn on_processing_time(&mut self, now: weir_common::time::Timestamp, _out: &mut Output) -> Result<()> {
+    fn on_processing_time(&mut self, now: weir_common::time::Timestamp, out: &mut Output) -> Result<()> {
+        self.read_due(now, out)?;
         if let Some(ttl) = self.join.ttl_ms() {
             // The first tick sweeps the floor only.
             let elapsed = if self.swept == 0 { 0 } else { now - self.swept };
@@ -795,16 +806,27 @@ impl Operator for JoinOperator {
             }
             self.swept = now;
         }
-        self.sweep_store(now)
+        self.sweep_files(now)
+    }
+
+    /// Rows waiting for spilled state are joined before the barrier: the
+    /// snapshot holds their keys' rows, and their changes precede it.
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
+        self.no_rows_wait()?;
         if let Some(ttl) = self.join.ttl_ms() {
             // Expired rows are not saved.
             let now = weir_common::time::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
-        if self.spill.has_spilled() {
+        if self.spilled_to_files() {
             return Ok(Some(OperatorSnapshot {
                 runs: Vec::new(),
                 deferred: self.spilled_snapshot(false)?,
@@ -844,12 +866,13 @@ impl Operator for JoinOperator {
     }
 
     fn snapshot_delta(&mut self, _checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
+        self.no_rows_wait()?;
         if full && let Some(ttl) = self.join.ttl_ms() {
             // Expired rows are not saved in a base.
             let now = weir_common::time::wall_clock_millis();
             self.sides.iter_mut().for_each(|s| s.expire(now, ttl));
         }
-        if self.spill.has_spilled() {
+        if self.spilled_to_files() {
             let deferred = match full {
                 true => self.spilled_snapshot(true)?,
                 false => self.spilled_delta()?.into_iter().collect(),

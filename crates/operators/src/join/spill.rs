@@ -1,59 +1,86 @@
-//! The spilling state backend of regular joins: keys' rows beyond the memory budget in the key-value store.
+//! The spilling state backend of regular joins: keys' rows beyond the memory budget in files per key group.
 //!
 //! Memory holds both sides' rows of the keys the latest batches touched.
 //! When they pass a quarter of the subtask's budget
 //! ([`weir_state::memory_guess::spill_threshold`]), every key's rows are
-//! written to the store ([`weir_state::store`], one entry per key and
-//! side: key group, side and join key as the key, the side's [`Bucket`] of
-//! rows as the value) and memory starts empty again. A batch's keys that
-//! memory does not hold are read from the store, both sides, before the
-//! batch matches and updates them, so every change is emitted as on the heap.
+//! written to a file of its key group ([`weir_state::key_group_files`]:
+//! one row per key and side, the key group, the side and join key, and
+//! the side's [`Bucket`] of rows as bytes) and memory starts empty again.
+//! From then on a row of a key group with files waits there
+//! ([`crate::waiting`]), with the other rows of its key group from either
+//! side, until enough rows wait to read the key group's files, a second
+//! has passed, or a barrier comes; then the files' rows come back to
+//! memory whole (the files go, so a key is in memory or in a file, never
+//! both) and the waiting rows are joined batch after batch, in arrival
+//! order. Each key's changes are the heap's, in the heap's order; rows of
+//! different keys may come out in another order.
 //!
-//! Checkpoints stay state files, as the aggregation's spill makes them: a
-//! full snapshot writes every key to the store, then the store in key order
-//! as one run (the checkpoint links it); an incremental one holds the keys
-//! changed in memory and those written to the store since the last
-//! snapshot, read back from it. A restore reads the checkpoint's rows a
-//! chunk at a time, each chunk's keys read from the store first, and writes
-//! memory to the store whenever it is full. A state TTL expires the store's
-//! entries a slice per tick.
+//! Checkpoints stay state files. A snapshot first writes memory to the
+//! files; a full one then reads every file into one run of state rows, on
+//! the snapshot's writer thread (the files are immutable: the task goes
+//! on); an incremental one the keys changed since the last snapshot, found
+//! in their key groups' files (deleted when gone). A restore writes the
+//! checkpoint's rows to files, not to memory. A state TTL rewrites the
+//! files of the next key groups per processing-time tick without their
+//! expired rows, as the heap's sweep goes round memory.
+//!
+//! Under more than 128 key groups, files and waiting rows are per part of
+//! consecutive key groups ([`part_width`]).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::row::Rows;
+use arrow::array::{AsArray, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array, UInt32Builder};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 
-use crate::join::state::{Bucket, ByKey, Key};
-use crate::join::{JoinOperator, Part, replacement_rows};
+use crate::join::state::{Bucket, Key};
+use crate::join::{Codec, JoinOperator, Part, replacement_rows};
+use crate::waiting::{ReadsWaiting, Waiting, by_key_group, part_width};
 use crate::{Error, Result};
+use weir_common::changelog;
+use weir_common::time::wall_clock_millis;
+use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
-use weir_state::deferred::{Deferred, DeltaOf, store_delta, store_run};
+use weir_state::deferred::{Deferred, DeltaOf, aborted, store_delta};
+use weir_state::key_group_files::{FrozenFiles, KeyGroupFiles};
 use weir_state::memory_guess::SpillsWhenFull;
-use weir_state::snapshot::{RUN_ROW_GROUP_ROWS, concat_by_key_group, state_rows};
+use weir_state::runs::RunWriter;
+use weir_state::snapshot::{concat_by_key_group, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
-use weir_state::store::{Entry, Frozen, SWEEP, WRITE_CHUNK, in_chunks};
+use weir_state::store::{WRITE_CHUNK, in_chunks};
 
-/// A join subtask's own spilled state (beside its [`SpillCore`]).
-#[derive(Default)]
+/// A join subtask's own spilled state (beside its [`SpillCore`], whose
+/// flushed keys are [`store_key`]s).
 pub(super) struct JoinSpill {
-    /// The keys whose rows memory holds for both sides since the last spill,
-    /// each with the sides the store had rows of then (bit `1 << side`).
-    resident: ByKey<u8>,
-    /// Where the next TTL sweep of the store starts.
-    sweep_from: Vec<u8>,
+    /// The spilled keys, opened at the first spill (or restore).
+    files: Option<KeyGroupFiles>,
+    /// Rows waiting for their part's read, as batches of one input side
+    /// (with their op column), and the rows of each part's files.
+    waiting: Waiting<(usize, RecordBatch)>,
+    /// Key groups per part ([`part_width`]).
+    width: u32,
+    /// The part the last TTL sweep rewrote.
+    swept: Option<u32>,
 }
 
 impl JoinSpill {
     /// The spill of a join subtask with these settings.
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
+    pub(super) fn new(settings: SpillSettings, incremental: bool, max_parallelism: usize) -> Spilled<Self> {
         // At least a new key's slots on both sides.
         let least = 2 * (std::mem::size_of::<Key>() + std::mem::size_of::<Bucket>() + 8);
-        Spilled::new(SpillCore::new(settings, incremental, least), JoinSpill::default())
+        let own = JoinSpill {
+            files: None,
+            waiting: Waiting::default(),
+            width: part_width(max_parallelism),
+            swept: None,
+        };
+        Spilled::new(SpillCore::new(settings, incremental, least), own)
     }
 }
 
-/// A store key: the key group (big-endian, so the store is in key-group
-/// order), then the state key (side and join key, see [`super::state_key`]).
+/// A flushed key: the key group (big-endian, so that keys sort in
+/// key-group order), then the side and the join key.
 fn store_key(group: u32, side: usize, key: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(5 + key.len());
     bytes.extend_from_slice(&group.to_be_bytes());
@@ -62,270 +89,59 @@ fn store_key(group: u32, side: usize, key: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The side and join key of a store key.
-fn split_store_key(key: &[u8]) -> Result<(usize, &[u8])> {
-    match key.get(4) {
-        Some(side @ 0..=1) => Ok((*side as usize, &key[5..])),
-        _ => Err(Error::State(format!(
-            "a spilled join state key without its key group and side ({} bytes)",
-            key.len()
-        ))),
+/// The key group of a store key.
+fn key_group_of(key: &[u8]) -> Result<u32> {
+    key.get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| short_key(key))
+}
+
+/// The side and join key of a side key (a store key without its key group).
+fn split_side_key(key: &[u8]) -> Result<(usize, &[u8])> {
+    match key.first() {
+        Some(side @ 0..=1) => Ok((*side as usize, &key[1..])),
+        _ => Err(short_key(key)),
     }
+}
+
+fn short_key(key: &[u8]) -> Error {
+    Error::State(format!(
+        "a spilled join state key without its key group and side ({} bytes)",
+        key.len()
+    ))
 }
 
 fn cut_short() -> Error {
     Error::State("a spilled join state value is cut short".into())
 }
 
-spills_when_full!(JoinOperator);
-
-impl JoinOperator {
-    /// The key group of each of `keys` (join keys' bytes).
-    fn key_groups_of(&self, keys: &[&[u8]]) -> Result<UInt32Array> {
-        weir_state::snapshot::key_groups_of_bytes(&self.codec.keys_of, keys, self.max_parallelism)
-    }
-
-    /// Reads both sides' rows of the keys of `keys` that memory does not
-    /// hold from the store, where it has them.
-    pub(super) fn load_spilled(
-        &mut self,
-        keys: &Rows,
-        null_keys: Option<&arrow::buffer::NullBuffer>,
-    ) -> Result<()> {
-        let Some(spill) = self.spill.as_ref().filter(|s| s.core.store.is_some()) else {
-            return Ok(());
-        };
-        let mut new: Vec<&[u8]> = Vec::new();
-        let mut seen = HashSet::new();
-        for i in 0..keys.num_rows() {
-            let key = keys.row(i).data();
-            if !null_keys.is_some_and(|n| n.is_null(i))
-                && !spill.own.resident.contains_key(key)
-                && seen.insert(key)
-            {
-                new.push(key);
-            }
-        }
-        if new.is_empty() {
-            return Ok(());
-        }
-        let groups = self.key_groups_of(&new)?;
-        let spill = self.spill.as_mut().expect("filtered above");
-        let store = spill.core.store.as_ref().expect("filtered above");
-        for (i, key) in new.iter().enumerate() {
-            let mut found = 0;
-            for (side, state) in self.sides.iter_mut().enumerate() {
-                if let Some(value) = store.get(&store_key(groups.value(i), side, key))? {
-                    let bucket = Bucket::decode(&value, state.width).ok_or_else(cut_short)?;
-                    state.buckets.insert(Key::from_slice(key), bucket);
-                    found |= 1 << side;
-                }
-            }
-            spill.own.resident.insert(Key::from_slice(key), found);
-        }
-        Ok(())
-    }
-
-    /// Bytes both sides' rows and keys take in memory.
-    fn memory_size(&self) -> usize {
-        let resident = self.spill.as_ref().map_or(0, |s| {
-            s.own.resident.capacity() * (std::mem::size_of::<Key>() + 9)
-        });
-        self.sides.iter().map(|s| s.memory_size()).sum::<usize>() + resident
-    }
-
-    /// Writes both sides' rows of every key memory holds to the store (a
-    /// side without rows of a key it had there is removed from it) and
-    /// empties memory.
-    pub(super) fn spill_all(&mut self) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
-            return Ok(());
-        };
-        spill.core.open_store()?;
-        let mut keys = std::mem::take(&mut spill.own.resident);
-        for side in &self.sides {
-            for key in side.buckets.keys() {
-                if !keys.contains_key(key) {
-                    keys.insert(key.clone(), 0);
-                }
-            }
-        }
-        let keys: Vec<(Key, u8)> = keys.into_iter().collect();
-        for chunk in keys.chunks(WRITE_CHUNK) {
-            let refs: Vec<&[u8]> = chunk.iter().map(|(k, _)| k.as_ref()).collect();
-            let groups = self.key_groups_of(&refs)?;
-            let (mut puts, mut removes) = (Vec::new(), Vec::new());
-            for (i, (key, found)) in chunk.iter().enumerate() {
-                for side in 0..2 {
-                    let at = store_key(groups.value(i), side, key);
-                    match self.sides[side].buckets.get(key.as_ref()) {
-                        Some(bucket) if !bucket.is_empty() => {
-                            let mut value = Vec::new();
-                            bucket.encode(&mut value);
-                            puts.push((at, value));
-                        }
-                        _ if found & (1 << side) != 0 => removes.push(at),
-                        _ => {}
-                    }
-                }
-            }
-            let store = self.spill.store().expect("opened above");
-            store.write(
-                puts.iter().map(|(k, v)| (&k[..], &v[..])),
-                removes.iter().map(|k| &k[..]),
-            )?;
-        }
-        for side in 0..2 {
-            let changed = self.sides[side].take_changed();
-            for chunk in changed.chunks(WRITE_CHUNK) {
-                let refs: Vec<&[u8]> = chunk.iter().map(|k| k.as_ref()).collect();
-                let groups = self.key_groups_of(&refs)?;
-                if let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) {
-                    refs.iter()
-                        .enumerate()
-                        .for_each(|(i, k)| flushed.push(&store_key(groups.value(i), side, k)));
-                }
-            }
-            self.sides[side].buckets = Default::default();
-        }
-        if let Some(core) = self.spill.core_mut() {
-            core.emptied();
-        }
-        weir_common::alloc::give_back_freed_memory();
-        Ok(())
-    }
-
-    /// A full snapshot of spilled state: every key to the store, then the
-    /// store, frozen now, as one run of state rows in key-group order, with
-    /// their state keys when it is the `base` of an incremental chain,
-    /// written by the snapshot's writer ([`weir_state::deferred`]).
-    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
-        self.spill_all()?;
-        let spill = self.spill.as_mut().expect("has spilled");
-        spill.core.runs += 1;
-        let runs = spill.core.runs;
-        let store = self.spill.store().expect("has spilled");
-        if store.is_empty()? {
-            return Ok(Vec::new());
-        }
-        let path = store.snapshot_run_path(runs)?;
-        let now = self.join.ttl_ms().map(|_| weir_common::time::wall_clock_millis());
-        let schema = self.join.state_schema();
-        let codec = super::Codec::new(&self.join, self.max_parallelism)?;
-        let widths = [0, 1].map(|side| self.sides[side].width);
-        let decode = move |entries: &[Entry]| {
-            let parts = stored_parts(&codec, widths, entries, now)?;
-            match base {
-                true => replacement_rows(&schema, parts, true),
-                false => sorted(parts),
-            }
-        };
-        Ok(vec![store_run(store.frozen(), path, RUN_ROW_GROUP_ROWS, decode)])
-    }
-
-    /// An incremental snapshot of spilled state: the keys changed in memory,
-    /// and those written to the store since the last snapshot (their rows
-    /// read back from the store frozen now, by the snapshot's writer;
-    /// deleted when the store has none). `None`: nothing changed.
-    pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
-        let mut parts = Vec::new();
-        let mut in_memory = HashSet::new();
-        for side in 0..2 {
-            let changed = self.memory_parts(side, false, &mut parts)?;
-            in_memory.extend(changed.iter().map(|k| super::state_key(side, k)));
-        }
-        let codec = super::Codec::new(&self.join, self.max_parallelism)?;
-        let widths = [0, 1].map(|side| self.sides[side].width);
-        let schema = self.join.state_schema();
-        let in_memory = move |k: &[u8]| in_memory.contains(&k[4..]);
-        let spill = self.spill.as_mut().expect("has spilled");
-        let Some(of) = DeltaOf::take(&mut spill.core, parts, in_memory)? else {
-            return Ok(None);
-        };
-        Ok(Some(store_delta(
-            of,
-            move |frozen: &Frozen, keys: &[&[u8]]| read_back(&codec, widths, frozen, keys),
-            move |parts| replacement_rows(&schema, parts, false),
-        )))
-    }
-
-    /// Restores state rows a chunk at a time: each chunk's keys read from
-    /// the store, its rows added, memory written to the store when it holds
-    /// more than its share ([`SpillsWhenFull`]).
-    pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
-        self.spill.core_mut().expect("spilling").open_store()?;
-        for chunk in in_chunks(rows) {
-            self.restore_side(0, &chunk)?;
-            self.restore_side(1, &chunk)?;
-            self.spill_if_over()?;
-        }
-        Ok(())
-    }
-
-    /// Removes the store's rows not written for the TTL at `now`, a slice of
-    /// the store per call (from where the last one stopped). Keys memory
-    /// holds are left to memory's sweep (their entries are older).
-    pub(super) fn sweep_store(&mut self, now: i64) -> Result<()> {
-        let (Some(ttl), Some(spill)) = (self.join.ttl_ms(), self.spill.as_mut()) else {
-            return Ok(());
-        };
-        let Some(store) = &spill.core.store else {
-            return Ok(());
-        };
-        let entries = store.scan_on(&mut spill.own.sweep_from, SWEEP)?;
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let (mut puts, mut removes) = (Vec::new(), Vec::new());
-        for (key, value) in &entries {
-            let (side, join_key) = split_store_key(key)?;
-            if spill.own.resident.contains_key(join_key) {
-                continue;
-            }
-            let mut bucket = Bucket::decode(value, self.sides[side].width).ok_or_else(cut_short)?;
-            if !bucket.expire(now, ttl) {
-                continue;
-            }
-            if bucket.is_empty() {
-                removes.push(&key[..]);
-            } else {
-                let mut bytes = Vec::new();
-                bucket.encode(&mut bytes);
-                puts.push((&key[..], bytes));
-            }
-        }
-        store.write(puts.iter().map(|(k, v)| (*k, &v[..])), removes.iter().copied())?;
-        if let Some(flushed) = &mut spill.core.flushed {
-            puts.iter().for_each(|(k, _)| flushed.push(k));
-            removes.iter().for_each(|k| flushed.push(k));
-        }
-        Ok(())
-    }
+/// The rows of a spilled file: a key of one side each.
+fn file_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("_key_group", DataType::UInt32, false),
+        Field::new("_key", DataType::Binary, false),
+        Field::new("_bucket", DataType::Binary, false),
+    ]))
 }
 
-/// Parts of state rows (without their state keys) as one batch in
-/// key-group order.
-/// The state rows of store entries of a join whose sides' rows are
-/// `widths` bytes wide (parts of a chain file, each with its state keys),
-/// without the rows expired at `now` when given.
-fn stored_parts(
-    codec: &super::Codec,
-    widths: [u32; 2],
-    entries: &[Entry],
-    now: Option<i64>,
-) -> Result<Vec<Part>> {
+/// The side keys (side, then join key) and encoded buckets of file rows.
+fn file_columns(rows: &RecordBatch) -> (&BinaryArray, &BinaryArray) {
+    (
+        rows.column(1).as_binary::<i32>(),
+        rows.column(2).as_binary::<i32>(),
+    )
+}
+
+/// The side and bucket of a file row (`key`, `value`), whose sides' rows
+/// are `widths` bytes wide.
+fn decoded(key: &[u8], value: &[u8], widths: [u32; 2]) -> Result<(usize, Bucket)> {
+    let (side, _) = split_side_key(key)?;
+    Ok((side, Bucket::decode(value, widths[side]).ok_or_else(cut_short)?))
+}
+
+/// Each side's keys and buckets as parts of state rows.
+fn parts_of(codec: &Codec, buckets: &[Vec<(&[u8], Bucket)>; 2]) -> Result<Vec<Part>> {
     let schema = codec.join.state_schema();
-    let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
-    for (key, value) in entries {
-        let (side, join_key) = split_store_key(key)?;
-        let mut bucket = Bucket::decode(value, widths[side]).ok_or_else(cut_short)?;
-        if let (Some(now), Some(ttl)) = (now, codec.join.ttl_ms()) {
-            bucket.expire(now, ttl);
-        }
-        if !bucket.is_empty() {
-            buckets[side].push((join_key, bucket));
-        }
-    }
     let mut parts = Vec::new();
     for (side, buckets) in buckets.iter().enumerate() {
         let rows = buckets.iter().map(|(k, b)| (*k, b));
@@ -336,26 +152,512 @@ fn stored_parts(
     Ok(parts)
 }
 
-/// The parts of store `keys` read from `frozen`: their rows, and a deleting
-/// part for the keys of each side it has none of.
-fn read_back(codec: &super::Codec, widths: [u32; 2], frozen: &Frozen, keys: &[&[u8]]) -> Result<Vec<Part>> {
-    let (live, missing) = frozen.get_each(keys)?;
-    let mut gone = [Vec::new(), Vec::new()];
-    for key in missing {
-        let (side, join_key) = split_store_key(key)?;
-        gone[side].push(join_key);
-    }
-    let mut parts = stored_parts(codec, widths, &live, None)?;
-    for (side, keys) in gone.iter().enumerate() {
-        if !keys.is_empty() {
-            parts.push(codec.deleted_keys(side, keys)?);
-        }
-    }
-    Ok(parts)
+/// Builds file rows, in the order they are added.
+struct FileRows {
+    groups: UInt32Builder,
+    keys: BinaryBuilder,
+    buckets: BinaryBuilder,
+    buffer: Vec<u8>,
 }
 
-fn sorted(parts: Vec<Part>) -> Result<Option<RecordBatch>> {
-    concat_by_key_group(parts.into_iter().map(|part| part.0).collect())
+impl FileRows {
+    fn new() -> Self {
+        FileRows {
+            groups: UInt32Builder::new(),
+            keys: BinaryBuilder::new(),
+            buckets: BinaryBuilder::new(),
+            buffer: Vec::new(),
+        }
+    }
+
+    /// Adds `bucket` of `key` (side, then join key) in `key_group`.
+    fn push(&mut self, key_group: u32, key: &[u8], bucket: &Bucket) {
+        self.groups.append_value(key_group);
+        self.keys.append_value(key);
+        self.buffer.clear();
+        bucket.encode(&mut self.buffer);
+        self.buckets.append_value(&self.buffer);
+    }
+
+    fn finish(mut self) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new(
+            file_schema(),
+            vec![
+                Arc::new(self.groups.finish()),
+                Arc::new(self.keys.finish()),
+                Arc::new(self.buckets.finish()),
+            ],
+        )?)
+    }
+}
+
+impl ReadsWaiting for JoinOperator {
+    type Rows = (usize, RecordBatch);
+
+    fn waiting(&self) -> Option<(&Waiting<(usize, RecordBatch)>, usize)> {
+        (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
+    }
+
+    /// For each of `parts`: brings its files' rows to memory and joins its
+    /// waiting rows, a batch at a time in arrival order, emitting their
+    /// changes; memory is spilled in between when full.
+    fn read_parts(&mut self, parts: Vec<u32>, out: &mut Output) -> Result<()> {
+        for part in parts {
+            let own = &mut self.spill.as_mut().expect("spilled").own;
+            let batches = own.waiting.take(part);
+            if batches.is_empty() {
+                continue;
+            }
+            let loaded = self.load(part)?;
+            let mut rows = 0;
+            for (side, batch) in &batches {
+                self.process(*side, batch, out)?;
+                rows += batch.num_rows();
+            }
+            self.spill_if_full(rows + loaded)?;
+        }
+        Ok(())
+    }
+
+    fn operator_name(&self) -> &str {
+        &self.join.name
+    }
+}
+
+spills_when_full!(JoinOperator);
+
+impl JoinOperator {
+    /// The key group of each of `keys` (join keys' bytes).
+    fn key_groups_of(&self, keys: &[&[u8]]) -> Result<UInt32Array> {
+        weir_state::snapshot::key_groups_of_bytes(&self.codec.keys_of, keys, self.max_parallelism)
+    }
+
+    /// Whether keys went to files: rows of key groups with files then wait
+    /// for their read, and snapshots read the files.
+    pub(super) fn spilled_to_files(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.own.files.is_some())
+    }
+
+    /// Bytes both sides' rows and keys, and the waiting rows, take in memory.
+    fn memory_size(&self) -> usize {
+        let waiting = self.spill.as_ref().map_or(0, |s| s.own.waiting.bytes());
+        self.sides.iter().map(|s| s.memory_size()).sum::<usize>() + waiting
+    }
+
+    /// Of a batch of side `side`: the rows of parts with files wait for
+    /// their part's read. Returns the other rows, to join now (`None`
+    /// when all wait). A row with a NULL key matches nothing and is kept
+    /// nowhere: it never waits.
+    pub(super) fn hold_unread(&mut self, side: usize, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let data = changelog::data(batch);
+        let (keys, null_keys) = self.keys(side, &data)?;
+        let refs: Vec<&[u8]> = (0..keys.num_rows()).map(|i| keys.row(i).data()).collect();
+        let groups = self.key_groups_of(&refs)?;
+        let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
+        let files = own.files.as_ref().expect("rows wait only when spilled");
+        let width = own.width;
+        // Per part (a lookup a row took 3% of a spilled GROUP BY).
+        let holds: Vec<bool> = (0..(self.max_parallelism as u32).div_ceil(width))
+            .map(|part| files.holds(part))
+            .collect();
+        let (mut wait, mut parts) = (Vec::new(), Vec::new());
+        let mut waits = vec![false; batch.num_rows()];
+        for (i, group) in groups.values().iter().enumerate() {
+            let part = group / width;
+            if holds[part as usize] && !null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
+                wait.push(i as u32);
+                parts.push(part);
+                waits[i] = true;
+            }
+        }
+        if wait.is_empty() {
+            return Ok(Some(batch.clone()));
+        }
+        let by_part = by_key_group(&parts, |i| wait[i]);
+        let picks = UInt32Array::from_iter_values(by_part.iter().flat_map(|(_, rows)| rows.iter().copied()));
+        let held = take_record_batch(batch, &picks)?;
+        let per_row = held.get_array_memory_size() / held.num_rows().max(1);
+        let (mut start, now) = (0, wall_clock_millis());
+        for (part, rows) in by_part {
+            let len = rows.len();
+            (own.waiting).hold(part, (side, held.slice(start, len)), len, per_row * len, now);
+            start += len;
+        }
+        let rest: Vec<u32> = (0..batch.num_rows() as u32)
+            .filter(|r| !waits[*r as usize])
+            .collect();
+        match rest.is_empty() {
+            true => Ok(None),
+            false => Ok(Some(take_record_batch(batch, &UInt32Array::from(rest))?)),
+        }
+    }
+
+    /// Brings the rows of `part`'s files to memory; the files go. Returns
+    /// the file rows read.
+    fn load(&mut self, part: u32) -> Result<usize> {
+        let spill = self.spill.as_mut().expect("spilled");
+        let files = spill.own.files.as_mut().expect("rows wait only when spilled");
+        let stored = files.rows_in(part);
+        let batches = files.take(part)?;
+        spill.own.waiting.stored_changed(part, -(stored as i64));
+        let widths = [self.sides[0].width, self.sides[1].width];
+        for rows in &batches {
+            let (keys, values) = file_columns(rows);
+            for i in 0..rows.num_rows() {
+                let (side, bucket) = decoded(keys.value(i), values.value(i), widths)?;
+                let state = &mut self.sides[side];
+                let key = &keys.value(i)[1..];
+                match state.buckets.get_mut(key) {
+                    // A key restored across two chunks has two files.
+                    Some(rows) => {
+                        for j in 0..bucket.len() {
+                            let tally = state.tallies.then(|| bucket.tally(j));
+                            rows.push(bucket.row(j), tally, state.ttl.then(|| bucket.written(j)));
+                        }
+                    }
+                    None => {
+                        state.buckets.insert(Key::from_slice(key), bucket);
+                    }
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Writes both sides' rows of every key memory holds to its key group's
+    /// files, a file per part, notes the keys changed since the last
+    /// snapshot, and empties memory.
+    pub(super) fn spill_all(&mut self) -> Result<()> {
+        if self.spill.is_none() || self.sides.iter().all(|s| s.buckets.is_empty()) {
+            return Ok(());
+        }
+        self.note_changed()?;
+        let spill = self.spill.as_mut().expect("checked above");
+        let mut files = spill.own.files.take();
+        let files_now = match &mut files {
+            Some(files) => files,
+            None => files.insert(KeyGroupFiles::open(&spill.core.settings.dir)?),
+        };
+        let written = self.write_keys(files_now);
+        let spill = self.spill.as_mut().expect("checked above");
+        spill.own.files = files;
+        for (part, n) in written? {
+            spill.own.waiting.stored_changed(part, n as i64);
+        }
+        for side in &mut self.sides {
+            side.buckets = Default::default();
+        }
+        if let Some(core) = self.spill.core_mut() {
+            core.emptied();
+        }
+        Ok(())
+    }
+
+    /// Incremental checkpoints: the keys memory changed since the last
+    /// snapshot, as store keys for the next delta to read back.
+    fn note_changed(&mut self) -> Result<()> {
+        for side in 0..2 {
+            let changed = self.sides[side].take_changed();
+            for chunk in changed.chunks(WRITE_CHUNK) {
+                let refs: Vec<&[u8]> = chunk.iter().map(|k| k.as_ref()).collect();
+                let groups = self.key_groups_of(&refs)?;
+                if let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) {
+                    for (i, key) in refs.iter().enumerate() {
+                        flushed.push(&store_key(groups.value(i), side, key));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every key with rows to `files`, a file per part in key-group
+    /// order; returns each part's file rows.
+    fn write_keys(&self, files: &mut KeyGroupFiles) -> Result<Vec<(u32, usize)>> {
+        let keys: Vec<(usize, &Key, &Bucket)> = (self.sides.iter().enumerate())
+            .flat_map(|(side, s)| s.buckets.iter().map(move |(k, b)| (side, k, b)))
+            .filter(|(_, _, b)| !b.is_empty())
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|(_, k, _)| k.as_ref()).collect();
+        let groups = self.key_groups_of(&refs)?;
+        let width = self.spill.as_ref().expect("spilling").own.width;
+        let mut written = Vec::new();
+        let mut side_key = Vec::new();
+        let by_group = by_key_group(groups.values(), |i| i as u32);
+        for part in by_group.chunk_by(|a, b| a.0 / width == b.0 / width) {
+            let mut rows = FileRows::new();
+            for (group, items) in part {
+                for i in items {
+                    let (side, key, bucket) = keys[*i as usize];
+                    side_key.clear();
+                    side_key.push(side as u8);
+                    side_key.extend_from_slice(key.as_ref());
+                    rows.push(*group, &side_key, bucket);
+                }
+            }
+            let rows = rows.finish()?;
+            files.write(part[0].0 / width, &rows)?;
+            written.push((part[0].0 / width, rows.num_rows()));
+        }
+        Ok(written)
+    }
+
+    /// The files, opened if not yet.
+    fn files(&mut self) -> Result<&mut KeyGroupFiles> {
+        let spill = self.spill.as_mut().expect("spilling");
+        if spill.own.files.is_none() {
+            spill.own.files = Some(KeyGroupFiles::open(&spill.core.settings.dir)?);
+        }
+        Ok(spill.own.files.as_mut().expect("opened above"))
+    }
+
+    /// A full snapshot of spilled state: every key to the files, then the
+    /// files, frozen now, as one run of state rows in key-group order, with
+    /// their state keys when it is the `base` of an incremental chain,
+    /// written by the snapshot's writer ([`weir_state::deferred`]).
+    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
+        self.spill_all()?;
+        let now = self.join.ttl_ms().map(|_| wall_clock_millis());
+        let codec = Codec::new(&self.join, self.max_parallelism)?;
+        let widths = [self.sides[0].width, self.sides[1].width];
+        let spill = self.spill.as_mut().expect("has spilled");
+        spill.core.runs += 1;
+        let runs = spill.core.runs;
+        let files = self.files()?;
+        if files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let path = files.snapshot_run_path(runs)?;
+        let frozen = files.frozen();
+        Ok(vec![Deferred::new(move |live| {
+            let schema = codec.join.state_schema();
+            let mut writer: Option<RunWriter> = None;
+            for part in frozen.key_groups() {
+                if !live() {
+                    return Err(aborted());
+                }
+                let parts = frozen_parts(&codec, widths, &frozen.read(part)?, now)?;
+                let rows = match base {
+                    true => replacement_rows(&schema, parts, true)?,
+                    false => concat_by_key_group(parts.into_iter().map(|p| p.0).collect())?,
+                };
+                if let Some(rows) = rows {
+                    let writer = match &mut writer {
+                        Some(writer) => writer,
+                        None => writer.insert(RunWriter::create(path.clone(), rows.schema())?),
+                    };
+                    writer.write(&rows)?;
+                }
+            }
+            writer.map(RunWriter::finish).transpose()
+        })])
+    }
+
+    /// An incremental snapshot of spilled state: every key to the files,
+    /// then the keys changed since the last snapshot, read back from the
+    /// files frozen now by the snapshot's writer (deleted when they have
+    /// no rows there). `None`: nothing changed.
+    pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
+        self.spill_all()?;
+        let codec = Codec::new(&self.join, self.max_parallelism)?;
+        let widths = [self.sides[0].width, self.sides[1].width];
+        let schema = self.join.state_schema();
+        let spill = self.spill.as_mut().expect("has spilled");
+        let flushed = std::mem::take(spill.core.flushed.get_or_insert_with(Default::default));
+        if flushed.is_empty() {
+            return Ok(None);
+        }
+        spill.core.runs += 1;
+        let runs = spill.core.runs;
+        let width = spill.own.width;
+        let files = self.files()?;
+        let of = DeltaOf {
+            frozen: files.frozen(),
+            path: files.snapshot_run_path(runs)?,
+            chunk: WRITE_CHUNK,
+            memory: Vec::new(),
+            in_memory: |_: &[u8]| false,
+            flushed,
+        };
+        let mut read = ReadBack {
+            codec,
+            widths,
+            width,
+            last: None,
+        };
+        Ok(Some(store_delta(
+            of,
+            move |frozen: &FrozenFiles, keys: &[&[u8]]| read.delta(frozen, keys),
+            move |parts| replacement_rows(&schema, parts, false),
+        )))
+    }
+
+    /// Restores state rows to memory a chunk at a time, then writes them
+    /// to the files (a restore of spilled state comes a range of key
+    /// groups at a time, so a key's rows come in one call).
+    pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
+        for chunk in in_chunks(rows) {
+            self.restore_side(0, &chunk)?;
+            self.restore_side(1, &chunk)?;
+        }
+        self.files()?;
+        self.spill_all()
+    }
+
+    /// Rewrites the files of the parts after the last one swept without
+    /// the rows not written for the TTL at `now`: parts until [`SWEEP`]
+    /// file rows are read (or all once), round the files
+    /// ([`KeyGroupFiles::to_sweep`]).
+    pub(super) fn sweep_files(&mut self, now: i64) -> Result<()> {
+        let (Some(ttl), Some(spill)) = (self.join.ttl_ms(), self.spill.as_mut()) else {
+            return Ok(());
+        };
+        let widths = [self.sides[0].width, self.sides[1].width];
+        let own = &mut spill.own;
+        let Some(files) = own.files.as_mut() else {
+            return Ok(());
+        };
+        for part in files.to_sweep(own.swept, SWEEP) {
+            own.swept = Some(part);
+            let before = files.rows_in(part);
+            let Some(expired) = expire_part(files, part, widths, now, ttl)? else {
+                continue;
+            };
+            own.waiting
+                .stored_changed(part, files.rows_in(part) as i64 - before as i64);
+            if let Some(flushed) = &mut spill.core.flushed {
+                expired.iter().for_each(|k| flushed.push(k));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// File rows a TTL sweep reads at a time.
+const SWEEP: usize = 4096;
+
+/// Rewrites `part`'s files without the rows not written for `ttl` at
+/// `now`; returns the store keys of the keys that lost rows (`None`: no
+/// row expired, the files are left as they are).
+fn expire_part(
+    files: &mut KeyGroupFiles,
+    part: u32,
+    widths: [u32; 2],
+    now: i64,
+    ttl: i64,
+) -> Result<Option<Vec<Vec<u8>>>> {
+    let batches = files.read(part)?;
+    let (mut kept, mut expired) = (FileRows::new(), Vec::new());
+    for rows in &batches {
+        let groups = rows.column(0).as_primitive::<UInt32Type>();
+        let (keys, values) = file_columns(rows);
+        for i in 0..rows.num_rows() {
+            let (_, mut bucket) = decoded(keys.value(i), values.value(i), widths)?;
+            if bucket.expire(now, ttl) {
+                let mut key = groups.value(i).to_be_bytes().to_vec();
+                key.extend_from_slice(keys.value(i));
+                expired.push(key);
+            }
+            if !bucket.is_empty() {
+                kept.push(groups.value(i), keys.value(i), &bucket);
+            }
+        }
+    }
+    if expired.is_empty() {
+        return Ok(None);
+    }
+    files.take(part)?;
+    files.write(part, &kept.finish()?)?;
+    Ok(Some(expired))
+}
+
+/// The state rows of frozen file rows (parts of a chain file, each with its
+/// state keys), without the rows expired at `now` when given.
+fn frozen_parts(
+    codec: &Codec,
+    widths: [u32; 2],
+    batches: &[RecordBatch],
+    now: Option<i64>,
+) -> Result<Vec<Part>> {
+    let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
+    for rows in batches {
+        let (keys, values) = file_columns(rows);
+        for i in 0..rows.num_rows() {
+            let (side, mut bucket) = decoded(keys.value(i), values.value(i), widths)?;
+            if let (Some(now), Some(ttl)) = (now, codec.join.ttl_ms()) {
+                bucket.expire(now, ttl);
+            }
+            if !bucket.is_empty() {
+                buckets[side].push((&keys.value(i)[1..], bucket));
+            }
+        }
+    }
+    parts_of(codec, &buckets)
+}
+
+/// One part's frozen file rows, and where each side key's row is.
+struct Indexed {
+    part: u32,
+    rows: Vec<RecordBatch>,
+    index: HashMap<Vec<u8>, (u32, u32)>,
+}
+
+/// Reads an incremental snapshot's changed keys back from frozen files.
+struct ReadBack {
+    codec: Codec,
+    widths: [u32; 2],
+    /// Key groups per part.
+    width: u32,
+    /// The part read last (the keys come in key-group order, a chunk at a
+    /// time, so a part's keys may span chunks).
+    last: Option<Indexed>,
+}
+
+impl ReadBack {
+    /// The parts of store `keys` (in key-group order): each one's rows in
+    /// `frozen`, and a deleting part for the keys of each side with none.
+    fn delta(&mut self, frozen: &FrozenFiles, keys: &[&[u8]]) -> Result<Vec<Part>> {
+        let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
+        let mut gone: [Vec<&[u8]>; 2] = [Vec::new(), Vec::new()];
+        let widths = self.widths;
+        for key in keys {
+            let part = key_group_of(key)? / self.width;
+            let side_key = key.get(4..).ok_or_else(|| short_key(key))?;
+            let (side, join_key) = split_side_key(side_key)?;
+            let indexed = self.indexed(frozen, part)?;
+            match indexed.index.get(side_key) {
+                Some((b, i)) => {
+                    let value = file_columns(&indexed.rows[*b as usize]).1.value(*i as usize);
+                    let (_, bucket) = decoded(side_key, value, widths)?;
+                    buckets[side].push((join_key, bucket));
+                }
+                None => gone[side].push(join_key),
+            }
+        }
+        let mut parts = parts_of(&self.codec, &buckets)?;
+        for (side, keys) in gone.iter().enumerate() {
+            if !keys.is_empty() {
+                parts.push(self.codec.deleted_keys(side, keys)?);
+            }
+        }
+        Ok(parts)
+    }
+
+    /// `part`'s rows in `frozen`, indexed by their side keys.
+    fn indexed(&mut self, frozen: &FrozenFiles, part: u32) -> Result<&Indexed> {
+        if self.last.as_ref().map(|l| l.part) != Some(part) {
+            let rows = frozen.read(part)?;
+            let mut index = HashMap::new();
+            for (b, batch) in rows.iter().enumerate() {
+                let keys = file_columns(batch).0;
+                for i in 0..batch.num_rows() {
+                    index.insert(keys.value(i).to_vec(), (b as u32, i as u32));
+                }
+            }
+            self.last = Some(Indexed { part, rows, index });
+        }
+        Ok(self.last.as_ref().expect("read above"))
+    }
 }
 
 #[cfg(test)]
@@ -363,11 +665,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_store_key_splits_back_into_its_side_and_join_key() {
+    fn a_store_key_splits_back_into_its_key_group_side_and_join_key() {
         let key = store_key(7, 1, b"abc");
-        assert_eq!(&key[..4], &7u32.to_be_bytes());
-        assert_eq!(split_store_key(&key).unwrap(), (1, &b"abc"[..]));
-        assert!(split_store_key(&key[..3]).is_err());
-        assert!(split_store_key(&store_key(7, 2, b"")).is_err());
+        assert_eq!(key_group_of(&key).unwrap(), 7);
+        assert_eq!(split_side_key(&key[4..]).unwrap(), (1, &b"abc"[..]));
+        assert!(key_group_of(&key[..3]).is_err());
+        assert!(split_side_key(&store_key(7, 2, b"")[4..]).is_err());
+        assert!(split_side_key(&[]).is_err());
     }
 }

@@ -546,6 +546,28 @@ fn joined(h: &mut Harness, batches: &[(usize, String)]) -> Vec<String> {
         .collect()
 }
 
+/// Everything `h` emits for `batches` and at the end of input, when rows
+/// waiting for spilled state come out.
+fn joined_to_end(h: &mut Harness, batches: &[(usize, String)]) -> Vec<String> {
+    let mut lines = joined(h, batches);
+    lines.extend(h.finish().unwrap());
+    lines
+}
+
+/// Each join key's changes, in their order (the key: the left's, or the
+/// right's where the left is padded). A spilled join emits each key's
+/// changes as the heap does; rows of keys whose key group was read later
+/// come later.
+fn per_key(lines: &[String]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut keys = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for line in lines {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let key = if fields[1] == "null" { fields[3] } else { fields[1] };
+        keys.entry(key.to_string()).or_default().push(line.clone());
+    }
+    keys
+}
+
 #[test]
 fn a_spilled_join_emits_the_changes_the_heap_emits() {
     let dir = tempfile::tempdir().unwrap();
@@ -557,13 +579,15 @@ fn a_spilled_join_emits_the_changes_the_heap_emits() {
     );
     let mut h = harness("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
     let mut got = Vec::new();
-    let mut store_seen = false;
+    let mut files_seen = false;
     for (side, rows) in &batches {
         got.extend(h.push_to(*side, rows).unwrap());
-        store_seen |= entries_in(dir.path()) > 0;
+        files_seen |= entries_in(dir.path()) > 0;
     }
-    assert!(store_seen, "keys went to the store");
-    assert_eq!(got, expected);
+    assert!(files_seen, "keys went to files");
+    assert!(got.len() < expected.len(), "rows wait for their key group's read");
+    got.extend(h.finish().unwrap());
+    assert_eq!(per_key(&got), per_key(&expected));
 }
 
 /// A left join of per-key counts (an updating side, one row per join key)
@@ -617,9 +641,9 @@ fn spilled_retractions_take_rows_away_and_keys_without_rows_leave_the_store() {
     let batches = counts_then_retractions(1000);
     let expected = joined(&mut counts_join(), &batches);
     let mut h = counts_join().spilling(16 * 1024, dir.path()).unwrap();
-    assert_eq!(joined(&mut h, &batches), expected);
+    assert_eq!(per_key(&joined_to_end(&mut h, &batches)), per_key(&expected));
     let snapshot = h.restart().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(snapshot.runs.len(), 1, "the files as one run");
     assert_eq!(
         snapshot.runs[0].info.rows, 500,
         "the right rows are left; every left key was deleted"
@@ -637,9 +661,9 @@ fn a_spilled_join_restores_from_a_snapshot_as_if_never_stopped() {
     let mut h = harness("FULL JOIN").spilling(16 * 1024, dir.path()).unwrap();
     joined(&mut h, before);
     let snapshot = h.restart().unwrap().expect("a snapshot");
-    assert_eq!(snapshot.runs.len(), 1, "the store as one run");
+    assert_eq!(snapshot.runs.len(), 1, "the files as one run");
     assert_eq!(snapshot.runs[0].info.rows, 1000, "every row of either side");
-    assert_eq!(joined(&mut h, after), expected);
+    assert_eq!(per_key(&joined_to_end(&mut h, after)), per_key(&expected));
 }
 
 #[test]
@@ -656,13 +680,13 @@ fn a_spilled_join_snapshot_holds_the_rows_of_its_barrier_while_the_join_goes_on(
     assert_eq!(
         snapshot.deferred.len(),
         1,
-        "the store, read by the snapshot's writer"
+        "the files, read by the snapshot's writer"
     );
     joined(&mut h, after);
     h.restart_from(snapshot).unwrap();
     assert_eq!(
-        joined(&mut h, after),
-        expected,
+        per_key(&joined_to_end(&mut h, after)),
+        per_key(&expected),
         "the rows as they were at the barrier"
     );
 }
@@ -696,7 +720,7 @@ fn incremental_snapshots_of_a_spilled_join_hold_the_keys_changed_in_memory_and_i
         "no key lost its last row yet"
     );
     h.restart_from_chain().unwrap();
-    assert_eq!(joined(&mut h, third), expected);
+    assert_eq!(per_key(&joined_to_end(&mut h, third)), per_key(&expected));
     let delta = h.snapshot_delta(false).unwrap().expect("changes");
     assert_eq!(
         deletions(&delta).iter().filter(|d| **d).count(),
@@ -743,7 +767,7 @@ fn a_delta_of_a_spilled_join_reads_the_store_of_its_barrier_while_the_join_goes_
         "no key had lost its last row at the barrier"
     );
     h.restart_from_chain().unwrap();
-    assert_eq!(joined(&mut h, third), expected);
+    assert_eq!(per_key(&joined_to_end(&mut h, third)), per_key(&expected));
 }
 
 #[test]
@@ -783,6 +807,96 @@ fn a_delta_after_a_savepoint_of_a_spilled_join_holds_what_changed_before_it() {
     assert!(
         h.snapshot_delta(false).unwrap().is_none(),
         "nothing changed since"
+    );
+}
+
+/// The first key from `from` in `key`'s key group (of 128).
+fn key_in_the_key_group_of(key: i64, from: i64) -> i64 {
+    use arrow::array::{ArrayRef, Int64Array};
+    let group = |k: i64| {
+        let keys: Vec<ArrayRef> = vec![std::sync::Arc::new(Int64Array::from(vec![k]))];
+        weir_state::snapshot::key_groups(&keys, 1, 128).unwrap().value(0)
+    };
+    (from..).find(|k| group(*k) == group(key)).unwrap()
+}
+
+#[test]
+fn rows_of_spilled_keys_wait_for_their_key_group_and_not_once_its_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness("FULL JOIN").spilling(1 << 20, dir.path()).unwrap();
+    // About 40 keys in each of 128 key groups: one row is not enough to
+    // read its key group's files.
+    let all: Vec<String> = (0..5000).map(|k| format!("{k} a")).collect();
+    h.push_to(0, &all.join("\n")).unwrap();
+    // A restore writes every key to its key group's files.
+    h.restart().unwrap();
+    assert!(
+        h.push_to(1, "0 b").unwrap().is_empty(),
+        "key 0's key group has files"
+    );
+    let later = weir_common::time::wall_clock_millis() + crate::waiting::LONGEST_WAIT_MS;
+    assert_eq!(
+        h.processing_time(later).unwrap(),
+        lines(&["-D 0 a null null", "+I 0 a 0 b"]),
+        "read after a second, as the heap joins it"
+    );
+    assert_eq!(
+        h.push_to(0, "0 c").unwrap(),
+        lines(&["+I 0 c 0 b"]),
+        "read back, its rows are in memory"
+    );
+    let other = key_in_the_key_group_of(0, 1);
+    assert_eq!(
+        h.push_to(1, &format!("{other} d")).unwrap(),
+        [
+            format!("-D {other} a null null"),
+            format!("+I {other} a {other} d")
+        ],
+        "another key of the key group read is in memory"
+    );
+    let new = key_in_the_key_group_of(0, 5000);
+    assert_eq!(
+        h.push_to(1, &format!("{new} e")).unwrap(),
+        [format!("+I null null {new} e")],
+        "a new key of a key group read has no rows to wait for"
+    );
+    assert!(h.finish().unwrap().is_empty(), "nothing waits");
+}
+
+#[test]
+fn spilled_keys_of_many_key_groups_share_files_per_range_and_give_the_heaps_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = both_sides(40, 50, 750);
+    let expected = joined(&mut harness("FULL JOIN"), &batches);
+    let mut h = harness("FULL JOIN")
+        .max_parallelism(1024)
+        .unwrap()
+        .incremental()
+        .unwrap()
+        .spilling(16 * 1024, dir.path())
+        .unwrap();
+    let (first, second) = batches.split_at(20);
+    let mut got = joined(&mut h, first);
+    h.snapshot_delta(true).unwrap();
+    got.extend(h.take_barrier_output());
+    let files: usize = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|d| std::fs::read_dir(d.unwrap().path()).map_or(0, |f| f.count()))
+        .sum();
+    assert!(files > 0 && files <= 128 + 1, "{files} files");
+    got.extend(joined(&mut h, &second[..10]));
+    let delta = h.snapshot_delta(false).unwrap().expect("changes");
+    got.extend(h.take_barrier_output());
+    assert!(!deletions(&delta).is_empty());
+    h.restart_from_chain().unwrap();
+    got.extend(joined_to_end(&mut h, &second[10..]));
+    assert_eq!(per_key(&got), per_key(&expected));
+    // A full snapshot's run is in key-group order across the shared files.
+    let snapshot = h.restart().unwrap().expect("a snapshot");
+    let groups = crate::harness::run_key_groups(&snapshot);
+    assert!(
+        groups.is_sorted() && groups.iter().any(|g| *g >= 128),
+        "{groups:?}"
     );
 }
 
