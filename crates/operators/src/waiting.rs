@@ -40,21 +40,6 @@ pub fn part_width(max_parallelism: usize) -> u32 {
     max_parallelism.div_ceil(PARTS).max(1) as u32
 }
 
-/// Items `0..groups.len()`, each as `item(i)`, per key group (`groups[i]`),
-/// in key-group order and within one in their order: a bucket each (a
-/// stable sort took 6% of a spilled run).
-pub fn by_key_group(groups: &[u32], item: impl Fn(usize) -> u32) -> Vec<(u32, Vec<u32>)> {
-    let slots = groups.iter().max().map_or(0, |g| *g as usize + 1);
-    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); slots];
-    for (i, group) in groups.iter().enumerate() {
-        buckets[*group as usize].push(item(i));
-    }
-    (0u32..)
-        .zip(buckets)
-        .filter(|(_, items)| !items.is_empty())
-        .collect()
-}
-
 /// Whether a key group with `rows` waiting rows since `since`, of `stored`
 /// rows in its files, is read at `now`.
 pub fn due(rows: usize, stored: u64, since: i64, now: i64) -> bool {
@@ -285,16 +270,5 @@ mod tests {
         assert_eq!(part_width(129), 2);
         assert_eq!(part_width(4096), 32);
         assert_eq!(32768_usize.div_ceil(part_width(32768) as usize), PARTS);
-    }
-
-    #[test]
-    fn items_come_per_key_group_in_key_group_order_and_in_their_order_within_one() {
-        let groups = [5, 1, 5, 0, 1, 5];
-        let items = by_key_group(&groups, |i| 10 * i as u32);
-        assert_eq!(
-            items,
-            vec![(0, vec![30]), (1, vec![10, 40]), (5, vec![0, 20, 50])]
-        );
-        assert!(by_key_group(&[], |i| i as u32).is_empty());
     }
 }

@@ -33,6 +33,21 @@ use crate::{Error, Result};
 /// Directories made by this process, numbered.
 static DIRS: AtomicU64 = AtomicU64::new(0);
 
+/// Items `0..groups.len()`, each as `item(i)`, per key group (`groups[i]`),
+/// in key-group order and within one in their order: a bucket each (a
+/// stable sort took 6% of a spilled run).
+pub fn by_key_group(groups: &[u32], item: impl Fn(usize) -> u32) -> Vec<(u32, Vec<u32>)> {
+    let slots = groups.iter().max().map_or(0, |g| *g as usize + 1);
+    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); slots];
+    for (i, group) in groups.iter().enumerate() {
+        buckets[*group as usize].push(item(i));
+    }
+    (0u32..)
+        .zip(buckets)
+        .filter(|(_, items)| !items.is_empty())
+        .collect()
+}
+
 /// One file of a key group: where, and its rows.
 #[derive(Debug, Clone)]
 struct KeyGroupFile {
@@ -267,6 +282,17 @@ mod tests {
                     .to_vec()
             })
             .collect()
+    }
+
+    #[test]
+    fn items_come_per_key_group_in_key_group_order_and_in_their_order_within_one() {
+        let groups = [5, 1, 5, 0, 1, 5];
+        let items = by_key_group(&groups, |i| 10 * i as u32);
+        assert_eq!(
+            items,
+            vec![(0, vec![30]), (1, vec![10, 40]), (5, vec![0, 20, 50])]
+        );
+        assert!(by_key_group(&[], |i| i as u32).is_empty());
     }
 
     #[test]

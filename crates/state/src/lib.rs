@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod deferred;
 pub mod entry;
+pub mod entry_files;
 pub mod flushed;
 pub mod incremental;
 pub mod key_group_files;

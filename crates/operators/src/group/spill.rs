@@ -38,14 +38,14 @@ use arrow::row::{Row, RowConverter, SortField};
 
 use crate::group::GroupAggregateOperator;
 use crate::groups::Groups;
-use crate::waiting::{ReadsWaiting, Waiting, by_key_group, part_width};
+use crate::waiting::{ReadsWaiting, Waiting, part_width};
 use crate::{Error, Result};
 use weir_common::time::wall_clock_millis;
 use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, DeltaOf, store_delta};
 use weir_state::incremental::upsert_delta;
-use weir_state::key_group_files::{FrozenFiles, KeyGroupFiles};
+use weir_state::key_group_files::{FrozenFiles, KeyGroupFiles, by_key_group};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{concat_by_key_group, key_groups, sorted_by_key_group, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};

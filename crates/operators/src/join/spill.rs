@@ -27,28 +27,26 @@
 //! Under more than 128 key groups, files and waiting rows are per part of
 //! consecutive key groups ([`part_width`]).
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use arrow::array::{AsArray, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array, UInt32Builder};
+use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 
 use crate::join::state::{Bucket, Key};
 use crate::join::{Codec, JoinOperator, Part, replacement_rows};
-use crate::waiting::{ReadsWaiting, Waiting, by_key_group, part_width};
+use crate::waiting::{ReadsWaiting, Waiting, part_width};
 use crate::{Error, Result};
 use weir_common::changelog;
 use weir_common::time::wall_clock_millis;
 use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
-use weir_state::deferred::{Deferred, DeltaOf, aborted, store_delta};
-use weir_state::key_group_files::{FrozenFiles, KeyGroupFiles};
+use weir_state::deferred::Deferred;
+use weir_state::entry_files::{
+    Rewrite, entries_run, entry_columns, files_delta, rewrite_part, store_key, write_entries,
+};
+use weir_state::key_group_files::{KeyGroupFiles, by_key_group};
 use weir_state::memory_guess::SpillsWhenFull;
-use weir_state::runs::RunWriter;
 use weir_state::snapshot::{concat_by_key_group, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
-use weir_state::store::{WRITE_CHUNK, in_chunks};
+use weir_state::store::{Entry, WRITE_CHUNK, in_chunks};
 
 /// A join subtask's own spilled state (beside its [`SpillCore`], whose
 /// flushed keys are [`store_key`]s).
@@ -79,21 +77,12 @@ impl JoinSpill {
     }
 }
 
-/// A flushed key: the key group (big-endian, so that keys sort in
-/// key-group order), then the side and the join key.
-fn store_key(group: u32, side: usize, key: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(5 + key.len());
-    bytes.extend_from_slice(&group.to_be_bytes());
+/// A side key: the side, then the join key.
+fn side_key(side: usize, key: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(1 + key.len());
     bytes.push(side as u8);
     bytes.extend_from_slice(key);
     bytes
-}
-
-/// The key group of a store key.
-fn key_group_of(key: &[u8]) -> Result<u32> {
-    key.get(..4)
-        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        .ok_or_else(|| short_key(key))
 }
 
 /// The side and join key of a side key (a store key without its key group).
@@ -113,23 +102,6 @@ fn short_key(key: &[u8]) -> Error {
 
 fn cut_short() -> Error {
     Error::State("a spilled join state value is cut short".into())
-}
-
-/// The rows of a spilled file: a key of one side each.
-fn file_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("_key_group", DataType::UInt32, false),
-        Field::new("_key", DataType::Binary, false),
-        Field::new("_bucket", DataType::Binary, false),
-    ]))
-}
-
-/// The side keys (side, then join key) and encoded buckets of file rows.
-fn file_columns(rows: &RecordBatch) -> (&BinaryArray, &BinaryArray) {
-    (
-        rows.column(1).as_binary::<i32>(),
-        rows.column(2).as_binary::<i32>(),
-    )
 }
 
 /// The side and bucket of a file row (`key`, `value`), whose sides' rows
@@ -152,43 +124,21 @@ fn parts_of(codec: &Codec, buckets: &[Vec<(&[u8], Bucket)>; 2]) -> Result<Vec<Pa
     Ok(parts)
 }
 
-/// Builds file rows, in the order they are added.
-struct FileRows {
-    groups: UInt32Builder,
-    keys: BinaryBuilder,
-    buckets: BinaryBuilder,
-    buffer: Vec<u8>,
-}
-
-impl FileRows {
-    fn new() -> Self {
-        FileRows {
-            groups: UInt32Builder::new(),
-            keys: BinaryBuilder::new(),
-            buckets: BinaryBuilder::new(),
-            buffer: Vec::new(),
+/// The state rows of entries (store keys: key group, side, join key),
+/// without the rows expired at `now` when given.
+fn stored_parts(codec: &Codec, widths: [u32; 2], entries: &[Entry], now: Option<i64>) -> Result<Vec<Part>> {
+    let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
+    for (key, value) in entries {
+        let side_key = key.get(4..).ok_or_else(|| short_key(key))?;
+        let (side, mut bucket) = decoded(side_key, value, widths)?;
+        if let (Some(now), Some(ttl)) = (now, codec.join.ttl_ms()) {
+            bucket.expire(now, ttl);
+        }
+        if !bucket.is_empty() {
+            buckets[side].push((&side_key[1..], bucket));
         }
     }
-
-    /// Adds `bucket` of `key` (side, then join key) in `key_group`.
-    fn push(&mut self, key_group: u32, key: &[u8], bucket: &Bucket) {
-        self.groups.append_value(key_group);
-        self.keys.append_value(key);
-        self.buffer.clear();
-        bucket.encode(&mut self.buffer);
-        self.buckets.append_value(&self.buffer);
-    }
-
-    fn finish(mut self) -> Result<RecordBatch> {
-        Ok(RecordBatch::try_new(
-            file_schema(),
-            vec![
-                Arc::new(self.groups.finish()),
-                Arc::new(self.keys.finish()),
-                Arc::new(self.buckets.finish()),
-            ],
-        )?)
-    }
+    parts_of(codec, &buckets)
 }
 
 impl ReadsWaiting for JoinOperator {
@@ -302,7 +252,7 @@ impl JoinOperator {
         spill.own.waiting.stored_changed(part, -(stored as i64));
         let widths = [self.sides[0].width, self.sides[1].width];
         for rows in &batches {
-            let (keys, values) = file_columns(rows);
+            let (_, keys, values) = entry_columns(rows);
             for i in 0..rows.num_rows() {
                 let (side, bucket) = decoded(keys.value(i), values.value(i), widths)?;
                 let state = &mut self.sides[side];
@@ -363,7 +313,7 @@ impl JoinOperator {
                 let groups = self.key_groups_of(&refs)?;
                 if let Some(flushed) = self.spill.as_mut().and_then(|s| s.core.flushed.as_mut()) {
                     for (i, key) in refs.iter().enumerate() {
-                        flushed.push(&store_key(groups.value(i), side, key));
+                        flushed.push(&store_key(groups.value(i), &side_key(side, key)));
                     }
                 }
             }
@@ -381,25 +331,13 @@ impl JoinOperator {
         let refs: Vec<&[u8]> = keys.iter().map(|(_, k, _)| k.as_ref()).collect();
         let groups = self.key_groups_of(&refs)?;
         let width = self.spill.as_ref().expect("spilling").own.width;
-        let mut written = Vec::new();
-        let mut side_key = Vec::new();
-        let by_group = by_key_group(groups.values(), |i| i as u32);
-        for part in by_group.chunk_by(|a, b| a.0 / width == b.0 / width) {
-            let mut rows = FileRows::new();
-            for (group, items) in part {
-                for i in items {
-                    let (side, key, bucket) = keys[*i as usize];
-                    side_key.clear();
-                    side_key.push(side as u8);
-                    side_key.extend_from_slice(key.as_ref());
-                    rows.push(*group, &side_key, bucket);
-                }
-            }
-            let rows = rows.finish()?;
-            files.write(part[0].0 / width, &rows)?;
-            written.push((part[0].0 / width, rows.num_rows()));
-        }
-        Ok(written)
+        let mut value = Vec::new();
+        write_entries(files, width, groups.values(), |i, group, rows| {
+            let (side, key, bucket) = keys[i];
+            value.clear();
+            bucket.encode(&mut value);
+            rows.push(group, &side_key(side, key), &value);
+        })
     }
 
     /// The files, opened if not yet.
@@ -420,6 +358,7 @@ impl JoinOperator {
         let now = self.join.ttl_ms().map(|_| wall_clock_millis());
         let codec = Codec::new(&self.join, self.max_parallelism)?;
         let widths = [self.sides[0].width, self.sides[1].width];
+        let schema = self.join.state_schema();
         let spill = self.spill.as_mut().expect("has spilled");
         spill.core.runs += 1;
         let runs = spill.core.runs;
@@ -428,29 +367,14 @@ impl JoinOperator {
             return Ok(Vec::new());
         }
         let path = files.snapshot_run_path(runs)?;
-        let frozen = files.frozen();
-        Ok(vec![Deferred::new(move |live| {
-            let schema = codec.join.state_schema();
-            let mut writer: Option<RunWriter> = None;
-            for part in frozen.key_groups() {
-                if !live() {
-                    return Err(aborted());
-                }
-                let parts = frozen_parts(&codec, widths, &frozen.read(part)?, now)?;
-                let rows = match base {
-                    true => replacement_rows(&schema, parts, true)?,
-                    false => concat_by_key_group(parts.into_iter().map(|p| p.0).collect())?,
-                };
-                if let Some(rows) = rows {
-                    let writer = match &mut writer {
-                        Some(writer) => writer,
-                        None => writer.insert(RunWriter::create(path.clone(), rows.schema())?),
-                    };
-                    writer.write(&rows)?;
-                }
+        let decode = move |entries: &[Entry]| {
+            let parts = stored_parts(&codec, widths, entries, now)?;
+            match base {
+                true => replacement_rows(&schema, parts, true),
+                false => concat_by_key_group(parts.into_iter().map(|p| p.0).collect()),
             }
-            writer.map(RunWriter::finish).transpose()
-        })])
+        };
+        Ok(vec![entries_run(files.frozen(), path, decode)])
     }
 
     /// An incremental snapshot of spilled state: every key to the files,
@@ -462,34 +386,23 @@ impl JoinOperator {
         let codec = Codec::new(&self.join, self.max_parallelism)?;
         let widths = [self.sides[0].width, self.sides[1].width];
         let schema = self.join.state_schema();
+        let read = move |found: &[Entry], missing: &[&[u8]]| {
+            let mut parts = stored_parts(&codec, widths, found, None)?;
+            let mut gone: [Vec<&[u8]>; 2] = [Vec::new(), Vec::new()];
+            for key in missing {
+                let (side, join_key) = split_side_key(key.get(4..).ok_or_else(|| short_key(key))?)?;
+                gone[side].push(join_key);
+            }
+            for (side, keys) in gone.iter().enumerate() {
+                if !keys.is_empty() {
+                    parts.push(codec.deleted_keys(side, keys)?);
+                }
+            }
+            Ok(parts)
+        };
         let spill = self.spill.as_mut().expect("has spilled");
-        let flushed = std::mem::take(spill.core.flushed.get_or_insert_with(Default::default));
-        if flushed.is_empty() {
-            return Ok(None);
-        }
-        spill.core.runs += 1;
-        let runs = spill.core.runs;
-        let width = spill.own.width;
-        let files = self.files()?;
-        let of = DeltaOf {
-            frozen: files.frozen(),
-            path: files.snapshot_run_path(runs)?,
-            chunk: WRITE_CHUNK,
-            memory: Vec::new(),
-            in_memory: |_: &[u8]| false,
-            flushed,
-        };
-        let mut read = ReadBack {
-            codec,
-            widths,
-            width,
-            last: None,
-        };
-        Ok(Some(store_delta(
-            of,
-            move |frozen: &FrozenFiles, keys: &[&[u8]]| read.delta(frozen, keys),
-            move |parts| replacement_rows(&schema, parts, false),
-        )))
+        let files = spill.own.files.as_ref().expect("written above");
+        files_delta(&mut spill.core, files, spill.own.width, schema, read)
     }
 
     /// Restores state rows to memory a chunk at a time, then writes them
@@ -520,13 +433,22 @@ impl JoinOperator {
         for part in files.to_sweep(own.swept, SWEEP) {
             own.swept = Some(part);
             let before = files.rows_in(part);
-            let Some(expired) = expire_part(files, part, widths, now, ttl)? else {
-                continue;
-            };
-            own.waiting
-                .stored_changed(part, files.rows_in(part) as i64 - before as i64);
+            let changed = rewrite_part(files, part, |key, value| {
+                let (_, mut bucket) = decoded(key.get(4..).ok_or_else(|| short_key(key))?, value, widths)?;
+                Ok(match bucket.expire(now, ttl) {
+                    false => Rewrite::Same,
+                    true if bucket.is_empty() => Rewrite::Gone,
+                    true => {
+                        let mut value = Vec::new();
+                        bucket.encode(&mut value);
+                        Rewrite::Value(value)
+                    }
+                })
+            })?;
+            let after = files.rows_in(part);
+            own.waiting.stored_changed(part, after as i64 - before as i64);
             if let Some(flushed) = &mut spill.core.flushed {
-                expired.iter().for_each(|k| flushed.push(k));
+                changed.iter().for_each(|k| flushed.push(k));
             }
         }
         Ok(())
@@ -536,141 +458,15 @@ impl JoinOperator {
 /// File rows a TTL sweep reads at a time.
 const SWEEP: usize = 4096;
 
-/// Rewrites `part`'s files without the rows not written for `ttl` at
-/// `now`; returns the store keys of the keys that lost rows (`None`: no
-/// row expired, the files are left as they are).
-fn expire_part(
-    files: &mut KeyGroupFiles,
-    part: u32,
-    widths: [u32; 2],
-    now: i64,
-    ttl: i64,
-) -> Result<Option<Vec<Vec<u8>>>> {
-    let batches = files.read(part)?;
-    let (mut kept, mut expired) = (FileRows::new(), Vec::new());
-    for rows in &batches {
-        let groups = rows.column(0).as_primitive::<UInt32Type>();
-        let (keys, values) = file_columns(rows);
-        for i in 0..rows.num_rows() {
-            let (_, mut bucket) = decoded(keys.value(i), values.value(i), widths)?;
-            if bucket.expire(now, ttl) {
-                let mut key = groups.value(i).to_be_bytes().to_vec();
-                key.extend_from_slice(keys.value(i));
-                expired.push(key);
-            }
-            if !bucket.is_empty() {
-                kept.push(groups.value(i), keys.value(i), &bucket);
-            }
-        }
-    }
-    if expired.is_empty() {
-        return Ok(None);
-    }
-    files.take(part)?;
-    files.write(part, &kept.finish()?)?;
-    Ok(Some(expired))
-}
-
-/// The state rows of frozen file rows (parts of a chain file, each with its
-/// state keys), without the rows expired at `now` when given.
-fn frozen_parts(
-    codec: &Codec,
-    widths: [u32; 2],
-    batches: &[RecordBatch],
-    now: Option<i64>,
-) -> Result<Vec<Part>> {
-    let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
-    for rows in batches {
-        let (keys, values) = file_columns(rows);
-        for i in 0..rows.num_rows() {
-            let (side, mut bucket) = decoded(keys.value(i), values.value(i), widths)?;
-            if let (Some(now), Some(ttl)) = (now, codec.join.ttl_ms()) {
-                bucket.expire(now, ttl);
-            }
-            if !bucket.is_empty() {
-                buckets[side].push((&keys.value(i)[1..], bucket));
-            }
-        }
-    }
-    parts_of(codec, &buckets)
-}
-
-/// One part's frozen file rows, and where each side key's row is.
-struct Indexed {
-    part: u32,
-    rows: Vec<RecordBatch>,
-    index: HashMap<Vec<u8>, (u32, u32)>,
-}
-
-/// Reads an incremental snapshot's changed keys back from frozen files.
-struct ReadBack {
-    codec: Codec,
-    widths: [u32; 2],
-    /// Key groups per part.
-    width: u32,
-    /// The part read last (the keys come in key-group order, a chunk at a
-    /// time, so a part's keys may span chunks).
-    last: Option<Indexed>,
-}
-
-impl ReadBack {
-    /// The parts of store `keys` (in key-group order): each one's rows in
-    /// `frozen`, and a deleting part for the keys of each side with none.
-    fn delta(&mut self, frozen: &FrozenFiles, keys: &[&[u8]]) -> Result<Vec<Part>> {
-        let mut buckets: [Vec<(&[u8], Bucket)>; 2] = [Vec::new(), Vec::new()];
-        let mut gone: [Vec<&[u8]>; 2] = [Vec::new(), Vec::new()];
-        let widths = self.widths;
-        for key in keys {
-            let part = key_group_of(key)? / self.width;
-            let side_key = key.get(4..).ok_or_else(|| short_key(key))?;
-            let (side, join_key) = split_side_key(side_key)?;
-            let indexed = self.indexed(frozen, part)?;
-            match indexed.index.get(side_key) {
-                Some((b, i)) => {
-                    let value = file_columns(&indexed.rows[*b as usize]).1.value(*i as usize);
-                    let (_, bucket) = decoded(side_key, value, widths)?;
-                    buckets[side].push((join_key, bucket));
-                }
-                None => gone[side].push(join_key),
-            }
-        }
-        let mut parts = parts_of(&self.codec, &buckets)?;
-        for (side, keys) in gone.iter().enumerate() {
-            if !keys.is_empty() {
-                parts.push(self.codec.deleted_keys(side, keys)?);
-            }
-        }
-        Ok(parts)
-    }
-
-    /// `part`'s rows in `frozen`, indexed by their side keys.
-    fn indexed(&mut self, frozen: &FrozenFiles, part: u32) -> Result<&Indexed> {
-        if self.last.as_ref().map(|l| l.part) != Some(part) {
-            let rows = frozen.read(part)?;
-            let mut index = HashMap::new();
-            for (b, batch) in rows.iter().enumerate() {
-                let keys = file_columns(batch).0;
-                for i in 0..batch.num_rows() {
-                    index.insert(keys.value(i).to_vec(), (b as u32, i as u32));
-                }
-            }
-            self.last = Some(Indexed { part, rows, index });
-        }
-        Ok(self.last.as_ref().expect("read above"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_store_key_splits_back_into_its_key_group_side_and_join_key() {
-        let key = store_key(7, 1, b"abc");
-        assert_eq!(key_group_of(&key).unwrap(), 7);
-        assert_eq!(split_side_key(&key[4..]).unwrap(), (1, &b"abc"[..]));
-        assert!(key_group_of(&key[..3]).is_err());
-        assert!(split_side_key(&store_key(7, 2, b"")[4..]).is_err());
+    fn a_side_key_splits_back_into_its_side_and_join_key() {
+        let key = side_key(1, b"abc");
+        assert_eq!(split_side_key(&key).unwrap(), (1, &b"abc"[..]));
+        assert!(split_side_key(&side_key(2, b"")).is_err());
         assert!(split_side_key(&[]).is_err());
     }
 }
