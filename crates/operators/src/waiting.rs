@@ -18,10 +18,15 @@
 
 use std::collections::BTreeMap;
 
+use arrow::array::UInt32Array;
+use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
+use weir_common::time::wall_clock_millis;
 use weir_runtime::Output;
+use weir_state::key_group_files::by_key_group;
 
 use crate::{Error, Result};
+use weir_state::memory_guess::SpillsWhenFull;
 
 /// The longest a row waits for its key group's read (ms, wall clock).
 pub const LONGEST_WAIT_MS: i64 = 1000;
@@ -171,18 +176,41 @@ impl<T> Waiting<T> {
 
 /// An operator whose rows wait for their part's files: when it reads
 /// them, written once.
-pub(crate) trait ReadsWaiting {
+pub(crate) trait ReadsWaiting: SpillsWhenFull {
     /// What one batch of waiting rows is.
     type Rows;
 
     /// Its waiting rows and its budget (bytes), under the spilling backend.
     fn waiting(&self) -> Option<(&Waiting<Self::Rows>, usize)>;
 
-    /// Brings each of `parts`' files to memory and takes its waiting rows.
-    fn read_parts(&mut self, parts: Vec<u32>, out: &mut Output) -> Result<()>;
+    /// Its waiting rows, under the spilling backend.
+    fn waiting_mut(&mut self) -> Option<&mut Waiting<Self::Rows>>;
+
+    /// Brings `part`'s files to memory (the files go); returns the rows read.
+    fn load_part(&mut self, part: u32) -> Result<usize>;
+
+    /// Takes a part's waiting `rows`, in arrival order, now that its state
+    /// is in memory; returns how many rows they were.
+    fn take_waiting(&mut self, rows: Vec<Self::Rows>, out: &mut Output) -> Result<usize>;
 
     /// Its name in the plan, for errors.
     fn operator_name(&self) -> &str;
+
+    /// For each of `parts`: brings its files to memory and takes its
+    /// waiting rows, emitting their changes; memory is spilled in between
+    /// when full.
+    fn read_parts(&mut self, parts: Vec<u32>, out: &mut Output) -> Result<()> {
+        for part in parts {
+            let rows = self.waiting_mut().map(|w| w.take(part)).unwrap_or_default();
+            if rows.is_empty() {
+                continue;
+            }
+            let loaded = self.load_part(part)?;
+            let taken = self.take_waiting(rows, out)?;
+            self.spill_if_full(taken + loaded)?;
+        }
+        Ok(())
+    }
 
     /// Reads the parts whose waiting rows are due at `now`, or take more
     /// than an eighth of the budget.
@@ -213,6 +241,41 @@ pub(crate) trait ReadsWaiting {
             ))),
             false => Ok(()),
         }
+    }
+}
+
+/// Of `batch`: the rows with a part in `parts` (`None`: the row does not
+/// wait) wait there, in arrival order, each part's as `wrap(rows)`.
+/// Returns the other rows, to take now (`None` when all wait).
+pub(crate) fn hold_rows<T>(
+    waiting: &mut Waiting<T>,
+    batch: &RecordBatch,
+    parts: &[Option<u32>],
+    wrap: impl Fn(RecordBatch) -> T,
+) -> Result<Option<RecordBatch>> {
+    let wait: Vec<u32> = (0..batch.num_rows() as u32)
+        .filter(|i| parts[*i as usize].is_some())
+        .collect();
+    if wait.is_empty() {
+        return Ok(Some(batch.clone()));
+    }
+    let of: Vec<u32> = wait.iter().map(|i| parts[*i as usize].expect("waits")).collect();
+    let by_part = by_key_group(&of, |i| wait[i]);
+    let picks = UInt32Array::from_iter_values(by_part.iter().flat_map(|(_, rows)| rows.iter().copied()));
+    let held = take_record_batch(batch, &picks)?;
+    let per_row = held.get_array_memory_size() / held.num_rows().max(1);
+    let (mut start, now) = (0, wall_clock_millis());
+    for (part, rows) in by_part {
+        let len = rows.len();
+        waiting.hold(part, wrap(held.slice(start, len)), len, per_row * len, now);
+        start += len;
+    }
+    let rest: Vec<u32> = (0..batch.num_rows() as u32)
+        .filter(|i| parts[*i as usize].is_none())
+        .collect();
+    match rest.is_empty() {
+        true => Ok(None),
+        false => Ok(Some(take_record_batch(batch, &UInt32Array::from(rest))?)),
     }
 }
 

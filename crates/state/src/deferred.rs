@@ -202,6 +202,19 @@ where
     }))
 }
 
+/// A part that deletes the state keys of store keys `missing` (key group,
+/// then state key, [`crate::entry`]); `None` for none.
+pub fn deleted_entries(schema: &SchemaRef, missing: &[&[u8]]) -> Result<Option<ReplacedPart>> {
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    let groups = (missing.iter())
+        .map(|k| split_entry_key(k).map(|(group, _)| group))
+        .collect::<Result<Vec<u32>>>()?;
+    let keys = BinaryArray::from_iter_values(missing.iter().map(|k| &k[4..]));
+    Ok(Some(deleted_part(schema, groups.into(), keys)?))
+}
+
 /// The incremental snapshot of a spilled operator whose store holds one
 /// entry per state key (`key group | state key`, [`crate::entry`])
 /// as a replacing delta ([`crate::incremental::DeltaKind::Replace`]):
@@ -231,13 +244,7 @@ where
         move |frozen: &Frozen, keys: &[&[u8]]| {
             let (live, missing) = frozen.get_each(keys)?;
             let mut parts = decode(&live)?;
-            if !missing.is_empty() {
-                let groups = (missing.iter())
-                    .map(|k| split_entry_key(k).map(|(group, _)| group))
-                    .collect::<Result<Vec<u32>>>()?;
-                let keys = BinaryArray::from_iter_values(missing.iter().map(|k| &k[4..]));
-                parts.push(deleted_part(&schema, groups.into(), keys)?);
-            }
+            parts.extend(deleted_entries(&schema, &missing)?);
             Ok(parts)
         },
         move |parts| replacement_rows(&finish_schema, parts, false),

@@ -269,6 +269,29 @@ pub fn rewrite_part(
     Ok(changed)
 }
 
+/// What a sweep did: each part's change in entries, and the store keys of
+/// the entries changed or gone.
+pub type Swept = (Vec<(u32, i64)>, Vec<Vec<u8>>);
+
+/// A state TTL's sweep: rewrites the parts after `swept` (until `rows`
+/// entries are read, [`KeyGroupFiles::to_sweep`]) as `rewrite` says, and
+/// notes the last one in `swept`.
+pub fn sweep_entries(
+    files: &mut KeyGroupFiles,
+    swept: &mut Option<u32>,
+    rows: usize,
+    mut rewrite: impl FnMut(&[u8], &[u8]) -> Result<Rewrite>,
+) -> Result<Swept> {
+    let (mut counts, mut changed) = (Vec::new(), Vec::new());
+    for part in files.to_sweep(*swept, rows) {
+        *swept = Some(part);
+        let before = files.rows_in(part) as i64;
+        changed.extend(rewrite_part(files, part, &mut rewrite)?);
+        counts.push((part, files.rows_in(part) as i64 - before));
+    }
+    Ok((counts, changed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,6 @@ use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, DeltaOf, store_delta};
 use weir_state::incremental::upsert_delta;
 use weir_state::key_group_files::{FrozenFiles, KeyGroupFiles, by_key_group};
-use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{concat_by_key_group, key_groups, sorted_by_key_group, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
 use weir_state::store::WRITE_CHUNK;
@@ -272,27 +271,26 @@ impl ReadsWaiting for GroupAggregateOperator {
         (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
     }
 
-    /// For each of `key_groups`: brings its files' state to memory and
-    /// aggregates its waiting rows, as one mini-batch, emitting their
-    /// changes; memory is spilled in between when full.
-    fn read_parts(&mut self, key_groups: Vec<u32>, out: &mut Output) -> Result<()> {
-        for key_group in key_groups {
-            let own = &mut self.spill.as_mut().expect("spilled").own;
-            let batches = own.waiting.take(key_group);
-            let Some(first) = batches.first() else {
-                continue;
-            };
-            let rows = arrow::compute::concat_batches(&first.schema(), &batches)?;
-            drop(batches);
-            let loaded = self.load(key_group)?;
-            let keys = self.intern(&rows)?;
-            let own = &mut self.spill.as_mut().expect("spilled").own;
-            own.unread.resize(self.groups.len(), false);
-            self.group_indices.iter().for_each(|g| own.unread[*g] = false);
-            self.aggregate(&rows, &keys, out)?;
-            self.spill_if_full(rows.num_rows() + loaded)?;
-        }
-        Ok(())
+    fn waiting_mut(&mut self) -> Option<&mut Waiting> {
+        self.spill.as_mut().map(|s| &mut s.own.waiting)
+    }
+
+    fn load_part(&mut self, part: u32) -> Result<usize> {
+        self.load(part)
+    }
+
+    /// Aggregates a key group's waiting rows as one mini-batch.
+    fn take_waiting(&mut self, rows: Vec<RecordBatch>, out: &mut Output) -> Result<usize> {
+        let Some(first) = rows.first() else {
+            return Ok(0);
+        };
+        let rows = arrow::compute::concat_batches(&first.schema(), &rows)?;
+        let keys = self.intern(&rows)?;
+        let own = &mut self.spill.as_mut().expect("spilled").own;
+        own.unread.resize(self.groups.len(), false);
+        self.group_indices.iter().for_each(|g| own.unread[*g] = false);
+        self.aggregate(&rows, &keys, out)?;
+        Ok(rows.num_rows())
     }
 
     fn operator_name(&self) -> &str {

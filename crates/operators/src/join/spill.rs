@@ -28,11 +28,10 @@
 //! consecutive key groups ([`part_width`]).
 
 use arrow::array::{RecordBatch, UInt32Array};
-use arrow::compute::take_record_batch;
 
 use crate::join::state::{Bucket, Key};
 use crate::join::{Codec, JoinOperator, Part, replacement_rows};
-use crate::waiting::{ReadsWaiting, Waiting, part_width};
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width};
 use crate::{Error, Result};
 use weir_common::changelog;
 use weir_common::time::wall_clock_millis;
@@ -40,10 +39,9 @@ use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::Deferred;
 use weir_state::entry_files::{
-    Rewrite, entries_run, entry_columns, files_delta, rewrite_part, store_key, write_entries,
+    Rewrite, entries_run, entry_columns, files_delta, store_key, sweep_entries, write_entries,
 };
-use weir_state::key_group_files::{KeyGroupFiles, by_key_group};
-use weir_state::memory_guess::SpillsWhenFull;
+use weir_state::key_group_files::KeyGroupFiles;
 use weir_state::snapshot::{concat_by_key_group, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
 use weir_state::store::{Entry, WRITE_CHUNK, in_chunks};
@@ -148,25 +146,22 @@ impl ReadsWaiting for JoinOperator {
         (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
     }
 
-    /// For each of `parts`: brings its files' rows to memory and joins its
-    /// waiting rows, a batch at a time in arrival order, emitting their
-    /// changes; memory is spilled in between when full.
-    fn read_parts(&mut self, parts: Vec<u32>, out: &mut Output) -> Result<()> {
-        for part in parts {
-            let own = &mut self.spill.as_mut().expect("spilled").own;
-            let batches = own.waiting.take(part);
-            if batches.is_empty() {
-                continue;
-            }
-            let loaded = self.load(part)?;
-            let mut rows = 0;
-            for (side, batch) in &batches {
-                self.process(*side, batch, out)?;
-                rows += batch.num_rows();
-            }
-            self.spill_if_full(rows + loaded)?;
+    fn waiting_mut(&mut self) -> Option<&mut Waiting<(usize, RecordBatch)>> {
+        self.spill.as_mut().map(|s| &mut s.own.waiting)
+    }
+
+    fn load_part(&mut self, part: u32) -> Result<usize> {
+        self.load(part)
+    }
+
+    /// Joins a part's waiting batches one after another.
+    fn take_waiting(&mut self, rows: Vec<(usize, RecordBatch)>, out: &mut Output) -> Result<usize> {
+        let mut taken = 0;
+        for (side, batch) in &rows {
+            self.process(*side, batch, out)?;
+            taken += batch.num_rows();
         }
-        Ok(())
+        Ok(taken)
     }
 
     fn operator_name(&self) -> &str {
@@ -210,36 +205,13 @@ impl JoinOperator {
         let holds: Vec<bool> = (0..(self.max_parallelism as u32).div_ceil(width))
             .map(|part| files.holds(part))
             .collect();
-        let (mut wait, mut parts) = (Vec::new(), Vec::new());
-        let mut waits = vec![false; batch.num_rows()];
-        for (i, group) in groups.values().iter().enumerate() {
-            let part = group / width;
-            if holds[part as usize] && !null_keys.as_ref().is_some_and(|n| n.is_null(i)) {
-                wait.push(i as u32);
-                parts.push(part);
-                waits[i] = true;
-            }
-        }
-        if wait.is_empty() {
-            return Ok(Some(batch.clone()));
-        }
-        let by_part = by_key_group(&parts, |i| wait[i]);
-        let picks = UInt32Array::from_iter_values(by_part.iter().flat_map(|(_, rows)| rows.iter().copied()));
-        let held = take_record_batch(batch, &picks)?;
-        let per_row = held.get_array_memory_size() / held.num_rows().max(1);
-        let (mut start, now) = (0, wall_clock_millis());
-        for (part, rows) in by_part {
-            let len = rows.len();
-            (own.waiting).hold(part, (side, held.slice(start, len)), len, per_row * len, now);
-            start += len;
-        }
-        let rest: Vec<u32> = (0..batch.num_rows() as u32)
-            .filter(|r| !waits[*r as usize])
+        let parts: Vec<Option<u32>> = (groups.values().iter().enumerate())
+            .map(|(i, group)| {
+                let part = group / width;
+                (holds[part as usize] && !null_keys.as_ref().is_some_and(|n| n.is_null(i))).then_some(part)
+            })
             .collect();
-        match rest.is_empty() {
-            true => Ok(None),
-            false => Ok(Some(take_record_batch(batch, &UInt32Array::from(rest))?)),
-        }
+        hold_rows(&mut own.waiting, batch, &parts, |rows| (side, rows))
     }
 
     /// Brings the rows of `part`'s files to memory; the files go. Returns
@@ -430,26 +402,23 @@ impl JoinOperator {
         let Some(files) = own.files.as_mut() else {
             return Ok(());
         };
-        for part in files.to_sweep(own.swept, SWEEP) {
-            own.swept = Some(part);
-            let before = files.rows_in(part);
-            let changed = rewrite_part(files, part, |key, value| {
-                let (_, mut bucket) = decoded(key.get(4..).ok_or_else(|| short_key(key))?, value, widths)?;
-                Ok(match bucket.expire(now, ttl) {
-                    false => Rewrite::Same,
-                    true if bucket.is_empty() => Rewrite::Gone,
-                    true => {
-                        let mut value = Vec::new();
-                        bucket.encode(&mut value);
-                        Rewrite::Value(value)
-                    }
-                })
-            })?;
-            let after = files.rows_in(part);
-            own.waiting.stored_changed(part, after as i64 - before as i64);
-            if let Some(flushed) = &mut spill.core.flushed {
-                changed.iter().for_each(|k| flushed.push(k));
-            }
+        let (counts, changed) = sweep_entries(files, &mut own.swept, SWEEP, |key, value| {
+            let (_, mut bucket) = decoded(key.get(4..).ok_or_else(|| short_key(key))?, value, widths)?;
+            Ok(match bucket.expire(now, ttl) {
+                false => Rewrite::Same,
+                true if bucket.is_empty() => Rewrite::Gone,
+                true => {
+                    let mut value = Vec::new();
+                    bucket.encode(&mut value);
+                    Rewrite::Value(value)
+                }
+            })
+        })?;
+        counts
+            .into_iter()
+            .for_each(|(part, n)| own.waiting.stored_changed(part, n));
+        if let Some(flushed) = &mut spill.core.flushed {
+            changed.iter().for_each(|k| flushed.push(k));
         }
         Ok(())
     }

@@ -37,6 +37,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use datafusion_physical_expr::PhysicalExpr;
 
+use crate::waiting::ReadsWaiting;
 use crate::{Error, Result};
 pub use changes::Change;
 use weir_common::changelog::{self, RowKind};
@@ -49,7 +50,6 @@ use weir_state::incremental::{DeltaKind, ReplacedPart, deleted_part, replacement
 use weir_state::keyed_map::{KeyedMap, sweep_slice};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows, state_rows};
-use weir_state::spilled::SpillSlot;
 use weir_state::store::SWEEP;
 
 /// A TopN: which rows, by what order, which ranks.
@@ -165,7 +165,8 @@ impl OperatorFactory for TopN {
             no_tie: Arc::from(&[][..]),
             max_parallelism: ctx.max_parallelism,
             metrics: ctx.metrics.clone(),
-            spill: (ctx.spill.clone()).map(|s| spill::TopNSpill::new(s, ctx.incremental)),
+            spill: (ctx.spill.clone())
+                .map(|s| spill::TopNSpill::new(s, ctx.incremental, ctx.max_parallelism)),
             // Deltas of the partitions changed (a window's partitions are
             // deleted when it fires); spilled, of those changed in memory
             // and those written to the store since the last snapshot.
@@ -564,32 +565,14 @@ impl TopNOperator {
         Ok(parts)
     }
 
-    /// Remembers a window TopN's new partition for firing at `end`.
-    fn created(&mut self, partition: &[u8], end: Timestamp) {
-        if self.spec.window_end.is_some() {
-            self.windows.entry(end).or_default().push(partition.into());
-        }
-    }
-}
-
-impl Operator for TopNOperator {
-    fn name(&self) -> String {
-        self.spec.name.clone()
-    }
-
-    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        let kinds = changelog::row_kinds(&batch)?;
-        let data = changelog::data(&batch);
+    /// Ranks a batch's rows (with their op column) and emits the changes.
+    fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+        let kinds = changelog::row_kinds(batch)?;
+        let data = changelog::data(batch);
         let partitions = self.partition_keys(&data)?;
         let ends = self.window_ends(&data)?;
         let orders = self.order_keys(&data)?;
         let rows = self.rows_of.convert_columns(data.columns())?;
-        if self.spill.has_spilled() {
-            let keys: Vec<&[u8]> = (0..data.num_rows())
-                .map(|i| partitions.as_ref().map_or(&[][..], |p| p.row(i).data()))
-                .collect();
-            self.load_spilled(&keys)?;
-        }
         let mut changes = Vec::new();
         let now = weir_common::time::wall_clock_millis();
         for (i, end) in ends.into_iter().enumerate() {
@@ -606,56 +589,96 @@ impl Operator for TopNOperator {
                 self.created(partition, end);
             }
         }
-        self.emit(&changes, out)?;
-        self.spill_if_full(data.num_rows())
+        self.emit(&changes, out)
+    }
+
+    /// Emits the ranks of every window that ended by the watermark, whose
+    /// partitions go.
+    fn fire(&mut self, out: &mut Output) -> Result<()> {
+        let mut fired = Vec::new();
+        while let Some(entry) = self.windows.first_entry() {
+            if entry.key().saturating_sub(1) > self.watermark {
+                break;
+            }
+            let partitions = entry.remove();
+            let keys: Vec<&[u8]> = partitions.iter().map(|p| &p[..]).collect();
+            self.load_parts_of(&keys)?;
+            for partition in partitions {
+                let Some(kept) = self.partitions.remove(&partition) else {
+                    continue;
+                };
+                if let Some(changed) = &mut self.changed {
+                    changed.insert(partition.clone());
+                }
+                let (ranked, _) = ranks_from(
+                    &kept.rows,
+                    Bound::Unbounded,
+                    (0, 0, None),
+                    self.spec.rank_type,
+                    self.spec.end,
+                );
+                fired.extend(
+                    ranked
+                        .into_iter()
+                        .filter(|(_, rank, _)| *rank >= self.spec.start)
+                        .map(|(_, rank, row)| (row, rank, RowKind::Insert)),
+                );
+            }
+        }
+        self.emit(&fired, out)
+    }
+
+    /// Remembers a window TopN's new partition for firing at `end`.
+    fn created(&mut self, partition: &[u8], end: Timestamp) {
+        if self.spec.window_end.is_some() {
+            self.windows.entry(end).or_default().push(partition.into());
+        }
+    }
+}
+
+impl Operator for TopNOperator {
+    fn name(&self) -> String {
+        self.spec.name.clone()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        if self.spilled_to_files() {
+            if let Some(now) = self.hold_unread(&batch)? {
+                self.process(&now, out)?;
+            }
+            self.read_due(weir_common::time::wall_clock_millis(), out)?;
+        } else {
+            self.process(&batch, out)?;
+        }
+        self.spill_if_full(batch.num_rows())
     }
 
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
-        self.watermark = self.watermark.max(watermark);
-        if self.spec.window_end.is_some() {
-            let mut fired = Vec::new();
-            while let Some(entry) = self.windows.first_entry() {
-                if entry.key().saturating_sub(1) > self.watermark {
-                    break;
-                }
-                let partitions = entry.remove();
-                let keys: Vec<&[u8]> = partitions.iter().map(|p| &p[..]).collect();
-                self.load_spilled(&keys)?;
-                for partition in partitions {
-                    let Some(kept) = self.partitions.remove(&partition) else {
-                        continue;
-                    };
-                    if let Some(changed) = &mut self.changed {
-                        changed.insert(partition.clone());
-                    }
-                    let (ranked, _) = ranks_from(
-                        &kept.rows,
-                        Bound::Unbounded,
-                        (0, 0, None),
-                        self.spec.rank_type,
-                        self.spec.end,
-                    );
-                    fired.extend(
-                        ranked
-                            .into_iter()
-                            .filter(|(_, rank, _)| *rank >= self.spec.start)
-                            .map(|(_, rank, row)| (row, rank, RowKind::Insert)),
-                    );
-                }
-            }
-            self.emit(&fired, out)?;
+        let next = self.watermark.max(watermark);
+        let fires = (self.windows.first_key_value()).is_some_and(|(end, _)| end.saturating_sub(1) <= next);
+        if self.spec.window_end.is_some() && fires {
+            // Rows before the watermark rank in the windows it fires: they
+            // are not late yet.
+            self.read_all_waiting(out)?;
+        }
+        self.watermark = next;
+        if self.spec.window_end.is_some() && fires {
+            self.fire(out)?;
         }
         out.watermark(watermark);
         Ok(())
     }
 
+    /// With a state TTL (to sweep), and with spilled state (rows waiting for
+    /// their key group's read wait at most [`crate::waiting::LONGEST_WAIT_MS`]).
     fn uses_processing_time(&self) -> bool {
-        self.spec.state_ttl.is_some()
+        self.spec.state_ttl.is_some() || self.spill.is_some()
     }
 
     /// Sweeps a slice of the partitions (and of the store) for expired
     /// ones: as many buckets as go round memory once every half TTL.
-    fn on_processing_time(&mut self, now: Timestamp, _out: &mut Output) -> Result<()> {
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        self.read_due(now, out)?;
         let Some(ttl) = self.spec.ttl_ms() else {
             return Ok(());
         };
@@ -671,11 +694,22 @@ impl Operator for TopNOperator {
             keep
         });
         self.swept = now;
-        self.sweep_store(now, ttl)
+        self.sweep_files(now, ttl)
+    }
+
+    /// Rows waiting for spilled state are ranked before the barrier: the
+    /// snapshot holds their partitions, and their changes precede it.
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.spill.has_spilled() {
+        self.no_rows_wait()?;
+        if self.spilled_to_files() {
             let deferred = self.spilled_snapshot(false)?;
             let meta = match self.spec.window_end {
                 Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
@@ -721,7 +755,8 @@ impl Operator for TopNOperator {
             Some(_) => OperatorSnapshot::with_watermark(self.watermark, None).meta,
             None => serde_json::Value::Null,
         };
-        if self.spill.has_spilled() {
+        self.no_rows_wait()?;
+        if self.spilled_to_files() {
             let deferred = match full {
                 true => self.spilled_snapshot(true)?,
                 false => self.spilled_delta()?.into_iter().collect(),
@@ -757,7 +792,7 @@ impl Operator for TopNOperator {
         if self
             .spill
             .as_ref()
-            .is_some_and(|s| spill::holds_more_than_memory(&s.core, rows))
+            .is_some_and(|s| spill::holds_more_than_memory(s, rows))
         {
             return self.restore_spilled(rows);
         }

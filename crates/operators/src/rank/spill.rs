@@ -1,25 +1,27 @@
-//! The spilling state backend of TopN and deduplication: partitions beyond the memory budget in the key-value store.
+//! The spilling state backend of TopN and deduplication: partitions beyond the memory budget in files per key group.
 //!
 //! Memory holds the partitions the latest batches touched. When their rows
 //! pass a quarter of the subtask's budget (measured when a guess says they
-//! may, [`weir_state::memory_guess`]), every partition is written to the store
-//! ([`weir_state::store`], one entry per partition: its key group and
-//! partition key as the key; when it was last written and its kept rows in
+//! may, [`weir_state::memory_guess`]), every partition is written to a file
+//! of its key group ([`weir_state::entry_files`], one entry per partition:
+//! its partition key, and when it was last written and its kept rows in
 //! rank order as the value, see [`Entries::encode`]) and memory starts
-//! empty again. A batch's partitions
-//! that memory does not hold are read from the store first, so every rank
-//! change is emitted as on the heap; a window TopN reads the partitions of
-//! the windows it fires.
+//! empty again. From then on a row of a key group with files waits there
+//! ([`crate::waiting`]) until enough rows wait to read the key group's
+//! files, a second has passed, or a barrier comes; then the files'
+//! partitions come back to memory whole (the files go) and the waiting
+//! batches are ranked one after another, so every partition's rank changes
+//! are the heap's. A window TopN that fires a window first ranks every
+//! waiting row, then reads the key groups of the window's partitions.
 //!
-//! Checkpoints stay state files: a snapshot writes every partition to the
-//! store, then the store in key order as one run (the checkpoint links it);
-//! an incremental one holds the partitions changed in memory and those
-//! written to the store since the last snapshot, read back from it.
-//! A restore writes the checkpoint's rows to the store, a partition per
-//! entry, not to memory. A state TTL removes the store's expired partitions
+//! Checkpoints stay state files: a snapshot writes memory to the files,
+//! then the frozen files as one run, read by the snapshot's writer; an
+//! incremental one the partitions changed since the last snapshot, read
+//! back from the frozen files. A restore of more than memory holds writes
+//! the checkpoint's rows to files, a partition per entry. A state TTL
+//! rewrites the next key groups' files without their expired partitions,
 //! a slice per tick.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
@@ -27,73 +29,81 @@ use arrow::datatypes::UInt32Type;
 
 use crate::rank::entries::{Entries, encode_row};
 use crate::rank::{Partition, TopNOperator};
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width};
 use crate::{Error, Result};
+use weir_common::changelog;
+use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
-use weir_state::deferred::{Deferred, keyed_delta, store_run};
+use weir_state::deferred::{Deferred, deleted_entries};
+use weir_state::entry_files::{
+    Rewrite, entries_run, entry_columns, files_delta, store_key, sweep_entries, write_entries,
+};
 use weir_state::incremental::{ReplacedPart, replacement_rows};
+use weir_state::key_group_files::KeyGroupFiles;
 use weir_state::memory_guess;
-use weir_state::snapshot::{RUN_ROW_GROUP_ROWS, key_groups};
+use weir_state::snapshot::key_groups;
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
-use weir_state::store::{Entry, SWEEP, WRITE_CHUNK};
+use weir_state::store::{Entry, WRITE_CHUNK};
 
 /// The least a row is guessed to add to memory: a kept row's place and
 /// bytes (a row that does not rank adds nothing, but the guess only decides
 /// when memory is measured).
 const LEAST_PER_ROW: usize = 48;
 
-/// A TopN subtask's own spilled state (beside its [`SpillCore`]).
-#[derive(Default)]
+/// A TopN subtask's own spilled state (beside its [`SpillCore`], whose
+/// flushed keys are store keys: key group, then partition key).
 pub(super) struct TopNSpill {
-    /// The partitions read from the store (or first looked for there) since
-    /// the last spill, whose rows memory now holds; `true` where the store
-    /// has an entry for them.
-    resident: HashMap<Box<[u8]>, bool, foldhash::fast::FixedState>,
-    /// Where the next TTL sweep of the store starts.
-    sweep_from: Vec<u8>,
+    /// The spilled partitions, opened at the first spill (or restore).
+    files: Option<KeyGroupFiles>,
+    /// Rows (with their op column) waiting for their part's read, and the
+    /// entries of each part's files.
+    waiting: Waiting,
+    /// Key groups per part ([`part_width`]).
+    width: u32,
+    /// The part the last TTL sweep rewrote.
+    swept: Option<u32>,
 }
 
 impl TopNSpill {
-    pub(super) fn new(settings: SpillSettings, incremental: bool) -> Spilled<Self> {
-        Spilled::new(
-            SpillCore::new(settings, incremental, LEAST_PER_ROW),
-            TopNSpill::default(),
-        )
+    pub(super) fn new(settings: SpillSettings, incremental: bool, max_parallelism: usize) -> Spilled<Self> {
+        let own = TopNSpill {
+            files: None,
+            waiting: Waiting::default(),
+            width: part_width(max_parallelism),
+            swept: None,
+        };
+        Spilled::new(SpillCore::new(settings, incremental, LEAST_PER_ROW), own)
     }
 }
 
 /// Whether restored state `rows` may not fit the memory the state is
 /// given (half of it: the rows and the partitions built from them are in
-/// memory at once): they are restored into the store then, else into memory.
-pub(super) fn holds_more_than_memory(core: &SpillCore, rows: &RecordBatch) -> bool {
-    core.store.is_some()
-        || rows.get_array_memory_size() > memory_guess::spill_threshold(core.settings.budget) / 2
-}
-
-/// A store key: the key group (big-endian, so the store is in key-group
-/// order), then the partition key.
-fn store_key(group: u32, partition: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(4 + partition.len());
-    bytes.extend_from_slice(&group.to_be_bytes());
-    bytes.extend_from_slice(partition);
-    bytes
+/// memory at once): they are restored into files then, else into memory.
+pub(super) fn holds_more_than_memory(spill: &Spilled<TopNSpill>, rows: &RecordBatch) -> bool {
+    spill.own.files.is_some()
+        || rows.get_array_memory_size() > memory_guess::spill_threshold(spill.core.settings.budget) / 2
 }
 
 fn cut_short() -> Error {
     Error::State("a spilled TopN partition's rows are cut short".into())
 }
 
-/// A store value: when the partition was last written, then its rows.
-fn encode(partition: &Partition) -> Vec<u8> {
-    let mut value = partition.written.to_le_bytes().to_vec();
-    partition.rows.encode(&mut value);
-    value
+/// An entry's value: when the partition was last written, then its rows.
+fn encode(partition: &Partition, value: &mut Vec<u8>) {
+    value.extend_from_slice(&partition.written.to_le_bytes());
+    partition.rows.encode(value);
 }
 
-/// The partition of a store value; ties as [`Entries::decode`] makes them.
-fn decode(value: &[u8], no_tie: Option<&Arc<[u8]>>) -> Result<Partition> {
+/// When an entry's partition was last written.
+fn written_of(value: &[u8]) -> Result<i64> {
     let written = value.get(..8).ok_or_else(cut_short)?;
+    Ok(i64::from_le_bytes(written.try_into().expect("8 bytes")))
+}
+
+/// The partition of an entry's value; ties as [`Entries::decode`] makes them.
+fn decode(value: &[u8], no_tie: Option<&Arc<[u8]>>) -> Result<Partition> {
     Ok(Partition {
-        written: i64::from_le_bytes(written.try_into().expect("8 bytes")),
+        written: written_of(value)?,
         rows: Entries::decode(&value[8..], no_tie).ok_or_else(cut_short)?,
     })
 }
@@ -125,6 +135,36 @@ fn stored_parts(
         .collect())
 }
 
+impl ReadsWaiting for TopNOperator {
+    type Rows = RecordBatch;
+
+    fn waiting(&self) -> Option<(&Waiting, usize)> {
+        (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
+    }
+
+    fn waiting_mut(&mut self) -> Option<&mut Waiting> {
+        self.spill.as_mut().map(|s| &mut s.own.waiting)
+    }
+
+    fn load_part(&mut self, part: u32) -> Result<usize> {
+        self.load(part)
+    }
+
+    /// Ranks a part's waiting batches one after another.
+    fn take_waiting(&mut self, rows: Vec<RecordBatch>, out: &mut Output) -> Result<usize> {
+        let mut taken = 0;
+        for batch in &rows {
+            self.process(batch, out)?;
+            taken += batch.num_rows();
+        }
+        Ok(taken)
+    }
+
+    fn operator_name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
 spills_when_full!(TopNOperator);
 
 impl TopNOperator {
@@ -146,38 +186,74 @@ impl TopNOperator {
         self.spec.arrival.is_some().then_some(&self.no_tie)
     }
 
-    /// Reads the partitions of `partitions` that memory does not hold from
-    /// the store, where it has them.
-    pub(super) fn load_spilled(&mut self, partitions: &[&[u8]]) -> Result<()> {
-        let Some(spill) = self.spill.as_ref().filter(|s| s.core.store.is_some()) else {
+    /// Whether partitions went to files: rows of key groups with files then
+    /// wait for their read, and snapshots read the files.
+    pub(super) fn spilled_to_files(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.own.files.is_some())
+    }
+
+    /// Of a batch: the rows of parts with files wait for their part's read.
+    /// Returns the other rows, to rank now (`None` when all wait).
+    pub(super) fn hold_unread(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let data = changelog::data(batch);
+        let partitions = self.partition_keys(&data)?;
+        let keys: Vec<&[u8]> = (0..data.num_rows())
+            .map(|i| partitions.as_ref().map_or(&[][..], |p| p.row(i).data()))
+            .collect();
+        let groups = self.key_groups_of(&keys)?;
+        let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
+        let files = own.files.as_ref().expect("rows wait only when spilled");
+        let width = own.width;
+        let holds: Vec<bool> = (0..(self.max_parallelism as u32).div_ceil(width))
+            .map(|part| files.holds(part))
+            .collect();
+        let parts: Vec<Option<u32>> = (groups.values().iter())
+            .map(|group| holds[(group / width) as usize].then_some(group / width))
+            .collect();
+        hold_rows(&mut own.waiting, batch, &parts, |rows| rows)
+    }
+
+    /// Brings the partitions of `part`'s files to memory; the files go.
+    /// Returns the entries read.
+    fn load(&mut self, part: u32) -> Result<usize> {
+        let no_tie = self.shared_tie().cloned();
+        let spill = self.spill.as_mut().expect("spilled");
+        let Some(files) = spill.own.files.as_mut() else {
+            return Ok(0);
+        };
+        let stored = files.rows_in(part);
+        let batches = files.take(part)?;
+        spill.own.waiting.stored_changed(part, -(stored as i64));
+        for rows in &batches {
+            let (_, keys, values) = entry_columns(rows);
+            for i in 0..rows.num_rows() {
+                let partition = decode(values.value(i), no_tie.as_ref())?;
+                self.partitions.insert(keys.value(i).into(), partition);
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Brings the parts of `partitions` that have files to memory (a
+    /// window TopN's partitions of the windows it fires).
+    pub(super) fn load_parts_of(&mut self, partitions: &[&[u8]]) -> Result<()> {
+        let Some(spill) = self.spill.as_ref().filter(|s| s.own.files.is_some()) else {
             return Ok(());
         };
-        let mut new: Vec<&[u8]> = partitions
-            .iter()
-            .copied()
-            .filter(|p| !self.partitions.contains_key(p) && !spill.own.resident.contains_key(*p))
+        let width = spill.own.width;
+        let mut parts: Vec<u32> = (self.key_groups_of(partitions)?.values().iter())
+            .map(|g| g / width)
             .collect();
-        new.sort_unstable();
-        new.dedup();
-        if new.is_empty() {
-            return Ok(());
-        }
-        let groups = self.key_groups_of(&new)?;
-        let no_tie = self.shared_tie().cloned();
-        let spill = self.spill.as_mut().expect("filtered above");
-        let store = spill.core.store.as_ref().expect("filtered above");
-        for (i, partition) in new.iter().enumerate() {
-            let found = store.get(&store_key(groups.value(i), partition))?;
-            if let Some(value) = &found {
-                self.partitions
-                    .insert((*partition).into(), decode(value, no_tie.as_ref())?);
-            }
-            spill.own.resident.insert((*partition).into(), found.is_some());
+        parts.sort_unstable();
+        parts.dedup();
+        for part in parts {
+            self.load(part)?;
         }
         Ok(())
     }
 
-    /// Bytes the kept rows, their partitions and windows take in memory.
+    /// Bytes the kept rows, their partitions and windows, and the waiting
+    /// rows take in memory.
     fn memory_size(&self) -> usize {
         let slot = std::mem::size_of::<Box<[u8]>>();
         let partitions = self.partitions.capacity() * (slot + std::mem::size_of::<Partition>() + 1)
@@ -186,60 +262,52 @@ impl TopNOperator {
                 .iter()
                 .map(|(k, p)| k.len() + p.rows.memory_size())
                 .sum::<usize>();
-        let resident = self.spill.as_ref().map_or(0, |s| {
-            s.own.resident.capacity() * (slot + 2) + s.own.resident.keys().map(|k| k.len()).sum::<usize>()
-        });
+        let waiting = self.spill.as_ref().map_or(0, |s| s.own.waiting.bytes());
         let windows: usize = self
             .windows
             .values()
             .map(|w| 48 + w.capacity() * slot + w.iter().map(|k| k.len()).sum::<usize>())
             .sum();
-        partitions + resident + windows
+        partitions + waiting + windows
     }
 
-    /// Writes every partition memory holds to the store (one emptied since
-    /// it was read from there is removed from it) and empties memory.
+    /// Writes every partition with rows to its key group's files, a file
+    /// per part, notes the partitions changed since the last snapshot, and
+    /// empties memory.
     pub(super) fn spill_all(&mut self) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
+        if self.spill.is_none() || self.partitions.is_empty() {
             return Ok(());
-        };
-        spill.core.open_store()?;
-        let mut keys: Vec<(Box<[u8]>, bool)> = std::mem::take(&mut spill.own.resident).into_iter().collect();
-        let resident: std::collections::HashSet<&[u8]> = keys.iter().map(|(k, _)| &k[..]).collect();
-        let others: Vec<Box<[u8]>> = (self.partitions.keys())
-            .filter(|k| !resident.contains(&k[..]))
-            .cloned()
+        }
+        self.note_flushed()?;
+        let kept: Vec<(&Box<[u8]>, &Partition)> = (self.partitions.iter())
+            .filter(|(_, p)| !p.rows.is_empty())
             .collect();
-        keys.extend(others.into_iter().map(|k| (k, false)));
-        for chunk in keys.chunks(WRITE_CHUNK) {
-            let refs: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
-            let groups = self.key_groups_of(&refs)?;
-            let (mut puts, mut removes) = (Vec::new(), Vec::new());
-            for (i, (partition, found)) in chunk.iter().enumerate() {
-                let at = store_key(groups.value(i), partition);
-                match self.partitions.get(partition) {
-                    Some(kept) if !kept.rows.is_empty() => puts.push((at, encode(kept))),
-                    _ if *found => removes.push(at),
-                    _ => {}
-                }
-            }
-            let store = self.spill.store().expect("opened above");
-            store.write(
-                puts.iter().map(|(k, v)| (&k[..], &v[..])),
-                removes.iter().map(|k| &k[..]),
-            )?;
+        let keys: Vec<&[u8]> = kept.iter().map(|(k, _)| &k[..]).collect();
+        let groups = self.key_groups_of(&keys)?;
+        let spill = self.spill.as_mut().expect("checked above");
+        let width = spill.own.width;
+        if spill.own.files.is_none() {
+            spill.own.files = Some(KeyGroupFiles::open(&spill.core.settings.dir)?);
+        }
+        let files = spill.own.files.as_mut().expect("opened above");
+        let mut value = Vec::new();
+        let written = write_entries(files, width, groups.values(), |i, group, rows| {
+            value.clear();
+            encode(kept[i].1, &mut value);
+            rows.push(group, kept[i].0, &value);
+        })?;
+        for (part, n) in written {
+            spill.own.waiting.stored_changed(part, n as i64);
         }
         self.partitions = Default::default();
-        self.note_flushed()?;
         if let Some(core) = self.spill.core_mut() {
             core.emptied();
         }
-        weir_common::alloc::give_back_freed_memory();
         Ok(())
     }
 
-    /// Notes the partitions changed in memory, now written to the store,
-    /// for the next incremental snapshot to read back.
+    /// Notes the partitions changed in memory, about to be written to the
+    /// files, for the next incremental snapshot to read back.
     fn note_flushed(&mut self) -> Result<()> {
         let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
             return Ok(());
@@ -255,8 +323,8 @@ impl TopNOperator {
         Ok(())
     }
 
-    /// A full snapshot of spilled state: every partition to the store, then
-    /// the store, frozen now, as one run of state rows in key-group order,
+    /// A full snapshot of spilled state: every partition to the files, then
+    /// the files, frozen now, as one run of state rows in key-group order,
     /// keyed by partition when it is the `base` of an incremental chain
     /// (which then leaves no change for the next delta), written by the
     /// snapshot's writer ([`weir_state::deferred`]).
@@ -266,15 +334,15 @@ impl TopNOperator {
         if base {
             self.spill.forget_spilled_changes();
         }
+        let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
+        let max_parallelism = self.max_parallelism;
         let spill = self.spill.as_mut().expect("has spilled");
         spill.core.runs += 1;
         let runs = spill.core.runs;
-        let store = spill.core.store.as_ref().expect("has spilled");
-        if store.is_empty()? {
+        let files = spill.own.files.as_ref().expect("has spilled");
+        if files.is_empty() {
             return Ok(Vec::new());
         }
-        let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
-        let max_parallelism = self.max_parallelism;
         let decode = move |entries: &[Entry]| {
             let parts = stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), entries)?;
             match base {
@@ -282,42 +350,34 @@ impl TopNOperator {
                 false => Ok(parts.into_iter().next().map(|(rows, _, _)| rows)),
             }
         };
-        let path = store.snapshot_run_path(runs)?;
-        Ok(vec![store_run(
-            store.frozen(),
-            path,
-            RUN_ROW_GROUP_ROWS / 4,
-            decode,
-        )])
+        let path = files.snapshot_run_path(runs)?;
+        Ok(vec![entries_run(files.frozen(), path, decode)])
     }
 
-    /// An incremental snapshot of spilled state: the partitions changed in
-    /// memory, and those written to the store since the last snapshot
-    /// (read back from the store frozen now, by the snapshot's writer;
-    /// deleted when the store has none). `None`: nothing changed.
+    /// An incremental snapshot of spilled state: every partition to the
+    /// files, then those changed since the last snapshot, read back from
+    /// the files frozen now by the snapshot's writer (deleted when they
+    /// have no entry there). `None`: nothing changed.
     pub(super) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
-        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
-        let parts = self.partition_parts(changed.iter().map(|k| &k[..]).collect())?;
-        let in_memory = move |p: &[u8]| changed.contains(p);
+        self.spill_all()?;
         let no_tie = self.shared_tie().cloned();
         let (spec, rows_of) = (self.spec.clone(), self.spec.rows_converter()?);
         let max_parallelism = self.max_parallelism;
         let schema = self.spec.state_schema();
+        let read = move |found: &[Entry], missing: &[&[u8]]| {
+            let mut parts = stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), found)?;
+            parts.extend(deleted_entries(&spec.state_schema(), missing)?);
+            Ok(parts)
+        };
         let spill = self.spill.as_mut().expect("has spilled");
-        keyed_delta(
-            &mut spill.core,
-            (parts, in_memory),
-            schema,
-            move |live: &[Entry]| stored_parts(&spec, &rows_of, max_parallelism, no_tie.as_ref(), live),
-        )
+        let files = spill.own.files.as_ref().expect("has spilled");
+        files_delta(&mut spill.core, files, spill.own.width, schema, read)
     }
 
-    /// Restores state rows into the store (not memory): each partition's
+    /// Restores state rows into the files (not memory): each partition's
     /// rows in rank order as one entry, numbered as the heap's restore
-    /// numbers them.
+    /// numbers them, a file per part.
     pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
-        let spill = self.spill.as_mut().expect("spilling");
-        spill.core.open_store()?;
         let restored = self.restored(rows)?;
         let groups = rows.column(0).as_primitive::<UInt32Type>();
         let partition = |i: usize| restored.partitions.as_ref().map_or(&[][..], |p| p.row(i).data());
@@ -326,7 +386,7 @@ impl TopNOperator {
             let key = |i: usize| (groups.value(i), partition(i), restored.positions.value(i));
             key(*a).cmp(&key(*b))
         });
-        let mut puts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut entries: Vec<(u32, usize, Vec<u8>)> = Vec::new();
         for same in
             order.chunk_by(|a, b| groups.value(*a) == groups.value(*b) && partition(*a) == partition(*b))
         {
@@ -344,42 +404,50 @@ impl TopNOperator {
                 let order = restored.orders.as_ref().map_or(&[][..], |o| o.row(*i).data());
                 encode_row(number, order, restored.converted.row(*i).data(), &mut value);
             }
-            puts.push((store_key(groups.value(first), partition(first)), value));
+            entries.push((groups.value(first), first, value));
             self.created(partition(first), restored.ends[first].unwrap_or(i64::MIN));
-            if puts.len() >= WRITE_CHUNK {
-                self.write_restored(std::mem::take(&mut puts))?;
-            }
         }
-        self.write_restored(puts)
+        let spill = self.spill.as_mut().expect("spilling");
+        if spill.own.files.is_none() {
+            spill.own.files = Some(KeyGroupFiles::open(&spill.core.settings.dir)?);
+        }
+        let files = spill.own.files.as_mut().expect("opened above");
+        let of: Vec<u32> = entries.iter().map(|e| e.0).collect();
+        let written = write_entries(files, spill.own.width, &of, |i, group, rows| {
+            rows.push(group, partition(entries[i].1), &entries[i].2);
+        })?;
+        for (part, n) in written {
+            spill.own.waiting.stored_changed(part, n as i64);
+        }
+        Ok(())
     }
 
-    /// Removes the store's partitions not written for `ttl` ms at `now`, a
-    /// slice of the store per call (from where the last one stopped).
-    /// Partitions memory holds are left to memory's sweep.
-    pub(super) fn sweep_store(&mut self, now: i64, ttl: i64) -> Result<()> {
+    /// Rewrites the files of the parts after the last one swept without
+    /// the partitions not written for `ttl` ms at `now`: parts until
+    /// [`SWEEP`] entries are read (or all once), round the files.
+    pub(super) fn sweep_files(&mut self, now: i64, ttl: i64) -> Result<()> {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
-        let Some(store) = &spill.core.store else {
+        let own = &mut spill.own;
+        let Some(files) = own.files.as_mut() else {
             return Ok(());
         };
-        let entries = store.scan_on(&mut spill.own.sweep_from, SWEEP)?;
-        let mut removes = Vec::new();
-        for (key, value) in &entries {
-            let written = value.get(..8).ok_or_else(cut_short)?;
-            let written = i64::from_le_bytes(written.try_into().expect("8 bytes"));
-            if now - written >= ttl && !spill.own.resident.contains_key(&key[4..]) {
-                removes.push(&key[..]);
-            }
-        }
+        let (counts, changed) = sweep_entries(files, &mut own.swept, SWEEP, |_, value| {
+            Ok(match now - written_of(value)? >= ttl {
+                true => Rewrite::Gone,
+                false => Rewrite::Same,
+            })
+        })?;
+        counts
+            .into_iter()
+            .for_each(|(part, n)| own.waiting.stored_changed(part, n));
         if let Some(flushed) = &mut spill.core.flushed {
-            removes.iter().for_each(|k| flushed.push(k));
+            changed.iter().for_each(|k| flushed.push(k));
         }
-        store.write(std::iter::empty(), removes)
-    }
-
-    fn write_restored(&self, puts: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
-        let store = self.spill.store().expect("opened");
-        store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])
+        Ok(())
     }
 }
+
+/// Entries a TTL sweep reads at a time.
+const SWEEP: usize = 4096;

@@ -330,6 +330,30 @@ fn emitted(h: &mut Harness, batches: &[String]) -> Vec<String> {
     batches.iter().flat_map(|b| h.push(b).unwrap()).collect()
 }
 
+/// Everything `h` emits for `batches` and at the end of input, when rows
+/// waiting for spilled partitions come out.
+fn emitted_to_end(h: &mut Harness, batches: &[String]) -> Vec<String> {
+    let mut lines = emitted(h, batches);
+    lines.extend(h.finish().unwrap());
+    lines
+}
+
+/// Each partition's changes in their order, the partition named by
+/// `partition` of a line's first value (a spilled TopN emits each
+/// partition's changes as the heap does; partitions whose key group was
+/// read later come later).
+fn per_partition(
+    lines: &[String],
+    partition: impl Fn(i64) -> i64,
+) -> std::collections::BTreeMap<i64, Vec<String>> {
+    let mut partitions = std::collections::BTreeMap::<i64, Vec<String>>::new();
+    for line in lines {
+        let first: i64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+        partitions.entry(partition(first)).or_default().push(line.clone());
+    }
+    partitions
+}
+
 /// Whether the spilling backend made its store (or a run) under `dir`.
 fn stored_under(dir: &std::path::Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
@@ -348,8 +372,55 @@ fn a_spilled_top_2_emits_the_rank_changes_the_heap_emits() {
         got.extend(spilling.push(batch).unwrap());
         store_seen |= stored_under(dir.path());
     }
-    assert!(store_seen, "partitions went to the store");
-    assert_eq!(got, expected);
+    assert!(store_seen, "partitions went to files");
+    got.extend(spilling.finish().unwrap());
+    assert_eq!(per_partition(&got, |a| a), per_partition(&expected, |a| a));
+}
+
+/// The first auction from `from` in `auction`'s key group (of 128).
+fn auction_in_the_key_group_of(auction: i64, from: i64) -> i64 {
+    use arrow::array::{ArrayRef, Int64Array};
+    let group = |a: i64| {
+        let keys: Vec<ArrayRef> = vec![std::sync::Arc::new(Int64Array::from(vec![a]))];
+        weir_state::snapshot::key_groups(&keys, 1, 128).unwrap().value(0)
+    };
+    (from..).find(|a| group(*a) == group(auction)).unwrap()
+}
+
+#[test]
+fn rows_of_spilled_partitions_wait_for_their_key_group_and_not_once_its_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut heap, mut h) = (top2(), top2().spilling(64 * 1024, dir.path()).unwrap());
+    // About 40 partitions in each of 128 key groups: one row is not enough
+    // to read its key group's files.
+    let all: Vec<String> = (0..5000).map(|a| format!("{a} 10")).collect();
+    heap.push(&all.join("\n")).unwrap();
+    h.push(&all.join("\n")).unwrap();
+    h.restart().unwrap();
+    assert!(stored_under(dir.path()), "the restore wrote files");
+    assert!(
+        h.push("0 20").unwrap().is_empty(),
+        "auction 0's key group has files"
+    );
+    let later = weir_common::time::wall_clock_millis() + crate::waiting::LONGEST_WAIT_MS;
+    assert_eq!(
+        h.processing_time(later).unwrap(),
+        heap.push("0 20").unwrap(),
+        "read after a second, ranked as on the heap"
+    );
+    let other = auction_in_the_key_group_of(0, 1);
+    assert_eq!(
+        h.push(&format!("{other} 30")).unwrap(),
+        heap.push(&format!("{other} 30")).unwrap(),
+        "another partition of the key group read is in memory"
+    );
+    let new = auction_in_the_key_group_of(0, 5000);
+    assert_eq!(
+        h.push(&format!("{new} 5")).unwrap(),
+        lines(&[&format!("+I {new} 5 1")]),
+        "a new partition of a key group read has no rows to wait for"
+    );
+    assert!(h.finish().unwrap().is_empty(), "nothing waits");
 }
 
 #[test]
@@ -367,7 +438,11 @@ fn spilled_deduplication_keeps_the_heaps_first_and_last_rows() {
         let dir = tempfile::tempdir().unwrap();
         let expected = emitted(&mut dedup(order), &batches);
         let mut spilling = dedup(order).spilling(8 * 1024, dir.path()).unwrap();
-        assert_eq!(emitted(&mut spilling, &batches), expected, "{order}");
+        assert_eq!(
+            per_partition(&emitted_to_end(&mut spilling, &batches), |a| a),
+            per_partition(&expected, |a| a),
+            "{order}"
+        );
         assert!(stored_under(dir.path()), "{order}: partitions went to the store");
     }
 }
@@ -407,7 +482,10 @@ fn a_spilled_top_n_over_an_updating_input_moves_rows_up_as_the_heap_does() {
     let dir = tempfile::tempdir().unwrap();
     let expected = emitted(&mut updating_top2(), &batches);
     let mut spilling = updating_top2().spilling(8 * 1024, dir.path()).unwrap();
-    assert_eq!(emitted(&mut spilling, &batches), expected);
+    assert_eq!(
+        per_partition(&emitted_to_end(&mut spilling, &batches), |a| a % 50),
+        per_partition(&expected, |a| a % 50)
+    );
     assert!(stored_under(dir.path()));
 }
 
@@ -599,6 +677,8 @@ fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_w
         .unwrap()
     };
     let start = 1577836800000i64; // 2020-01-01T00:00:00
+    let dir = tempfile::tempdir().unwrap();
+    let spilled = std::cell::Cell::new(false);
     let run = |h: &mut Harness, restart_at: usize| -> Vec<String> {
         let mut out = Vec::new();
         for (s, batch) in batches.iter().enumerate() {
@@ -606,6 +686,7 @@ fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_w
                 h.restart().unwrap();
             }
             out.extend(h.push(batch).unwrap());
+            spilled.set(spilled.get() || stored_under(dir.path()));
             if s % 10 == 9 {
                 out.extend(h.watermark(start + (s as i64 - 5) * 1000).unwrap());
             }
@@ -618,12 +699,9 @@ fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_w
         expected.iter().filter(|l| l.starts_with("+I")).count(),
         30 * 100 * 2
     );
-    let dir = tempfile::tempdir().unwrap();
-    let mut h = window().spilling(16 * 1024, dir.path()).unwrap();
-    assert_eq!(run(&mut h, usize::MAX), expected);
-    let mut restarted = window().spilling(16 * 1024, dir.path()).unwrap();
-    // A restore registers the open windows' partitions in the store's
-    // order: a window fires the same rows, not in the same order.
+    // Rows of spilled partitions wait for their key group's read, and a
+    // restore registers the open windows' partitions in the files' order:
+    // a window fires the same rows, not in the same order.
     let fired = |lines: Vec<String>| -> Vec<Vec<String>> {
         let mut segments = vec![Vec::new()];
         for line in lines {
@@ -636,11 +714,14 @@ fn a_spilled_window_top_n_fires_the_heaps_ranks_across_a_restore_and_leaves_no_w
         segments.iter_mut().for_each(|s| s.sort());
         segments
     };
+    let mut h = window().spilling(16 * 1024, dir.path()).unwrap();
+    assert!(fired(run(&mut h, usize::MAX)) == fired(expected.clone()));
+    let mut restarted = window().spilling(16 * 1024, dir.path()).unwrap();
     assert!(
         fired(run(&mut restarted, 155)) == fired(expected.clone()),
         "restored from the store's run mid-window"
     );
-    assert!(stored_under(dir.path()));
+    assert!(spilled.get(), "partitions went to files");
     let snapshot = h.restart().unwrap().expect("the watermark");
     assert!(
         snapshot.runs.is_empty(),
