@@ -570,6 +570,12 @@ impl TopNOperator {
         let kinds = changelog::row_kinds(batch)?;
         let data = changelog::data(batch);
         let partitions = self.partition_keys(&data)?;
+        if self.spilled_to_files() {
+            let keys: Vec<&[u8]> = (0..data.num_rows())
+                .map(|i| partitions.as_ref().map_or(&[][..], |p| p.row(i).data()))
+                .collect();
+            self.decode_read(&keys)?;
+        }
         let ends = self.window_ends(&data)?;
         let orders = self.order_keys(&data)?;
         let rows = self.rows_of.convert_columns(data.columns())?;
@@ -603,6 +609,7 @@ impl TopNOperator {
             let partitions = entry.remove();
             let keys: Vec<&[u8]> = partitions.iter().map(|p| &p[..]).collect();
             self.load_parts_of(&keys)?;
+            self.decode_read(&keys)?;
             for partition in partitions {
                 let Some(kept) = self.partitions.remove(&partition) else {
                     continue;
@@ -694,6 +701,7 @@ impl Operator for TopNOperator {
             keep
         });
         self.swept = now;
+        self.expire_read(now, ttl)?;
         self.sweep_files(now, ttl)
     }
 

@@ -22,6 +22,7 @@
 //! rewrites the next key groups' files without their expired partitions,
 //! a slice per tick.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
@@ -62,6 +63,21 @@ pub(super) struct TopNSpill {
     width: u32,
     /// The part the last TTL sweep rewrote.
     swept: Option<u32>,
+    /// Entries read back and not decoded yet.
+    raw: Raw,
+}
+
+/// Entries read back from parts' files and not decoded yet: a partition is
+/// decoded when a row comes to it, and the others are written back as they
+/// were at the next spill (most of a part's partitions get no row before
+/// it: decoding, encoding and dropping them all took most of a spilled run).
+#[derive(Default)]
+struct Raw {
+    batches: Vec<RecordBatch>,
+    /// Each partition's batch and row.
+    index: HashMap<Box<[u8]>, (u32, u32), foldhash::fast::FixedState>,
+    /// Bytes the batches take.
+    bytes: usize,
 }
 
 impl TopNSpill {
@@ -71,6 +87,7 @@ impl TopNSpill {
             waiting: Waiting::default(),
             width: part_width(max_parallelism),
             swept: None,
+            raw: Raw::default(),
         };
         Spilled::new(SpillCore::new(settings, incremental, LEAST_PER_ROW), own)
     }
@@ -216,7 +233,6 @@ impl TopNOperator {
     /// Brings the partitions of `part`'s files to memory; the files go.
     /// Returns the entries read.
     fn load(&mut self, part: u32) -> Result<usize> {
-        let no_tie = self.shared_tie().cloned();
         let spill = self.spill.as_mut().expect("spilled");
         let Some(files) = spill.own.files.as_mut() else {
             return Ok(0);
@@ -224,14 +240,63 @@ impl TopNOperator {
         let stored = files.rows_in(part);
         let batches = files.take(part)?;
         spill.own.waiting.stored_changed(part, -(stored as i64));
-        for rows in &batches {
-            let (_, keys, values) = entry_columns(rows);
+        let raw = &mut spill.own.raw;
+        for rows in batches {
+            let b = raw.batches.len() as u32;
+            let keys = entry_columns(&rows).1;
             for i in 0..rows.num_rows() {
-                let partition = decode(values.value(i), no_tie.as_ref())?;
-                self.partitions.insert(keys.value(i).into(), partition);
+                raw.index.insert(keys.value(i).into(), (b, i as u32));
             }
+            // The columns share the buffer they were read into: their
+            // bytes, not each one's view of the whole buffer.
+            let (_, keys, values) = entry_columns(&rows);
+            raw.bytes += keys.values().len() + values.values().len() + 12 * rows.num_rows();
+            raw.batches.push(rows);
         }
         Ok(stored)
+    }
+
+    /// Decodes the partitions of `partitions` read back and not decoded yet.
+    pub(super) fn decode_read(&mut self, partitions: &[&[u8]]) -> Result<()> {
+        let no_tie = self.shared_tie().cloned();
+        let Some(raw) = self
+            .spill
+            .as_mut()
+            .map(|s| &mut s.own.raw)
+            .filter(|r| !r.index.is_empty())
+        else {
+            return Ok(());
+        };
+        for partition in partitions {
+            if let Some((b, i)) = raw.index.remove(*partition) {
+                let value = entry_columns(&raw.batches[b as usize]).2.value(i as usize);
+                self.partitions
+                    .insert((*partition).into(), decode(value, no_tie.as_ref())?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the partitions read back and not decoded yet that were not
+    /// written for `ttl` ms at `now`, as memory's sweep forgets decoded ones.
+    pub(super) fn expire_read(&mut self, now: i64, ttl: i64) -> Result<()> {
+        let Some(raw) = self.spill.as_mut().map(|s| &mut s.own.raw) else {
+            return Ok(());
+        };
+        let mut expired = Vec::new();
+        for (key, (b, i)) in &raw.index {
+            let value = entry_columns(&raw.batches[*b as usize]).2.value(*i as usize);
+            if now - written_of(value)? >= ttl {
+                expired.push(key.clone());
+            }
+        }
+        for key in expired {
+            raw.index.remove(&key);
+            if let Some(changed) = &mut self.changed {
+                changed.insert(key);
+            }
+        }
+        Ok(())
     }
 
     /// Brings the parts of `partitions` that have files to memory (a
@@ -262,7 +327,10 @@ impl TopNOperator {
                 .iter()
                 .map(|(k, p)| k.len() + p.rows.memory_size())
                 .sum::<usize>();
-        let waiting = self.spill.as_ref().map_or(0, |s| s.own.waiting.bytes());
+        let waiting = self.spill.as_ref().map_or(0, |s| {
+            let raw = &s.own.raw;
+            s.own.waiting.bytes() + raw.bytes + raw.index.capacity() * (slot + 9)
+        });
         let windows: usize = self
             .windows
             .values()
@@ -275,15 +343,23 @@ impl TopNOperator {
     /// per part, notes the partitions changed since the last snapshot, and
     /// empties memory.
     pub(super) fn spill_all(&mut self) -> Result<()> {
-        if self.spill.is_none() || self.partitions.is_empty() {
+        let raw = self.spill.as_mut().map(|s| std::mem::take(&mut s.own.raw));
+        let Some(raw) = raw.filter(|r| !self.partitions.is_empty() || !r.index.is_empty()) else {
             return Ok(());
-        }
+        };
         self.note_flushed()?;
         let kept: Vec<(&Box<[u8]>, &Partition)> = (self.partitions.iter())
             .filter(|(_, p)| !p.rows.is_empty())
             .collect();
         let keys: Vec<&[u8]> = kept.iter().map(|(k, _)| &k[..]).collect();
-        let groups = self.key_groups_of(&keys)?;
+        let mut groups = self.key_groups_of(&keys)?.values().to_vec();
+        // Then the entries read back and not decoded, as they were.
+        let unread: Vec<(u32, u32)> = raw.index.values().copied().collect();
+        groups.extend(
+            unread
+                .iter()
+                .map(|(b, i)| entry_columns(&raw.batches[*b as usize]).0.value(*i as usize)),
+        );
         let spill = self.spill.as_mut().expect("checked above");
         let width = spill.own.width;
         if spill.own.files.is_none() {
@@ -291,10 +367,17 @@ impl TopNOperator {
         }
         let files = spill.own.files.as_mut().expect("opened above");
         let mut value = Vec::new();
-        let written = write_entries(files, width, groups.values(), |i, group, rows| {
-            value.clear();
-            encode(kept[i].1, &mut value);
-            rows.push(group, kept[i].0, &value);
+        let written = write_entries(files, width, &groups, |i, group, rows| match kept.get(i) {
+            Some((key, partition)) => {
+                value.clear();
+                encode(partition, &mut value);
+                rows.push(group, key, &value);
+            }
+            None => {
+                let (b, row) = unread[i - kept.len()];
+                let (_, keys, values) = entry_columns(&raw.batches[b as usize]);
+                rows.push(group, keys.value(row as usize), values.value(row as usize));
+            }
         })?;
         for (part, n) in written {
             spill.own.waiting.stored_changed(part, n as i64);
