@@ -229,6 +229,75 @@ where
     )))
 }
 
+/// Entries read back from files and not decoded yet: an operator decodes a
+/// key's entry when a row comes to it, and writes the others back as they
+/// were at its next spill (most of a key group's keys get no row before
+/// it: decoding, encoding and dropping them all took most of a spilled
+/// TopN's time).
+#[derive(Default)]
+pub struct Unread {
+    batches: Vec<RecordBatch>,
+    /// Each key's batch and row.
+    index: HashMap<Box<[u8]>, (u32, u32), foldhash::fast::FixedState>,
+    /// Bytes the batches take.
+    bytes: usize,
+}
+
+impl Unread {
+    /// Adds entry file rows (read from a part's files).
+    pub fn add(&mut self, rows: RecordBatch) {
+        let b = self.batches.len() as u32;
+        let (_, keys, values) = entry_columns(&rows);
+        for i in 0..rows.num_rows() {
+            self.index.insert(keys.value(i).into(), (b, i as u32));
+        }
+        // The columns share the buffer they were read into: their bytes,
+        // not each one's view of the whole buffer.
+        self.bytes += keys.values().len() + values.values().len() + 12 * rows.num_rows();
+        self.batches.push(rows);
+    }
+
+    /// The value of `key`, which is unread no more.
+    pub fn take(&mut self, key: &[u8]) -> Option<&[u8]> {
+        let (b, i) = self.index.remove(key)?;
+        Some(entry_columns(&self.batches[b as usize]).2.value(i as usize))
+    }
+
+    /// Whether no key is unread.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Bytes it holds.
+    pub fn size(&self) -> usize {
+        self.bytes + self.index.capacity() * (std::mem::size_of::<(Box<[u8]>, (u32, u32))>() + 1)
+    }
+
+    /// Each unread entry: its key group, key and value.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], &[u8])> {
+        self.index.values().map(|(b, i)| {
+            let (groups, keys, values) = entry_columns(&self.batches[*b as usize]);
+            let i = *i as usize;
+            (groups.value(i), keys.value(i), values.value(i))
+        })
+    }
+
+    /// The keys that `pick` picks, given each key and value (stopping at
+    /// its first error).
+    pub fn keys_where(&self, mut pick: impl FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<Vec<Box<[u8]>>> {
+        let mut picked = Vec::new();
+        for (key, (b, i)) in &self.index {
+            if pick(
+                key,
+                entry_columns(&self.batches[*b as usize]).2.value(*i as usize),
+            )? {
+                picked.push(key.clone());
+            }
+        }
+        Ok(picked)
+    }
+}
+
 /// What a state TTL's rewrite does with one entry.
 pub enum Rewrite {
     /// It stays as it is.
@@ -328,6 +397,33 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!((&found[0].0[..], &found[0].1[..]), (&wanted[..], &[3u8][..]));
         assert_eq!(missing, [&none[..]]);
+    }
+
+    #[test]
+    fn unread_entries_are_taken_once_and_the_rest_are_listed_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = KeyGroupFiles::open(dir.path()).unwrap();
+        write_entries(&mut files, 1, &[4, 4], |i, group, rows| {
+            rows.push(group, &[b'a' + i as u8], &[i as u8]);
+        })
+        .unwrap();
+        let mut unread = Unread::default();
+        files
+            .take(4)
+            .unwrap()
+            .into_iter()
+            .for_each(|rows| unread.add(rows));
+        assert_eq!(unread.take(b"b"), Some(&[1u8][..]));
+        assert_eq!(unread.take(b"b"), None, "taken once");
+        let rest: Vec<(u32, Vec<u8>, Vec<u8>)> = (unread.entries())
+            .map(|(g, k, v)| (g, k.to_vec(), v.to_vec()))
+            .collect();
+        assert_eq!(rest, [(4, b"a".to_vec(), vec![0])]);
+        assert_eq!(
+            unread.keys_where(|_, v| Ok(v[0] == 0)).unwrap(),
+            [Box::from(&b"a"[..])]
+        );
+        assert!(!unread.is_empty() && unread.size() > 0);
     }
 
     #[test]

@@ -440,6 +440,7 @@ impl JoinOperator {
         let data = changelog::data(batch);
         let (keys, null_keys) = self.keys(side, &data)?;
         let rows = self.codec.rows_of[side].convert_columns(data.columns())?;
+        self.decode_read(&keys, null_keys.as_ref())?;
         let now = weir_common::time::wall_clock_millis();
         if let Some(ttl) = self.join.ttl_ms() {
             for i in 0..data.num_rows() {
@@ -805,6 +806,9 @@ impl Operator for JoinOperator {
                 side.expire_some(cursor, slice, now, ttl);
             }
             self.swept = now;
+        }
+        if let Some(ttl) = self.join.ttl_ms() {
+            self.expire_read(now, ttl)?;
         }
         self.sweep_files(now)
     }

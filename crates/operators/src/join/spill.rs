@@ -28,6 +28,7 @@
 //! consecutive key groups ([`part_width`]).
 
 use arrow::array::{RecordBatch, UInt32Array};
+use arrow::row::Rows;
 
 use crate::join::state::{Bucket, Key};
 use crate::join::{Codec, JoinOperator, Part, replacement_rows};
@@ -39,7 +40,7 @@ use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::Deferred;
 use weir_state::entry_files::{
-    Rewrite, entries_run, entry_columns, files_delta, store_key, sweep_entries, write_entries,
+    Rewrite, Unread, entries_run, files_delta, store_key, sweep_entries, write_entries,
 };
 use weir_state::key_group_files::KeyGroupFiles;
 use weir_state::snapshot::{concat_by_key_group, state_rows};
@@ -58,6 +59,8 @@ pub(super) struct JoinSpill {
     width: u32,
     /// The part the last TTL sweep rewrote.
     swept: Option<u32>,
+    /// Keys' rows read back and not decoded yet.
+    unread: Unread,
 }
 
 impl JoinSpill {
@@ -70,6 +73,7 @@ impl JoinSpill {
             waiting: Waiting::default(),
             width: part_width(max_parallelism),
             swept: None,
+            unread: Unread::default(),
         };
         Spilled::new(SpillCore::new(settings, incremental, least), own)
     }
@@ -185,7 +189,7 @@ impl JoinOperator {
 
     /// Bytes both sides' rows and keys, and the waiting rows, take in memory.
     fn memory_size(&self) -> usize {
-        let waiting = self.spill.as_ref().map_or(0, |s| s.own.waiting.bytes());
+        let waiting = (self.spill.as_ref()).map_or(0, |s| s.own.waiting.bytes() + s.own.unread.size());
         self.sides.iter().map(|s| s.memory_size()).sum::<usize>() + waiting
     }
 
@@ -222,35 +226,69 @@ impl JoinOperator {
         let stored = files.rows_in(part);
         let batches = files.take(part)?;
         spill.own.waiting.stored_changed(part, -(stored as i64));
+        // A key is in one file: a restore writes a range of key groups at
+        // once, and a spill all of memory.
+        batches.into_iter().for_each(|rows| spill.own.unread.add(rows));
+        Ok(stored)
+    }
+
+    /// Decodes both sides' rows, read back and not decoded yet, of the
+    /// keys of `keys` (NULL keys have none).
+    pub(super) fn decode_read(
+        &mut self,
+        keys: &Rows,
+        null_keys: Option<&arrow::buffer::NullBuffer>,
+    ) -> Result<()> {
         let widths = [self.sides[0].width, self.sides[1].width];
-        for rows in &batches {
-            let (_, keys, values) = entry_columns(rows);
-            for i in 0..rows.num_rows() {
-                let (side, bucket) = decoded(keys.value(i), values.value(i), widths)?;
-                let state = &mut self.sides[side];
-                let key = &keys.value(i)[1..];
-                match state.buckets.get_mut(key) {
-                    // A key restored across two chunks has two files.
-                    Some(rows) => {
-                        for j in 0..bucket.len() {
-                            let tally = state.tallies.then(|| bucket.tally(j));
-                            rows.push(bucket.row(j), tally, state.ttl.then(|| bucket.written(j)));
-                        }
-                    }
-                    None => {
-                        state.buckets.insert(Key::from_slice(key), bucket);
-                    }
+        let Some(unread) = (self.spill.as_mut().map(|s| &mut s.own.unread)).filter(|u| !u.is_empty()) else {
+            return Ok(());
+        };
+        let mut at = Vec::new();
+        for i in 0..keys.num_rows() {
+            if null_keys.is_some_and(|n| n.is_null(i)) {
+                continue;
+            }
+            for (side, state) in self.sides.iter_mut().enumerate() {
+                at.clear();
+                at.push(side as u8);
+                at.extend_from_slice(keys.row(i).data());
+                if let Some(value) = unread.take(&at) {
+                    let (_, bucket) = decoded(&at, value, widths)?;
+                    state.buckets.insert(Key::from_slice(&at[1..]), bucket);
                 }
             }
         }
-        Ok(stored)
+        Ok(())
+    }
+
+    /// Forgets the rows, read back and not decoded yet, not written for
+    /// `ttl` ms at `now`, as memory's sweep forgets decoded ones: their
+    /// keys are decoded, what is left of them stays in memory.
+    pub(super) fn expire_read(&mut self, now: i64, ttl: i64) -> Result<()> {
+        let widths = [self.sides[0].width, self.sides[1].width];
+        let Some(unread) = self.spill.as_mut().map(|s| &mut s.own.unread) else {
+            return Ok(());
+        };
+        let expired = unread.keys_where(|key, value| {
+            let (_, bucket) = decoded(key, value, widths)?;
+            Ok((0..bucket.len()).any(|j| now - bucket.written(j) >= ttl))
+        })?;
+        for key in expired {
+            let value = unread.take(&key).expect("listed above");
+            let (side, bucket) = decoded(&key, value, widths)?;
+            let state = &mut self.sides[side];
+            state.buckets.insert(Key::from_slice(&key[1..]), bucket);
+            state.expire_key(&key[1..], now, ttl);
+        }
+        Ok(())
     }
 
     /// Writes both sides' rows of every key memory holds to its key group's
     /// files, a file per part, notes the keys changed since the last
     /// snapshot, and empties memory.
     pub(super) fn spill_all(&mut self) -> Result<()> {
-        if self.spill.is_none() || self.sides.iter().all(|s| s.buckets.is_empty()) {
+        let unread = self.spill.as_ref().is_some_and(|s| !s.own.unread.is_empty());
+        if self.spill.is_none() || (!unread && self.sides.iter().all(|s| s.buckets.is_empty())) {
             return Ok(());
         }
         self.note_changed()?;
@@ -260,7 +298,8 @@ impl JoinOperator {
             Some(files) => files,
             None => files.insert(KeyGroupFiles::open(&spill.core.settings.dir)?),
         };
-        let written = self.write_keys(files_now);
+        let unread = std::mem::take(&mut spill.own.unread);
+        let written = self.write_keys(files_now, &unread);
         let spill = self.spill.as_mut().expect("checked above");
         spill.own.files = files;
         for (part, n) in written? {
@@ -295,20 +334,28 @@ impl JoinOperator {
 
     /// Writes every key with rows to `files`, a file per part in key-group
     /// order; returns each part's file rows.
-    fn write_keys(&self, files: &mut KeyGroupFiles) -> Result<Vec<(u32, usize)>> {
+    fn write_keys(&self, files: &mut KeyGroupFiles, unread: &Unread) -> Result<Vec<(u32, usize)>> {
         let keys: Vec<(usize, &Key, &Bucket)> = (self.sides.iter().enumerate())
             .flat_map(|(side, s)| s.buckets.iter().map(move |(k, b)| (side, k, b)))
             .filter(|(_, _, b)| !b.is_empty())
             .collect();
         let refs: Vec<&[u8]> = keys.iter().map(|(_, k, _)| k.as_ref()).collect();
-        let groups = self.key_groups_of(&refs)?;
+        let mut groups = self.key_groups_of(&refs)?.values().to_vec();
+        // Then the keys read back and not decoded, as they were.
+        let as_read: Vec<(u32, &[u8], &[u8])> = unread.entries().collect();
+        groups.extend(as_read.iter().map(|e| e.0));
         let width = self.spill.as_ref().expect("spilling").own.width;
         let mut value = Vec::new();
-        write_entries(files, width, groups.values(), |i, group, rows| {
-            let (side, key, bucket) = keys[i];
-            value.clear();
-            bucket.encode(&mut value);
-            rows.push(group, &side_key(side, key), &value);
+        write_entries(files, width, &groups, |i, group, rows| match keys.get(i) {
+            Some((side, key, bucket)) => {
+                value.clear();
+                bucket.encode(&mut value);
+                rows.push(group, &side_key(*side, key), &value);
+            }
+            None => {
+                let (_, key, value) = as_read[i - keys.len()];
+                rows.push(group, key, value);
+            }
         })
     }
 

@@ -22,7 +22,6 @@
 //! rewrites the next key groups' files without their expired partitions,
 //! a slice per tick.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
@@ -37,7 +36,7 @@ use weir_runtime::Output;
 use weir_runtime::operator::SpillSettings;
 use weir_state::deferred::{Deferred, deleted_entries};
 use weir_state::entry_files::{
-    Rewrite, entries_run, entry_columns, files_delta, store_key, sweep_entries, write_entries,
+    Rewrite, Unread, entries_run, files_delta, store_key, sweep_entries, write_entries,
 };
 use weir_state::incremental::{ReplacedPart, replacement_rows};
 use weir_state::key_group_files::KeyGroupFiles;
@@ -63,21 +62,8 @@ pub(super) struct TopNSpill {
     width: u32,
     /// The part the last TTL sweep rewrote.
     swept: Option<u32>,
-    /// Entries read back and not decoded yet.
-    raw: Raw,
-}
-
-/// Entries read back from parts' files and not decoded yet: a partition is
-/// decoded when a row comes to it, and the others are written back as they
-/// were at the next spill (most of a part's partitions get no row before
-/// it: decoding, encoding and dropping them all took most of a spilled run).
-#[derive(Default)]
-struct Raw {
-    batches: Vec<RecordBatch>,
-    /// Each partition's batch and row.
-    index: HashMap<Box<[u8]>, (u32, u32), foldhash::fast::FixedState>,
-    /// Bytes the batches take.
-    bytes: usize,
+    /// Partitions read back and not decoded yet.
+    unread: Unread,
 }
 
 impl TopNSpill {
@@ -87,7 +73,7 @@ impl TopNSpill {
             waiting: Waiting::default(),
             width: part_width(max_parallelism),
             swept: None,
-            raw: Raw::default(),
+            unread: Unread::default(),
         };
         Spilled::new(SpillCore::new(settings, incremental, LEAST_PER_ROW), own)
     }
@@ -240,38 +226,20 @@ impl TopNOperator {
         let stored = files.rows_in(part);
         let batches = files.take(part)?;
         spill.own.waiting.stored_changed(part, -(stored as i64));
-        let raw = &mut spill.own.raw;
-        for rows in batches {
-            let b = raw.batches.len() as u32;
-            let keys = entry_columns(&rows).1;
-            for i in 0..rows.num_rows() {
-                raw.index.insert(keys.value(i).into(), (b, i as u32));
-            }
-            // The columns share the buffer they were read into: their
-            // bytes, not each one's view of the whole buffer.
-            let (_, keys, values) = entry_columns(&rows);
-            raw.bytes += keys.values().len() + values.values().len() + 12 * rows.num_rows();
-            raw.batches.push(rows);
-        }
+        batches.into_iter().for_each(|rows| spill.own.unread.add(rows));
         Ok(stored)
     }
 
     /// Decodes the partitions of `partitions` read back and not decoded yet.
     pub(super) fn decode_read(&mut self, partitions: &[&[u8]]) -> Result<()> {
         let no_tie = self.shared_tie().cloned();
-        let Some(raw) = self
-            .spill
-            .as_mut()
-            .map(|s| &mut s.own.raw)
-            .filter(|r| !r.index.is_empty())
-        else {
+        let Some(unread) = (self.spill.as_mut().map(|s| &mut s.own.unread)).filter(|u| !u.is_empty()) else {
             return Ok(());
         };
         for partition in partitions {
-            if let Some((b, i)) = raw.index.remove(*partition) {
-                let value = entry_columns(&raw.batches[b as usize]).2.value(i as usize);
-                self.partitions
-                    .insert((*partition).into(), decode(value, no_tie.as_ref())?);
+            if let Some(value) = unread.take(partition) {
+                let decoded = decode(value, no_tie.as_ref())?;
+                self.partitions.insert((*partition).into(), decoded);
             }
         }
         Ok(())
@@ -280,18 +248,11 @@ impl TopNOperator {
     /// Forgets the partitions read back and not decoded yet that were not
     /// written for `ttl` ms at `now`, as memory's sweep forgets decoded ones.
     pub(super) fn expire_read(&mut self, now: i64, ttl: i64) -> Result<()> {
-        let Some(raw) = self.spill.as_mut().map(|s| &mut s.own.raw) else {
+        let Some(unread) = self.spill.as_mut().map(|s| &mut s.own.unread) else {
             return Ok(());
         };
-        let mut expired = Vec::new();
-        for (key, (b, i)) in &raw.index {
-            let value = entry_columns(&raw.batches[*b as usize]).2.value(*i as usize);
-            if now - written_of(value)? >= ttl {
-                expired.push(key.clone());
-            }
-        }
-        for key in expired {
-            raw.index.remove(&key);
+        for key in unread.keys_where(|_, value| Ok(now - written_of(value)? >= ttl))? {
+            unread.take(&key);
             if let Some(changed) = &mut self.changed {
                 changed.insert(key);
             }
@@ -327,10 +288,7 @@ impl TopNOperator {
                 .iter()
                 .map(|(k, p)| k.len() + p.rows.memory_size())
                 .sum::<usize>();
-        let waiting = self.spill.as_ref().map_or(0, |s| {
-            let raw = &s.own.raw;
-            s.own.waiting.bytes() + raw.bytes + raw.index.capacity() * (slot + 9)
-        });
+        let waiting = (self.spill.as_ref()).map_or(0, |s| s.own.waiting.bytes() + s.own.unread.size());
         let windows: usize = self
             .windows
             .values()
@@ -343,8 +301,8 @@ impl TopNOperator {
     /// per part, notes the partitions changed since the last snapshot, and
     /// empties memory.
     pub(super) fn spill_all(&mut self) -> Result<()> {
-        let raw = self.spill.as_mut().map(|s| std::mem::take(&mut s.own.raw));
-        let Some(raw) = raw.filter(|r| !self.partitions.is_empty() || !r.index.is_empty()) else {
+        let unread = self.spill.as_mut().map(|s| std::mem::take(&mut s.own.unread));
+        let Some(unread) = unread.filter(|u| !self.partitions.is_empty() || !u.is_empty()) else {
             return Ok(());
         };
         self.note_flushed()?;
@@ -353,13 +311,9 @@ impl TopNOperator {
             .collect();
         let keys: Vec<&[u8]> = kept.iter().map(|(k, _)| &k[..]).collect();
         let mut groups = self.key_groups_of(&keys)?.values().to_vec();
-        // Then the entries read back and not decoded, as they were.
-        let unread: Vec<(u32, u32)> = raw.index.values().copied().collect();
-        groups.extend(
-            unread
-                .iter()
-                .map(|(b, i)| entry_columns(&raw.batches[*b as usize]).0.value(*i as usize)),
-        );
+        // Then the partitions read back and not decoded, as they were.
+        let as_read: Vec<(u32, &[u8], &[u8])> = unread.entries().collect();
+        groups.extend(as_read.iter().map(|e| e.0));
         let spill = self.spill.as_mut().expect("checked above");
         let width = spill.own.width;
         if spill.own.files.is_none() {
@@ -374,9 +328,8 @@ impl TopNOperator {
                 rows.push(group, key, &value);
             }
             None => {
-                let (b, row) = unread[i - kept.len()];
-                let (_, keys, values) = entry_columns(&raw.batches[b as usize]);
-                rows.push(group, keys.value(row as usize), values.value(row as usize));
+                let (_, key, value) = as_read[i - kept.len()];
+                rows.push(group, key, value);
             }
         })?;
         for (part, n) in written {
