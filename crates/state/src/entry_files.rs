@@ -252,8 +252,10 @@ impl Unread {
             self.index.insert(keys.value(i).into(), (b, i as u32));
         }
         // The columns share the buffer they were read into: their bytes,
-        // not each one's view of the whole buffer.
-        self.bytes += keys.values().len() + values.values().len() + 12 * rows.num_rows();
+        // not each one's view of the whole buffer; and the index's copy of
+        // each key, with the allocator's overhead.
+        let copies = keys.values().len() + 16 * rows.num_rows();
+        self.bytes += keys.values().len() + values.values().len() + 12 * rows.num_rows() + copies;
         self.batches.push(rows);
     }
 
