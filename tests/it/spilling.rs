@@ -346,24 +346,33 @@ fn a_session_window_with_spilled_sessions_rescaled_4_2_3_from_incremental_checkp
 }
 
 /// The peak resident set (VmHWM) of a `weir run` of `file`, polled from
-/// /proc while it runs, in bytes; panics if the run fails.
+/// /proc while it runs, in bytes; panics if the run fails or takes longer
+/// than [`LONGEST_RUN`].
 fn peak_rss_of_run(file: &Path) -> u64 {
     peak_rss_of_run_with(file, &[])
 }
 
+/// The longest a measured run may take: a job that fails again and again
+/// (restarting each time) fails the test instead of hanging it.
+const LONGEST_RUN: Duration = Duration::from_secs(15 * 60);
+
 /// [`peak_rss_of_run`] with more arguments of `weir run` (before the file).
+/// Its log goes to a file beside `file` (a pipe read only at the end would
+/// fill and stop the run).
 fn peak_rss_of_run_with(file: &Path, args: &[&std::ffi::OsStr]) -> u64 {
+    let log_path = file.with_extension("log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .arg("run")
         .args(args)
         .arg(file)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(log)
         .spawn()
         .unwrap();
     let status_file = format!("/proc/{}/status", child.id());
-    let mut peak = 0;
-    loop {
+    let (mut peak, started) = (0, std::time::Instant::now());
+    let status = loop {
         if let Ok(status) = std::fs::read_to_string(&status_file)
             && let Some(kb) = status
                 .lines()
@@ -372,17 +381,34 @@ fn peak_rss_of_run_with(file: &Path, args: &[&std::ffi::OsStr]) -> u64 {
         {
             peak = peak.max(kb * 1024);
         }
-        if child.try_wait().unwrap().is_some() {
-            break;
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > LONGEST_RUN {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
         }
         std::thread::sleep(Duration::from_millis(10));
-    }
-    let output = child.wait_with_output().unwrap();
+    };
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let tail: String = log
+        .lines()
+        .rev()
+        .take(40)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(
-        output.status.success(),
-        "{}: {}",
+        status.is_some_and(|s| s.success()),
+        "{} ({}): {tail}",
         file.display(),
-        String::from_utf8_lossy(&output.stderr)
+        match status {
+            Some(status) => format!("{status}"),
+            None => format!("killed after {LONGEST_RUN:?}"),
+        }
     );
     peak
 }
