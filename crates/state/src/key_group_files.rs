@@ -121,6 +121,12 @@ impl KeyGroupFiles {
         self.files.contains_key(&key_group)
     }
 
+    /// Whether each of key groups `0..count` has files: a table to look
+    /// rows up in per batch (a lookup a row took 3% of a spilled GROUP BY).
+    pub fn holding(&self, count: u32) -> Vec<bool> {
+        (0..count).map(|kg| self.holds(kg)).collect()
+    }
+
     /// Rows in `key_group`'s files.
     pub fn rows_in(&self, key_group: u32) -> usize {
         self.files
@@ -317,6 +323,7 @@ mod tests {
         files.write(9, &rows(9, &[7])).unwrap();
         files.write(4, &rows(4, &[])).unwrap();
         assert!(files.holds(3) && !files.holds(4), "no file without rows");
+        assert_eq!(files.holding(5), [false, false, false, true, false]);
         assert_eq!(files.rows_in(3), 3);
         assert_eq!(values(&files.take(3).unwrap()), [1, 2, 5]);
         assert!(!files.holds(3) && files.rows_in(3) == 0);

@@ -348,9 +348,7 @@ impl GroupAggregateOperator {
         let files = own.files.as_ref().expect("rows wait only when spilled");
         // Per part (a lookup a row took 3% of a spilled run).
         let width = own.width;
-        let holds: Vec<bool> = (0..(self.max_parallelism as u32).div_ceil(width))
-            .map(|part| files.holds(part))
-            .collect();
+        let holds = files.holding((self.max_parallelism as u32).div_ceil(width));
         let (mut wait, mut wait_groups) = (Vec::new(), Vec::new());
         for (i, row) in open.iter().enumerate() {
             let g = self.group_indices[*row as usize];

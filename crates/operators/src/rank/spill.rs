@@ -207,9 +207,7 @@ impl TopNOperator {
         let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
         let files = own.files.as_ref().expect("rows wait only when spilled");
         let width = own.width;
-        let holds: Vec<bool> = (0..(self.max_parallelism as u32).div_ceil(width))
-            .map(|part| files.holds(part))
-            .collect();
+        let holds = files.holding((self.max_parallelism as u32).div_ceil(width));
         let parts: Vec<Option<u32>> = (groups.values().iter())
             .map(|group| holds[(group / width) as usize].then_some(group / width))
             .collect();
