@@ -147,6 +147,16 @@ impl<T> Waiting<T> {
         due_now
     }
 
+    /// Whether `key_group` has something waiting.
+    pub fn holds(&self, key_group: u32) -> bool {
+        self.held.contains_key(&key_group)
+    }
+
+    /// What `key_group` had held last, to change in place.
+    pub fn last_mut(&mut self, key_group: u32) -> Option<&mut T> {
+        self.held.get_mut(&key_group)?.batches.last_mut()
+    }
+
     /// Every key group with waiting rows.
     pub fn key_groups(&self) -> Vec<u32> {
         self.held.keys().copied().collect()

@@ -244,8 +244,9 @@ pub struct Unread {
 }
 
 impl Unread {
-    /// Adds entry file rows (read from a part's files).
-    pub fn add(&mut self, rows: RecordBatch) {
+    /// Adds entry file rows (read from a part's files); returns their
+    /// batch's number ([`Unread::key_at`]).
+    pub fn add(&mut self, rows: RecordBatch) -> u32 {
         let b = self.batches.len() as u32;
         let (_, keys, values) = entry_columns(&rows);
         for i in 0..rows.num_rows() {
@@ -257,6 +258,13 @@ impl Unread {
         let copies = keys.values().len() + 16 * rows.num_rows();
         self.bytes += keys.values().len() + values.values().len() + 12 * rows.num_rows() + copies;
         self.batches.push(rows);
+        b
+    }
+
+    /// The key of row `row` of the rows added as batch `batch`, unread or
+    /// not.
+    pub fn key_at(&self, batch: u32, row: u32) -> &[u8] {
+        entry_columns(&self.batches[batch as usize]).1.value(row as usize)
     }
 
     /// The value of `key`, which is unread no more.
@@ -414,7 +422,8 @@ mod tests {
             .take(4)
             .unwrap()
             .into_iter()
-            .for_each(|rows| unread.add(rows));
+            .for_each(|rows| assert_eq!(unread.add(rows), 0));
+        assert_eq!(unread.key_at(0, 0), b"a");
         assert_eq!(unread.take(b"b"), Some(&[1u8][..]));
         assert_eq!(unread.take(b"b"), None, "taken once");
         let rest: Vec<(u32, Vec<u8>, Vec<u8>)> = (unread.entries())

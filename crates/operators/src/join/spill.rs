@@ -225,7 +225,9 @@ impl JoinOperator {
         spill.own.waiting.stored_changed(part, -(stored as i64));
         // A key is in one file: a restore writes a range of key groups at
         // once, and a spill all of memory.
-        batches.into_iter().for_each(|rows| spill.own.unread.add(rows));
+        batches.into_iter().for_each(|rows| {
+            spill.own.unread.add(rows);
+        });
         Ok(stored)
     }
 

@@ -39,6 +39,7 @@ use datafusion_physical_expr::PhysicalExpr;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::Result;
+use crate::waiting::ReadsWaiting;
 use weir_common::ids::CheckpointId;
 use weir_common::time::Timestamp;
 use weir_common::time::wall_clock_millis;
@@ -47,7 +48,6 @@ use weir_plan::frame::Frame;
 use weir_runtime::operator::{OperatorSnapshot, TaskMetrics};
 use weir_runtime::{Operator, OperatorFactory, Output, TaskContext};
 use weir_state::memory_guess::SpillsWhenFull;
-use weir_state::spilled::SpillSlot;
 
 /// An OVER aggregation: partition, order, frame, aggregates.
 #[derive(Debug, Clone)]
@@ -190,7 +190,7 @@ impl OverOperator {
     fn groups_of(&mut self, data: &RecordBatch) -> Result<Vec<usize>> {
         if self.spec.partition.is_empty() {
             if self.keys.is_empty() {
-                self.load_stored(&[&[]])?;
+                self.decode_read(&[&[]])?;
             }
             if self.keys.is_empty() {
                 self.add_group(&[]);
@@ -200,9 +200,9 @@ impl OverOperator {
         let keys = self
             .keys_of
             .convert_columns(&evaluate(&self.spec.partition, data)?)?;
-        if self.spill.has_spilled() {
+        if self.spilled_to_files() {
             let list: Vec<&[u8]> = (0..data.num_rows()).map(|i| keys.row(i).data()).collect();
-            self.load_stored(&list)?;
+            self.decode_read(&list)?;
         }
         Ok((0..data.num_rows())
             .map(|i| {
@@ -381,32 +381,71 @@ impl Operator for OverOperator {
     }
 
     fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        self.process(&batch, out)?;
+        let now = wall_clock_millis();
+        if self.spilled_to_files() {
+            if let Some(rows) = self.hold_unread(&batch, now)? {
+                self.process_at(&rows, now, out)?;
+            }
+            self.read_due(now, out)?;
+            self.forward(out);
+        } else {
+            self.process_at(&batch, now, out)?;
+        }
         self.spill_if_full(batch.num_rows())
     }
 
+    /// Memory's rows up to the watermark enter. Spilled, the watermark
+    /// also waits for the parts with files it concerns, and is passed on
+    /// as far as every part's rows were released.
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        let before = self.watermark;
         self.watermark = self.watermark.max(watermark);
-        if !self.spill.has_spilled() {
-            self.release(self.watermark, out)?;
+        if self.spilled_to_files() && self.spec.time.is_some() {
+            self.hold_watermark(before);
         }
-        // The store's partitions due a chunk at a time, each chunk's rows
-        // with memory's up to its last time.
-        while self.spill.has_spilled() {
-            let (loaded, last) = self.load_due()?;
-            self.release(last.unwrap_or(self.watermark), out)?;
-            self.spill_if_full(loaded)?;
-            if last.is_none() {
-                break;
-            }
+        self.decode_due(self.watermark)?;
+        self.release(self.watermark, out)?;
+        if self.spill.is_none() {
+            out.watermark(watermark);
+            return Ok(());
         }
-        out.watermark(watermark);
+        if watermark == Timestamp::MAX {
+            self.read_all_waiting(out)?;
+        }
+        self.forward(out);
+        Ok(())
+    }
+
+    /// With spilled state: what waits for a part's read waits at most
+    /// [`crate::waiting::LONGEST_WAIT_MS`].
+    fn uses_processing_time(&self) -> bool {
+        self.spill.is_some()
+    }
+
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        self.read_due(now, out)?;
+        self.forward(out);
+        Ok(())
+    }
+
+    /// What waits for spilled state is taken before the barrier: the
+    /// snapshot holds its partitions, and its rows precede it.
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)?;
+        self.forward(out);
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)?;
+        self.forward(out);
         Ok(())
     }
 
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.spill.has_spilled() {
-            return self.spilled_snapshot().map(Some);
+        self.no_rows_wait()?;
+        if self.spilled_to_files() {
+            return self.spilled_snapshot(false).map(Some);
         }
         Ok(Some(OperatorSnapshot::with_watermark(
             self.watermark,
@@ -421,7 +460,8 @@ impl Operator for OverOperator {
     /// Every partition's state (`full`), or that of the partitions changed
     /// since the last snapshot (partitions never go); and the watermark.
     fn snapshot_delta(&mut self, checkpoint: CheckpointId, full: bool) -> Result<Option<OperatorSnapshot>> {
-        if self.changed.is_some() && self.spill.has_spilled() {
+        self.no_rows_wait()?;
+        if self.changed.is_some() && self.spilled_to_files() {
             return self.spilled_delta(full).map(Some);
         }
         let Some(changed) = self.changed.as_mut().map(std::mem::take) else {
@@ -465,11 +505,10 @@ impl Operator for OverOperator {
 
 impl OverOperator {
     /// A batch's rows: on event time waiting for the watermark (or late),
-    /// on processing time entering now.
-    fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+    /// on processing time entering at `now`.
+    fn process_at(&mut self, batch: &RecordBatch, now: Timestamp, out: &mut Output) -> Result<()> {
         let groups = self.groups_of(batch)?;
         let Some(column) = self.spec.time else {
-            let now = wall_clock_millis();
             return self.enter(batch, &groups, &vec![now; batch.num_rows()], out);
         };
         let times = crate::join::window::millis(batch.column(column))?;
@@ -519,8 +558,8 @@ impl OverOperator {
     }
 
     /// Restores a snapshot's state rows (this subtask's key groups); with
-    /// the spilling backend a chunk at a time, a partition's stored state
-    /// read first, and memory to the store when it is full.
+    /// the spilling backend a chunk at a time, the parts of its partitions
+    /// in files read first, and memory to the files when it is full.
     fn restore_rows(&mut self, rows: &RecordBatch) -> Result<()> {
         if self.spill.is_none() {
             return state::restore(self, rows);
@@ -528,12 +567,15 @@ impl OverOperator {
         let rows = state::in_restore_order(rows)?;
         let k = self.spec.partition.len();
         for chunk in weir_state::store::in_chunks(&rows) {
-            if self.spill.has_spilled() && k > 0 {
-                let keys = self.keys_of.convert_columns(&chunk.columns()[4..4 + k])?;
-                let list: Vec<&[u8]> = (0..chunk.num_rows()).map(|i| keys.row(i).data()).collect();
-                self.load_stored(&list)?;
-            } else if self.spill.has_spilled() && self.keys.is_empty() {
-                self.load_stored(&[&[]])?;
+            if self.spilled_to_files() {
+                let keys = match k {
+                    0 => None,
+                    _ => Some(self.keys_of.convert_columns(&chunk.columns()[4..4 + k])?),
+                };
+                let list: Vec<&[u8]> = (0..chunk.num_rows())
+                    .map(|i| keys.as_ref().map_or(&[][..], |keys| keys.row(i).data()))
+                    .collect();
+                self.load_for_restore(&chunk, &list)?;
             }
             state::restore(self, &chunk)?;
             self.spill_if_over()?;

@@ -1,69 +1,93 @@
-//! The spilling state backend of OVER aggregations: partitions beyond the memory budget in the key-value store.
+//! The spilling state backend of OVER aggregations: partitions beyond the memory budget in files per key group.
 //!
-//! Memory keeps the partitions that had rows since the last spill. When
-//! they pass a quarter of the subtask's budget
-//! ([`weir_state::memory_guess::spill_threshold`]) every partition goes
-//! to the store ([`weir_state::entry`]) and memory starts empty again:
+//! Memory holds the partitions the latest batches touched. When they pass
+//! a quarter of the subtask's budget ([`weir_state::memory_guess`]),
+//! every partition is written to a file of its key group
+//! ([`weir_state::entry_files`], one entry per partition, its key and
+//! [`encode_partition`]'s value: the time of its first row waiting for the
+//! watermark, its last released time, its accumulators' states, a bounded
+//! frame's rows and its waiting rows) and memory starts empty again.
 //!
-//! ```text
-//!  key group | partition key          ->  last released time, accumulator states,
-//!                                          a bounded frame's rows, rows waiting for the watermark
-//!  FF FF FF FF | time | key group | key ->  (nothing): the partition's first waiting row's time
-//! ```
+//! From then on what reaches a key group with files waits there
+//! ([`crate::waiting`]), in arrival order: a batch's rows, and a watermark
+//! that concerns it (rows of it wait, or its files hold rows waiting for
+//! the watermark at or before it). When enough rows wait, a second has
+//! passed, a barrier comes or input ends, the key group's files come back
+//! to memory (the files go; a partition is decoded when a row comes to it,
+//! or when a watermark reaches its first waiting row) and its queue is
+//! replayed: each batch as it came, each watermark releasing the rows
+//! before it. So every
+//! partition sees its rows and watermarks in the heap's order: a row is
+//! late, enters and leaves its frame as on the heap; only the order between
+//! partitions can differ. The watermark passed on stays at the earliest
+//! watermark still queued, so no row is released after a watermark past it.
 //!
-//! A batch's partitions that memory lacks are read from the store first,
-//! so a row is late, enters and leaves the frame as on the heap. Their
-//! entries stay in the store, stale, until the next spill writes over
-//! them: a partition leaves memory only by a spill, and memory is looked at
-//! first (removing them cost a write each, 15% of the job below in
-//! docs/state.md). Their index entries are removed, so a watermark never
-//! reads a partition memory holds.
-//! A watermark reads the index up to its time, a chunk at a time, reads
-//! those partitions into memory and releases memory's waiting rows up to
-//! the chunk's last time: rows enter in order of time, as on the heap.
-//! A partition's frame and waiting rows are one entry, so one partition
-//! must fit in memory; many partitions need not.
-//!
-//! Checkpoints stay state files: a snapshot writes memory to the store and
-//! the store, frozen, as one run of the state rows the heap writes, read by
-//! the snapshot's writer ([`weir_state::deferred`]); with incremental
-//! checkpoints, a delta of the partitions changed in memory and of those
-//! written to the store since the last snapshot, read back from it.
+//! Checkpoints stay state files: a snapshot writes memory to the files,
+//! then the frozen files as one run of the heap's state rows, read by the
+//! snapshot's writer; an incremental one the partitions changed since the
+//! last snapshot, read back from the frozen files.
 
-use std::collections::HashSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::{DataType, Schema};
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Schema, UInt32Type};
 use arrow::row::{RowConverter, SortField};
 
+use crate::Result;
 use crate::over::state::{
     ACCUMULATORS, FRAME_ROW, KeyedPart, Part, WAITING_ROW, cast_all, replaced_parts, rows_of_parts,
 };
-use crate::over::{OverAggregate, OverOperator, converter};
-use crate::{Error, Result};
+use crate::over::{OverAggregate, OverOperator, converter, evaluate};
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width};
+use weir_common::time::{Timestamp, wall_clock_millis};
+use weir_runtime::Output;
 use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
-use weir_state::deferred::{keyed_base, keyed_delta, whole_store};
-use weir_state::entry::{
-    ValueReader, ValueWriter, entry_key, index_key, index_range, is_index, read_back, split_entry_key,
-    split_index_key,
-};
-use weir_state::incremental::ReplacedPart;
+use weir_state::deferred::Deferred;
+use weir_state::entry::{ValueReader, ValueWriter, split_entry_key};
+use weir_state::entry_files::{Unread, entries_run, entry_columns, files_delta, store_key, write_entries};
+use weir_state::incremental::{ReplacedPart, replacement_rows};
+use weir_state::key_group_files::KeyGroupFiles;
 use weir_state::keyed_rows::columns_of;
-use weir_state::snapshot::key_groups_of_bytes;
+use weir_state::snapshot::{key_groups, key_groups_of_bytes};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
-use weir_state::store::{Entry, SWEEP, WRITE_CHUNK};
+use weir_state::store::Entry;
+
+/// What waits for a part's read, in arrival order.
+pub(super) enum Queued {
+    /// A batch's rows, with the wall clock when they came (a
+    /// processing-time OVER's time for them).
+    Rows(RecordBatch, Timestamp),
+    /// A watermark that concerns the part's partitions.
+    Watermark(Timestamp),
+}
 
 /// An OVER aggregation subtask's own spilled state (beside its
-/// [`SpillCore`], whose flushed keys are the entries of the partitions
-/// changed in memory and written to the store since the last snapshot).
+/// [`SpillCore`], whose flushed keys are store keys: key group, then
+/// partition key).
 pub(super) struct OverSpill {
     codec: Codec,
-    /// The time the next scan of the index starts at: every stored row
-    /// before it was released (a partition stored later with an earlier
-    /// waiting row moves it back). Without it each scan would walk the
-    /// removed index entries of every partition read back so far.
-    scan_from: i64,
+    /// The spilled partitions, opened at the first spill (or restore).
+    files: Option<KeyGroupFiles>,
+    /// What waits for each part's read, and the entries of its files.
+    waiting: Waiting<Queued>,
+    /// Key groups per part ([`part_width`]).
+    width: u32,
+    /// Partitions read back and not decoded yet.
+    unread: Unread,
+    /// Each part with files: the earliest time of a row in them waiting
+    /// for the watermark.
+    due_from: BTreeMap<u32, Timestamp>,
+    /// Each part with a watermark queued: the watermark its partitions had
+    /// before it (the watermark passed on stays at the least).
+    held: BTreeMap<u32, Timestamp>,
+    /// The watermark last passed on.
+    forwarded: Timestamp,
+    /// The partitions read back and not decoded yet that have rows waiting
+    /// for the watermark (their first one's time, and their place in
+    /// [`Unread`], earliest first): decoded when a watermark reaches it.
+    unread_due: BinaryHeap<Reverse<(Timestamp, u32, u32)>>,
 }
 
 impl OverSpill {
@@ -77,16 +101,25 @@ impl OverSpill {
     ) -> Result<Spilled<Self>> {
         let own = OverSpill {
             codec: Codec::new(spec, max_parallelism)?,
-            scan_from: i64::MIN,
+            files: None,
+            waiting: Waiting::default(),
+            width: part_width(max_parallelism),
+            unread: Unread::default(),
+            due_from: BTreeMap::new(),
+            held: BTreeMap::new(),
+            forwarded: Timestamp::MIN,
+            unread_due: BinaryHeap::new(),
         };
         // At least a row waiting: its bytes and the map's slot.
         Ok(Spilled::new(SpillCore::new(settings, incremental, 64), own))
     }
 }
 
+/// The first waiting time of a partition without waiting rows.
+const NONE_WAITING: Timestamp = Timestamp::MAX;
+
 /// One stored partition, as its entry holds it.
 struct Stored<'a> {
-    group: u32,
     key: &'a [u8],
     last: i64,
     states: &'a [u8],
@@ -94,15 +127,20 @@ struct Stored<'a> {
     waiting: Vec<(i64, &'a [u8])>,
 }
 
-/// A partition's entry value: last time, states' row, frame rows, waiting rows.
+/// A partition's entry value: its first waiting row's time (to find the
+/// partitions a watermark releases rows of without decoding them), last
+/// time, states' row, frame rows, waiting rows (in order of time);
+/// written over `value`.
 fn encode_partition<'a>(
+    value: &mut ValueWriter,
     last: i64,
     states: &[u8],
     frame: impl ExactSizeIterator<Item = (i64, &'a [u8])>,
     waiting: &[(i64, &[u8])],
-) -> Vec<u8> {
-    let mut value = ValueWriter::default();
-    value.time(last).bytes(states).count(frame.len());
+) {
+    value.0.clear();
+    let first = waiting.first().map_or(NONE_WAITING, |(t, _)| *t);
+    value.time(first).time(last).bytes(states).count(frame.len());
     for (t, row) in frame {
         value.time(t).bytes(row);
     }
@@ -110,13 +148,18 @@ fn encode_partition<'a>(
     for (t, row) in waiting {
         value.time(*t).bytes(row);
     }
-    value.0
 }
 
-/// The partition of an entry ([`encode_partition`]).
+/// The time of the first row of an entry's partition waiting for the
+/// watermark ([`NONE_WAITING`] without).
+fn first_waiting(value: &[u8]) -> Result<Timestamp> {
+    ValueReader(value).time()
+}
+
+/// The partition of key `key`'s entry value ([`encode_partition`]).
 fn decode_partition<'a>(key: &'a [u8], value: &'a [u8]) -> Result<Stored<'a>> {
-    let (group, key) = split_entry_key(key)?;
     let mut value = ValueReader(value);
+    let _first = value.time()?;
     let (last, states) = (value.time()?, value.bytes()?);
     let timed = |value: &mut ValueReader<'a>| -> Result<Vec<(i64, &'a [u8])>> {
         (0..value.count()?)
@@ -126,7 +169,6 @@ fn decode_partition<'a>(key: &'a [u8], value: &'a [u8]) -> Result<Stored<'a>> {
     let frame = timed(&mut value)?;
     let waiting = timed(&mut value)?;
     Ok(Stored {
-        group,
         key,
         last,
         states,
@@ -193,8 +235,8 @@ impl Codec {
         }
     }
 
-    /// The state rows (as the heap writes them) of store entries, index
-    /// entries left out; `None` without partitions.
+    /// The state rows (as the heap writes them) of store entries; `None`
+    /// without partitions.
     fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
         let stored = stored_of(entries)?;
         let parts = self.parts(&stored)?.into_iter().map(|(part, _)| part).collect();
@@ -261,18 +303,49 @@ impl Codec {
     }
 }
 
-/// The partitions of store entries, index entries left out.
+/// The partitions of store entries (key group, then partition key).
 fn stored_of(entries: &[Entry]) -> Result<Vec<Stored<'_>>> {
     (entries.iter())
-        .filter(|(k, _)| !is_index(k))
-        .map(|(k, v)| decode_partition(k, v))
+        .map(|(k, v)| decode_partition(split_entry_key(k)?.1, v))
         .collect()
 }
 
 spills_when_full!(OverOperator);
 
+impl ReadsWaiting for OverOperator {
+    type Rows = Queued;
+
+    fn waiting(&self) -> Option<(&Waiting<Queued>, usize)> {
+        (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
+    }
+
+    fn waiting_mut(&mut self) -> Option<&mut Waiting<Queued>> {
+        self.spill.as_mut().map(|s| &mut s.own.waiting)
+    }
+
+    fn load_part(&mut self, part: u32) -> Result<usize> {
+        self.load(part)
+    }
+
+    /// Replays a part's queue, apart from memory's other waiting rows (of
+    /// partitions the queue's watermarks have passed already): each batch
+    /// is taken and each watermark releases the part's rows up to it.
+    fn take_waiting(&mut self, queue: Vec<Queued>, out: &mut Output) -> Result<usize> {
+        let others = std::mem::take(&mut self.pending);
+        let replayed = self.replay(queue, out);
+        for (row, group) in std::mem::replace(&mut self.pending, others) {
+            self.pending.insert(row, group);
+        }
+        replayed
+    }
+
+    fn operator_name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
 impl OverOperator {
-    /// Bytes its partitions take in memory, about.
+    /// Bytes its partitions and waiting rows take in memory, about.
     fn memory_size(&self) -> usize {
         let keys: usize = self.keys.iter().map(|k| 2 * k.len() + 72).sum();
         let frames: usize = (self.frames.iter())
@@ -280,36 +353,166 @@ impl OverOperator {
             .sum();
         let waiting: usize = self.pending.keys().map(|(_, r, _)| r.len() + 64).sum();
         let accumulators: usize = self.accumulators.iter().map(|a| a.size()).sum();
-        keys + frames + waiting + accumulators + 8 * self.last.capacity()
+        let spilled = (self.spill.as_ref()).map_or(0, |s| {
+            s.own.waiting.bytes() + s.own.unread.size() + 16 * s.own.unread_due.capacity()
+        });
+        keys + frames + waiting + accumulators + 8 * self.last.capacity() + spilled
     }
 
-    /// Reads the store's partitions of those of `keys` memory lacks into
-    /// memory: before rows enter them.
-    pub(super) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
+    /// Whether partitions went to files: what reaches a key group with
+    /// files then waits for its read, and snapshots read the files.
+    pub(super) fn spilled_to_files(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.own.files.is_some())
+    }
+
+    /// Of a batch that came at `now`: the rows of parts with files wait for
+    /// their part's read. Returns the other rows, to take now (`None` when
+    /// all wait).
+    pub(super) fn hold_unread(&mut self, batch: &RecordBatch, now: Timestamp) -> Result<Option<RecordBatch>> {
+        let columns = evaluate(&self.spec.partition, batch)?;
+        let groups = key_groups(&columns, batch.num_rows(), self.max_parallelism)?;
+        let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
+        let files = own.files.as_ref().expect("rows wait only when spilled");
+        let width = own.width;
+        let holds = files.holding((self.max_parallelism as u32).div_ceil(width));
+        let parts: Vec<Option<u32>> = (groups.values().iter())
+            .map(|group| holds[(group / width) as usize].then_some(group / width))
+            .collect();
+        hold_rows(&mut own.waiting, batch, &parts, |rows| Queued::Rows(rows, now))
+    }
+
+    /// The watermark, just advanced from `before`, waits in the queue of
+    /// each part with files it concerns (rows of the part wait, or its
+    /// files hold rows waiting for a watermark at or before it), after what
+    /// waits there; following watermarks with nothing between them are one.
+    pub(super) fn hold_watermark(&mut self, before: Timestamp) {
+        let watermark = self.watermark;
+        let Some(own) = self.spill.as_mut().map(|s| &mut s.own) else {
+            return;
+        };
+        let now = wall_clock_millis();
+        let parts = (self.max_parallelism as u32).div_ceil(own.width);
+        for part in 0..parts {
+            let due = own.due_from.get(&part).is_some_and(|t| *t <= watermark);
+            if !due && !own.waiting.holds(part) {
+                continue;
+            }
+            match own.waiting.last_mut(part) {
+                Some(Queued::Watermark(last)) => *last = watermark,
+                _ => own.waiting.hold(part, Queued::Watermark(watermark), 0, 0, now),
+            }
+            own.held.entry(part).or_insert(before);
+        }
+    }
+
+    /// Passes the watermark on as far as every partition's rows were
+    /// released: a part with a watermark queued holds it at the one
+    /// before.
+    pub(super) fn forward(&mut self, out: &mut Output) {
+        let Some(own) = self.spill.as_mut().map(|s| &mut s.own) else {
+            return;
+        };
+        let to = (own.held.values().min()).map_or(self.watermark, |held| (*held).min(self.watermark));
+        if to > own.forwarded {
+            own.forwarded = to;
+            out.watermark(to);
+        }
+    }
+
+    /// Brings `part`'s files to memory (the files go) as partitions not
+    /// decoded yet, those with rows waiting for the watermark noted by
+    /// their first one's time. Returns the entries read.
+    fn load(&mut self, part: u32) -> Result<usize> {
+        let Some(own) = self.spill.as_mut().map(|s| &mut s.own) else {
+            return Ok(0);
+        };
+        let Some(files) = own.files.as_mut() else {
+            return Ok(0);
+        };
+        let stored = files.rows_in(part);
+        let batches = files.take(part)?;
+        own.waiting.stored_changed(part, -(stored as i64));
+        own.due_from.remove(&part);
+        // Its queue is replayed next: its watermarks are passed.
+        own.held.remove(&part);
+        for rows in batches {
+            let firsts = (0..rows.num_rows())
+                .map(|i| first_waiting(entry_columns(&rows).2.value(i)))
+                .collect::<Result<Vec<_>>>()?;
+            let batch = own.unread.add(rows);
+            for (i, first) in firsts.into_iter().enumerate() {
+                if first != NONE_WAITING {
+                    own.unread_due.push(Reverse((first, batch, i as u32)));
+                }
+            }
+        }
+        Ok(stored)
+    }
+
+    /// A part's queue, its files read: each batch taken, and each
+    /// watermark releasing rows up to it (the partitions read back whose
+    /// first waiting row it reaches decoded first). Returns the rows taken.
+    fn replay(&mut self, queue: Vec<Queued>, out: &mut Output) -> Result<usize> {
+        let mut taken = 0;
+        for queued in queue {
+            match queued {
+                Queued::Rows(batch, now) => {
+                    self.process_at(&batch, now, out)?;
+                    taken += batch.num_rows();
+                }
+                Queued::Watermark(watermark) => {
+                    self.decode_due(watermark)?;
+                    self.release(watermark, out)?;
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Decodes the partitions read back whose waiting rows a watermark at
+    /// `watermark` reaches, so that they are released with memory's.
+    pub(super) fn decode_due(&mut self, watermark: Timestamp) -> Result<()> {
+        let Some(own) = self.spill.as_mut().map(|s| &mut s.own) else {
             return Ok(());
         };
-        let in_memory = |k: &[u8]| self.groups.contains_key(k);
-        let found = read_back(store, keys, in_memory, |chunk| spill.own.codec.key_groups(chunk))?;
-        let entries: Vec<Entry> = found.into_iter().map(|(_, k, v)| (k.into(), v)).collect();
-        self.take_entries(&entries)
+        let mut due: Vec<Box<[u8]>> = Vec::new();
+        while let Some(Reverse((first, batch, row))) = own.unread_due.peek().copied()
+            && first <= watermark
+        {
+            own.unread_due.pop();
+            due.push(own.unread.key_at(batch, row).into());
+        }
+        let keys: Vec<&[u8]> = due.iter().map(|k| &k[..]).collect();
+        self.decode_read(&keys)
     }
 
-    /// Adds the partitions of store entries to memory and removes their
-    /// index entries from the store (the entries are written over at the
-    /// next spill).
-    fn take_entries(&mut self, entries: &[Entry]) -> Result<()> {
+    /// Decodes into memory the partitions of `keys` read back and not
+    /// decoded yet.
+    pub(super) fn decode_read(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let Some(unread) = (self.spill.as_mut().map(|s| &mut s.own.unread)).filter(|u| !u.is_empty()) else {
+            return Ok(());
+        };
+        let mut values: Vec<(&[u8], Vec<u8>)> = Vec::new();
+        for key in keys {
+            if let Some(value) = unread.take(key) {
+                values.push((key, value.to_vec()));
+            }
+        }
+        let stored = (values.iter())
+            .map(|(key, value)| decode_partition(key, value))
+            .collect::<Result<Vec<_>>>()?;
+        self.take_stored(&stored)
+    }
+
+    /// Adds stored partitions to memory.
+    fn take_stored(&mut self, stored: &[Stored]) -> Result<()> {
         let Some(spill) = &self.spill else {
             return Ok(());
         };
-        let stored = (entries.iter())
-            .map(|(k, v)| decode_partition(k, v))
-            .collect::<Result<Vec<_>>>()?;
         if stored.is_empty() {
             return Ok(());
         }
         let states = columns_of(&spill.own.codec.states, stored.iter().map(|s| s.states))?;
-        let mut removes: Vec<Vec<u8>> = Vec::new();
         let groups: Vec<usize> = stored.iter().map(|s| self.add_group(s.key)).collect();
         let (total, mut offset) = (self.keys.len(), 0);
         for acc in &mut self.accumulators {
@@ -324,87 +527,92 @@ impl OverOperator {
                 self.seq += 1;
                 self.pending.insert((*t, Box::from(*row), self.seq), g);
             }
-            if let Some((first, _)) = s.waiting.first() {
-                removes.push(index_key(*first, &entry_key(s.group, s.key)));
-            }
         }
-        let store = self.spill.store().expect("read above");
-        store.write([], removes.iter().map(|k| &k[..]))
+        Ok(())
     }
 
-    /// Reads into memory the stored partitions of the next chunk of the
-    /// index up to the watermark. Gives how many it read and, when the
-    /// chunk is full, its last time (more may follow).
-    pub(super) fn load_due(&mut self) -> Result<(usize, Option<i64>)> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
-            return Ok((0, None));
-        };
-        let (from, to) = index_range(spill.own.scan_from, self.watermark);
-        let index = store.range(&from, &to, SWEEP)?;
-        let full = index.len() == SWEEP;
-        let (mut last, mut wanted) = (None, Vec::with_capacity(index.len()));
-        for (key, _) in &index {
-            let (time, entry) = split_index_key(key)?;
-            last = Some(time);
-            wanted.push(entry.to_vec());
-        }
-        wanted.sort_unstable();
-        wanted.dedup();
-        let mut found = Vec::with_capacity(wanted.len());
-        for entry in wanted {
-            let value = store.get(&entry)?.ok_or_else(|| {
-                Error::State("an OVER aggregation's index names a partition the store lacks".into())
-            })?;
-            found.push((entry.into(), value));
-        }
-        let scan_from = match full {
-            true => last.expect("a full chunk"),
-            false => self.watermark,
-        };
-        self.spill.as_mut().expect("spilling").own.scan_from = scan_from;
-        self.take_entries(&found)?;
-        Ok((found.len(), last.filter(|_| full)))
-    }
-
-    /// Writes every partition to the store, indexed by its first waiting
-    /// row's time, and empties memory.
-    pub(super) fn spill_all(&mut self) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
+    /// Before a restore adds a `chunk` of state rows (with partition keys
+    /// `keys`): their partitions in files come to memory.
+    pub(super) fn load_for_restore(&mut self, chunk: &RecordBatch, keys: &[&[u8]]) -> Result<()> {
+        let Some(width) = self
+            .spill
+            .as_ref()
+            .filter(|s| s.own.files.is_some())
+            .map(|s| s.own.width)
+        else {
             return Ok(());
         };
-        spill.core.open_store()?;
-        // Incremental checkpoints: the changed groups' entries, for the
-        // next delta to read back (groups are numbered afresh after).
+        let mut parts: Vec<u32> = (chunk.column(0).as_primitive::<UInt32Type>().values().iter())
+            .map(|g| g / width)
+            .collect();
+        parts.sort_unstable();
+        parts.dedup();
+        for part in parts {
+            self.load(part)?;
+        }
+        self.decode_read(keys)
+    }
+
+    /// Writes every partition (and those read back and not decoded, as
+    /// they were) to its key group's files, a file per part, notes the
+    /// partitions changed since the last snapshot, and empties memory.
+    pub(super) fn spill_all(&mut self) -> Result<()> {
+        let unread = (self.spill.as_mut()).map(|s| {
+            s.own.unread_due.clear();
+            std::mem::take(&mut s.own.unread)
+        });
+        let Some(unread) = unread.filter(|u| !self.keys.is_empty() || !u.is_empty()) else {
+            return Ok(());
+        };
+        let spill = self.spill.as_mut().expect("checked above");
+        if spill.own.files.is_none() {
+            spill.own.files = Some(KeyGroupFiles::open(&spill.core.settings.dir)?);
+        }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let mut waiting: Vec<Vec<(i64, &[u8])>> = vec![Vec::new(); self.keys.len()];
         for ((t, row, _), g) in &self.pending {
             waiting[*g].push((*t, row));
         }
-        for start in (0..self.keys.len()).step_by(WRITE_CHUNK) {
-            let ids: Vec<usize> = (start..self.keys.len().min(start + WRITE_CHUNK)).collect();
-            let mut states = Vec::new();
-            for acc in &self.accumulators {
-                states.extend(acc.state(&ids)?);
-            }
-            let states = spill.own.codec.state_rows(states)?;
-            let keys: Vec<&[u8]> = ids.iter().map(|g| &self.keys[*g][..]).collect();
-            let key_groups = spill.own.codec.key_groups(&keys)?;
-            let mut puts = Vec::with_capacity(2 * ids.len());
-            for (i, g) in ids.iter().enumerate() {
-                let entry = entry_key(key_groups[i], keys[i]);
-                if let (true, Some(flushed)) = (changed.contains(g), spill.core.flushed.as_mut()) {
-                    flushed.push(&entry);
+        let ids: Vec<usize> = (0..self.keys.len()).collect();
+        let mut states = Vec::new();
+        for acc in &self.accumulators {
+            states.extend(acc.state(&ids)?);
+        }
+        let states = spill.own.codec.state_rows(states)?;
+        let keys: Vec<&[u8]> = self.keys.iter().map(|k| &k[..]).collect();
+        let mut groups = spill.own.codec.key_groups(&keys)?;
+        let as_read: Vec<(u32, &[u8], &[u8])> = unread.entries().collect();
+        groups.extend(as_read.iter().map(|e| e.0));
+        let (own, mut flushed) = (&mut spill.own, spill.core.flushed.as_mut());
+        let (width, due_from) = (own.width, &mut own.due_from);
+        let files = own.files.as_mut().expect("opened above");
+        let mut waits_from = |group: u32, first: Timestamp| {
+            let at = due_from.entry(group / width).or_insert(first);
+            *at = (*at).min(first);
+        };
+        let mut value = ValueWriter::default();
+        let written = write_entries(files, width, &groups, |i, group, rows| {
+            let Some(key) = keys.get(i) else {
+                let (_, key, value) = as_read[i - keys.len()];
+                // Written as read: its first waiting row's time as well.
+                let first = first_waiting(value).unwrap_or(Timestamp::MIN);
+                if first != NONE_WAITING {
+                    waits_from(group, first);
                 }
-                if let Some((first, _)) = waiting[*g].first() {
-                    spill.own.scan_from = spill.own.scan_from.min(*first);
-                    puts.push((index_key(*first, &entry), Vec::new()));
-                }
-                let frame = self.frames[*g].iter().map(|(t, r)| (*t, &r[..]));
-                let value = encode_partition(self.last[*g], states.row(i).data(), frame, &waiting[*g]);
-                puts.push((entry, value));
+                return rows.push(group, key, value);
+            };
+            if let Some((first, _)) = waiting[i].first() {
+                waits_from(group, *first);
             }
-            let store = spill.core.store.as_ref().expect("opened above");
-            store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
+            if let (true, Some(flushed)) = (changed.contains(&i), flushed.as_mut()) {
+                flushed.push(&store_key(group, key));
+            }
+            let frame = self.frames[i].iter().map(|(t, r)| (*t, &r[..]));
+            encode_partition(&mut value, self.last[i], states.row(i).data(), frame, &waiting[i]);
+            rows.push(group, key, &value.0);
+        })?;
+        for (part, n) in written {
+            own.waiting.stored_changed(part, n as i64);
         }
         drop(waiting);
         self.groups.clear();
@@ -416,47 +624,54 @@ impl OverOperator {
         if let Some(core) = self.spill.core_mut() {
             core.emptied();
         }
-        weir_common::alloc::give_back_freed_memory();
         Ok(())
     }
 
-    /// A snapshot of spilled state: memory to the store, then the store,
-    /// frozen now, as one run of state rows in key-group order, written by
-    /// the snapshot's writer; and the watermark.
-    pub(super) fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
+    /// A full snapshot of spilled state: every partition to the files, then
+    /// the files, frozen now, as one run of state rows in key-group order,
+    /// keyed by partition when it is the `base` of an incremental chain
+    /// (which then leaves no change for the next delta), written by the
+    /// snapshot's writer ([`weir_state::deferred`]).
+    pub(super) fn spilled_snapshot(&mut self, base: bool) -> Result<OperatorSnapshot> {
         self.spill_all()?;
+        if base {
+            self.spill.forget_spilled_changes();
+        }
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let codec = Codec::new(&self.spec, self.max_parallelism)?;
+        let schema = super::state::schema(&self.spec)?;
         let spill = self.spill.as_mut().expect("has spilled");
-        let decode = move |entries: &[Entry]| codec.decode(entries);
-        snapshot.deferred = whole_store(&mut spill.core, decode)?;
+        spill.core.runs += 1;
+        let files = spill.own.files.as_ref().expect("has spilled");
+        if files.is_empty() {
+            return Ok(snapshot);
+        }
+        let decode = move |entries: &[Entry]| match base {
+            true => replacement_rows(&schema, codec.decode_parts(entries)?, true),
+            false => codec.decode(entries),
+        };
+        let path = files.snapshot_run_path(spill.core.runs)?;
+        snapshot.deferred = vec![entries_run(files.frozen(), path, decode)];
         Ok(snapshot)
     }
 
-    /// An incremental snapshot of spilled state, and the watermark: a base
-    /// (`full`: memory to the store, then the store, frozen now, as one run
-    /// keyed by partition), or a replacing delta of the partitions changed
-    /// in memory and of those written to the store since the last snapshot,
-    /// read back from the store frozen now; both read by the snapshot's
-    /// writer. Partitions never go, and a read-back one's entry stays in
-    /// the store until a spill writes over it.
+    /// An incremental snapshot of spilled state: a base (`full`,
+    /// [`OverOperator::spilled_snapshot`]), or every partition to the
+    /// files, then those changed since the last snapshot, read back from
+    /// the files frozen now by the snapshot's writer (partitions never
+    /// go); and the watermark.
     pub(super) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
+        if full {
+            return self.spilled_snapshot(true);
+        }
+        self.spill_all()?;
         let mut snapshot = OperatorSnapshot::with_watermark(self.watermark, None);
         let codec = Codec::new(&self.spec, self.max_parallelism)?;
-        let decode = move |entries: &[Entry]| codec.decode_parts(entries);
         let schema = super::state::schema(&self.spec)?;
-        if full {
-            self.spill_all()?;
-            let spill = self.spill.as_mut().expect("has spilled");
-            snapshot.deferred = keyed_base(&mut spill.core, schema, decode)?;
-            return Ok(snapshot);
-        }
-        let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
-        let parts = super::state::delta_parts(self, &changed, false)?;
-        let keys: HashSet<Box<[u8]>> = changed.iter().map(|g| self.keys[*g].clone()).collect();
-        let in_memory = move |key: &[u8]| keys.contains(key);
+        let read = move |found: &[Entry], _gone: &[&[u8]]| codec.decode_parts(found);
         let spill = self.spill.as_mut().expect("has spilled");
-        let delta = keyed_delta(&mut spill.core, (parts, in_memory), schema, decode)?;
+        let files = spill.own.files.as_ref().expect("has spilled");
+        let delta: Option<Deferred> = files_delta(&mut spill.core, files, spill.own.width, schema, read)?;
         snapshot.deferred = delta.into_iter().collect();
         Ok(snapshot)
     }
@@ -468,14 +683,19 @@ mod tests {
 
     #[test]
     fn a_partitions_entry_gives_back_its_time_states_frame_and_waiting_rows() {
-        let entry = entry_key(7, b"key");
         let frame = [(1, &b"f1"[..]), (2, b"")];
-        let value = encode_partition(5, b"states", frame.into_iter(), &[(9, &b"w"[..])]);
-        let stored = decode_partition(&entry, &value).unwrap();
-        assert_eq!((stored.group, stored.key, stored.last), (7, &b"key"[..], 5));
+        let mut value = ValueWriter::default();
+        encode_partition(&mut value, 5, b"states", frame.into_iter(), &[(9, &b"w"[..])]);
+        let value = value.0;
+        assert_eq!(first_waiting(&value).unwrap(), 9);
+        let stored = decode_partition(b"key", &value).unwrap();
+        assert_eq!((stored.key, stored.last), (&b"key"[..], 5));
         assert_eq!(stored.states, b"states");
         assert_eq!(stored.frame, frame);
         assert_eq!(stored.waiting, [(9, &b"w"[..])]);
-        assert!(decode_partition(&entry, &value[..value.len() - 1]).is_err());
+        assert!(decode_partition(b"key", &value[..value.len() - 1]).is_err());
+        let mut none = ValueWriter::default();
+        encode_partition(&mut none, 5, b"", std::iter::empty(), &[]);
+        assert_eq!(first_waiting(&none.0).unwrap(), NONE_WAITING);
     }
 }

@@ -2,9 +2,12 @@
 //! watermark, ROWS and RANGE frames, late rows, processing time, a
 //! snapshot/restore round trip, and the same under the spilling backend.
 
+use std::collections::BTreeMap;
+
 use crate::harness::{
     Harness, Step, emitted, emitted_spilling, entries_in, sorted, spilled_restores_as_if_never_stopped,
-    spilled_snapshot_holds_its_barrier, state_rows_of,
+    spilled_restores_as_if_never_stopped_by, spilled_snapshot_holds_its_barrier,
+    spilled_snapshot_holds_its_barrier_by, state_rows_of,
 };
 
 const EVENTS: &str = "CREATE TABLE bids (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) \
@@ -32,6 +35,71 @@ const T0: i64 = 1577836800000; // 2020-01-01T00:00:00
 
 fn at(second: u32) -> String {
     format!("2020-01-01T00:00:{second:02}")
+}
+
+/// Each auction's lines (`+I auction ...`), in the order they came.
+fn per_auction(lines: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut auctions = BTreeMap::<String, Vec<String>>::new();
+    for line in lines.iter().filter(|l| !l.starts_with("wm ")) {
+        let auction = line.split(' ').nth(1).unwrap().to_string();
+        auctions.entry(auction).or_default().push(line.clone());
+    }
+    auctions
+}
+
+/// Each row line with a watermark beside it: the last one before it
+/// (`first`: the first one after it; `i64::MIN` / `i64::MAX` for none),
+/// sorted.
+fn watermark_beside(lines: &[String], first: bool) -> Vec<(String, i64)> {
+    let (mut beside, mut open) = (Vec::new(), Vec::new());
+    let mut last = i64::MIN;
+    for line in lines {
+        match line.strip_prefix("wm ") {
+            Some(w) => {
+                last = w.parse().unwrap();
+                beside.extend(open.drain(..).map(|l| (l, last)));
+            }
+            None if first => open.push(line.clone()),
+            None => beside.push((line.clone(), last)),
+        }
+    }
+    beside.extend(open.into_iter().map(|l| (l, i64::MAX)));
+    beside.sort();
+    beside
+}
+
+/// A spilled OVER aggregation's output (each step's lines) against the
+/// heap's: each auction's rows in the heap's order, no row after a
+/// watermark the heap passed on only after it, and the same last
+/// watermark. (A spilled partition's rows wait for their key group's read,
+/// so they may come later, with the watermark held back until then, and
+/// partitions interleave otherwise.)
+fn same_over(got: Vec<Vec<String>>, expected: Vec<Vec<String>>, what: &str) {
+    let (got, expected) = (got.concat(), expected.concat());
+    assert_eq!(per_auction(&got), per_auction(&expected), "{what}");
+    let (before, after) = (watermark_beside(&got, false), watermark_beside(&expected, true));
+    for ((line, got), (_, heap)) in before.iter().zip(&after) {
+        assert!(
+            got < heap,
+            "{what}: {line} after watermark {got}, the heap's first after it {heap}"
+        );
+    }
+    let last = |lines: &[String]| lines.iter().rev().find(|l| l.starts_with("wm ")).cloned();
+    assert_eq!(last(&got), last(&expected), "{what}: the last watermark");
+}
+
+/// A wall clock past every row's wait for its key group's read.
+fn a_second_later() -> i64 {
+    weir_common::time::wall_clock_millis() + crate::waiting::LONGEST_WAIT_MS
+}
+
+/// The watermark passed to `h`, then a second of wall clock: what they
+/// emitted (a spilled partition's rows and the watermark wait up to a
+/// second for its key group's read).
+fn released(h: &mut Harness, watermark: i64) -> Vec<String> {
+    let mut lines = h.watermark(watermark).unwrap();
+    lines.extend(h.processing_time(a_second_later()).unwrap());
+    lines
 }
 
 #[test]
@@ -224,7 +292,7 @@ fn a_spilled_over_aggregation_emits_the_rows_the_heap_emits() {
     let steps = over_steps(60, 50, 90);
     for frame in FRAMES {
         let make = over_of(frame);
-        let expected = sorted(emitted(&mut make(), &steps));
+        let expected = emitted(&mut make(), &steps);
         let rows = expected.iter().flatten().filter(|l| l.starts_with('+')).count();
         assert!((2500..3000).contains(&rows), "{rows} of 3000 rows not late");
         // A spill after every batch or so, and one every few batches (the
@@ -234,8 +302,8 @@ fn a_spilled_over_aggregation_emits_the_rows_the_heap_emits() {
             false => [2 * 1024, 8 * 1024],
         };
         for budget in budgets {
-            let got = emitted_spilling(&make, &steps, budget, true);
-            assert_eq!(got, expected, "{frame} at {budget} bytes");
+            let got = emitted_spilling(&make, &steps, budget, false);
+            same_over(got, expected.clone(), &format!("{frame} at {budget} bytes"));
         }
     }
 }
@@ -263,25 +331,25 @@ fn a_spilled_over_aggregation_keeps_the_state_the_heap_keeps() {
 #[test]
 fn a_spilled_over_aggregation_restores_from_a_snapshot_as_if_never_stopped() {
     for frame in FRAMES {
-        spilled_restores_as_if_never_stopped(&over_of(frame), &over_steps(40, 50, 90));
+        spilled_restores_as_if_never_stopped_by(&over_of(frame), &over_steps(40, 50, 90), &same_over);
     }
 }
 
 #[test]
 fn a_spilled_over_aggregation_snapshot_holds_the_partitions_of_its_barrier_while_they_go_on() {
     for frame in FRAMES {
-        spilled_snapshot_holds_its_barrier(&over_of(frame), &over_steps(40, 50, 90));
+        spilled_snapshot_holds_its_barrier_by(&over_of(frame), &over_steps(40, 50, 90), &same_over);
     }
 }
 
 #[test]
-fn stored_and_memorys_waiting_rows_enter_in_order_of_time_over_several_chunks_of_the_store() {
-    // 6000 partitions' rows in the store (more than a chunk of its index),
-    // then 40 in memory (under the budget) with times among theirs.
+fn a_watermark_waits_with_the_rows_of_key_groups_with_files_and_passes_once_they_are_released() {
+    // 6000 partitions' rows, most of them to files, then 40 more with
+    // times among theirs.
     let stored: Vec<String> = (0..6000)
         .map(|i| format!("{i} 1 {}", at_ms(i as i64 * 10)))
         .collect();
-    let memory: Vec<String> = (0..40)
+    let more: Vec<String> = (0..40)
         .map(|i| format!("{} 2 {}", 10_000 + i, at_ms(i * 1500 + 5)))
         .collect();
     let dir = tempfile::tempdir().unwrap();
@@ -289,20 +357,31 @@ fn stored_and_memorys_waiting_rows_enter_in_order_of_time_over_several_chunks_of
     for chunk in stored.chunks(500) {
         h.push(&chunk.join("\n")).unwrap();
     }
-    h.push(&memory.join("\n")).unwrap();
-    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
-    let released = h.watermark(i64::MAX).unwrap();
-    let times: Vec<&str> = released
-        .iter()
-        .filter(|l| l.starts_with('+'))
-        .map(|l| l.split(' ').nth(3).unwrap())
-        .collect();
-    assert_eq!(times.len(), 6040);
-    assert!(times.is_sorted(), "in order of time");
+    h.push(&more.join("\n")).unwrap();
+    assert!(entries_in(dir.path()) > 0, "partitions went to files");
+    let time = |line: &String| line.split(' ').nth(3).unwrap().to_string();
+    let at_once = h.watermark(T0 + 30_000).unwrap();
     assert!(
-        released.iter().any(|l| l.starts_with("+I 10000 2")) && released.last().unwrap().starts_with("wm"),
-        "memory's too, then the watermark"
+        at_once
+            .iter()
+            .all(|l| l.starts_with('+') && time(l) <= at_ms(30_000)),
+        "memory's rows up to the watermark, and not the watermark: {at_once:?}"
     );
+    let later = h.processing_time(a_second_later()).unwrap();
+    let (last, rows) = later.split_last().unwrap();
+    assert_eq!(
+        last,
+        &format!("wm {}", T0 + 30_000),
+        "once the files' rows are out"
+    );
+    assert!(!rows.is_empty() && rows.iter().all(|l| time(l) <= at_ms(30_000)));
+    // Rows at or before 30 s: 3001 of the 6000, 20 of the 40.
+    assert_eq!(at_once.len() + rows.len(), 3001 + 20);
+    let rest = h.watermark(i64::MAX).unwrap();
+    let (last, rows) = rest.split_last().unwrap();
+    assert_eq!(last, &format!("wm {}", i64::MAX));
+    assert_eq!(rows.len(), 6040 - 3021);
+    assert!(rows.iter().all(|l| time(l) > at_ms(30_000)));
 }
 
 #[test]
@@ -312,10 +391,10 @@ fn a_late_row_of_a_stored_partition_is_dropped_as_on_the_heap() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = over_of(FRAMES[0])().spilling(1024, dir.path()).unwrap();
     h.push(&format!("1 10 {}\n2 20 {}", at(3), at(1))).unwrap();
-    assert_eq!(h.watermark(T0 + 3000).unwrap().len(), 3);
+    assert_eq!(released(&mut h, T0 + 3000).len(), 3);
     h.push(&format!("1 30 {}\n2 40 {}", at(3), at(2))).unwrap();
     assert_eq!(
-        h.watermark(T0 + 5000).unwrap(),
+        released(&mut h, T0 + 5000),
         lines(&[&format!("+I 2 40 {} 60 2", at(2)), &format!("wm {}", T0 + 5000)]),
         "1's row at its last time is late, 2's after its last is not"
     );
@@ -346,10 +425,14 @@ fn a_spilled_over_aggregation_on_processing_time_aggregates_as_the_heap_does() {
         .collect();
     let (mut heap, dir) = (make(), tempfile::tempdir().unwrap());
     let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    let (mut got, mut expected) = (Vec::new(), Vec::new());
     for batch in &batches {
-        assert_eq!(h.push(batch).unwrap(), heap.push(batch).unwrap());
+        got.extend(h.push(batch).unwrap());
+        expected.extend(heap.push(batch).unwrap());
     }
-    assert!(entries_in(dir.path()) > 0, "partitions went to the store");
+    got.extend(h.finish().unwrap());
+    assert!(entries_in(dir.path()) > 0, "partitions went to files");
+    assert_eq!(per_auction(&got), per_auction(&expected));
 }
 
 const UPDATING: &str = "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3), \
@@ -555,7 +638,7 @@ fn incremental_snapshots_of_a_spilled_over_aggregation_hold_the_partitions_chang
         .unwrap();
     let first: Vec<String> = (0..500).map(|a| format!("{a} 1 {}", at(1))).collect();
     h.push(&first.join("\n")).unwrap();
-    assert_eq!(h.watermark(T0 + 1000).unwrap().len(), 501);
+    assert_eq!(released(&mut h, T0 + 1000).len(), 501);
     assert!(entries_in(dir.path()) > 0, "partitions went to the store");
     let base = h.snapshot_delta(true).unwrap().expect("a base");
     assert_eq!(
@@ -577,7 +660,7 @@ fn incremental_snapshots_of_a_spilled_over_aggregation_hold_the_partitions_chang
 
     h.restart_from_chain().unwrap();
     h.push(&format!("1 5 {}\n7 6 {}", at(3), at(3))).unwrap();
-    let released = h.watermark(T0 + 3000).unwrap();
+    let released = released(&mut h, T0 + 3000);
     assert_eq!(
         released.len(),
         305,
@@ -603,7 +686,8 @@ fn a_spilled_over_aggregation_restored_from_an_incremental_chain_emits_what_it_w
         emitted(&mut first_half, &steps[..steps.len() / 2]);
         assert!(entries_in(dir.path()) > 0, "{frame}: partitions go to the store");
         drop(first_half);
-        crate::harness::incremental_restores_as_if_never_stopped(&spilled, &steps, 3);
+        let heap = over_of(frame);
+        crate::harness::incremental_restores_as_if_never_stopped_by(&spilled, &heap, &steps, 3, &same_over);
     }
 }
 

@@ -224,7 +224,9 @@ impl TopNOperator {
         let stored = files.rows_in(part);
         let batches = files.take(part)?;
         spill.own.waiting.stored_changed(part, -(stored as i64));
-        batches.into_iter().for_each(|rows| spill.own.unread.add(rows));
+        batches.into_iter().for_each(|rows| {
+            spill.own.unread.add(rows);
+        });
         Ok(stored)
     }
 
