@@ -273,6 +273,14 @@ impl Unread {
         Some(entry_columns(&self.batches[b as usize]).2.value(i as usize))
     }
 
+    /// Forgets every entry, keeping the index's room for the next ones (a
+    /// new index grown a spill at a time took 3% of a spilled OVER's time).
+    pub fn clear(&mut self) {
+        self.batches.clear();
+        self.index.clear();
+        self.bytes = 0;
+    }
+
     /// Whether no key is unread.
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
@@ -435,6 +443,9 @@ mod tests {
             [Box::from(&b"a"[..])]
         );
         assert!(!unread.is_empty() && unread.size() > 0);
+        unread.clear();
+        assert!(unread.is_empty() && unread.entries().next().is_none());
+        assert_eq!(unread.take(b"a"), None, "gone");
     }
 
     #[test]

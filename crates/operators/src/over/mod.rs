@@ -148,10 +148,11 @@ impl OperatorFactory for OverAggregate {
 /// A row of a bounded frame: its time and its aggregates' arguments.
 type FrameRow = (Timestamp, Box<[u8]>);
 
-/// A row waiting for the watermark: its time, its bytes (ties enter by
-/// their values, so that results do not depend on arrival order), its
-/// arrival (tells equal rows apart).
-type Waiting = (Timestamp, Box<[u8]>, u64);
+/// A row waiting for the watermark: its time and arrival. (Rows of one
+/// time enter by their values, so that results do not depend on arrival
+/// order: sorted when released, not compared at every insert, which took
+/// 15% of a spilled job whose rows of a second share one time.)
+type Waiting = (Timestamp, u64);
 
 struct OverOperator {
     spec: Arc<OverAggregate>,
@@ -167,9 +168,9 @@ struct OverOperator {
     frames: Vec<VecDeque<FrameRow>>,
     /// Each group's time of the last rows it released (event time).
     last: Vec<Timestamp>,
-    /// Event-time rows waiting for the watermark, in the order they will
-    /// enter, with their group.
-    pending: BTreeMap<Waiting, usize>,
+    /// Event-time rows waiting for the watermark, in order of time, with
+    /// their bytes and group.
+    pending: BTreeMap<Waiting, (Box<[u8]>, usize)>,
     watermark: Timestamp,
     seq: u64,
     max_parallelism: usize,
@@ -521,7 +522,7 @@ impl OverOperator {
             }
             self.seq += 1;
             self.pending
-                .insert((time, rows.row(i).as_ref().into(), self.seq), group);
+                .insert((time, self.seq), (rows.row(i).as_ref().into(), group));
             if let Some(changed) = self.changed.as_mut() {
                 changed.insert(group);
             }
@@ -534,7 +535,7 @@ impl OverOperator {
     fn release(&mut self, until: Timestamp, out: &mut Output) -> Result<()> {
         let released = match until.checked_add(1) {
             Some(next) => {
-                let waiting = self.pending.split_off(&(next, Box::from(&[][..]), 0));
+                let waiting = self.pending.split_off(&(next, 0));
                 std::mem::replace(&mut self.pending, waiting)
             }
             None => std::mem::take(&mut self.pending),
@@ -542,13 +543,19 @@ impl OverOperator {
         if released.is_empty() {
             return Ok(());
         }
+        // In order of time, then of bytes, then of arrival (a stable sort
+        // of rows in order of time and arrival).
+        let mut released: Vec<(Timestamp, Box<[u8]>, usize)> = (released.into_iter())
+            .map(|((t, _), (row, g))| (t, row, g))
+            .collect();
+        released.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let parser = self.rows_of.parser();
         let columns = self
             .rows_of
-            .convert_rows(released.keys().map(|(_, r, _)| parser.parse(r)))?;
+            .convert_rows(released.iter().map(|(_, r, _)| parser.parse(r)))?;
         let data = RecordBatch::try_new(self.spec.input.clone(), columns)?;
-        let times: Vec<Timestamp> = released.keys().map(|(t, _, _)| *t).collect();
-        let groups: Vec<usize> = released.values().copied().collect();
+        let times: Vec<Timestamp> = released.iter().map(|(t, _, _)| *t).collect();
+        let groups: Vec<usize> = released.iter().map(|(_, _, g)| *g).collect();
         for start in (0..data.num_rows()).step_by(RELEASE_BATCH) {
             let end = (start + RELEASE_BATCH).min(data.num_rows());
             let slice = data.slice(start, end - start);

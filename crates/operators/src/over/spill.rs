@@ -351,7 +351,7 @@ impl OverOperator {
         let frames: usize = (self.frames.iter())
             .map(|f| 24 * f.capacity() + f.iter().map(|(_, r)| r.len()).sum::<usize>())
             .sum();
-        let waiting: usize = self.pending.keys().map(|(_, r, _)| r.len() + 64).sum();
+        let waiting: usize = self.pending.values().map(|(r, _)| r.len() + 64).sum();
         let accumulators: usize = self.accumulators.iter().map(|a| a.size()).sum();
         let spilled = (self.spill.as_ref()).map_or(0, |s| {
             s.own.waiting.bytes() + s.own.unread.size() + 16 * s.own.unread_due.capacity()
@@ -525,7 +525,7 @@ impl OverOperator {
             self.frames[g].extend(s.frame.iter().map(|(t, r)| (*t, Box::from(*r))));
             for (t, row) in &s.waiting {
                 self.seq += 1;
-                self.pending.insert((*t, Box::from(*row), self.seq), g);
+                self.pending.insert((*t, self.seq), (Box::from(*row), g));
             }
         }
         Ok(())
@@ -570,7 +570,7 @@ impl OverOperator {
         }
         let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
         let mut waiting: Vec<Vec<(i64, &[u8])>> = vec![Vec::new(); self.keys.len()];
-        for ((t, row, _), g) in &self.pending {
+        for ((t, _), (row, g)) in &self.pending {
             waiting[*g].push((*t, row));
         }
         let ids: Vec<usize> = (0..self.keys.len()).collect();
@@ -614,7 +614,10 @@ impl OverOperator {
         for (part, n) in written {
             own.waiting.stored_changed(part, n as i64);
         }
-        drop(waiting);
+        drop((waiting, as_read));
+        let mut unread = unread;
+        unread.clear();
+        own.unread = unread;
         self.groups.clear();
         self.keys.clear();
         self.frames.clear();

@@ -212,25 +212,25 @@ fn parts(op: &OverOperator, wanted: &dyn Fn(usize) -> bool) -> Result<Vec<(Part,
         };
         parts.push((part, owners));
     }
-    let waiting: Vec<(&super::Waiting, usize)> = (op.pending.iter())
-        .filter(|(_, g)| wanted(**g))
-        .map(|(w, g)| (w, *g))
+    let waiting: Vec<(i64, &[u8], usize)> = (op.pending.iter())
+        .filter(|(_, (_, g))| wanted(*g))
+        .map(|((t, _), (row, g))| (*t, &row[..], *g))
         .collect();
     if !waiting.is_empty() {
         let parser = op.rows_of.parser();
         let input = op
             .rows_of
-            .convert_rows(waiting.iter().map(|((_, r, _), _)| parser.parse(r)))?;
+            .convert_rows(waiting.iter().map(|(_, r, _)| parser.parse(r)))?;
         let batch = RecordBatch::try_new(op.spec.input.clone(), input.clone())?;
         let part = Part {
             role: WAITING_ROW,
-            times: waiting.iter().map(|((t, _, _), _)| Some(*t)).collect(),
+            times: waiting.iter().map(|(t, _, _)| Some(*t)).collect(),
             keys: evaluate(&op.spec.partition, &batch)?,
             input: Some(input),
             args: None,
             states: None,
         };
-        parts.push((part, waiting.iter().map(|(_, g)| *g).collect()));
+        parts.push((part, waiting.iter().map(|(_, _, g)| *g).collect()));
     }
     Ok(parts)
 }
@@ -357,8 +357,8 @@ pub(super) fn restore(op: &mut OverOperator, rows: &RecordBatch) -> Result<()> {
         }
         op.seq += 1;
         op.pending.insert(
-            (times.value(*r), input.row(n).as_ref().into(), op.seq),
-            groups[*r],
+            (times.value(*r), op.seq),
+            (input.row(n).as_ref().into(), groups[*r]),
         );
     }
     Ok(())
