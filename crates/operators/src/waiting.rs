@@ -206,6 +206,12 @@ pub(crate) trait ReadsWaiting: SpillsWhenFull {
     /// Its name in the plan, for errors.
     fn operator_name(&self) -> &str;
 
+    /// The share of the budget waiting rows may take before the parts with
+    /// the most rows for their stored rows are read: one in this many.
+    fn waiting_share(&self) -> usize {
+        8
+    }
+
     /// For each of `parts`: brings its files to memory and takes its
     /// waiting rows, emitting their changes; memory is spilled in between
     /// when full.
@@ -223,12 +229,13 @@ pub(crate) trait ReadsWaiting: SpillsWhenFull {
     }
 
     /// Reads the parts whose waiting rows are due at `now`, or take more
-    /// than an eighth of the budget.
+    /// than their share of the budget ([`ReadsWaiting::waiting_share`]).
     fn read_due(&mut self, now: i64, out: &mut Output) -> Result<()> {
+        let share = self.waiting_share();
         let Some((waiting, budget)) = self.waiting() else {
             return Ok(());
         };
-        let due = waiting.due_at(now, budget / 8);
+        let due = waiting.due_at(now, budget / share);
         self.read_parts(due, out)
     }
 

@@ -342,6 +342,14 @@ impl ReadsWaiting for OverOperator {
     fn operator_name(&self) -> &str {
         &self.spec.name
     }
+
+    /// A quarter: a read decodes a partition per waiting row and the
+    /// partitions a watermark reaches, then writes them all back, so rows
+    /// are better read many at a time (an eighth took a spilled OVER of
+    /// state 20 times its budget from 6 s to 9 s, a thirty-second to 17 s).
+    fn waiting_share(&self) -> usize {
+        4
+    }
 }
 
 impl OverOperator {
