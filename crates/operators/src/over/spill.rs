@@ -345,8 +345,9 @@ impl ReadsWaiting for OverOperator {
 
     /// A quarter: a read decodes a partition per waiting row and the
     /// partitions a watermark reaches, then writes them all back, so rows
-    /// are better read many at a time (an eighth took a spilled OVER of
-    /// state 20 times its budget from 6 s to 9 s, a thirty-second to 17 s).
+    /// are better read many at a time (the unbounded job of docs/state.md,
+    /// its state 20 times its budget: 6 s with a quarter, 9 s with an
+    /// eighth, 17 s with a thirty-second).
     fn waiting_share(&self) -> usize {
         4
     }
