@@ -401,7 +401,9 @@ impl Operator for OverOperator {
     fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
         let before = self.watermark;
         self.watermark = self.watermark.max(watermark);
-        if self.spilled_to_files() && self.spec.time.is_some() {
+        if self.spilled_to_files() {
+            // On processing time too: rows that wait keep their event
+            // times, which the watermark passed on must not pass.
             self.hold_watermark(before);
         }
         self.decode_due(self.watermark)?;

@@ -435,6 +435,48 @@ fn a_spilled_over_aggregation_on_processing_time_aggregates_as_the_heap_does() {
     assert_eq!(per_auction(&got), per_auction(&expected));
 }
 
+#[test]
+fn a_spilled_processing_time_over_aggregation_holds_the_watermark_behind_its_waiting_rows() {
+    let make = || {
+        Harness::of(
+            &[
+                "CREATE TABLE bids (auction BIGINT, price BIGINT, ts TIMESTAMP(3), p AS PROCTIME(), \
+                 WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen')",
+                "CREATE TABLE out (auction BIGINT, price BIGINT, ts TIMESTAMP(3), s BIGINT) \
+                 WITH ('connector' = 'blackhole')",
+            ],
+            "INSERT INTO out SELECT auction, price, ts, SUM(price) OVER (PARTITION BY auction ORDER BY p \
+             ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) FROM bids",
+            "OverAggregate",
+            0,
+        )
+        .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = make().spilling(16 * 1024, dir.path()).unwrap();
+    let first: Vec<String> = (0..2000)
+        .map(|a| format!("{a} 1 {} 2020-01-01T00:00:00Z", at(1)))
+        .collect();
+    assert_eq!(h.push(&first.join("\n")).unwrap().len(), 2000);
+    assert!(entries_in(dir.path()) > 0, "partitions went to files");
+    let row = format!("5 2 {} 2020-01-01T00:00:00Z", at(2));
+    assert!(
+        h.push(&row).unwrap().is_empty(),
+        "partition 5's key group has files"
+    );
+    assert!(
+        h.watermark(T0 + 2000).unwrap().is_empty(),
+        "the watermark waits behind the row of its time"
+    );
+    let later = h.processing_time(a_second_later()).unwrap();
+    assert_eq!(later.len(), 2, "{later:?}");
+    assert!(
+        later[0].starts_with("+I 5 2 ") && later[0].ends_with(" 3"),
+        "{later:?}"
+    );
+    assert_eq!(later[1], format!("wm {}", T0 + 2000));
+}
+
 const UPDATING: &str = "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, ts TIMESTAMP(3), \
                         WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen')";
 
