@@ -23,7 +23,7 @@ use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
 use weir_common::time::wall_clock_millis;
 use weir_runtime::Output;
-use weir_state::key_group_files::by_key_group;
+use weir_state::key_group_files::{KeyGroupFiles, by_key_group};
 
 use crate::{Error, Result};
 use weir_state::memory_guess::SpillsWhenFull;
@@ -259,6 +259,29 @@ pub(crate) trait ReadsWaiting: SpillsWhenFull {
             false => Ok(()),
         }
     }
+}
+
+/// The parts (of `width` key groups each) of `groups`, each once, in order.
+pub(crate) fn parts_of(groups: &[u32], width: u32) -> Vec<u32> {
+    let mut parts: Vec<u32> = groups.iter().map(|g| g / width).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    parts
+}
+
+/// Each key group of `groups`' part (`width` key groups each, of
+/// `max_parallelism`) when that part has files, `None` when it has none:
+/// which part a row waits in, if any.
+pub(crate) fn parts_with_files(
+    files: &KeyGroupFiles,
+    width: u32,
+    max_parallelism: usize,
+    groups: &UInt32Array,
+) -> Vec<Option<u32>> {
+    let holds = files.holding((max_parallelism as u32).div_ceil(width));
+    (groups.values().iter())
+        .map(|group| holds[(group / width) as usize].then_some(group / width))
+        .collect()
 }
 
 /// Of `batch`: the rows with a part in `parts` (`None`: the row does not

@@ -32,7 +32,7 @@ use arrow::row::Rows;
 
 use crate::join::state::{Bucket, Key};
 use crate::join::{Codec, JoinOperator, Part, replacement_rows};
-use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width};
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width, parts_with_files};
 use crate::{Error, Result};
 use weir_common::changelog;
 use weir_common::time::wall_clock_millis;
@@ -204,14 +204,12 @@ impl JoinOperator {
         let groups = self.key_groups_of(&refs)?;
         let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
         let files = own.files.as_ref().expect("rows wait only when spilled");
-        let width = own.width;
-        let holds = files.holding((self.max_parallelism as u32).div_ceil(width));
-        let parts: Vec<Option<u32>> = (groups.values().iter().enumerate())
-            .map(|(i, group)| {
-                let part = group / width;
-                (holds[part as usize] && !null_keys.as_ref().is_some_and(|n| n.is_null(i))).then_some(part)
-            })
-            .collect();
+        let mut parts = parts_with_files(files, own.width, self.max_parallelism, &groups);
+        if let Some(null_keys) = &null_keys {
+            (parts.iter_mut().enumerate())
+                .filter(|(i, _)| null_keys.is_null(*i))
+                .for_each(|(_, part)| *part = None);
+        }
         hold_rows(&mut own.waiting, batch, &parts, |rows| (side, rows))
     }
 

@@ -40,7 +40,7 @@ use crate::over::state::{
     ACCUMULATORS, FRAME_ROW, KeyedPart, Part, WAITING_ROW, cast_all, replaced_parts, rows_of_parts,
 };
 use crate::over::{OverAggregate, OverOperator, converter, evaluate};
-use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width};
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width, parts_of, parts_with_files};
 use weir_common::time::{Timestamp, wall_clock_millis};
 use weir_runtime::Output;
 use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
@@ -382,11 +382,7 @@ impl OverOperator {
         let groups = key_groups(&columns, batch.num_rows(), self.max_parallelism)?;
         let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
         let files = own.files.as_ref().expect("rows wait only when spilled");
-        let width = own.width;
-        let holds = files.holding((self.max_parallelism as u32).div_ceil(width));
-        let parts: Vec<Option<u32>> = (groups.values().iter())
-            .map(|group| holds[(group / width) as usize].then_some(group / width))
-            .collect();
+        let parts = parts_with_files(files, own.width, self.max_parallelism, &groups);
         hold_rows(&mut own.waiting, batch, &parts, |rows| Queued::Rows(rows, now))
     }
 
@@ -551,12 +547,7 @@ impl OverOperator {
         else {
             return Ok(());
         };
-        let mut parts: Vec<u32> = (chunk.column(0).as_primitive::<UInt32Type>().values().iter())
-            .map(|g| g / width)
-            .collect();
-        parts.sort_unstable();
-        parts.dedup();
-        for part in parts {
+        for part in parts_of(chunk.column(0).as_primitive::<UInt32Type>().values(), width) {
             self.load(part)?;
         }
         self.decode_read(keys)

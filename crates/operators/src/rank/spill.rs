@@ -29,7 +29,7 @@ use arrow::datatypes::UInt32Type;
 
 use crate::rank::entries::{Entries, encode_row};
 use crate::rank::{Partition, TopNOperator};
-use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width};
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width, parts_of, parts_with_files};
 use crate::{Error, Result};
 use weir_common::changelog;
 use weir_runtime::Output;
@@ -206,11 +206,7 @@ impl TopNOperator {
         let groups = self.key_groups_of(&keys)?;
         let own = &mut self.spill.as_mut().expect("rows wait only when spilled").own;
         let files = own.files.as_ref().expect("rows wait only when spilled");
-        let width = own.width;
-        let holds = files.holding((self.max_parallelism as u32).div_ceil(width));
-        let parts: Vec<Option<u32>> = (groups.values().iter())
-            .map(|group| holds[(group / width) as usize].then_some(group / width))
-            .collect();
+        let parts = parts_with_files(files, own.width, self.max_parallelism, &groups);
         hold_rows(&mut own.waiting, batch, &parts, |rows| rows)
     }
 
@@ -267,12 +263,7 @@ impl TopNOperator {
             return Ok(());
         };
         let width = spill.own.width;
-        let mut parts: Vec<u32> = (self.key_groups_of(partitions)?.values().iter())
-            .map(|g| g / width)
-            .collect();
-        parts.sort_unstable();
-        parts.dedup();
-        for part in parts {
+        for part in parts_of(self.key_groups_of(partitions)?.values(), width) {
             self.load(part)?;
         }
         Ok(())
