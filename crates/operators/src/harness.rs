@@ -437,6 +437,8 @@ pub enum Step {
     Rows(usize, String),
     /// A watermark.
     Watermark(i64),
+    /// A barrier about to pass ([`Harness::barrier`]).
+    Barrier,
 }
 
 /// What `h` emits for each step, in its order.
@@ -446,6 +448,7 @@ pub fn emitted(h: &mut Harness, steps: &[Step]) -> Vec<Vec<String>> {
         .map(|step| match step {
             Step::Rows(input, rows) => h.push_to(*input, rows).unwrap(),
             Step::Watermark(w) => h.watermark(*w).unwrap(),
+            Step::Barrier => h.barrier().unwrap(),
         })
         .collect()
 }

@@ -147,6 +147,16 @@ impl<T> Waiting<T> {
         due_now
     }
 
+    /// The least `key` of each key group's first waiting batch (its
+    /// oldest, when `key` grows with arrival); `None` when nothing waits.
+    pub fn least_first<K: Ord>(&self, key: impl Fn(&T) -> K) -> Option<K> {
+        self.held
+            .values()
+            .filter_map(|h| h.batches.first())
+            .map(key)
+            .min()
+    }
+
     /// Whether `key_group` has something waiting.
     pub fn holds(&self, key_group: u32) -> bool {
         self.held.contains_key(&key_group)

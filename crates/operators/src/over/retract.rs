@@ -25,17 +25,18 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 
 use crate::over::{OverAggregate, converter, evaluate};
+use crate::waiting::ReadsWaiting;
 use crate::{Error, Result};
 use weir_common::changelog::{self, RowKind};
 use weir_common::ids::CheckpointId;
 use weir_common::time::Timestamp;
+use weir_common::time::wall_clock_millis;
 use weir_functions::accumulator::RetractAccumulator;
 use weir_plan::frame::Frame;
 use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
 use weir_runtime::{Operator, Output};
 use weir_state::memory_guess::SpillsWhenFull;
 use weir_state::snapshot::{KEY_GROUP_COLUMN, key_groups, schema_signature, sorted_state_rows};
-use weir_state::spilled::SpillSlot;
 
 /// A row's place in its partition: time, its bytes, which copy.
 type Place = (Timestamp, Arc<[u8]>, u32);
@@ -98,19 +99,6 @@ impl RetractOverOperator {
         };
         op.spill = spill.map(|s| spill::RetractSpill::new(s, &op)).transpose()?;
         Ok(op)
-    }
-
-    /// Reads the partitions of `keys` (a row's each) from the store, where
-    /// it has them and memory does not.
-    fn load_partitions(&mut self, keys: Option<&arrow::row::Rows>, rows: usize) -> Result<()> {
-        if !self.spill.has_spilled() {
-            return Ok(());
-        }
-        let list: Vec<&[u8]> = match keys {
-            Some(keys) => (0..rows).map(|i| keys.row(i).data()).collect(),
-            None => vec![&[]],
-        };
-        self.load_stored(&list)
     }
 
     /// The rows whose frame reaches back to `place` (it included), in order.
@@ -347,36 +335,92 @@ impl RetractOverOperator {
     }
 }
 
-impl Operator for RetractOverOperator {
-    fn name(&self) -> String {
-        self.spec.name.clone()
-    }
-
-    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        let kinds = changelog::row_kinds(&batch)?;
-        let data = changelog::data(&batch);
+impl RetractOverOperator {
+    /// Applies a batch of changes (a mini-batch) and emits the results
+    /// they changed.
+    fn process(&mut self, batch: &RecordBatch, out: &mut Output) -> Result<()> {
+        let kinds = changelog::row_kinds(batch)?;
+        let data = changelog::data(batch);
         let keys = self.partition_keys(&data)?;
         let times = crate::join::window::millis(data.column(self.time_column()?))?;
         let rows = self.rows_of.convert_columns(data.columns())?;
-        self.load_partitions(keys.as_ref(), data.num_rows())?;
+        let partition = |i: usize| keys.as_ref().map_or(&[][..], |k| k.row(i).data());
+        if self.spilled_to_files() {
+            let list: Vec<&[u8]> = (0..data.num_rows()).map(partition).collect();
+            self.decode_read(&list)?;
+        }
         let (mut touched, mut frames) = (Touched::default(), Vec::new());
         for (i, kind) in kinds.iter().enumerate() {
-            let partition = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
             let add = matches!(kind, RowKind::Insert | RowKind::UpdateAfter);
             let row: Arc<[u8]> = rows.row(i).data().into();
-            self.change(partition, (times[i], row), add, &mut touched, &mut frames);
+            self.change(partition(i), (times[i], row), add, &mut touched, &mut frames);
         }
         self.partitions.retain(|_, rows| !rows.is_empty());
         let affected = self.settle(touched, &mut frames);
         if !affected.is_empty() {
             self.emit(&affected, &frames, out)?;
         }
+        Ok(())
+    }
+}
+
+impl Operator for RetractOverOperator {
+    fn name(&self) -> String {
+        self.spec.name.clone()
+    }
+
+    fn process_batch(&mut self, _input: usize, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        if self.spilled_to_files() {
+            if let Some(now) = self.hold_unread(&batch)? {
+                self.process(&now, out)?;
+            }
+            self.read_due(wall_clock_millis(), out)?;
+            self.forward_watermarks(out);
+        } else {
+            self.process(&batch, out)?;
+        }
         self.spill_if_full(batch.num_rows())
     }
 
+    /// Spilled, a watermark waits behind the changes that came before it.
+    fn process_watermark(&mut self, watermark: Timestamp, out: &mut Output) -> Result<()> {
+        self.hold_watermark(watermark, out);
+        Ok(())
+    }
+
+    /// Spilled: changes waiting for their key group's read wait at most
+    /// [`crate::waiting::LONGEST_WAIT_MS`].
+    fn uses_processing_time(&self) -> bool {
+        self.spill.is_some()
+    }
+
+    fn on_processing_time(&mut self, now: Timestamp, out: &mut Output) -> Result<()> {
+        self.read_due(now, out)?;
+        self.forward_watermarks(out);
+        Ok(())
+    }
+
+    /// Changes waiting for spilled state are applied before the barrier:
+    /// the snapshot holds their partitions, and what they emit precedes it.
+    fn prepare_snapshot(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)?;
+        self.forward_watermarks(out);
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.read_all_waiting(out)?;
+        self.forward_watermarks(out);
+        Ok(())
+    }
+
     fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<Option<OperatorSnapshot>> {
-        if self.spill.has_spilled() {
-            return self.spilled_snapshot().map(Some);
+        self.no_rows_wait()?;
+        if self.spilled_to_files() {
+            return Ok(Some(OperatorSnapshot {
+                deferred: self.spilled_snapshot(false)?,
+                ..OperatorSnapshot::default()
+            }));
         }
         let kept: Vec<&Arc<[u8]>> = self
             .partitions
@@ -403,8 +447,16 @@ impl Operator for RetractOverOperator {
         if self.changed.is_none() {
             return self.snapshot(checkpoint);
         }
-        if self.spill.has_spilled() {
-            return self.spilled_delta(full).map(Some);
+        self.no_rows_wait()?;
+        if self.spilled_to_files() {
+            let deferred = match full {
+                true => self.spilled_snapshot(true)?,
+                false => self.spilled_delta()?.into_iter().collect(),
+            };
+            return Ok(Some(OperatorSnapshot {
+                deferred,
+                ..OperatorSnapshot::default()
+            }));
         }
         Ok(Some(OperatorSnapshot {
             rows: self.delta(full)?,
@@ -417,11 +469,14 @@ impl Operator for RetractOverOperator {
             return Ok(());
         };
         OperatorSnapshot::check_columns(rows, &self.state_schema(), &self.spec.name)?;
+        if self.restores_to_files(rows) {
+            return self.restore_spilled(rows);
+        }
         for chunk in weir_state::store::in_chunks(rows) {
             self.restore_chunk(&chunk)?;
-            self.spill_if_over()?;
         }
-        Ok(())
+        // Between chunks a spill would leave a partition in two entries.
+        self.spill_if_over()
     }
 
     fn state_signature(&self) -> Result<Option<String>> {
@@ -449,13 +504,11 @@ impl RetractOverOperator {
         Ok(Some(columns))
     }
 
-    /// Adds kept rows of a snapshot to their partitions (with the spilling
-    /// backend, a partition's stored rows read first).
+    /// Adds kept rows of a snapshot to their partitions in memory.
     fn restore_chunk(&mut self, rows: &RecordBatch) -> Result<()> {
         let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..].to_vec())
             .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.name.clone())))?;
         let keys = self.partition_keys(&data)?;
-        self.load_partitions(keys.as_ref(), data.num_rows())?;
         let times = crate::join::window::millis(data.column(self.time_column()?))?;
         let converted = self.rows_of.convert_columns(data.columns())?;
         for (i, time) in times.iter().enumerate() {

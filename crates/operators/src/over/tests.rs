@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::harness::{
-    Harness, Step, emitted, emitted_spilling, entries_in, sorted, spilled_restores_as_if_never_stopped,
-    spilled_restores_as_if_never_stopped_by, spilled_snapshot_holds_its_barrier,
+    Harness, Step, emitted, emitted_spilling, entries_in, spilled_restores_as_if_never_stopped_by,
     spilled_snapshot_holds_its_barrier_by, state_rows_of,
 };
 
@@ -533,21 +532,114 @@ fn retracting_steps(batches: usize) -> Vec<Step> {
     steps
 }
 
+/// The table a changelog leaves: each row (its line without the kind)
+/// with how many times it is there, asserting that every `-U` / `-D`
+/// takes away a row that is there (watermark lines are left out).
+fn table_of(lines: &[String]) -> BTreeMap<String, i64> {
+    let mut table = BTreeMap::<String, i64>::new();
+    for line in lines.iter().filter(|l| !l.starts_with("wm ")) {
+        let (kind, row) = line.split_once(' ').unwrap();
+        let n = table.entry(row.to_string()).or_default();
+        match kind {
+            "+I" | "+U" => *n += 1,
+            _ => {
+                assert!(*n > 0, "{line} takes away a row not there");
+                *n -= 1;
+            }
+        }
+    }
+    table.retain(|_, n| *n != 0);
+    table
+}
+
+/// What each run's changes did to the table, together: the same rows
+/// came and went (a spilled run batches a partition's changes in other
+/// mini-batches, so the updates in between differ).
+fn same_table(got: Vec<Vec<String>>, expected: Vec<Vec<String>>, what: &str) {
+    let changed = |lines: &[String]| {
+        let mut net = BTreeMap::<String, i64>::new();
+        for line in lines.iter().filter(|l| !l.starts_with("wm ")) {
+            let (kind, row) = line.split_once(' ').unwrap();
+            *net.entry(row.to_string()).or_default() += if kind.starts_with('+') { 1 } else { -1 };
+        }
+        net.retain(|_, n| *n != 0);
+        net
+    };
+    assert_eq!(changed(&got.concat()), changed(&expected.concat()), "{what}");
+}
+
+/// [`retracting_steps`], then a barrier: changes still waiting for their
+/// key group's read come out before it.
+fn retracting_steps_to_barrier(batches: usize) -> Vec<Step> {
+    let mut steps = retracting_steps(batches);
+    steps.push(Step::Barrier);
+    steps
+}
+
 #[test]
-fn a_spilled_over_aggregation_of_an_updating_input_emits_the_changes_the_heap_emits() {
-    let steps = retracting_steps(60);
-    let expected = sorted(emitted(&mut retracting(), &steps));
-    assert!(expected.iter().flatten().filter(|l| l.starts_with("-U")).count() > 500);
+fn a_spilled_over_aggregation_of_an_updating_input_ends_with_the_heaps_table() {
+    let steps = retracting_steps_to_barrier(60);
+    let heap = emitted(&mut retracting(), &steps).concat();
+    assert!(heap.iter().filter(|l| l.starts_with("-U")).count() > 500);
+    let expected = table_of(&heap);
     for budget in [8 * 1024, 64 * 1024] {
-        let got = emitted_spilling(&retracting, &steps, budget, true);
-        assert_eq!(got, expected, "at {budget} bytes");
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = retracting().spilling(budget, dir.path()).unwrap();
+        let mut got = Vec::new();
+        let mut waited = false;
+        for (step, heap_step) in steps.iter().zip(emitted(&mut retracting(), &steps)) {
+            let lines = emitted(&mut h, std::slice::from_ref(step)).concat();
+            waited |= lines.len() < heap_step.len();
+            got.extend(lines);
+        }
+        assert!(
+            entries_in(dir.path()) > 0,
+            "at {budget} bytes: partitions went to files"
+        );
+        assert!(
+            waited,
+            "at {budget} bytes: changes waited for their key group's read"
+        );
+        assert_eq!(table_of(&got), expected, "at {budget} bytes");
     }
 }
 
 #[test]
 fn a_spilled_over_aggregation_of_an_updating_input_restores_as_if_never_stopped() {
-    spilled_restores_as_if_never_stopped(&retracting, &retracting_steps(40));
-    spilled_snapshot_holds_its_barrier(&retracting, &retracting_steps(40));
+    let steps = retracting_steps_to_barrier(40);
+    spilled_restores_as_if_never_stopped_by(&retracting, &steps, &same_table);
+    spilled_snapshot_holds_its_barrier_by(&retracting, &steps, &same_table);
+}
+
+#[test]
+fn a_spilled_over_aggregation_of_an_updating_input_holds_the_watermark_behind_its_waiting_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = retracting().spilling(8 * 1024, dir.path()).unwrap();
+    let first: Vec<String> = (0..600).map(|a| format!("+I {a} {a} 10 {}", at_ms(a))).collect();
+    h.push(&first.join("\n")).unwrap();
+    h.restart().unwrap();
+    assert!(entries_in(dir.path()) > 0, "the restore wrote files");
+    assert!(
+        h.push(&format!("+I 1000 5 3 {}", at_ms(700))).unwrap().is_empty(),
+        "bidder 5's key group has files"
+    );
+    assert!(
+        h.watermark(T0 + 800).unwrap().is_empty(),
+        "held behind the change"
+    );
+    assert_eq!(
+        h.processing_time(a_second_later()).unwrap(),
+        lines(&[
+            &format!("+I 1000 5 3 {} 13 10", at_ms(700)),
+            &format!("wm {}", T0 + 800)
+        ]),
+        "read after a second, then the watermark"
+    );
+    assert_eq!(
+        h.watermark(T0 + 900).unwrap(),
+        lines(&[&format!("wm {}", T0 + 900)]),
+        "nothing waits"
+    );
 }
 
 #[test]
@@ -758,13 +850,19 @@ fn a_stored_partition_of_an_updating_input_left_without_rows_is_deleted_by_the_n
     assert_eq!(deleted.len(), 301, "the new bidders' rows and bidder 5");
     assert_eq!(deleted.iter().filter(|d| **d).count(), 1, "bidder 5 deleted");
     h.restart_from_chain().unwrap();
+    // The chain restores into files: a change waits for its key group's read.
+    let mut pushed = |rows: &str| {
+        let mut lines = h.push(rows).unwrap();
+        lines.extend(h.processing_time(a_second_later()).unwrap());
+        lines
+    };
     assert_eq!(
-        h.push(&format!("+I 7 5 3 {}", at_ms(9))).unwrap(),
+        pushed(&format!("+I 7 5 3 {}", at_ms(9))),
         lines(&[&format!("+I 7 5 3 {} 3 3", at_ms(9))]),
         "bidder 5 starts afresh"
     );
     assert_eq!(
-        h.push(&format!("+I 8 6 4 {}", at_ms(9))).unwrap(),
+        pushed(&format!("+I 8 6 4 {}", at_ms(9))),
         lines(&[&format!("+I 8 6 4 {} 14 10", at_ms(9))]),
         "bidder 6 from the base"
     );
@@ -774,11 +872,17 @@ fn a_stored_partition_of_an_updating_input_left_without_rows_is_deleted_by_the_n
 fn a_spilled_over_aggregation_of_an_updating_input_restored_from_an_incremental_chain_emits_what_it_would_have()
  {
     let dir = tempfile::tempdir().unwrap();
-    let steps = retracting_steps(40);
+    let steps = retracting_steps_to_barrier(40);
     let spilled = || retracting().spilling(8 * 1024, dir.path()).unwrap();
     let mut first_half = spilled();
     emitted(&mut first_half, &steps[..steps.len() / 2]);
-    assert!(entries_in(dir.path()) > 0, "partitions go to the store");
+    assert!(entries_in(dir.path()) > 0, "partitions go to files");
     drop(first_half);
-    crate::harness::incremental_restores_as_if_never_stopped(&spilled, &steps, 1);
+    crate::harness::incremental_restores_as_if_never_stopped_by(
+        &spilled,
+        &retracting,
+        &steps,
+        1,
+        &same_table,
+    );
 }

@@ -1,70 +1,129 @@
-//! The spilling state backend of OVER aggregations of an updating input: partitions' kept rows beyond the memory budget in the key-value store.
+//! The spilling state backend of OVER aggregations of an updating input: partitions beyond the memory budget in files per key group.
 //!
-//! Memory keeps the partitions that changed since the last spill. When
-//! they pass a quarter of the subtask's budget every partition goes to the
-//! store, one entry each (`key group | partition key` -> its rows: time,
-//! copy, row bytes), and memory starts empty again. A batch's partitions
-//! that memory lacks are read from the store first (and removed from it),
-//! so each change reaches the rows after it as on the heap. One partition
-//! must fit in memory; many partitions need not.
+//! Memory holds the partitions the latest changes reached. When they pass a
+//! quarter of the subtask's budget, every partition is written to a file of
+//! its key group ([`weir_state::entry_files`], one entry per partition: its
+//! rows in order, each one's time, copy and bytes) and memory starts empty
+//! again. From then on a change of a key group with files waits there
+//! ([`crate::waiting`]) until enough changes wait to read the key group's
+//! files, a second has passed, or a barrier comes. Then the files'
+//! partitions come back as bytes ([`Unread`], decoded when a change reaches
+//! them, written back as they were otherwise) and the part's waiting
+//! changes are applied as one mini-batch. Every partition ends each
+//! mini-batch with the heap's rows and results; how its changes are
+//! batched (so which updates it emits in between) and the order between
+//! partitions differ.
 //!
-//! A snapshot writes memory to the store and the store, frozen, as one run
-//! of the rows the heap writes, read by the snapshot's writer; with
-//! incremental checkpoints, a delta of the partitions changed in memory and
-//! of those written to the store since the last snapshot, read back from it.
+//! The watermark passed on waits behind the changes that came before it:
+//! a row's time column must not come out after a watermark past it.
+//!
+//! Checkpoints stay state files: a snapshot writes memory to the files,
+//! then the frozen files as one run, read by the snapshot's writer; an
+//! incremental one the partitions changed since the last snapshot, read
+//! back from the frozen files. A restore of more than memory holds writes
+//! the checkpoint's rows to files, a partition per entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, BinaryArray, BinaryBuilder, RecordBatch, UInt32Array};
+use arrow::datatypes::UInt32Type;
 use arrow::row::{Row, RowConverter, SortField};
 
-use crate::Result;
 use crate::over::retract::{Place, RetractOverOperator};
-use weir_runtime::operator::{OperatorSnapshot, SpillSettings};
-use weir_state::deferred::{keyed_base, keyed_delta, whole_store};
-use weir_state::entry::{ValueReader, ValueWriter, entry_key, read_back, split_entry_key};
-use weir_state::incremental::ReplacedPart;
+use crate::waiting::{ReadsWaiting, Waiting, hold_rows, part_width, parts_with_files};
+use crate::{Error, Result};
+use weir_common::time::Timestamp;
+use weir_runtime::Output;
+use weir_runtime::operator::SpillSettings;
+use weir_state::deferred::{Deferred, deleted_entries};
+use weir_state::entry::{ValueReader, ValueWriter, split_entry_key};
+use weir_state::entry_files::{Unread, entries_run, files_delta, store_key, write_entries};
+use weir_state::incremental::{ReplacedPart, replacement_rows};
+use weir_state::key_group_files::KeyGroupFiles;
+use weir_state::memory_guess;
 use weir_state::snapshot::{key_groups_of_bytes, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
 use weir_state::store::{Entry, WRITE_CHUNK};
 
+/// Changes waiting for their part's read: each batch with the number of
+/// batches that came before it (which watermarks it precedes).
+type Arrived = (u64, RecordBatch);
+
 /// A retracting OVER subtask's own spilled state (beside its
-/// [`SpillCore`], whose flushed keys are the entries of the partitions
-/// changed in memory and written to the store since the last snapshot).
+/// [`SpillCore`], whose flushed keys are store keys: key group, then
+/// partition key).
 pub(in crate::over) struct RetractSpill {
     codec: Codec,
+    /// The spilled partitions, opened at the first spill (or restore).
+    files: Option<KeyGroupFiles>,
+    /// Changes waiting for their part's read, and the entries of each
+    /// part's files.
+    waiting: Waiting<Arrived>,
+    /// Key groups per part ([`part_width`]).
+    width: u32,
+    /// Partitions read back and not decoded yet.
+    unread: Unread,
+    /// Batches that came so far.
+    arrived: u64,
+    /// Watermarks held behind waiting changes, each with the number of
+    /// batches that came before it.
+    watermarks: VecDeque<(u64, Timestamp)>,
 }
 
 impl RetractSpill {
     pub(in crate::over) fn new(settings: SpillSettings, op: &RetractOverOperator) -> Result<Spilled<Self>> {
         // At least a kept row: its bytes and the tree's slot.
         let core = SpillCore::new(settings, op.changed.is_some(), 64);
-        Ok(Spilled::new(
-            core,
-            RetractSpill {
-                codec: Codec::new(op)?,
-            },
-        ))
+        let own = RetractSpill {
+            codec: Codec::new(op)?,
+            files: None,
+            waiting: Waiting::default(),
+            width: part_width(op.max_parallelism),
+            unread: Unread::default(),
+            arrived: 0,
+            watermarks: VecDeque::new(),
+        };
+        Ok(Spilled::new(core, own))
     }
 }
 
-/// A partition's rows as a store value: each one's time, copy and bytes.
-fn encode_rows<'a>(rows: impl Iterator<Item = &'a Place>) -> Vec<u8> {
-    let mut value = ValueWriter::default();
+/// A partition's `count` rows as an entry's value: how many, then each
+/// one's time, copy and bytes.
+fn encode_rows<'a>(count: usize, rows: impl Iterator<Item = &'a Place>) -> Vec<u8> {
+    let mut value = ValueWriter((count as u32).to_le_bytes().to_vec());
     for (time, row, copy) in rows {
         value.time(*time).count(*copy as usize).bytes(row);
     }
     value.0
 }
 
+/// How many rows an [`encode_rows`] value holds (read without decoding
+/// them: a part is read by its waiting changes against its rows).
+fn rows_in(value: &[u8]) -> Result<u32> {
+    let count = value.get(..4).ok_or_else(cut_short)?;
+    Ok(u32::from_le_bytes(count.try_into().expect("4 bytes")))
+}
+
+fn cut_short() -> Error {
+    Error::State("a spilled OVER partition's rows are cut short".into())
+}
+
 /// The rows of an [`encode_rows`] value.
 fn decode_rows(bytes: &[u8]) -> Result<Vec<(i64, u32, &[u8])>> {
-    let (mut value, mut rows) = (ValueReader(bytes), Vec::new());
+    let body = bytes.get(4..).ok_or_else(cut_short)?;
+    let (mut value, mut rows) = (ValueReader(body), Vec::new());
     while !value.is_done() {
         rows.push((value.time()?, value.count()? as u32, value.bytes()?));
     }
     Ok(rows)
+}
+
+/// A partition of an [`encode_rows`] value, as memory keeps it.
+fn decode_partition(bytes: &[u8]) -> Result<BTreeMap<Place, ()>> {
+    Ok((decode_rows(bytes)?.into_iter())
+        .map(|(time, copy, row)| ((time, Arc::from(row), copy), ()))
+        .collect())
 }
 
 /// Entries to the heap's state rows (`_key_group`, the input's columns).
@@ -98,7 +157,7 @@ impl Codec {
         }
     }
 
-    /// The state rows of store entries; `None` without rows.
+    /// The state rows of entries; `None` without rows.
     fn decode(&self, entries: &[Entry]) -> Result<Option<RecordBatch>> {
         Ok(self.decode_keyed(entries)?.map(|(rows, _)| rows))
     }
@@ -134,121 +193,300 @@ impl Codec {
     }
 }
 
+impl ReadsWaiting for RetractOverOperator {
+    type Rows = Arrived;
+
+    fn waiting(&self) -> Option<(&Waiting<Arrived>, usize)> {
+        (self.spill.as_ref()).map(|s| (&s.own.waiting, s.core.settings.budget))
+    }
+
+    fn waiting_mut(&mut self) -> Option<&mut Waiting<Arrived>> {
+        self.spill.as_mut().map(|s| &mut s.own.waiting)
+    }
+
+    fn load_part(&mut self, part: u32) -> Result<usize> {
+        self.load(part)
+    }
+
+    /// Applies a part's waiting changes as one mini-batch.
+    fn take_waiting(&mut self, rows: Vec<Arrived>, out: &mut Output) -> Result<usize> {
+        let batches: Vec<RecordBatch> = rows.into_iter().map(|(_, batch)| batch).collect();
+        let Some(first) = batches.first() else {
+            return Ok(0);
+        };
+        let batch = arrow::compute::concat_batches(&first.schema(), &batches)?;
+        self.process(&batch, out)?;
+        Ok(batch.num_rows())
+    }
+
+    fn operator_name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// A quarter, as for insert-only input: a read decodes whole
+    /// partitions (every row each keeps) for its changes, so it pays to
+    /// read many changes at a time (docs/state.md's job: 15 s with a
+    /// quarter, 18 s with an eighth).
+    fn waiting_share(&self) -> usize {
+        4
+    }
+}
+
 spills_when_full!(RetractOverOperator);
 
 impl RetractOverOperator {
-    /// Bytes its kept rows take in memory, about.
+    /// Bytes its kept rows, the changes waiting and the partitions read
+    /// back take in memory, about.
     fn memory_size(&self) -> usize {
         let rows: usize = (self.partitions.iter())
             .map(|(k, rows)| k.len() + 64 + rows.keys().map(|p| p.1.len() + 80).sum::<usize>())
             .sum();
-        rows + 16 * self.partitions.capacity()
+        let spilled = (self.spill.as_ref()).map_or(0, |s| s.own.waiting.bytes() + s.own.unread.size());
+        rows + 16 * self.partitions.capacity() + spilled
     }
 
-    /// Reads the store's rows of the partitions of `keys` memory lacks into
-    /// memory, removing them from the store: before rows change them.
-    pub(in crate::over) fn load_stored(&mut self, keys: &[&[u8]]) -> Result<()> {
-        let (Some(spill), Some(store)) = (self.spill.as_ref(), self.spill.store()) else {
-            return Ok(());
-        };
-        let in_memory = |k: &[u8]| self.partitions.contains_key(k);
-        let found = read_back(store, keys, in_memory, |chunk| spill.own.codec.key_groups(chunk))?;
-        let (mut removes, mut loaded) = (Vec::new(), Vec::new());
-        for (key, entry, value) in found {
-            let rows: BTreeMap<Place, ()> = (decode_rows(&value)?.into_iter())
-                .map(|(t, copy, row)| ((t, Arc::from(row), copy), ()))
-                .collect();
-            loaded.push((Box::from(key), rows));
-            removes.push(entry);
-        }
-        store.write([], removes.iter().map(|k| &k[..]))?;
-        // Their entries are gone: a delta reads them from memory from now on.
-        if let Some(changed) = self.changed.as_mut() {
-            changed.extend(loaded.iter().map(|(key, _): &(Box<[u8]>, _)| key.clone()));
-        }
-        self.partitions.extend(loaded);
-        Ok(())
+    /// Whether partitions went to files: changes of key groups with files
+    /// then wait for their read, and snapshots read the files.
+    pub(super) fn spilled_to_files(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| s.own.files.is_some())
     }
 
-    /// Writes every partition to the store and empties memory.
-    pub(in crate::over) fn spill_all(&mut self) -> Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
+    /// Of a batch: the changes of parts with files wait for their part's
+    /// read. Returns the other changes, to apply now (`None` when all wait).
+    pub(super) fn hold_unread(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let data = weir_common::changelog::data(batch);
+        let keys = self.partition_keys(&data)?;
+        let list: Vec<&[u8]> = (0..data.num_rows())
+            .map(|i| keys.as_ref().map_or(&[][..], |k| k.row(i).data()))
+            .collect();
+        let own = &mut self.spill.as_mut().expect("changes wait only when spilled").own;
+        let groups = UInt32Array::from(own.codec.key_groups(&list)?);
+        let files = own.files.as_ref().expect("changes wait only when spilled");
+        let parts = parts_with_files(files, own.width, self.max_parallelism, &groups);
+        let arrived = own.arrived;
+        own.arrived += 1;
+        hold_rows(&mut own.waiting, batch, &parts, |rows| (arrived, rows))
+    }
+
+    /// Holds `watermark` behind the changes waiting, if any; else it goes.
+    pub(super) fn hold_watermark(&mut self, watermark: Timestamp, out: &mut Output) {
+        match self.spill.as_mut().map(|s| &mut s.own) {
+            Some(own) if !own.waiting.is_empty() || !own.watermarks.is_empty() => {
+                own.watermarks.push_back((own.arrived, watermark));
+            }
+            _ => out.watermark(watermark),
+        }
+    }
+
+    /// Passes on the latest watermark held that no waiting change came
+    /// before.
+    pub(super) fn forward_watermarks(&mut self, out: &mut Output) {
+        let Some(own) = self.spill.as_mut().map(|s| &mut s.own) else {
+            return;
+        };
+        let oldest = own.waiting.least_first(|(arrived, _)| *arrived);
+        let mut latest = None;
+        while let Some(&(before, watermark)) = own.watermarks.front() {
+            if oldest.is_some_and(|oldest| oldest < before) {
+                break;
+            }
+            own.watermarks.pop_front();
+            latest = Some(watermark);
+        }
+        if let Some(watermark) = latest {
+            out.watermark(watermark);
+        }
+    }
+
+    /// Brings the partitions of `part`'s files to memory, as bytes; the
+    /// files go. Returns the entries read.
+    fn load(&mut self, part: u32) -> Result<usize> {
+        let spill = self.spill.as_mut().expect("spilled");
+        let Some(files) = spill.own.files.as_mut() else {
+            return Ok(0);
+        };
+        let stored = spill.own.waiting.stored_in(part);
+        let batches = files.take(part)?;
+        spill.own.waiting.stored_changed(part, -(stored as i64));
+        batches.into_iter().for_each(|rows| {
+            spill.own.unread.add(rows);
+        });
+        Ok(stored as usize)
+    }
+
+    /// Decodes the partitions of `keys` read back and not decoded yet.
+    pub(super) fn decode_read(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let Some(unread) = (self.spill.as_mut().map(|s| &mut s.own.unread)).filter(|u| !u.is_empty()) else {
             return Ok(());
         };
-        spill.core.open_store()?;
-        // Incremental checkpoints: the changed partitions' entries (written
-        // now, or gone with their rows) for the next delta to read back.
-        if let (Some(changed), Some(flushed)) = (self.changed.as_mut(), spill.core.flushed.as_mut()) {
-            let changed: Vec<Box<[u8]>> = std::mem::take(changed).into_iter().collect();
-            for chunk in changed.chunks(WRITE_CHUNK) {
-                let keys: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
-                let groups = spill.own.codec.key_groups(&keys)?;
-                (keys.iter().zip(groups)).for_each(|(key, group)| flushed.push(&entry_key(group, key)));
+        for key in keys {
+            if let Some(value) = unread.take(key) {
+                self.partitions.insert((*key).into(), decode_partition(value)?);
             }
         }
-        let partitions: Vec<_> = self.partitions.drain().collect();
-        for chunk in partitions.chunks(WRITE_CHUNK) {
-            let keys: Vec<&[u8]> = chunk.iter().map(|(k, _)| &k[..]).collect();
-            let groups = spill.own.codec.key_groups(&keys)?;
-            let puts: Vec<(Vec<u8>, Vec<u8>)> = (chunk.iter().zip(groups))
-                .map(|((key, rows), group)| (entry_key(group, key), encode_rows(rows.keys())))
-                .collect();
-            let store = spill.core.store.as_ref().expect("opened above");
-            store.write(puts.iter().map(|(k, v)| (&k[..], &v[..])), [])?;
-        }
-        drop(partitions);
-        self.partitions.shrink_to_fit();
-        spill.core.emptied();
-        weir_common::alloc::give_back_freed_memory();
         Ok(())
     }
 
-    /// A snapshot of spilled state: memory to the store, then the store,
-    /// frozen now, as one run of state rows in key-group order, written by
-    /// the snapshot's writer.
-    pub(in crate::over) fn spilled_snapshot(&mut self) -> Result<OperatorSnapshot> {
+    /// Writes every partition to its key group's files, a file per part
+    /// (those read back and not decoded as they were), notes the
+    /// partitions changed since the last snapshot, and empties memory.
+    pub(in crate::over) fn spill_all(&mut self) -> Result<()> {
+        let unread = self.spill.as_mut().map(|s| std::mem::take(&mut s.own.unread));
+        let Some(mut unread) = unread.filter(|u| !self.partitions.is_empty() || !u.is_empty()) else {
+            return Ok(());
+        };
+        self.note_flushed()?;
+        let spill = self.spill.as_mut().expect("checked above");
+        let kept: Vec<_> = self.partitions.iter().collect();
+        let keys: Vec<&[u8]> = kept.iter().map(|(k, _)| &k[..]).collect();
+        let mut groups = spill.own.codec.key_groups(&keys)?;
+        let as_read: Vec<(u32, &[u8], &[u8])> = unread.entries().collect();
+        groups.extend(as_read.iter().map(|e| e.0));
+        let width = spill.own.width;
+        if spill.own.files.is_none() {
+            spill.own.files = Some(KeyGroupFiles::open(&spill.core.settings.dir)?);
+        }
+        let files = spill.own.files.as_mut().expect("opened above");
+        // Each part's rows, by which its waiting changes are weighed.
+        let mut stored = BTreeMap::<u32, i64>::new();
+        write_entries(files, width, &groups, |i, group, rows| {
+            let count = match kept.get(i) {
+                Some((key, partition)) => {
+                    rows.push(group, key, &encode_rows(partition.len(), partition.keys()));
+                    partition.len()
+                }
+                None => {
+                    let (_, key, value) = as_read[i - kept.len()];
+                    rows.push(group, key, value);
+                    rows_in(value).unwrap_or(0) as usize
+                }
+            };
+            *stored.entry(group / width).or_default() += count as i64;
+        })?;
+        for (part, n) in stored {
+            spill.own.waiting.stored_changed(part, n);
+        }
+        drop(as_read);
+        unread.clear();
+        spill.own.unread = unread;
+        self.partitions = Default::default();
+        spill.core.emptied();
+        Ok(())
+    }
+
+    /// Notes the partitions changed in memory, about to be written to the
+    /// files, for the next incremental snapshot to read back.
+    fn note_flushed(&mut self) -> Result<()> {
+        let (Some(changed), Some(spill)) = (self.changed.as_mut().map(std::mem::take), self.spill.as_mut())
+        else {
+            return Ok(());
+        };
+        let changed: Vec<Box<[u8]>> = changed.into_iter().collect();
+        for chunk in changed.chunks(WRITE_CHUNK) {
+            let keys: Vec<&[u8]> = chunk.iter().map(|k| &k[..]).collect();
+            let groups = spill.own.codec.key_groups(&keys)?;
+            (keys.iter().zip(groups)).for_each(|(key, group)| spill.core.note(&store_key(group, key)));
+        }
+        Ok(())
+    }
+
+    /// A full snapshot of spilled state: every partition to the files, then
+    /// the files, frozen now, as one run of state rows in key-group order,
+    /// keyed by partition when it is the `base` of an incremental chain
+    /// (which then leaves no change for the next delta), written by the
+    /// snapshot's writer.
+    pub(in crate::over) fn spilled_snapshot(&mut self, base: bool) -> Result<Vec<Deferred>> {
         self.spill_all()?;
-        let codec = Codec::new(self)?;
+        if base {
+            self.spill.forget_spilled_changes();
+        }
+        let (codec, schema) = (Codec::new(self)?, self.state_schema());
         let spill = self.spill.as_mut().expect("has spilled");
-        let decode = move |entries: &[Entry]| codec.decode(entries);
-        let deferred = whole_store(&mut spill.core, decode)?;
-        Ok(OperatorSnapshot {
-            runs: Vec::new(),
-            deferred,
-            rows_later: None,
-            meta: serde_json::Value::Null,
-            rows: None,
+        spill.core.runs += 1;
+        let files = spill.own.files.as_ref().expect("has spilled");
+        if files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let decode = move |entries: &[Entry]| match base {
+            true => replacement_rows(&schema, codec.decode_parts(entries)?, true),
+            false => codec.decode(entries),
+        };
+        let path = files.snapshot_run_path(spill.core.runs)?;
+        Ok(vec![entries_run(files.frozen(), path, decode)])
+    }
+
+    /// An incremental snapshot of spilled state: every partition to the
+    /// files, then those changed since the last snapshot, read back from
+    /// the files frozen now by the snapshot's writer (deleted when they
+    /// have no entry there). `None`: nothing changed.
+    pub(in crate::over) fn spilled_delta(&mut self) -> Result<Option<Deferred>> {
+        self.spill_all()?;
+        let (codec, schema) = (Codec::new(self)?, self.state_schema());
+        let deleting = schema.clone();
+        let read = move |found: &[Entry], missing: &[&[u8]]| {
+            let mut parts = codec.decode_parts(found)?;
+            parts.extend(deleted_entries(&deleting, missing)?);
+            Ok(parts)
+        };
+        let spill = self.spill.as_mut().expect("has spilled");
+        let files = spill.own.files.as_ref().expect("has spilled");
+        files_delta(&mut spill.core, files, spill.own.width, schema, read)
+    }
+
+    /// Whether restored state `rows` go to files: once files are there, or
+    /// when they may not fit half the memory the state is given (the rows
+    /// and the partitions built from them are in memory at once).
+    pub(super) fn restores_to_files(&self, rows: &RecordBatch) -> bool {
+        self.spill.as_ref().is_some_and(|s| {
+            s.own.files.is_some()
+                || rows.get_array_memory_size() > memory_guess::spill_threshold(s.core.settings.budget) / 2
         })
     }
 
-    /// An incremental snapshot of spilled state: a base (`full`: memory to
-    /// the store, then the store, frozen now, as one run keyed by
-    /// partition), or a replacing delta of the partitions changed in memory
-    /// (a partition read back from the store counts as changed: its entry
-    /// left the store) and of those written to the store since the last
-    /// snapshot, read back from the store frozen now; both read by the
-    /// snapshot's writer.
-    pub(in crate::over) fn spilled_delta(&mut self, full: bool) -> Result<OperatorSnapshot> {
-        let (codec, schema) = (Codec::new(self)?, self.state_schema());
-        let decode = move |entries: &[Entry]| codec.decode_parts(entries);
-        let deferred = if full {
-            self.spill_all()?;
-            let spill = self.spill.as_mut().expect("has spilled");
-            keyed_base(&mut spill.core, schema, decode)?
-        } else {
-            let changed = self.changed.as_mut().map(std::mem::take).unwrap_or_default();
-            let parts = self.partition_parts(changed.iter().cloned().collect())?;
-            let in_memory = move |key: &[u8]| changed.contains(key);
-            let spill = self.spill.as_mut().expect("has spilled");
-            let memory = (parts, in_memory);
-            let delta = keyed_delta(&mut spill.core, memory, schema, decode)?;
-            delta.into_iter().collect()
-        };
-        Ok(OperatorSnapshot {
-            deferred,
-            rows_later: None,
-            ..OperatorSnapshot::default()
-        })
+    /// Restores state rows into the files (not memory): each partition's
+    /// rows in order as one entry, a file per part.
+    pub(super) fn restore_spilled(&mut self, rows: &RecordBatch) -> Result<()> {
+        let data = RecordBatch::try_new(self.spec.input.clone(), rows.columns()[1..].to_vec())
+            .map_err(|e| Error::State(format!("{}: kept rows: {e}", self.spec.name)))?;
+        let groups = rows.column(0).as_primitive::<UInt32Type>();
+        let keys = self.partition_keys(&data)?;
+        let times = crate::join::window::millis(data.column(self.time_column()?))?;
+        let converted = self.rows_of.convert_columns(data.columns())?;
+        let key = |i: usize| keys.as_ref().map_or(&[][..], |k| k.row(i).data());
+        let place = |i: usize| (groups.value(i), key(i), times[i], converted.row(i).data());
+        let mut order: Vec<usize> = (0..rows.num_rows()).collect();
+        order.sort_by(|a, b| place(*a).cmp(&place(*b)));
+        let mut entries: Vec<(u32, usize, Vec<u8>)> = Vec::new();
+        for same in order.chunk_by(|a, b| groups.value(*a) == groups.value(*b) && key(*a) == key(*b)) {
+            let mut value = ValueWriter((same.len() as u32).to_le_bytes().to_vec());
+            for (n, i) in same.iter().enumerate() {
+                // Equal rows before it in the partition: its copy.
+                let copy = same[..n]
+                    .iter()
+                    .rev()
+                    .take_while(|j| place(**j) == place(*i))
+                    .count();
+                value.time(times[*i]).count(copy).bytes(converted.row(*i).data());
+            }
+            entries.push((groups.value(same[0]), same[0], value.0));
+        }
+        let spill = self.spill.as_mut().expect("spilling");
+        if spill.own.files.is_none() {
+            spill.own.files = Some(KeyGroupFiles::open(&spill.core.settings.dir)?);
+        }
+        let files = spill.own.files.as_mut().expect("opened above");
+        let of: Vec<u32> = entries.iter().map(|e| e.0).collect();
+        let width = spill.own.width;
+        write_entries(files, width, &of, |i, group, rows| {
+            rows.push(group, key(entries[i].1), &entries[i].2);
+        })?;
+        for (group, _, value) in &entries {
+            spill
+                .own
+                .waiting
+                .stored_changed(group / width, rows_in(value)? as i64);
+        }
+        Ok(())
     }
 }
 
@@ -263,9 +501,11 @@ mod tests {
             (-2, Arc::from(&b"a"[..]), 1),
             (5, Arc::from(&b""[..]), 0),
         ];
-        let value = encode_rows(rows.iter());
+        let value = encode_rows(rows.len(), rows.iter());
         let back = decode_rows(&value).unwrap();
         assert_eq!(back, [(-2, 0, &b"a"[..]), (-2, 1, b"a"), (5, 0, b"")]);
+        assert_eq!(rows_in(&value).unwrap(), 3);
         assert!(decode_rows(&value[..value.len() - 3]).is_err());
+        assert!(rows_in(&value[..2]).is_err());
     }
 }
