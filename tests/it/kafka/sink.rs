@@ -546,8 +546,8 @@ fn a_fresh_run_at_a_lower_parallelism_aborts_what_a_crashed_run_left_open() {
         counts.retain(|w, _| !read.contains(w));
         counts
     };
-    if got.len() < sums.len() {
-        let context = format!(
+    let context = match got.len() < sums.len() {
+        true => format!(
             "{} of {} rows ({first} at the first read); transactions:\n{}\nthe rows lost, \
              uncommitted: {:?}\nthe fresh run's log:\n{}",
             got.len(),
@@ -555,10 +555,10 @@ fn a_fresh_run_at_a_lower_parallelism_aborts_what_a_crashed_run_left_open() {
             states().join("\n"),
             uncommitted(),
             String::from_utf8_lossy(&run.stderr)
-        );
-        assert_sums(&got, &sums, &context);
-    }
-    assert_sums(&got, &sums, &format!("{first} rows at the first read"));
+        ),
+        false => format!("{first} rows at the first read"),
+    };
+    assert_sums(&got, &sums, &context);
 }
 
 /// Records per partition of `topic` (3 partitions).

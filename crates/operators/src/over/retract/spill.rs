@@ -42,7 +42,7 @@ use weir_state::entry_files::{Unread, entries_run, files_delta, store_key, write
 use weir_state::incremental::{ReplacedPart, replacement_rows};
 use weir_state::key_group_files::KeyGroupFiles;
 use weir_state::memory_guess;
-use weir_state::snapshot::{key_groups_of_bytes, state_rows};
+use weir_state::snapshot::{key_groups, key_groups_of_bytes, state_rows};
 use weir_state::spilled::{SpillCore, SpillSlot, Spilled};
 use weir_state::store::{Entry, WRITE_CHUNK};
 
@@ -255,12 +255,10 @@ impl RetractOverOperator {
     /// read. Returns the other changes, to apply now (`None` when all wait).
     pub(super) fn hold_unread(&mut self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         let data = weir_common::changelog::data(batch);
-        let keys = self.partition_keys(&data)?;
-        let list: Vec<&[u8]> = (0..data.num_rows())
-            .map(|i| keys.as_ref().map_or(&[][..], |k| k.row(i).data()))
-            .collect();
+        // From the key columns: no row bytes to parse back.
+        let columns = crate::over::evaluate(&self.spec.partition, &data)?;
+        let groups = key_groups(&columns, data.num_rows(), self.max_parallelism)?;
         let own = &mut self.spill.as_mut().expect("changes wait only when spilled").own;
-        let groups = UInt32Array::from(own.codec.key_groups(&list)?);
         let files = own.files.as_ref().expect("changes wait only when spilled");
         let parts = parts_with_files(files, own.width, self.max_parallelism, &groups);
         let arrived = own.arrived;
@@ -341,6 +339,9 @@ impl RetractOverOperator {
         let keys: Vec<&[u8]> = kept.iter().map(|(k, _)| &k[..]).collect();
         let mut groups = spill.own.codec.key_groups(&keys)?;
         let as_read: Vec<(u32, &[u8], &[u8])> = unread.entries().collect();
+        let read_rows = (as_read.iter())
+            .map(|e| rows_in(e.2))
+            .collect::<Result<Vec<u32>>>()?;
         groups.extend(as_read.iter().map(|e| e.0));
         let width = spill.own.width;
         if spill.own.files.is_none() {
@@ -358,7 +359,7 @@ impl RetractOverOperator {
                 None => {
                     let (_, key, value) = as_read[i - kept.len()];
                     rows.push(group, key, value);
-                    rows_in(value).unwrap_or(0) as usize
+                    read_rows[i - kept.len()] as usize
                 }
             };
             *stored.entry(group / width).or_default() += count as i64;
